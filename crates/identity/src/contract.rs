@@ -1,0 +1,420 @@
+//! Identity contracts: which fields make up an event's identity, how each is
+//! canonicalised, and which fields are transport metadata.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical::{self, type_name};
+use crate::pointer::Pointer;
+use crate::{ContractError, Identified, IdentityError};
+
+/// The most identity fields one contract may list.
+pub const CONTRACT_FIELDS_MAX: usize = 64;
+const TRANSPORT_POINTERS_MAX: usize = 64;
+const PRECISION_MAX: u32 = 15;
+const NAME_BYTES_MAX: usize = 128;
+
+/// A contract name: 1–128 characters of `[A-Za-z0-9_.-]`, starting with a letter or digit.
+/// The character set keeps names safe in URL paths and unambiguous in hashed input.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ContractName(String);
+
+impl ContractName {
+    /// Checks the rule and wraps the name.
+    pub fn parse(text: &str) -> Result<ContractName, ContractError> {
+        let valid_chars = text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        let valid_start = text
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+        if text.len() > NAME_BYTES_MAX || !valid_chars || !valid_start {
+            return Err(ContractError::new(
+                "name",
+                format!("contract name {text:?} must be 1-{NAME_BYTES_MAX} characters of A-Z a-z 0-9 _ . - starting with a letter or digit"),
+            ));
+        }
+        Ok(ContractName(text.to_string()))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ContractName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How an array-valued identity field is canonicalised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArrayMode {
+    /// Order matters: the array is kept as sent.
+    Ordered,
+    /// Order does not matter: elements are sorted by their canonical bytes (a multiset:
+    /// repeated elements are kept).
+    Set,
+}
+
+/// The JSON type an identity field must have when present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    String,
+    Number,
+    Integer,
+    Boolean,
+    Object,
+    Array,
+}
+
+/// One identity field of a contract, as written in the contract document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FieldSpec {
+    /// RFC 6901 pointer to the field.
+    pub pointer: String,
+    /// Round a number to this many decimals (half away from zero) before hashing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<u32>,
+    /// Canonicalisation of an array value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayMode>,
+    /// A missing required field makes the event invalid (422); otherwise it hashes as absent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
+    /// The JSON type the value must have when present.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<FieldType>,
+    /// Free text for people reading the contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContractDocument {
+    name: String,
+    version: i64,
+    fields: Vec<FieldSpec>,
+    #[serde(default)]
+    transport: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    occurred_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+}
+
+/// A validated identity contract. `(name, version)` is immutable once registered.
+#[derive(Debug, Clone)]
+pub struct Contract {
+    document: ContractDocument,
+    name: ContractName,
+    version: u32,
+    fields: Vec<(Pointer, FieldSpec)>,
+    transport: Vec<Pointer>,
+    occurred_at: Option<Pointer>,
+}
+
+impl Contract {
+    /// Validates a contract document (the JSON users post to `POST /contracts`).
+    pub fn from_json(value: &Value) -> Result<Contract, ContractError> {
+        let document: ContractDocument = serde_json::from_value(value.clone())
+            .map_err(|err| ContractError::new(serde_field(&err), err.to_string()))?;
+        Contract::from_document(document)
+    }
+
+    fn from_document(document: ContractDocument) -> Result<Contract, ContractError> {
+        let name = ContractName::parse(&document.name)?;
+        let version = u32::try_from(document.version)
+            .ok()
+            .filter(|v| *v >= 1 && *v <= i32::MAX as u32)
+            .ok_or_else(|| {
+                ContractError::new("version", "version must be an integer from 1 to 2147483647")
+            })?;
+        if document.fields.is_empty() || document.fields.len() > CONTRACT_FIELDS_MAX {
+            return Err(ContractError::new(
+                "fields",
+                format!("a contract lists 1-{CONTRACT_FIELDS_MAX} identity fields"),
+            ));
+        }
+        let mut fields: Vec<(Pointer, FieldSpec)> = Vec::new();
+        for (index, spec) in document.fields.iter().enumerate() {
+            let at = format!("fields[{index}]");
+            let pointer = Pointer::parse(&spec.pointer)
+                .map_err(|m| ContractError::new(format!("{at}.pointer"), m))?;
+            check_field_rules(spec, &at)?;
+            if fields
+                .iter()
+                .any(|(seen, _)| seen.as_str() == pointer.as_str())
+            {
+                return Err(ContractError::new(
+                    format!("{at}.pointer"),
+                    format!("pointer {} is listed twice", spec.pointer),
+                ));
+            }
+            fields.push((pointer, spec.clone()));
+        }
+        if document.transport.len() > TRANSPORT_POINTERS_MAX {
+            return Err(ContractError::new(
+                "transport",
+                format!("at most {TRANSPORT_POINTERS_MAX} transport pointers"),
+            ));
+        }
+        let mut transport = Vec::new();
+        for (index, text) in document.transport.iter().enumerate() {
+            let at = format!("transport[{index}]");
+            let pointer = Pointer::parse(text).map_err(|m| ContractError::new(&at, m))?;
+            if let Some((field, _)) = fields.iter().find(|(field, _)| field.overlaps(&pointer)) {
+                return Err(ContractError::new(at, format!(
+                    "transport pointer {text} overlaps identity field {}: a value cannot be both identity and transport metadata",
+                    field.as_str()
+                )));
+            }
+            transport.push(pointer);
+        }
+        let occurred_at = match &document.occurred_at {
+            Some(text) => {
+                Some(Pointer::parse(text).map_err(|m| ContractError::new("occurred_at", m))?)
+            }
+            None => None,
+        };
+        Ok(Contract {
+            document,
+            name,
+            version,
+            fields,
+            transport,
+            occurred_at,
+        })
+    }
+
+    /// The contract's name.
+    pub fn name(&self) -> &ContractName {
+        &self.name
+    }
+
+    /// The contract's version (≥ 1).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The identity fields, in the order the contract lists them.
+    pub fn fields(&self) -> impl Iterator<Item = &FieldSpec> {
+        self.fields.iter().map(|(_, spec)| spec)
+    }
+
+    /// The transport pointers (ignored by both the id and the fingerprint).
+    pub fn transport(&self) -> impl Iterator<Item = &str> {
+        self.transport.iter().map(Pointer::as_str)
+    }
+
+    /// The pointer of the event-time field, if the contract declares one.
+    pub fn occurred_at(&self) -> Option<&str> {
+        self.occurred_at.as_ref().map(Pointer::as_str)
+    }
+
+    /// The contract as a JSON document with defaults omitted.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(&self.document).unwrap_or(Value::Null)
+    }
+
+    /// RFC 8785 bytes of the contract document: two registrations are the same contract
+    /// exactly when these bytes are equal.
+    pub fn canonical_definition(&self) -> Vec<u8> {
+        canonical::jcs(&self.to_json())
+    }
+
+    /// A readable, line-per-field description of the semantic contract.
+    pub fn describe(&self) -> String {
+        let mut out = format!("contract {} version {}\n", self.name, self.version);
+        if let Some(text) = &self.document.description {
+            out.push_str(&format!("  {text}\n"));
+        }
+        out.push_str("identity fields:\n");
+        for spec in self.fields() {
+            let mut rules = Vec::new();
+            rules.push(if spec.required {
+                "required".to_string()
+            } else {
+                "optional (absent hashes as absent)".to_string()
+            });
+            if let Some(kind) = spec.kind {
+                rules.push(format!(
+                    "type {}",
+                    serde_json::to_string(&kind)
+                        .unwrap_or_default()
+                        .trim_matches('"')
+                ));
+            }
+            if let Some(p) = spec.precision {
+                rules.push(format!("rounded to {p} decimals"));
+            }
+            match spec.array {
+                Some(ArrayMode::Set) => rules.push("array as a set (order ignored)".into()),
+                Some(ArrayMode::Ordered) => rules.push("array in order".into()),
+                None => {}
+            }
+            out.push_str(&format!("  {:<32} {}\n", spec.pointer, rules.join(", ")));
+            if let Some(text) = &spec.description {
+                out.push_str(&format!("  {:<32} {text}\n", ""));
+            }
+        }
+        let transport: Vec<&str> = self.transport().collect();
+        out.push_str(&format!(
+            "transport (ignored by id and fingerprint): {}\n",
+            if transport.is_empty() {
+                "none".into()
+            } else {
+                transport.join(", ")
+            }
+        ));
+        out.push_str(&format!(
+            "event time: {}\n",
+            self.occurred_at().unwrap_or("not declared")
+        ));
+        out.push_str(
+            "everything else is content: outside the id, inside the payload fingerprint\n",
+        );
+        out
+    }
+
+    /// Computes the event id, the payload fingerprint and the event time of `event`.
+    pub fn identify(&self, event: &Value) -> Result<Identified, IdentityError> {
+        if !event.is_object() {
+            return Err(IdentityError::NotAnObject {
+                found: type_name(event),
+            });
+        }
+        let mut content = canonical::normalize(event, "")?;
+        let mut identity = serde_json::Map::new();
+        for (pointer, spec) in &self.fields {
+            let Some(value) = pointer.get(&content) else {
+                if spec.required {
+                    return Err(IdentityError::MissingRequired {
+                        field: spec.pointer.clone(),
+                    });
+                }
+                continue;
+            };
+            let value = canonical_field(value, spec)?;
+            pointer.replace(&mut content, value.clone());
+            identity.insert(spec.pointer.clone(), value);
+        }
+        let occurred_at_us = self.event_time(&content)?;
+        for pointer in &self.transport {
+            pointer.remove(&mut content);
+        }
+        let identity = Value::Object(identity);
+        Ok(Identified::new(
+            self,
+            canonical::jcs(&identity),
+            &content,
+            occurred_at_us,
+        ))
+    }
+
+    fn event_time(&self, content: &Value) -> Result<Option<i64>, IdentityError> {
+        let Some(pointer) = &self.occurred_at else {
+            return Ok(None);
+        };
+        let invalid = |reason: String| IdentityError::InvalidTimestamp {
+            field: pointer.as_str().to_string(),
+            reason,
+        };
+        match pointer.get(content) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) => {
+                crate::parse_rfc3339_micros(text).map(Some).map_err(invalid)
+            }
+            Some(other) => Err(invalid(format!("got {}", type_name(other)))),
+        }
+    }
+}
+
+fn check_field_rules(spec: &FieldSpec, at: &str) -> Result<(), ContractError> {
+    if let Some(p) = spec.precision {
+        if p > PRECISION_MAX {
+            return Err(ContractError::new(
+                format!("{at}.precision"),
+                format!("precision must be 0-{PRECISION_MAX} decimals"),
+            ));
+        }
+        if !matches!(spec.kind, None | Some(FieldType::Number)) || spec.array.is_some() {
+            return Err(ContractError::new(
+                format!("{at}.precision"),
+                "precision applies only to number fields",
+            ));
+        }
+    }
+    if spec.array.is_some() && !matches!(spec.kind, None | Some(FieldType::Array)) {
+        return Err(ContractError::new(
+            format!("{at}.array"),
+            "array rules apply only to array fields",
+        ));
+    }
+    Ok(())
+}
+
+fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Value, IdentityError> {
+    let wrong = |expected: &'static str| IdentityError::WrongType {
+        field: spec.pointer.clone(),
+        expected,
+        found: type_name(value),
+    };
+    let expected = match spec.kind {
+        Some(kind) => Some(kind),
+        None if spec.precision.is_some() => Some(FieldType::Number),
+        None if spec.array.is_some() => Some(FieldType::Array),
+        None => None,
+    };
+    let type_ok = match expected {
+        None => true,
+        Some(FieldType::String) => value.is_string(),
+        Some(FieldType::Number) => value.is_number(),
+        Some(FieldType::Integer) => value.is_i64() || value.is_u64(),
+        Some(FieldType::Boolean) => value.is_boolean(),
+        Some(FieldType::Object) => value.is_object(),
+        Some(FieldType::Array) => value.is_array(),
+    };
+    // `null` is a value, distinct from absent; a typed field still refuses it.
+    if !type_ok {
+        return Err(wrong(match expected {
+            Some(FieldType::String) => "a string",
+            Some(FieldType::Number) => "a number",
+            Some(FieldType::Integer) => "an integer",
+            Some(FieldType::Boolean) => "a boolean",
+            Some(FieldType::Object) => "an object",
+            Some(FieldType::Array) | None => "an array",
+        }));
+    }
+    Ok(match (value, spec.precision, spec.array) {
+        (Value::Number(n), Some(p), _) => Value::Number(canonical::round_decimal(n, p)),
+        (Value::Array(items), _, Some(ArrayMode::Set)) => {
+            let mut keyed: Vec<(Vec<u8>, &Value)> =
+                items.iter().map(|v| (canonical::jcs(v), v)).collect();
+            keyed.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Array(keyed.into_iter().map(|(_, v)| v.clone()).collect())
+        }
+        _ => value.clone(),
+    })
+}
+
+/// Best-effort name of the contract field a serde error is about.
+fn serde_field(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    for marker in ["unknown field `", "missing field `"] {
+        if let Some(rest) = text.split(marker).nth(1) {
+            if let Some(name) = rest.split('`').next() {
+                return name.to_string();
+            }
+        }
+    }
+    String::new()
+}

@@ -1,0 +1,95 @@
+//! Event ids and payload fingerprints.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::{canonical, Contract};
+
+/// An event's identity: lowercase hex SHA-256 of
+/// `contract name ‖ "\n" ‖ decimal version ‖ "\n" ‖ canonical identity bytes`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(String);
+
+/// Lowercase hex SHA-256 of the canonical whole event minus its transport pointers, with
+/// identity fields in their canonical form (rounded, set-sorted): equal fingerprints
+/// under one id mean a retry, different fingerprints mean a collision.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fingerprint(String);
+
+macro_rules! hex_newtype {
+    ($name:ident) => {
+        impl $name {
+            /// Accepts 64 lowercase hex characters (as stored).
+            pub fn parse(text: &str) -> Option<$name> {
+                let ok = text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                ok.then(|| $name(text.to_string()))
+            }
+
+            /// The lowercase hex text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+hex_newtype!(EventId);
+hex_newtype!(Fingerprint);
+
+/// An event identified under a contract.
+#[derive(Debug, Clone)]
+pub struct Identified {
+    /// The event id.
+    pub event_id: EventId,
+    /// The payload fingerprint.
+    pub fingerprint: Fingerprint,
+    /// RFC 8785 bytes of the identity document `{pointer: canonical value}` (absent
+    /// fields omitted, so absent differs from `null`).
+    pub identity_bytes: Vec<u8>,
+    /// Event time in microseconds since the Unix epoch, when the contract declares one
+    /// and the event carries it.
+    pub occurred_at_us: Option<i64>,
+}
+
+impl Identified {
+    pub(crate) fn new(
+        contract: &Contract,
+        identity_bytes: Vec<u8>,
+        content: &Value,
+        occurred_at_us: Option<i64>,
+    ) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(contract.name().as_str().as_bytes());
+        hasher.update(format!("\n{}\n", contract.version()).as_bytes());
+        hasher.update(&identity_bytes);
+        let event_id = EventId(hex(&hasher.finalize()));
+        let fingerprint = Fingerprint(sha256_hex(&canonical::jcs(content)));
+        Identified {
+            event_id,
+            fingerprint,
+            identity_bytes,
+            occurred_at_us,
+        }
+    }
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}

@@ -1,0 +1,226 @@
+//! Strict JSON parsing with limits: valid UTF-8, a bounded nesting depth, no duplicate
+//! object keys (RFC 8785 requires I-JSON input) and a clear message for `NaN`/`Infinity`.
+
+use std::cell::RefCell;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use thiserror::Error;
+
+/// The most deeply nested document the parser can ever accept; `serde_json` stops at 128.
+pub const DEPTH_MAX_CEILING: usize = 120;
+
+/// Why a body is not acceptable JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ParseError {
+    /// The bytes are not UTF-8.
+    #[error("body is not valid UTF-8 (first invalid byte at offset {offset})")]
+    InvalidUtf8 { offset: usize },
+    /// `NaN`, `Infinity` or `-Infinity` appear where a value is expected.
+    #[error("NaN and Infinity are not JSON numbers (line {line}, column {column})")]
+    NonFiniteNumber { line: usize, column: usize },
+    /// Arrays/objects nested deeper than the configured limit.
+    #[error("JSON nesting is deeper than the limit of {depth_max} levels")]
+    TooDeep { depth_max: usize },
+    /// An object repeats a key.
+    #[error("object has the key {key:?} twice; duplicate keys are ambiguous (RFC 8259, I-JSON)")]
+    DuplicateKey { key: String },
+    /// Any other syntax error, as reported by the parser.
+    #[error("malformed JSON: {0}")]
+    Syntax(String),
+}
+
+impl ParseError {
+    /// A stable machine-readable code for the error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ParseError::InvalidUtf8 { .. } => "invalid_utf8",
+            ParseError::NonFiniteNumber { .. } => "non_finite_number",
+            ParseError::TooDeep { .. } => "too_deep",
+            ParseError::DuplicateKey { .. } => "duplicate_key",
+            ParseError::Syntax(_) => "malformed_json",
+        }
+    }
+}
+
+/// Parses `bytes` as one JSON value nested at most `depth_max` levels (clamped to
+/// [`DEPTH_MAX_CEILING`]). A scalar has depth 0; `{"a":[1]}` has depth 2.
+pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
+    let text = std::str::from_utf8(bytes).map_err(|err| ParseError::InvalidUtf8 {
+        offset: err.valid_up_to(),
+    })?;
+    let depth_max = depth_max.min(DEPTH_MAX_CEILING);
+    let failure = RefCell::new(None);
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let seed = ValueSeed {
+        depth: 0,
+        depth_max,
+        failure: &failure,
+    };
+    let result = seed.deserialize(&mut deserializer).and_then(|value| {
+        deserializer.end()?;
+        Ok(value)
+    });
+    match result {
+        Ok(value) => Ok(value),
+        Err(err) => Err(failure.into_inner().unwrap_or_else(|| classify(text, &err))),
+    }
+}
+
+fn classify(text: &str, err: &serde_json::Error) -> ParseError {
+    let (line, column) = (err.line(), err.column());
+    if err.is_syntax() {
+        let offset = offset_of(text, line, column);
+        let rest = text.get(offset.saturating_sub(1)..).unwrap_or("");
+        let rest = rest.trim_start_matches([':', ',', '[', ' ', '\t', '\n', '\r']);
+        if ["NaN", "Infinity", "-Infinity", "+Infinity"]
+            .iter()
+            .any(|t| rest.starts_with(t))
+        {
+            return ParseError::NonFiniteNumber { line, column };
+        }
+    }
+    ParseError::Syntax(err.to_string())
+}
+
+fn offset_of(text: &str, line: usize, column: usize) -> usize {
+    let line_start: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    line_start + column.saturating_sub(1)
+}
+
+struct ValueSeed<'f> {
+    depth: usize,
+    depth_max: usize,
+    failure: &'f RefCell<Option<ParseError>>,
+}
+
+impl<'f> ValueSeed<'f> {
+    fn nested<E: de::Error>(&self) -> Result<ValueSeed<'f>, E> {
+        if self.depth >= self.depth_max {
+            return Err(self.fail(ParseError::TooDeep {
+                depth_max: self.depth_max,
+            }));
+        }
+        Ok(ValueSeed {
+            depth: self.depth + 1,
+            depth_max: self.depth_max,
+            failure: self.failure,
+        })
+    }
+
+    fn fail<E: de::Error>(&self, error: ParseError) -> E {
+        let message = error.to_string();
+        self.failure.borrow_mut().get_or_insert(error);
+        E::custom(message)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| self.fail(ParseError::NonFiniteNumber { line: 0, column: 0 }))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self.nested()?)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self.nested()?)?;
+            if object.contains_key(&key) {
+                return Err(self.fail(ParseError::DuplicateKey { key }));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_bad_input_gets_its_own_error() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"{\"a\": \xff}", "invalid_utf8"),
+            (b"{\"a\": NaN}", "non_finite_number"),
+            (b"[1, -Infinity]", "non_finite_number"),
+            (b"{\"a\": 1, \"a\": 2}", "duplicate_key"),
+            (b"{\"a\": [[[1]]]}", "too_deep"),
+            (b"{\"a\": ", "malformed_json"),
+            (b"{\"a\": 1} trailing", "malformed_json"),
+            (b"{\"a\": 1e400}", "malformed_json"),
+        ];
+        for (input, code) in cases {
+            let err = parse(input, 3).unwrap_err();
+            assert_eq!(err.code(), *code, "{}", String::from_utf8_lossy(input));
+        }
+    }
+
+    #[test]
+    fn depth_counts_containers() {
+        assert!(parse(b"{\"a\": [1]}", 2).is_ok());
+        assert!(parse(b"{\"a\": [[1]]}", 2).is_err());
+        assert!(parse(b"7", 0).is_ok());
+    }
+
+    #[test]
+    fn a_very_deep_document_does_not_overflow_the_stack() {
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        assert_eq!(
+            parse(deep.as_bytes(), 10_000).unwrap_err().code(),
+            "too_deep"
+        );
+    }
+}

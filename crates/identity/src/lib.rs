@@ -1,0 +1,26 @@
+//! The pure identity core of TraqLyte: no I/O, no async, no SQL.
+//!
+//! An event's identity is *computed*, never assigned. A [`Contract`] names the JSON
+//! pointers whose values make up an event's identity, the per-field canonicalisation
+//! rules, and the transport metadata that must never influence identity or content.
+//! [`Contract::identify`] turns a parsed event into an [`Identified`] event: its
+//! [`EventId`] (SHA-256 over the contract name, version and canonical identity bytes)
+//! and its payload [`Fingerprint`] (SHA-256 over the canonical whole event minus the
+//! transport pointers), which the store uses to tell a harmless retry from a collision.
+//!
+//! Main types: [`Contract`], [`ContractName`], [`EventId`], [`Fingerprint`],
+//! [`Identified`]; parsing with limits lives in [`json`], the canonical form in
+//! [`canonical`], RFC 6901 pointers in [`pointer`].
+
+pub mod canonical;
+mod contract;
+mod error;
+mod id;
+pub mod json;
+pub mod pointer;
+mod timestamp;
+
+pub use contract::{ArrayMode, Contract, ContractName, FieldSpec, FieldType, CONTRACT_FIELDS_MAX};
+pub use error::{ContractError, IdentityError};
+pub use id::{sha256_hex, EventId, Fingerprint, Identified};
+pub use timestamp::parse_rfc3339_micros;
