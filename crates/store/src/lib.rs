@@ -1,1 +1,243 @@
-//! placeholder
+//! All SQL of TraqLyte: one [`Store`] interface over two backends, SQLite (the embedded
+//! default, one file in WAL mode) and PostgreSQL (production, shared by several server
+//! processes), with the migrations applied by [`Store::migrate`].
+//!
+//! The dedupe guarantee lives here and only here: every fact table has a unique key that
+//! starts with the tenant, and rows are written with `INSERT … ON CONFLICT DO NOTHING`.
+//! A conflicting row is then compared with the incoming one by payload fingerprint:
+//! equal means a retry (counted), different means a collision (logged, nothing
+//! overwritten). See [`plan`] for that pure comparison.
+//!
+//! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`ApiKey`], [`NewEvent`],
+//! [`EventOutcome`], [`ContractStats`].
+
+mod migrate;
+mod model;
+pub mod plan;
+mod postgres;
+mod sql;
+mod sqlite;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use traqlyte_identity::{Contract, ContractName};
+
+pub use model::{
+    ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
+    TenantId,
+};
+
+/// Errors of the store layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database URL is neither `sqlite:` / a file path nor `postgres://`.
+    #[error(
+        "unsupported database URL {0:?}: use a SQLite file path, sqlite://PATH or postgres://…"
+    )]
+    UnsupportedUrl(String),
+    /// A contract with the same name and version but a different definition exists.
+    #[error("contract {name} version {version} is already registered with a different definition; contracts are immutable, register a new version")]
+    ContractConflict { name: String, version: u32 },
+    /// A stored row could not be decoded (the database holds something this build did not write).
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// Any database error.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// How to connect and what to bound.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// `postgres://…`, `sqlite://PATH`, `sqlite::memory:` or a bare file path.
+    pub database_url: String,
+    /// Connections in the pool (PostgreSQL) or readers (SQLite, which has one writer).
+    pub pool_connections_max: u32,
+    /// How long a SQLite writer waits for another process's lock before failing.
+    pub sqlite_busy_timeout_ms: u64,
+}
+
+impl StoreConfig {
+    /// Defaults for `database_url`.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        StoreConfig {
+            database_url: database_url.into(),
+            pool_connections_max: 16,
+            sqlite_busy_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// The store: one interface, two backends.
+#[derive(Clone)]
+pub struct Store {
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $store:ident => $call:expr) => {
+        match &$self.backend {
+            Backend::Sqlite($store) => $call,
+            Backend::Postgres($store) => $call,
+        }
+    };
+}
+
+impl Store {
+    /// Connects to the database named by the config (creating a SQLite file if needed).
+    /// Does not migrate; call [`Store::migrate`].
+    pub async fn connect(config: &StoreConfig) -> Result<Store, StoreError> {
+        let url = config.database_url.as_str();
+        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres(postgres::PgStore::connect(config).await?)
+        } else if url.contains("://") && !url.starts_with("sqlite://") {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        } else {
+            Backend::Sqlite(sqlite::SqliteStore::connect(config).await?)
+        };
+        Ok(Store { backend })
+    }
+
+    /// `"sqlite"` or `"postgres"`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Applies pending migrations; safe to run from several processes at once.
+    pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
+        dispatch!(self, s => s.migrate().await)
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        dispatch!(self, s => s.ping().await)
+    }
+
+    /// Creates a tenant and its first API key; the key is returned once and only its
+    /// hash is stored.
+    pub async fn create_tenant(&self, name: &str) -> Result<(TenantId, ApiKey), StoreError> {
+        let tenant = TenantId::generate();
+        let key = ApiKey::generate();
+        dispatch!(self, s => s.create_tenant(&tenant, name, &key, now_us()).await)?;
+        Ok((tenant, key))
+    }
+
+    /// The tenant an API key belongs to, if any.
+    pub async fn tenant_for_key(&self, key: &ApiKey) -> Result<Option<TenantId>, StoreError> {
+        dispatch!(self, s => s.tenant_for_key(&key.hash()).await)
+    }
+
+    /// Registers a contract. The same definition again is a no-op; a different one under
+    /// the same name and version is [`StoreError::ContractConflict`].
+    pub async fn register_contract(
+        &self,
+        tenant: &TenantId,
+        contract: &Contract,
+    ) -> Result<RegisterOutcome, StoreError> {
+        let definition = String::from_utf8_lossy(&contract.canonical_definition()).into_owned();
+        let created =
+            dispatch!(self, s => s.insert_contract(tenant, contract, &definition, now_us()).await)?;
+        if created {
+            return Ok(RegisterOutcome::Created);
+        }
+        let stored = self
+            .contract(tenant, contract.name(), Some(contract.version()))
+            .await?;
+        match stored {
+            Some(stored) if stored.canonical_definition() == contract.canonical_definition() => {
+                Ok(RegisterOutcome::Unchanged)
+            }
+            _ => Err(StoreError::ContractConflict {
+                name: contract.name().to_string(),
+                version: contract.version(),
+            }),
+        }
+    }
+
+    /// A tenant's contract by name: the given version, or the latest when `None`.
+    pub async fn contract(
+        &self,
+        tenant: &TenantId,
+        name: &ContractName,
+        version: Option<u32>,
+    ) -> Result<Option<Contract>, StoreError> {
+        let definition =
+            dispatch!(self, s => s.contract_definition(tenant, name.as_str(), version).await)?;
+        definition.map(|text| parse_definition(&text)).transpose()
+    }
+
+    /// Every version of every contract of a tenant, ordered by name then version.
+    pub async fn contracts(&self, tenant: &TenantId) -> Result<Vec<Contract>, StoreError> {
+        let definitions = dispatch!(self, s => s.contract_definitions(tenant).await)?;
+        definitions
+            .iter()
+            .map(|text| parse_definition(text))
+            .collect()
+    }
+
+    /// Stores identified events of one contract in one transaction, durable before
+    /// returning. Returns one outcome per input, in input order.
+    pub async fn insert_events(
+        &self,
+        tenant: &TenantId,
+        contract: &Contract,
+        events: &[NewEvent],
+    ) -> Result<Vec<EventOutcome>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = plan::Batch::new(events);
+        let outcomes =
+            dispatch!(self, s => s.insert_events(tenant, contract, &batch, now_us()).await)?;
+        debug_assert_eq!(outcomes.len(), events.len());
+        Ok(outcomes)
+    }
+
+    /// Per-contract counts of stored events, suppressed duplicates and collisions.
+    pub async fn stats(&self, tenant: &TenantId) -> Result<Vec<ContractStats>, StoreError> {
+        dispatch!(self, s => s.stats(tenant).await)
+    }
+
+    /// The stored event of a tenant's contract with this id.
+    pub async fn event(
+        &self,
+        tenant: &TenantId,
+        contract: &ContractName,
+        event_id: &str,
+    ) -> Result<Option<StoredEvent>, StoreError> {
+        dispatch!(self, s => s.event(tenant, contract.as_str(), event_id).await)
+    }
+
+    /// The most recent collisions of a tenant's contract, newest first.
+    pub async fn collisions(
+        &self,
+        tenant: &TenantId,
+        contract: &ContractName,
+        limit: u32,
+    ) -> Result<Vec<CollisionRecord>, StoreError> {
+        dispatch!(self, s => s.collisions(tenant, contract.as_str(), limit).await)
+    }
+}
+
+fn parse_definition(text: &str) -> Result<Contract, StoreError> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Contract::from_json(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// Microseconds since the Unix epoch, now.
+pub fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}

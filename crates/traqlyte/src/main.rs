@@ -1,1 +1,270 @@
-fn main() {}
+//! The `traqlyte` binary: command-line parsing and wiring only. The work happens in
+//! `traqlyte-identity`, `traqlyte-store` and `traqlyte-server`.
+
+mod fire;
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use traqlyte_identity::{Contract, ContractName};
+use traqlyte_server::ServerConfig;
+use traqlyte_store::{ApiKey, Store, StoreConfig};
+
+/// TraqLyte: at-least-once delivery in, exactly-once facts out.
+#[derive(Parser)]
+#[command(name = "traqlyte", version, about)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP server (migrates the database first).
+    Serve(ServeArgs),
+    /// Apply pending database migrations and exit.
+    Migrate(DbArgs),
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Inspect identity contracts.
+    #[command(subcommand)]
+    Contracts(ContractsCommand),
+    /// Print an event's canonical identity bytes and id: `traqlyte id CONTRACT < event.json`.
+    Id(IdArgs),
+    /// Send one JSON body many times concurrently, like an at-least-once client retrying,
+    /// and print how the server answered (status → count) as JSON.
+    Fire(fire::FireArgs),
+}
+
+#[derive(Args, Clone)]
+struct DbArgs {
+    /// `./traqlyte.db` (SQLite, the default), `sqlite://PATH` or `postgres://…`.
+    #[arg(long, env = "TRAQLYTE_DATABASE_URL", default_value = "traqlyte.db")]
+    database_url: String,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, env = "TRAQLYTE_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Largest single-event body, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    body_bytes_max: usize,
+    /// Largest batch body, in bytes.
+    #[arg(long, default_value_t = 5 * 1024 * 1024)]
+    batch_bytes_max: usize,
+    /// Most events per batch.
+    #[arg(long, default_value_t = 1_000)]
+    batch_events_max: usize,
+    /// Deepest JSON nesting accepted in an event.
+    #[arg(long, default_value_t = 32)]
+    json_depth_max: usize,
+    /// Database connections in the pool.
+    #[arg(long, default_value_t = 16)]
+    pool_connections_max: u32,
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// Create a tenant; prints its new API key alone on stdout (shown once).
+    Create {
+        /// A name for people.
+        name: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum ContractsCommand {
+    /// Print a contract's identity fields: the semantic contract, readable.
+    Show {
+        /// A registered contract's name, or the path of a contract JSON file.
+        contract: String,
+        #[command(flatten)]
+        source: ContractSource,
+    },
+}
+
+#[derive(Args)]
+struct ContractSource {
+    /// The tenant's API key, to read a registered contract.
+    #[arg(long, env = "TRAQLYTE_API_KEY")]
+    api_key: Option<String>,
+    /// A specific version (default: the latest).
+    #[arg(long)]
+    version: Option<u32>,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+#[derive(Args)]
+struct IdArgs {
+    /// A contract JSON file, or a registered contract's name (with --api-key).
+    contract: String,
+    #[command(flatten)]
+    source: ContractSource,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    init_logging(&cli.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?;
+    runtime.block_on(run(cli.command))
+}
+
+async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Serve(args) => serve(args).await,
+        Command::Migrate(db) => {
+            let store = connect(&db, 4).await?;
+            let applied = store.migrate().await.context("apply migrations")?;
+            tracing::info!(backend = store.backend_name(), applied = ?applied, "migrations applied");
+            Ok(())
+        }
+        Command::Tenant(TenantCommand::Create { name, db }) => {
+            let store = connect(&db, 2).await?;
+            store.migrate().await.context("apply migrations")?;
+            let (tenant, key) = store
+                .create_tenant(&name)
+                .await
+                .context("create the tenant")?;
+            tracing::info!(tenant = %tenant, name, "tenant created");
+            println!("{}", key.expose());
+            Ok(())
+        }
+        Command::Contracts(ContractsCommand::Show { contract, source }) => {
+            print!("{}", resolve_contract(&contract, &source).await?.describe());
+            Ok(())
+        }
+        Command::Id(args) => identify(args).await,
+        Command::Fire(args) => fire::run(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let store = connect(&args.db, args.pool_connections_max).await?;
+    let applied = store.migrate().await.context("apply migrations")?;
+    tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
+    let config = ServerConfig {
+        listen: args.listen,
+        body_bytes_max: args.body_bytes_max,
+        batch_bytes_max: args.batch_bytes_max,
+        batch_events_max: args.batch_events_max,
+        json_depth_max: args.json_depth_max,
+    };
+    let on_bound = |address| {
+        tracing::info!(%address, "listening");
+        println!("traqlyte listening on http://{address}");
+    };
+    traqlyte_server::serve(store, config, on_bound, shutdown_signal())
+        .await
+        .context("serve HTTP")
+}
+
+async fn identify(args: IdArgs) -> Result<()> {
+    let contract = resolve_contract(&args.contract, &args.source).await?;
+    let mut input = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut input)
+        .context("read the event from stdin")?;
+    let event = traqlyte_identity::json::parse(&input, traqlyte_identity::json::DEPTH_MAX_CEILING)
+        .context("parse the event")?;
+    let identified = contract.identify(&event).context("identify the event")?;
+    println!(
+        "canonical: {}",
+        String::from_utf8_lossy(&identified.identity_bytes)
+    );
+    println!("event_id: {}", identified.event_id);
+    println!("fingerprint: {}", identified.fingerprint);
+    Ok(())
+}
+
+/// A contract from a file path, or a registered one by name for the key's tenant.
+async fn resolve_contract(contract: &str, source: &ContractSource) -> Result<Contract> {
+    if Path::new(contract).is_file() {
+        let text = std::fs::read(contract).with_context(|| format!("read {contract}"))?;
+        let value = traqlyte_identity::json::parse(&text, 32)
+            .with_context(|| format!("parse {contract}"))?;
+        return Contract::from_json(&value)
+            .map_err(|e| anyhow::anyhow!("{contract}: {}: {}", e.field, e.message));
+    }
+    let Some(key_text) = &source.api_key else {
+        bail!("{contract:?} is not a file; to read a registered contract pass --api-key (or set TRAQLYTE_API_KEY)");
+    };
+    let key = ApiKey::parse(key_text).context("the API key is malformed")?;
+    let name = ContractName::parse(contract).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let store = connect(&source.db, 2).await?;
+    let tenant = store
+        .tenant_for_key(&key)
+        .await?
+        .context("unknown API key")?;
+    let found = store.contract(&tenant, &name, source.version).await?;
+    found.with_context(|| format!("no contract named {contract:?} for this tenant"))
+}
+
+async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {
+    let mut config = StoreConfig::new(&db.database_url);
+    config.pool_connections_max = pool_connections_max;
+    Store::connect(&config)
+        .await
+        .with_context(|| format!("connect to {}", redact(&db.database_url)))
+}
+
+/// Hides a password in a database URL before it reaches a log or an error.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => match url[scheme + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,28 @@
+//! Server settings with named bounds.
+
+/// Limits and addresses of the HTTP server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on, e.g. `127.0.0.1:8080`.
+    pub listen: String,
+    /// Largest single-event (and contract) body accepted.
+    pub body_bytes_max: usize,
+    /// Largest batch body accepted.
+    pub batch_bytes_max: usize,
+    /// Most events one batch may carry.
+    pub batch_events_max: usize,
+    /// Deepest JSON nesting accepted in an event (the batch array adds one level).
+    pub json_depth_max: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".to_string(),
+            body_bytes_max: 1024 * 1024,
+            batch_bytes_max: 5 * 1024 * 1024,
+            batch_events_max: 1_000,
+            json_depth_max: 32,
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Contract registration and lookup.
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use traqlyte_identity::{Contract, ContractName};
+use traqlyte_store::{RegisterOutcome, TenantId};
+
+use crate::auth::Tenant;
+use crate::body::read_json;
+use crate::{ApiError, AppState};
+
+const COLLISIONS_LISTED_MAX: u32 = 100;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct VersionQuery {
+    pub version: Option<u32>,
+}
+
+/// `POST /contracts`: 201 when new, 200 when the identical contract exists, 409 when a
+/// different one holds the name and version.
+pub(crate) async fn register(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let value = read_json(
+        &headers,
+        body,
+        state.config.body_bytes_max,
+        state.config.json_depth_max,
+    )
+    .await?;
+    if !value.is_object() {
+        return Err(ApiError::unprocessable(
+            "not_an_object",
+            "a contract must be a JSON object",
+        ));
+    }
+    let contract = Contract::from_json(&value)?;
+    let status = match state.store.register_contract(&tenant, &contract).await? {
+        RegisterOutcome::Created => StatusCode::CREATED,
+        RegisterOutcome::Unchanged => StatusCode::OK,
+    };
+    tracing::info!(tenant = %tenant, contract = %contract.name(), version = contract.version(), created = status == StatusCode::CREATED, "contract registered");
+    Ok((status, Json(contract.to_json())).into_response())
+}
+
+/// `GET /contracts`: every version of every contract.
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+) -> Result<Json<Value>, ApiError> {
+    let contracts: Vec<Value> = state
+        .store
+        .contracts(&tenant)
+        .await?
+        .iter()
+        .map(Contract::to_json)
+        .collect();
+    Ok(Json(json!({ "contracts": contracts })))
+}
+
+/// `GET /contracts/{name}[?version=N]`: the latest (or the given) version.
+pub(crate) async fn show(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(name): Path<String>,
+    Query(query): Query<VersionQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let contract = load(&state, &tenant, &name, query.version).await?;
+    Ok(Json(contract.to_json()))
+}
+
+/// `GET /contracts/{name}/collisions`: the latest logged collisions, newest first.
+pub(crate) async fn collisions(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let contract = load(&state, &tenant, &name, None).await?;
+    let rows = state
+        .store
+        .collisions(&tenant, contract.name(), COLLISIONS_LISTED_MAX)
+        .await?;
+    Ok(Json(
+        json!({ "contract": contract.name(), "collisions": rows }),
+    ))
+}
+
+/// The tenant's contract `name` (latest version unless `version` is given), or 404.
+pub(crate) async fn load(
+    state: &AppState,
+    tenant: &TenantId,
+    name: &str,
+    version: Option<u32>,
+) -> Result<Contract, ApiError> {
+    let missing = || {
+        let which = version.map(|v| format!(" version {v}")).unwrap_or_default();
+        ApiError::not_found(
+            "contract_not_found",
+            format!("no contract named {name:?}{which}; register it with POST /contracts"),
+        )
+        .with_field("contract")
+    };
+    let parsed = ContractName::parse(name).map_err(|_| missing())?;
+    state
+        .store
+        .contract(tenant, &parsed, version)
+        .await?
+        .ok_or_else(missing)
+}

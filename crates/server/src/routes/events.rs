@@ -1,0 +1,185 @@
+//! JSON ingestion: `POST /events/{contract}` (one event) and
+//! `POST /events/{contract}/batch` (a JSON array, each item judged on its own).
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde_json::{json, Value};
+use traqlyte_identity::{Contract, ContractName, Fingerprint};
+use traqlyte_store::{EventOutcome, NewEvent};
+
+use super::contracts::{load, VersionQuery};
+use crate::auth::Tenant;
+use crate::body::read_json;
+use crate::{ApiError, AppState};
+
+/// `POST /events/{contract}` → `{"event_id","status"}`; a collision is a 409.
+pub(crate) async fn post_one(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(name): Path<String>,
+    Query(query): Query<VersionQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let contract = load(&state, &tenant, &name, query.version).await?;
+    let value = read_json(
+        &headers,
+        body,
+        state.config.body_bytes_max,
+        state.config.json_depth_max,
+    )
+    .await?;
+    let event = identify(&contract, &value)?;
+    let outcomes = state
+        .store
+        .insert_events(&tenant, &contract, std::slice::from_ref(&event))
+        .await?;
+    let outcome = outcomes
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::internal("store returned no outcome"))?;
+    let event_id = event.identified.event_id.as_str();
+    match outcome {
+        EventOutcome::Collision { stored_fingerprint } => {
+            Err(collision(&event, &stored_fingerprint))
+        }
+        other => {
+            tracing::debug!(tenant = %tenant, contract = %contract.name(), event_id, status = other.as_str(), "event stored");
+            Ok(Json(
+                json!({"event_id": event_id, "status": other.as_str()}),
+            ))
+        }
+    }
+}
+
+/// `POST /events/{contract}/batch` → per-item results and totals.
+pub(crate) async fn post_batch(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(name): Path<String>,
+    Query(query): Query<VersionQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let contract = load(&state, &tenant, &name, query.version).await?;
+    let config = &state.config;
+    let value = read_json(
+        &headers,
+        body,
+        config.batch_bytes_max,
+        config.json_depth_max + 1,
+    )
+    .await?;
+    let Value::Array(items) = value else {
+        return Err(ApiError::unprocessable(
+            "not_an_array",
+            "a batch body must be a JSON array of events",
+        ));
+    };
+    if items.len() > config.batch_events_max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "batch_too_large",
+            format!(
+                "a batch holds at most {} events, got {}",
+                config.batch_events_max,
+                items.len()
+            ),
+        ));
+    }
+    let mut results: Vec<Value> = vec![Value::Null; items.len()];
+    let mut events = Vec::with_capacity(items.len());
+    let mut positions = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        match identify(&contract, item) {
+            Ok(event) => {
+                events.push(event);
+                positions.push(index);
+            }
+            Err(err) => {
+                results[index] = json!({"index": index, "status": "rejected", "error": err.body()})
+            }
+        }
+    }
+    let outcomes = state
+        .store
+        .insert_events(&tenant, &contract, &events)
+        .await?;
+    let mut totals = [0usize; 3];
+    for ((event, index), outcome) in events.iter().zip(positions).zip(outcomes) {
+        let event_id = event.identified.event_id.as_str();
+        results[index] = match &outcome {
+            EventOutcome::Collision { stored_fingerprint } => {
+                totals[2] += 1;
+                json!({"index": index, "event_id": event_id, "status": "collision", "error": collision(event, stored_fingerprint).body()})
+            }
+            other => {
+                totals[usize::from(*other == EventOutcome::Duplicate)] += 1;
+                json!({"index": index, "event_id": event_id, "status": other.as_str()})
+            }
+        };
+    }
+    let rejected = items.len() - events.len();
+    tracing::info!(tenant = %tenant, contract = %contract.name(), inserted = totals[0], duplicates = totals[1], collisions = totals[2], rejected, "batch stored");
+    Ok(Json(
+        json!({"results": results, "inserted": totals[0], "duplicates": totals[1], "collisions": totals[2], "rejected": rejected}),
+    ))
+}
+
+/// `GET /events/{contract}/{event_id}`: the stored row.
+pub(crate) async fn get_one(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path((name, event_id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let missing = || {
+        ApiError::not_found(
+            "event_not_found",
+            format!("no event {event_id} under contract {name:?}"),
+        )
+    };
+    let contract = ContractName::parse(&name).map_err(|_| missing())?;
+    let stored = state
+        .store
+        .event(&tenant, &contract, &event_id)
+        .await?
+        .ok_or_else(missing)?;
+    let payload: Value = serde_json::from_str(&stored.payload).map_err(ApiError::internal)?;
+    Ok(Json(json!({
+        "event_id": stored.event_id,
+        "contract": name,
+        "contract_version": stored.contract_version,
+        "fingerprint": stored.fingerprint,
+        "occurred_at_us": stored.occurred_at_us,
+        "received_at_us": stored.received_at_us,
+        "payload": payload,
+    })))
+}
+
+/// Identifies one parsed event under `contract`, keeping its payload as compact JSON.
+pub(crate) fn identify(contract: &Contract, value: &Value) -> Result<NewEvent, ApiError> {
+    let identified = contract.identify(value)?;
+    let payload = serde_json::to_string(value).map_err(ApiError::internal)?;
+    Ok(NewEvent {
+        identified,
+        payload,
+    })
+}
+
+fn collision(event: &NewEvent, stored_fingerprint: &Fingerprint) -> ApiError {
+    let event_id = event.identified.event_id.as_str();
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "collision",
+        format!(
+            "a different event is already stored under id {event_id}: same identity fields, different content. \
+             Nothing was overwritten and this payload was logged as a collision. If the stored event is wrong, \
+             correct it with an explicit supersession (a new event that names the one it replaces), never by resending; \
+             if both events are real, the contract is missing an identity field: register a new contract version"
+        ),
+    )
+    .with_detail("stored", json!({"event_id": event_id, "fingerprint": stored_fingerprint.as_str()}))
+    .with_detail("incoming", json!({"event_id": event_id, "fingerprint": event.identified.fingerprint.as_str()}))
+}

@@ -1,0 +1,100 @@
+//! The route table and the cross-cutting middleware: JSON for every error, and logging
+//! of errors with their causes.
+
+mod contracts;
+mod events;
+mod health;
+
+use axum::body::to_bytes;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::trace::TraceLayer;
+
+use crate::error::InternalCause;
+use crate::{ApiError, AppState};
+
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/stats", get(health::stats))
+        .route("/contracts", post(contracts::register).get(contracts::list))
+        .route("/contracts/{name}", get(contracts::show))
+        .route("/contracts/{name}/collisions", get(contracts::collisions))
+        .route("/events/{contract}", post(events::post_one))
+        .route("/events/{contract}/batch", post(events::post_batch))
+        .route("/events/{contract}/{event_id}", get(events::get_one))
+        .fallback(not_found)
+        // Handlers read bodies themselves under per-route limits (see `body`).
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn(json_errors))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(
+        "not_found",
+        format!("no route for {} {}", request.method(), request.uri().path()),
+    )
+}
+
+/// Rewrites any error response that is not already our JSON shape (the framework's own
+/// 405, 400 and 413 rejections) into `{"error":{…}}`, and logs every error.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    if let Some(InternalCause(cause)) = response.extensions().get::<InternalCause>() {
+        tracing::error!(%method, %path, status = status.as_u16(), error = %cause, "request failed");
+    } else {
+        tracing::debug!(%method, %path, status = status.as_u16(), "request refused");
+    }
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let code = match parts.status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::NOT_FOUND => "not_found",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let message = if text.trim().is_empty() {
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_string()
+    } else {
+        text
+    };
+    let mut rewritten = ApiError::new(parts.status, code, message).into_response();
+    for (name, value) in parts
+        .headers
+        .iter()
+        .filter(|(name, _)| *name != CONTENT_TYPE && *name != axum::http::header::CONTENT_LENGTH)
+    {
+        rewritten.headers_mut().insert(name, value.clone());
+    }
+    rewritten
+}

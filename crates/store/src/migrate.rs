@@ -1,0 +1,24 @@
+//! Versioned migrations, embedded in the binary. Each runs once, inside a transaction
+//! that also records it in `schema_migrations`.
+
+/// One schema change, written once per backend.
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sqlite: &'static str,
+    pub postgres: &'static str,
+}
+
+/// Every migration, in order. Append only: an applied migration is never edited.
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "foundation",
+    sqlite: include_str!("../migrations/sqlite/0001_foundation.sql"),
+    postgres: include_str!("../migrations/postgres/0001_foundation.sql"),
+}];
+
+pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+    version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at_us BIGINT NOT NULL)";
+
+/// Key of the PostgreSQL advisory lock that serialises concurrent migrators.
+pub(crate) const PG_MIGRATION_LOCK: i64 = 0x0074_7271_6c79_7465; // "traqlyte" in ASCII

@@ -1,0 +1,154 @@
+//! Domain types the store reads and writes.
+
+use traqlyte_identity::{sha256_hex, Fingerprint, Identified};
+
+/// A tenant's id: `tn_` and 16 random hex digits. Random rather than sequential so that
+/// no sequence is shared across tenants or servers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TenantId(String);
+
+impl TenantId {
+    pub(crate) fn generate() -> TenantId {
+        TenantId(format!("tn_{}", random_hex(8)))
+    }
+
+    pub(crate) fn from_stored(text: String) -> TenantId {
+        TenantId(text)
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TenantId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A secret API key: `tlk_` and 48 hex digits (192 random bits). Only its SHA-256 is
+/// stored; a plain hash is enough because the key is random, not a password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    const PREFIX: &'static str = "tlk_";
+    const HEX_LEN: usize = 48;
+
+    pub(crate) fn generate() -> ApiKey {
+        ApiKey(format!("{}{}", Self::PREFIX, random_hex(Self::HEX_LEN / 2)))
+    }
+
+    /// Accepts a key of the right shape; says nothing of whether it exists.
+    pub fn parse(text: &str) -> Option<ApiKey> {
+        let hex = text.strip_prefix(Self::PREFIX)?;
+        let ok = hex.len() == Self::HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit());
+        ok.then(|| ApiKey(text.to_string()))
+    }
+
+    /// The secret, for showing once to its owner.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn hash(&self) -> String {
+        sha256_hex(self.0.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(…)")
+    }
+}
+
+/// An identified event ready to store, with its payload as JSON text.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// Id, fingerprint and event time.
+    pub identified: Identified,
+    /// The event as received (compact JSON).
+    pub payload: String,
+}
+
+/// What happened to one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// A new row.
+    Inserted,
+    /// A retry of a stored event (same fingerprint); counted, nothing written.
+    Duplicate,
+    /// A different event under a stored identity; logged, nothing overwritten.
+    Collision {
+        /// The fingerprint of the stored row.
+        stored_fingerprint: Fingerprint,
+    },
+}
+
+impl EventOutcome {
+    /// `inserted`, `duplicate` or `collision`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EventOutcome::Inserted => "inserted",
+            EventOutcome::Duplicate => "duplicate",
+            EventOutcome::Collision { .. } => "collision",
+        }
+    }
+}
+
+/// Result of registering a contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegisterOutcome {
+    /// A new (name, version).
+    Created,
+    /// The identical definition was already registered.
+    Unchanged,
+}
+
+/// Per-contract counters of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ContractStats {
+    /// Contract name.
+    pub contract: String,
+    /// Rows in the fact table.
+    pub stored: i64,
+    /// Retries suppressed.
+    pub duplicates: i64,
+    /// Different events refused under an existing identity.
+    pub collisions: i64,
+}
+
+/// A stored event row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoredEvent {
+    pub event_id: String,
+    pub contract_version: i64,
+    pub fingerprint: String,
+    pub payload: String,
+    pub occurred_at_us: Option<i64>,
+    pub received_at_us: i64,
+}
+
+/// One logged collision.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CollisionRecord {
+    pub collision_id: i64,
+    pub event_id: String,
+    pub stored_fingerprint: String,
+    pub incoming_fingerprint: String,
+    pub stored_payload: String,
+    pub incoming_payload: String,
+    pub received_at_us: i64,
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    // The OS random source failing is not recoverable, and any fallback would weaken
+    // keys, so refuse loudly instead.
+    if getrandom::getrandom(&mut buf).is_err() {
+        panic!("the operating system's random number generator is unavailable");
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,112 @@
+//! The pure part of storing a batch: which rows to try to insert, and how to read the
+//! result of `INSERT … ON CONFLICT DO NOTHING` back into one outcome per input event.
+//!
+//! Several inputs of one batch may share an event id. Only the first is offered to the
+//! database; the others are judged against whatever row the database ends up holding.
+
+use std::collections::HashMap;
+
+use traqlyte_identity::Fingerprint;
+
+use crate::{EventOutcome, NewEvent};
+
+/// A batch prepared for insertion.
+pub struct Batch<'a> {
+    /// The inputs, in request order.
+    pub events: &'a [NewEvent],
+    /// Indices (into `events`) of the first occurrence of each event id, sorted by event
+    /// id so concurrent transactions take index locks in one order and cannot deadlock.
+    pub candidates: Vec<usize>,
+}
+
+impl<'a> Batch<'a> {
+    /// Picks the candidates of `events`.
+    pub fn new(events: &'a [NewEvent]) -> Batch<'a> {
+        let mut first: HashMap<&str, usize> = HashMap::with_capacity(events.len());
+        for (index, event) in events.iter().enumerate() {
+            first
+                .entry(event.identified.event_id.as_str())
+                .or_insert(index);
+        }
+        let mut candidates: Vec<usize> = first.into_values().collect();
+        candidates.sort_by(|a, b| {
+            events[*a]
+                .identified
+                .event_id
+                .cmp(&events[*b].identified.event_id)
+        });
+        Batch { events, candidates }
+    }
+}
+
+/// The row the database holds for an event id after the insert statement.
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// True when this batch's insert created the row.
+    pub inserted_here: bool,
+    /// The stored row's fingerprint.
+    pub fingerprint: String,
+    /// The stored row's payload; `None` when this batch inserted it (the payload is the
+    /// candidate's own, no need to copy it).
+    pub payload: Option<String>,
+}
+
+/// A collision to log.
+#[derive(Debug, Clone)]
+pub struct Collision<'a> {
+    pub event: &'a NewEvent,
+    pub stored_fingerprint: String,
+    pub stored_payload: String,
+}
+
+/// Outcomes, collisions to log, and counts to tally.
+pub struct Resolution<'a> {
+    pub outcomes: Vec<EventOutcome>,
+    pub collisions: Vec<Collision<'a>>,
+    pub inserted: i64,
+    pub duplicates: i64,
+}
+
+/// Reads the held rows back into one outcome per input. `held` must contain every
+/// candidate's event id (a missing one means the row vanished: reported as corrupt).
+pub fn resolve<'a>(
+    batch: &Batch<'a>,
+    held: &HashMap<String, Held>,
+) -> Result<Resolution<'a>, crate::StoreError> {
+    let mut resolution = Resolution {
+        outcomes: Vec::with_capacity(batch.events.len()),
+        collisions: Vec::new(),
+        inserted: 0,
+        duplicates: 0,
+    };
+    let mut first_index: HashMap<&str, usize> = HashMap::new();
+    for (index, event) in batch.events.iter().enumerate() {
+        let id = event.identified.event_id.as_str();
+        let row = held.get(id).ok_or_else(|| {
+            crate::StoreError::Corrupt(format!("event {id} neither inserted nor found"))
+        })?;
+        let first = *first_index.entry(id).or_insert(index);
+        let outcome = if row.inserted_here && first == index {
+            resolution.inserted += 1;
+            EventOutcome::Inserted
+        } else if row.fingerprint == event.identified.fingerprint.as_str() {
+            resolution.duplicates += 1;
+            EventOutcome::Duplicate
+        } else {
+            let stored_payload = row
+                .payload
+                .clone()
+                .unwrap_or_else(|| batch.events[first].payload.clone());
+            resolution.collisions.push(Collision {
+                event,
+                stored_fingerprint: row.fingerprint.clone(),
+                stored_payload,
+            });
+            let stored_fingerprint = Fingerprint::parse(&row.fingerprint)
+                .ok_or_else(|| crate::StoreError::Corrupt(format!("fingerprint of {id}")))?;
+            EventOutcome::Collision { stored_fingerprint }
+        };
+        resolution.outcomes.push(outcome);
+    }
+    Ok(resolution)
+}
