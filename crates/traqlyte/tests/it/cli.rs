@@ -1,0 +1,148 @@
+//! The binary's own commands, run as processes.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use crate::helpers::{checkout_contract, checkout_event, Backend, TestDb};
+
+fn traqlyte(args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn traqlyte");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("traqlyte finished")
+}
+
+fn contract_file() -> tempfile_path::TempFile {
+    tempfile_path::TempFile::with_contents("contract.json", &checkout_contract().to_string())
+}
+
+mod tempfile_path {
+    /// A file in the temp dir, removed on drop.
+    pub struct TempFile(pub std::path::PathBuf);
+
+    impl TempFile {
+        pub fn with_contents(name: &str, contents: &str) -> TempFile {
+            let path =
+                std::env::temp_dir().join(format!("traqlyte_it_{}_{name}", std::process::id()));
+            std::fs::write(&path, contents).expect("write temp file");
+            TempFile(path)
+        }
+
+        pub fn path(&self) -> &str {
+            self.0.to_str().expect("utf-8 path")
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn tenant_create_prints_only_the_new_key_on_both_backends() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let db = TestDb::create(backend).await;
+        let migrated = traqlyte(&["migrate", "--database-url", &db.url], "");
+        assert!(migrated.status.success(), "{migrated:?}");
+        let output = traqlyte(&["tenant", "create", "acme", "--database-url", &db.url], "");
+        assert!(output.status.success(), "{output:?}");
+        let stdout = String::from_utf8(output.stdout).expect("utf-8");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 1, "{stdout}");
+        assert!(
+            lines[0].starts_with("tlk_") && lines[0].len() == 52,
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn contracts_show_prints_the_semantic_fields() {
+    let file = contract_file();
+    let output = traqlyte(&["contracts", "show", file.path()], "");
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    for expected in [
+        "checkout_completed version 1",
+        "/merchant_id",
+        "required",
+        "rounded to 2 decimals",
+        "array as a set",
+        "/sent_at, /attempt, /host",
+        "event time: /occurred_at",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected:?} missing from:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn id_prints_the_canonical_bytes_and_the_id_the_server_would_compute() {
+    let file = contract_file();
+    let output = traqlyte(&["id", file.path()], &checkout_event("order_1").to_string());
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    let contract = traqlyte_identity::Contract::from_json(&checkout_contract()).expect("contract");
+    let expected = contract
+        .identify(&checkout_event("order_1"))
+        .expect("identified");
+    assert!(
+        text.contains(&format!(
+            "canonical: {}",
+            String::from_utf8_lossy(&expected.identity_bytes)
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("event_id: {}", expected.event_id)),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn serve_migrates_an_empty_sqlite_file_and_answers_health_checks() {
+    let db = TestDb::create(Backend::Sqlite).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args([
+            "serve",
+            "--database-url",
+            &db.url,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read address");
+    let address = line.trim().rsplit(' ').next().expect("address").to_string();
+    let health: serde_json::Value = reqwest::get(format!("{address}/healthz"))
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        health,
+        serde_json::json!({"status": "ok", "backend": "sqlite"})
+    );
+}

@@ -1,0 +1,125 @@
+//! Contract registration: immutable (name, version), clear 422s for invalid contracts.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::{checkout_contract, checkout_event, spawn_app, Backend};
+
+crate::on_both_backends!(
+    registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a_conflict,
+    invalid_contracts_are_refused_naming_the_field,
+    events_use_the_latest_version_unless_one_is_named,
+);
+
+async fn registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a_conflict(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    assert_eq!(
+        app.post_json("/contracts", &checkout_contract())
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    // Key order and whitespace do not make a different contract.
+    let reordered = serde_json::to_string_pretty(&checkout_contract()).expect("json");
+    assert_eq!(
+        app.post_raw("/contracts", reordered).await.status,
+        StatusCode::OK
+    );
+    let mut changed = checkout_contract();
+    changed["fields"][2]["precision"] = json!(3);
+    let answer = app.post_json("/contracts", &changed).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT);
+    assert_eq!(answer.code(), "contract_conflict");
+    let shown = app.get("/contracts/checkout_completed").await;
+    assert_eq!(
+        shown.body["fields"][2]["precision"], 2,
+        "the registered contract is unchanged"
+    );
+    let listed = app.get("/contracts").await;
+    assert_eq!(listed.body["contracts"].as_array().map(Vec::len), Some(1));
+}
+
+async fn invalid_contracts_are_refused_naming_the_field(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut cases = Vec::new();
+    let mut c = checkout_contract();
+    c.as_object_mut().expect("object").remove("name");
+    cases.push((c, "name"));
+    let mut c = checkout_contract();
+    c["name"] = json!("has spaces");
+    cases.push((c, "name"));
+    let mut c = checkout_contract();
+    c["version"] = json!(0);
+    cases.push((c, "version"));
+    let mut c = checkout_contract();
+    c["fields"][1]["pointer"] = json!("order_id");
+    cases.push((c, "fields[1].pointer"));
+    let mut c = checkout_contract();
+    c["transport"] = json!(["/params/currency"]);
+    cases.push((c, "transport[0]"));
+    let mut c = checkout_contract();
+    c["fields"][3]["precision"] = json!(2);
+    cases.push((c, "fields[3].precision"));
+    let mut c = checkout_contract();
+    c["fields"] = json!([]);
+    cases.push((c, "fields"));
+    let mut c = checkout_contract();
+    c["colour"] = json!("blue");
+    cases.push((c, "colour"));
+    for (contract, field) in cases {
+        let answer = app.post_json("/contracts", &contract).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{field}: {}",
+            answer.body
+        );
+        assert_eq!(answer.code(), "invalid_contract");
+        assert_eq!(answer.body["error"]["field"], field, "{}", answer.body);
+    }
+    assert_eq!(app.get("/contracts").await.body["contracts"], json!([]));
+}
+
+async fn events_use_the_latest_version_unless_one_is_named(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let mut v2 = checkout_contract();
+    v2["version"] = json!(2);
+    v2["fields"]
+        .as_array_mut()
+        .expect("fields")
+        .push(json!({"pointer": "/note"}));
+    assert_eq!(
+        app.post_json("/contracts", &v2).await.status,
+        StatusCode::CREATED
+    );
+    let event = checkout_event("order_1");
+    let latest = app.post_event(&event).await;
+    let first = app
+        .post_json("/events/checkout_completed?version=1", &event)
+        .await;
+    assert_eq!(
+        (
+            latest.body["status"].as_str(),
+            first.body["status"].as_str()
+        ),
+        (Some("inserted"), Some("inserted"))
+    );
+    assert_ne!(
+        latest.body["event_id"], first.body["event_id"],
+        "the version is part of the id"
+    );
+    let stored = app
+        .get(&format!(
+            "/events/checkout_completed/{}",
+            first.body["event_id"].as_str().expect("id")
+        ))
+        .await;
+    assert_eq!(stored.body["contract_version"], 1);
+    assert_eq!(
+        app.get("/contracts/checkout_completed").await.body["version"],
+        2
+    );
+}

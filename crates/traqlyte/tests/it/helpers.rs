@@ -1,0 +1,277 @@
+//! `spawn_app`: a server on a random port over a fresh database, with one method per
+//! endpoint.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+use sqlx::Connection;
+use traqlyte_server::ServerConfig;
+use traqlyte_store::{Store, StoreConfig};
+
+/// Which database the app runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Where the PostgreSQL server for tests is; databases are created and dropped on it.
+pub fn pg_admin_url() -> String {
+    std::env::var("TRAQLYTE_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
+}
+
+/// A uniquely named database that is removed when dropped.
+pub struct TestDb {
+    pub url: String,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    File(PathBuf),
+    PgDatabase(String),
+}
+
+fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl TestDb {
+    pub async fn create(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{}.db", unique_name("traqlyte_it")));
+                TestDb {
+                    url: path.display().to_string(),
+                    cleanup: Cleanup::File(path),
+                }
+            }
+            Backend::Postgres => {
+                let name = unique_name("traqlyte_it");
+                let admin = pg_admin_url();
+                let mut conn = sqlx::PgConnection::connect(&admin)
+                    .await
+                    .unwrap_or_else(|err| {
+                        panic!("PostgreSQL must be reachable at {admin} for these tests: {err}")
+                    });
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create test database");
+                let base = admin
+                    .rsplit_once('/')
+                    .map(|(base, _)| base.to_string())
+                    .unwrap_or(admin);
+                TestDb {
+                    url: format!("{base}/{name}"),
+                    cleanup: Cleanup::PgDatabase(name),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        match &self.cleanup {
+            Cleanup::File(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+            Cleanup::PgDatabase(name) => {
+                let name = name.clone();
+                // Drop runs inside the test's runtime; use a thread with its own runtime.
+                let _ = std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .ok()?;
+                    runtime.block_on(async {
+                        let mut conn = sqlx::PgConnection::connect(&pg_admin_url()).await.ok()?;
+                        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut conn)
+                            .await
+                            .ok()
+                    })
+                })
+                .join();
+            }
+        }
+    }
+}
+
+/// A running server over a fresh database, with a tenant and its key.
+pub struct TestApp {
+    pub address: String,
+    pub key: String,
+    pub client: Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    // Dropped last: the server must stop before its database goes.
+    _db: TestDb,
+}
+
+pub async fn spawn_app(backend: Backend) -> TestApp {
+    spawn_app_with(backend, ServerConfig::default()).await
+}
+
+pub async fn spawn_app_with(backend: Backend, mut config: ServerConfig) -> TestApp {
+    let db = TestDb::create(backend).await;
+    let store = Store::connect(&StoreConfig::new(&db.url))
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let (_, key) = store.create_tenant("test tenant").await.expect("tenant");
+    config.listen = "127.0.0.1:0".to_string();
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let on_bound = move |address| {
+            let _ = bound_tx.send(address);
+        };
+        let shutdown = async move {
+            let _ = shutdown_rx.await;
+        };
+        traqlyte_server::serve(store, config, on_bound, shutdown)
+            .await
+            .expect("serve");
+    });
+    let address = format!("http://{}", bound_rx.await.expect("server bound"));
+    TestApp {
+        address,
+        key: key.expose().to_string(),
+        client: Client::new(),
+        shutdown: Some(shutdown_tx),
+        _db: db,
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A response's status and JSON body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Answer {
+    /// `error.code` of an error body.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"]
+            .as_str()
+            .unwrap_or("<no error code>")
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// Sends a request with the tenant's key and reads the JSON answer (every answer of
+    /// the API must be JSON, errors included).
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Answer {
+        let response = request.send().await.expect("request sent");
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let bytes = response.bytes().await.expect("body read");
+        assert!(
+            content_type.starts_with("application/json"),
+            "{status}: non-JSON answer ({content_type}): {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        let body = serde_json::from_slice(&bytes).expect("JSON body");
+        Answer { status, body }
+    }
+
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Answer {
+        self.send(
+            self.client
+                .post(self.url(path))
+                .bearer_auth(&self.key)
+                .header("content-type", "application/json")
+                .body(body),
+        )
+        .await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> Answer {
+        self.post_raw(path, body.to_string()).await
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.send(self.client.get(self.url(path)).bearer_auth(&self.key))
+            .await
+    }
+
+    pub async fn register_checkout_contract(&self) {
+        let answer = self.post_json("/contracts", &checkout_contract()).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{:?}", answer.body);
+    }
+
+    pub async fn post_event(&self, event: &Value) -> Answer {
+        self.post_json("/events/checkout_completed", event).await
+    }
+
+    /// `(stored, duplicates, collisions)` of `checkout_completed`.
+    pub async fn checkout_stats(&self) -> (i64, i64, i64) {
+        let answer = self.get("/stats").await;
+        assert_eq!(answer.status, StatusCode::OK);
+        let row = &answer.body["contracts"]["checkout_completed"];
+        let n = |k: &str| {
+            row[k]
+                .as_i64()
+                .unwrap_or_else(|| panic!("stats lack {k}: {}", answer.body))
+        };
+        (n("stored"), n("duplicates"), n("collisions"))
+    }
+}
+
+/// The contract from the foundation issue, with types on the ids.
+pub fn checkout_contract() -> Value {
+    json!({
+        "name": "checkout_completed", "version": 1,
+        "fields": [
+            {"pointer": "/merchant_id", "required": true, "type": "string"},
+            {"pointer": "/order_id", "required": true, "type": "string"},
+            {"pointer": "/amount", "precision": 2},
+            {"pointer": "/items", "array": "set"},
+            {"pointer": "/params"}
+        ],
+        "transport": ["/sent_at", "/attempt", "/host"],
+        "occurred_at": "/occurred_at"
+    })
+}
+
+pub fn checkout_event(order: &str) -> Value {
+    json!({
+        "merchant_id": "merchant_42", "order_id": order, "amount": 129.99,
+        "items": ["sku-1", "sku-2"], "params": {"currency": "EUR", "coupon": null},
+        "occurred_at": "2026-11-29T10:00:00Z", "sent_at": "2026-11-29T10:00:01Z", "attempt": 1,
+        "note": "content outside the identity"
+    })
+}

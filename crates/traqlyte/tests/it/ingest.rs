@@ -1,0 +1,222 @@
+//! Ingestion against a running server: concurrency from several OS processes, parameters,
+//! transport fields, collisions and batches.
+
+use std::process::Stdio;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
+
+crate::on_both_backends!(
+    the_same_event_sent_1000_times_from_4_processes_is_stored_once,
+    events_differing_only_in_a_parameter_value_are_two_rows,
+    a_retry_with_different_transport_fields_is_a_counted_duplicate,
+    a_collision_is_refused_logged_and_leaves_the_stored_row_unchanged,
+    a_batch_judges_each_item_and_stores_the_valid_ones,
+    a_batch_over_the_event_limit_is_refused_whole,
+);
+
+/// Runs `traqlyte fire` in `processes` OS processes, each sending `body` `count` times.
+async fn fire_from_processes(
+    app: &TestApp,
+    path: &str,
+    body: &Value,
+    processes: usize,
+    count: usize,
+) -> Vec<Value> {
+    let mut children = Vec::new();
+    for _ in 0..processes {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args([
+                "fire",
+                "--url",
+                &app.url(path),
+                "--count",
+                &count.to_string(),
+                "--concurrency",
+                "32",
+            ])
+            .env("TRAQLYTE_API_KEY", &app.key)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn traqlyte fire");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(body.to_string().as_bytes())
+            .await
+            .expect("write body");
+        drop(stdin);
+        children.push(child);
+    }
+    let mut reports = Vec::new();
+    for child in children {
+        let output = child.wait_with_output().await.expect("fire finished");
+        assert!(output.status.success(), "fire failed: {output:?}");
+        reports.push(serde_json::from_slice(&output.stdout).expect("fire prints JSON"));
+    }
+    reports
+}
+
+async fn the_same_event_sent_1000_times_from_4_processes_is_stored_once(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let reports = fire_from_processes(
+        &app,
+        "/events/checkout_completed",
+        &checkout_event("order_1"),
+        4,
+        250,
+    )
+    .await;
+    let ok: u64 = reports
+        .iter()
+        .map(|r| r["statuses"]["200"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(ok, 1000, "every request must be acknowledged: {reports:?}");
+    assert_eq!(app.checkout_stats().await, (1, 999, 0));
+}
+
+async fn events_differing_only_in_a_parameter_value_are_two_rows(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let first = checkout_event("order_1");
+    let mut second = first.clone();
+    second["params"]["currency"] = json!("USD");
+    let a = app.post_event(&first).await;
+    let b = app.post_event(&second).await;
+    assert_eq!(
+        (a.body["status"].as_str(), b.body["status"].as_str()),
+        (Some("inserted"), Some("inserted"))
+    );
+    assert_ne!(a.body["event_id"], b.body["event_id"]);
+    assert_eq!(app.checkout_stats().await, (2, 0, 0));
+}
+
+async fn a_retry_with_different_transport_fields_is_a_counted_duplicate(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let first = checkout_event("order_1");
+    let mut retry = first.clone();
+    retry["attempt"] = json!(2);
+    retry["sent_at"] = json!("2026-11-29T10:05:00Z");
+    retry["host"] = json!("edge-7");
+    let a = app.post_event(&first).await;
+    let b = app.post_event(&retry).await;
+    assert_eq!(b.status, StatusCode::OK);
+    assert_eq!(b.body["status"], "duplicate");
+    assert_eq!(a.body["event_id"], b.body["event_id"]);
+    assert_eq!(app.checkout_stats().await, (1, 1, 0));
+}
+
+async fn a_collision_is_refused_logged_and_leaves_the_stored_row_unchanged(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let original = checkout_event("order_1");
+    let stored = app.post_event(&original).await;
+    let event_id = stored.body["event_id"].as_str().expect("id").to_string();
+    let before = app
+        .get(&format!("/events/checkout_completed/{event_id}"))
+        .await;
+
+    let mut different = original.clone();
+    different["note"] = json!("same identity, different content");
+    let answer = app.post_event(&different).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT);
+    assert_eq!(answer.code(), "collision");
+    assert!(answer.body["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("supersession"));
+    assert_eq!(
+        answer.body["error"]["stored"]["event_id"],
+        event_id.as_str()
+    );
+    assert_ne!(
+        answer.body["error"]["stored"]["fingerprint"],
+        answer.body["error"]["incoming"]["fingerprint"]
+    );
+
+    let after = app
+        .get(&format!("/events/checkout_completed/{event_id}"))
+        .await;
+    assert_eq!(before.body, after.body, "the stored row must not change");
+    assert_eq!(after.body["payload"], original);
+    let log = app.get("/contracts/checkout_completed/collisions").await;
+    let logged = &log.body["collisions"][0];
+    assert_eq!(logged["event_id"], event_id.as_str());
+    let incoming: Value =
+        serde_json::from_str(logged["incoming_payload"].as_str().expect("payload")).expect("json");
+    let stored_payload: Value =
+        serde_json::from_str(logged["stored_payload"].as_str().expect("payload")).expect("json");
+    assert_eq!((incoming, stored_payload), (different, original));
+    assert_eq!(app.checkout_stats().await, (1, 0, 1));
+}
+
+async fn a_batch_judges_each_item_and_stores_the_valid_ones(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    app.post_event(&checkout_event("order_0")).await;
+    let mut collision = checkout_event("order_0");
+    collision["note"] = json!("changed");
+    let batch = json!([
+        checkout_event("order_1"),
+        checkout_event("order_0"),
+        "not an object",
+        {"merchant_id": "merchant_42"},
+        checkout_event("order_1"),
+        collision,
+        checkout_event("order_2"),
+    ]);
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &batch)
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let statuses: Vec<&str> = answer.body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "inserted",
+            "duplicate",
+            "rejected",
+            "rejected",
+            "duplicate",
+            "collision",
+            "inserted"
+        ]
+    );
+    assert_eq!(answer.body["results"][3]["error"]["field"], "/order_id");
+    assert_eq!(answer.body["results"][3]["index"], 3);
+    let totals: Vec<i64> = ["inserted", "duplicates", "collisions", "rejected"]
+        .iter()
+        .map(|k| answer.body[*k].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(totals, [2, 2, 1, 2]);
+    assert_eq!(app.checkout_stats().await, (3, 2, 1));
+}
+
+async fn a_batch_over_the_event_limit_is_refused_whole(backend: Backend) {
+    let config = traqlyte_server::ServerConfig {
+        batch_events_max: 3,
+        ..Default::default()
+    };
+    let app = crate::helpers::spawn_app_with(backend, config).await;
+    app.register_checkout_contract().await;
+    let batch: Vec<Value> = (0..4)
+        .map(|i| checkout_event(&format!("order_{i}")))
+        .collect();
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &json!(batch))
+        .await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(answer.code(), "batch_too_large");
+    assert_eq!(app.checkout_stats().await, (0, 0, 0));
+}

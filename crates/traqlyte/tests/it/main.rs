@@ -1,0 +1,32 @@
+//! One integration-test binary for the HTTP API and the CLI. Every test runs against both
+//! backends: a fresh SQLite file and a fresh, uniquely named PostgreSQL database (which
+//! must be reachable: a missing PostgreSQL fails the tests, it never skips them).
+
+mod bad_input;
+mod cli;
+mod contracts;
+mod helpers;
+mod ingest;
+
+/// Generates, for each listed `async fn name(backend: Backend)`, one test per backend.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
