@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use unicode_normalization::is_nfc;
 
 use crate::canonical::{self, type_name};
 use crate::pointer::Pointer;
@@ -147,7 +148,7 @@ impl Contract {
         let mut fields: Vec<(Pointer, FieldSpec)> = Vec::new();
         for (index, spec) in document.fields.iter().enumerate() {
             let at = format!("fields[{index}]");
-            let pointer = Pointer::parse(&spec.pointer)
+            let pointer = contract_pointer(&spec.pointer)
                 .map_err(|m| ContractError::new(format!("{at}.pointer"), m))?;
             check_field_rules(spec, &at)?;
             if fields
@@ -170,7 +171,7 @@ impl Contract {
         let mut transport = Vec::new();
         for (index, text) in document.transport.iter().enumerate() {
             let at = format!("transport[{index}]");
-            let pointer = Pointer::parse(text).map_err(|m| ContractError::new(&at, m))?;
+            let pointer = contract_pointer(text).map_err(|m| ContractError::new(&at, m))?;
             if let Some((field, _)) = fields.iter().find(|(field, _)| field.overlaps(&pointer)) {
                 return Err(ContractError::new(at, format!(
                     "transport pointer {text} overlaps identity field {}: a value cannot be both identity and transport metadata",
@@ -181,7 +182,7 @@ impl Contract {
         }
         let occurred_at = match &document.occurred_at {
             Some(text) => {
-                Some(Pointer::parse(text).map_err(|m| ContractError::new("occurred_at", m))?)
+                Some(contract_pointer(text).map_err(|m| ContractError::new("occurred_at", m))?)
             }
             None => None,
         };
@@ -336,6 +337,18 @@ impl Contract {
             Some(other) => Err(invalid(format!("got {}", type_name(other)))),
         }
     }
+}
+
+/// Parses a contract pointer, refusing one that is not in Unicode NFC: event keys are
+/// NFC-normalised before lookup, so such a pointer could never match and its field would
+/// silently hash as absent, giving events that differ in it the same id.
+fn contract_pointer(text: &str) -> Result<Pointer, String> {
+    if !is_nfc(text) {
+        return Err(format!(
+            "pointer {text:?} is not in Unicode NFC; event keys are NFC-normalised, so it could never match"
+        ));
+    }
+    Pointer::parse(text)
 }
 
 fn check_field_rules(spec: &FieldSpec, at: &str) -> Result<(), ContractError> {

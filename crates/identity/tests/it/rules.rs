@@ -1,0 +1,279 @@
+//! Example tests, one per contract rule, with the inputs spelled out.
+
+use serde_json::{json, Value};
+use traqlyte_identity::{sha256_hex, Contract, IdentityError};
+
+use crate::{canonical_text, contract, identify, identify_err, job_run_contract};
+
+fn untyped_contract() -> Contract {
+    contract(json!({
+        "name": "untyped",
+        "version": 1,
+        "fields": [{"pointer": "/key", "required": true}, {"pointer": "/extra"}]
+    }))
+}
+
+#[test]
+fn nfd_and_nfc_escapes_give_the_same_id_and_fingerprint() {
+    let job = job_run_contract();
+    let pairs = [
+        ("caf\u{e9}", "cafe\u{301}"),
+        ("\u{3a9}", "\u{2126}"),
+        ("\u{c5}ngstr\u{f6}m", "\u{212b}ngstro\u{308}m"),
+        ("\u{ac00}", "\u{1100}\u{1161}"),
+    ];
+    for (composed, decomposed) in pairs {
+        let event = |s: &str| {
+            json!({
+                "job": s,
+                "params": {s: {"nested": s}},
+                "inputs": [s, "z"],
+                "notes": {s: s}
+            })
+        };
+        let a = identify(&job, &event(composed));
+        let b = identify(&job, &event(decomposed));
+        assert_eq!(a.identity_bytes, b.identity_bytes, "{composed:?}");
+        assert_eq!(a.event_id, b.event_id);
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert!(canonical_text(&a).contains(composed));
+    }
+}
+
+#[test]
+fn keys_equal_after_normalisation_are_refused() {
+    let err = identify_err(
+        &job_run_contract(),
+        &json!({"job": "j", "params": {"caf\u{e9}": 1, "cafe\u{301}": 2}}),
+    );
+    assert_eq!(err.code(), "duplicate_key");
+    assert_eq!(err.field(), "/params");
+}
+
+#[test]
+fn float_differences_below_the_declared_precision_keep_the_id() {
+    let job = job_run_contract();
+    let id = |score: f64| identify(&job, &json!({"job": "j", "score": score})).event_id;
+    assert_eq!(id(12.344999), id(12.34));
+    assert_eq!(id(1.005), id(1.01));
+    assert_eq!(id(-2.675), id(-2.68));
+    assert_eq!(id(9.995), id(10.0));
+    assert_eq!(id(0.004), id(-0.004));
+    assert_ne!(id(12.345), id(12.34));
+    assert_ne!(id(12.35), id(12.34));
+}
+
+#[test]
+fn numbers_without_precision_hash_by_value_not_spelling() {
+    let contract = untyped_contract();
+    let id = |text: &str| {
+        let event = traqlyte_identity::json::parse(format!(r#"{{"key": {text}}}"#).as_bytes(), 8)
+            .expect("valid JSON");
+        identify(&contract, &event)
+    };
+    assert_eq!(id("1").event_id, id("1.0").event_id);
+    assert_eq!(id("100").event_id, id("1e2").event_id);
+    assert_eq!(id("0.1").event_id, id("1E-1").event_id);
+    assert_eq!(canonical_text(&id("1e21")), r#"{"/key":1e+21}"#);
+    assert_eq!(canonical_text(&id("0.0000001")), r#"{"/key":1e-7}"#);
+    assert_ne!(id("0.1").event_id, id("0.10000000000000002").event_id);
+}
+
+#[test]
+fn reordering_a_set_array_keeps_the_id_and_an_ordered_array_does_not() {
+    let job = job_run_contract();
+    let a = identify(
+        &job,
+        &json!({"job": "j", "inputs": ["b", {"x": 1}, 3], "steps": [1, 2]}),
+    );
+    let b = identify(
+        &job,
+        &json!({"job": "j", "inputs": [3, "b", {"x": 1}], "steps": [1, 2]}),
+    );
+    let c = identify(
+        &job,
+        &json!({"job": "j", "inputs": ["b", {"x": 1}, 3], "steps": [2, 1]}),
+    );
+    assert_eq!(a.event_id, b.event_id);
+    assert_eq!(a.fingerprint, b.fingerprint);
+    assert_ne!(a.event_id, c.event_id);
+    assert_eq!(
+        canonical_text(&a),
+        r#"{"/inputs":["b",3,{"x":1}],"/job":"j","/steps":[1,2]}"#
+    );
+}
+
+#[test]
+fn a_set_array_keeps_repeated_elements() {
+    let job = job_run_contract();
+    let twice = identify(&job, &json!({"job": "j", "inputs": ["a", "b", "a"]}));
+    let once = identify(&job, &json!({"job": "j", "inputs": ["a", "b"]}));
+    assert_ne!(twice.event_id, once.event_id);
+    assert_eq!(
+        canonical_text(&twice),
+        r#"{"/inputs":["a","a","b"],"/job":"j"}"#
+    );
+}
+
+#[test]
+fn absent_null_and_present_fields_have_three_different_ids() {
+    let contract = untyped_contract();
+    let absent = identify(&contract, &json!({"key": 1}));
+    let null = identify(&contract, &json!({"key": 1, "extra": null}));
+    let present = identify(&contract, &json!({"key": 1, "extra": 0}));
+    assert_eq!(canonical_text(&absent), r#"{"/key":1}"#);
+    assert_eq!(canonical_text(&null), r#"{"/extra":null,"/key":1}"#);
+    assert_ne!(absent.event_id, null.event_id);
+    assert_ne!(null.event_id, present.event_id);
+    assert_ne!(absent.fingerprint, null.fingerprint);
+}
+
+#[test]
+fn a_missing_required_field_is_refused_naming_its_pointer() {
+    let err = identify_err(&job_run_contract(), &json!({"run": 7, "params": {}}));
+    assert_eq!(
+        err,
+        IdentityError::MissingRequired {
+            field: "/job".into()
+        }
+    );
+    assert_eq!(err.code(), "missing_required_field");
+
+    let nested = contract(json!({
+        "name": "nested",
+        "version": 1,
+        "fields": [{"pointer": "/job/name", "required": true}]
+    }));
+    for event in [json!({}), json!({"job": {}}), json!({"job": "flat"})] {
+        let err = identify_err(&nested, &event);
+        assert_eq!(
+            err,
+            IdentityError::MissingRequired {
+                field: "/job/name".into()
+            }
+        );
+    }
+}
+
+#[test]
+fn a_typed_field_refuses_other_types_including_null() {
+    let job = job_run_contract();
+    for (event, field) in [
+        (json!({"job": 1}), "/job"),
+        (json!({"job": "j", "run": "7"}), "/run"),
+        (json!({"job": "j", "run": 7.5}), "/run"),
+        (json!({"job": "j", "run": null}), "/run"),
+        (json!({"job": "j", "score": "1.5"}), "/score"),
+        (json!({"job": "j", "inputs": {"a": 1}}), "/inputs"),
+    ] {
+        let err = identify_err(&job, &event);
+        assert_eq!((err.code(), err.field()), ("wrong_type", field), "{event}");
+    }
+}
+
+#[test]
+fn the_contract_name_and_version_are_part_of_the_id_but_not_the_fingerprint() {
+    let document = |name: &str, version: u32| {
+        let fields = json!([{"pointer": "/key"}]);
+        json!({"name": name, "version": version, "fields": fields})
+    };
+    let event = json!({"key": "k", "other": 1});
+    let v1 = identify(&contract(document("orders", 1)), &event);
+    let v2 = identify(&contract(document("orders", 2)), &event);
+    let renamed = identify(&contract(document("orders2", 1)), &event);
+    assert_ne!(v1.event_id, v2.event_id);
+    assert_ne!(v1.event_id, renamed.event_id);
+    assert_eq!(v1.fingerprint, v2.fingerprint);
+    assert_eq!(
+        v1.event_id.as_str(),
+        sha256_hex(b"orders\n1\n{\"/key\":\"k\"}")
+    );
+    assert_eq!(
+        v1.fingerprint.as_str(),
+        sha256_hex(br#"{"key":"k","other":1}"#)
+    );
+}
+
+#[test]
+fn the_fingerprint_sees_identity_fields_in_canonical_form() {
+    let job = job_run_contract();
+    let a = identify(
+        &job,
+        &json!({"job": "j", "score": 1.004, "inputs": ["b", "a"]}),
+    );
+    let b = identify(
+        &job,
+        &json!({"job": "j", "score": 1.0, "inputs": ["a", "b"]}),
+    );
+    assert_eq!(a.fingerprint, b.fingerprint);
+    assert_eq!(
+        a.fingerprint.as_str(),
+        sha256_hex(br#"{"inputs":["a","b"],"job":"j","score":1}"#)
+    );
+}
+
+#[test]
+fn transport_fields_are_removed_from_the_fingerprint() {
+    let job = job_run_contract();
+    let sent = identify(
+        &job,
+        &json!({"job": "j", "sent_at": "2026-01-01T00:00:00Z", "attempt": 3, "host": "h1",
+                "meta": {"trace_id": "abc", "region": "eu"}}),
+    );
+    let bare = identify(&job, &json!({"job": "j", "meta": {"region": "eu"}}));
+    assert_eq!(sent.event_id, bare.event_id);
+    assert_eq!(sent.fingerprint, bare.fingerprint);
+}
+
+#[test]
+fn a_pointer_not_in_nfc_is_refused_by_the_contract() {
+    // Event keys are normalised to NFC before lookup, so a decomposed pointer would never
+    // match: its field would silently hash as absent and distinct events would share an id.
+    let decomposed = "/cafe\u{301}";
+    for (document, at) in [
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": decomposed}]}),
+            "fields[0].pointer",
+        ),
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": "/k"}],
+                   "transport": [decomposed]}),
+            "transport[0]",
+        ),
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": "/k"}],
+                   "occurred_at": decomposed}),
+            "occurred_at",
+        ),
+    ] {
+        let err = Contract::from_json(&document).expect_err("non-NFC pointer");
+        assert_eq!(err.field, at);
+    }
+}
+
+#[test]
+fn an_nfc_pointer_finds_a_key_sent_decomposed() {
+    let contract = contract(json!({
+        "name": "c",
+        "version": 1,
+        "fields": [{"pointer": "/caf\u{e9}", "required": true}]
+    }));
+    let sent_decomposed = identify(&contract, &json!({"cafe\u{301}": "x"}));
+    assert_eq!(canonical_text(&sent_decomposed), "{\"/caf\u{e9}\":\"x\"}");
+}
+
+#[test]
+fn the_event_time_is_read_from_the_declared_pointer() {
+    let contract = contract(json!({
+        "name": "timed",
+        "version": 1,
+        "fields": [{"pointer": "/key"}],
+        "transport": ["/sent_at"],
+        "occurred_at": "/at"
+    }));
+    let event = |at: Value| json!({"key": 1, "at": at, "sent_at": "2000-01-01T00:00:00Z"});
+    let utc = identify(&contract, &event(json!("2026-11-29T12:00:00Z")));
+    assert_eq!(utc.occurred_at_us, Some(1_795_953_600_000_000));
+    let err = identify_err(&contract, &event(json!("yesterday")));
+    assert_eq!((err.code(), err.field()), ("invalid_timestamp", "/at"));
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Makes sure the services the tests talk to are running on loopback: PostgreSQL on
+# 127.0.0.1:5432 (user postgres, trust auth) and NATS with JetStream on 127.0.0.1:4222.
+# Starts them when stopped and installs them from Debian's packages when absent.
+# Exits non-zero, loudly, when one cannot be brought up: tests must never skip.
+set -euo pipefail
+
+PG_PORT=5432
+NATS_PORT=4222
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
+}
+
+port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+wait_for_port() {
+  local port=$1 name=$2
+  for _ in $(seq 1 60); do
+    port_open "$port" && return 0
+    sleep 0.5
+  done
+  echo "error: $name is not answering on 127.0.0.1:$port" >&2
+  return 1
+}
+
+apt_install() {
+  echo "installing $* from Debian's packages" >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null \
+    || { as_root apt-get update >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null; }
+}
+
+ensure_postgres() {
+  if port_open "$PG_PORT" && pg_isready -q -h 127.0.0.1 -p "$PG_PORT" 2>/dev/null; then
+    return 0
+  fi
+  local fresh=0
+  if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+    apt_install postgresql
+    fresh=1
+  fi
+  local version
+  version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  if [ "$fresh" -eq 1 ]; then
+    # A fresh Debian cluster asks for passwords over TCP; the tests use trust on loopback only.
+    local hba="/etc/postgresql/$version/main/pg_hba.conf"
+    as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+  fi
+  echo "starting PostgreSQL $version" >&2
+  as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  wait_for_port "$PG_PORT" PostgreSQL
+  for _ in $(seq 1 60); do
+    pg_isready -q -h 127.0.0.1 -p "$PG_PORT" && return 0
+    sleep 0.5
+  done
+  echo "error: PostgreSQL does not accept connections on 127.0.0.1:$PG_PORT" >&2
+  return 1
+}
+
+ensure_nats() {
+  port_open "$NATS_PORT" && return 0
+  [ -x /usr/sbin/nats-server ] || apt_install nats-server
+  echo "starting NATS with JetStream" >&2
+  as_root mkdir -p /var/lib/nats-server
+  as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p "$NATS_PORT" -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  wait_for_port "$NATS_PORT" NATS
+}
+
+ensure_postgres
+ensure_nats
+command -v python3 >/dev/null || apt_install python3
+echo "services ready: PostgreSQL 127.0.0.1:$PG_PORT, NATS 127.0.0.1:$NATS_PORT" >&2
