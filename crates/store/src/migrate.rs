@@ -21,4 +21,4 @@ pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS sch
     version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at_us BIGINT NOT NULL)";
 
 /// Key of the PostgreSQL advisory lock that serialises concurrent migrators.
-pub(crate) const PG_MIGRATION_LOCK: i64 = 0x0074_7271_6c79_7465; // "traqlyte" in ASCII
+pub(crate) const PG_MIGRATION_LOCK: i64 = 0x0074_7271_6c79_7465; // "trqlyte" in ASCII

@@ -28,7 +28,7 @@ const SELECT_HELD_MANY: &str = "SELECT event_id, fingerprint, payload FROM event
 
 #[derive(Clone)]
 pub(crate) struct PgStore {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
 }
 
 impl PgStore {

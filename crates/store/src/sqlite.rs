@@ -20,8 +20,8 @@ use crate::{
 
 #[derive(Clone)]
 pub(crate) struct SqliteStore {
-    writer: SqlitePool,
-    reader: SqlitePool,
+    pub(crate) writer: SqlitePool,
+    pub(crate) reader: SqlitePool,
 }
 
 /// `$1` → `?1`: SQLite's numbered parameter syntax.
