@@ -23,4 +23,4 @@ mod timestamp;
 pub use contract::{ArrayMode, Contract, ContractName, FieldSpec, FieldType, CONTRACT_FIELDS_MAX};
 pub use error::{ContractError, IdentityError};
 pub use id::{sha256_hex, EventId, Fingerprint, Identified};
-pub use timestamp::parse_rfc3339_micros;
+pub use timestamp::{format_rfc3339_micros, parse_rfc3339_micros};

@@ -13,6 +13,16 @@ pub struct ServerConfig {
     pub batch_events_max: usize,
     /// Deepest JSON nesting accepted in an event (the batch array adds one level).
     pub json_depth_max: usize,
+    /// An idempotency reservation younger than this is in flight; older, its owner is
+    /// presumed dead and a retry takes it over.
+    pub idempotency_stale_after_ms: u64,
+    /// Idempotency keys are kept this long, then purged.
+    pub idempotency_retention_ms: u64,
+    /// How often the purge runs.
+    pub idempotency_purge_every_ms: u64,
+    /// Test-only hook: the publish handler sleeps this long inside its transaction, so a
+    /// test can kill the server mid-request. Zero in production.
+    pub test_publish_delay_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -23,6 +33,10 @@ impl Default for ServerConfig {
             batch_bytes_max: 5 * 1024 * 1024,
             batch_events_max: 1_000,
             json_depth_max: 32,
+            idempotency_stale_after_ms: 30_000,
+            idempotency_retention_ms: 24 * 3_600_000,
+            idempotency_purge_every_ms: 600_000,
+            test_publish_delay_ms: 0,
         }
     }
 }

@@ -18,6 +18,7 @@ pub struct ApiError {
     field: Option<String>,
     details: Map<String, Value>,
     cause: Option<String>,
+    close_connection: bool,
 }
 
 /// The internal cause of a 5xx, carried to the logging middleware in response extensions.
@@ -34,6 +35,7 @@ impl ApiError {
             field: None,
             details: Map::new(),
             cause: None,
+            close_connection: false,
         }
     }
 
@@ -99,11 +101,15 @@ impl ApiError {
 
     /// 413 for a body over its limit.
     pub fn too_large(limit_bytes: usize) -> Self {
-        ApiError::new(
+        let mut err = ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("request body is larger than the limit of {limit_bytes} bytes"),
-        )
+        );
+        // The unread rest of the body is still on the wire: the connection cannot carry
+        // another request, so tell the client not to reuse it.
+        err.close_connection = true;
+        err
     }
 
     /// 422 for a body that parses but breaks a rule.
@@ -116,6 +122,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
         let mut response = (status, Json(json!({ "error": self.body() }))).into_response();
+        if self.close_connection {
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
         if let Some(cause) = self.cause {
             response.extensions_mut().insert(InternalCause(cause));
         }
@@ -157,6 +169,9 @@ impl From<StoreError> for ApiError {
         match err {
             StoreError::ContractConflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "contract_conflict", err.to_string())
+            }
+            StoreError::Conflict { code, message } => {
+                ApiError::new(StatusCode::CONFLICT, code, message)
             }
             other => ApiError::internal(other),
         }

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod body;
 mod config;
 mod error;
+pub mod idempotency;
 mod routes;
 
 use std::net::SocketAddr;
@@ -47,11 +48,36 @@ pub async fn serve(
     let listener = TcpListener::bind(&config.listen).await?;
     let address = listener.local_addr()?;
     on_bound(address);
-    let app = router(AppState {
+    let state = AppState {
         store,
         config: Arc::new(config),
-    });
-    axum::serve(listener, app)
+    };
+    let purge = tokio::spawn(purge_idempotency_keys(state.clone()));
+    let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    purge.abort();
+    served
+}
+
+/// Deletes idempotency keys older than the retention, periodically.
+async fn purge_idempotency_keys(state: AppState) {
+    let every =
+        std::time::Duration::from_millis(state.config.idempotency_purge_every_ms.max(1_000));
+    let retention_us = i64::try_from(state.config.idempotency_retention_ms)
+        .unwrap_or(i64::MAX / 1_000)
+        .saturating_mul(1_000);
+    let mut ticker = tokio::time::interval(every);
+    loop {
+        ticker.tick().await;
+        match state
+            .store
+            .idempotency_purge(traqlyte_store::now_us().saturating_sub(retention_us))
+            .await
+        {
+            Ok(0) => {}
+            Ok(purged) => tracing::info!(purged, "idempotency keys purged"),
+            Err(err) => tracing::warn!(error = %err, "idempotency purge failed"),
+        }
+    }
 }

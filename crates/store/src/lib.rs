@@ -11,21 +11,27 @@
 //! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`ApiKey`], [`NewEvent`],
 //! [`EventOutcome`], [`ContractStats`].
 
+pub mod campaigns;
+pub mod idempotency;
 mod migrate;
 mod model;
 pub mod plan;
 mod postgres;
 mod sql;
 mod sqlite;
+mod tx;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use traqlyte_identity::{Contract, ContractName};
 
+pub use campaigns::{Arm, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
+pub use idempotency::{KeyRecord, StoredResponse};
 pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,
 };
+pub use tx::StoreTx;
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +44,9 @@ pub enum StoreError {
     /// A contract with the same name and version but a different definition exists.
     #[error("contract {name} version {version} is already registered with a different definition; contracts are immutable, register a new version")]
     ContractConflict { name: String, version: u32 },
+    /// A write conflicts with existing data (e.g. a campaign key already taken).
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     /// A stored row could not be decoded (the database holds something this build did not write).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
@@ -136,31 +145,16 @@ impl Store {
         dispatch!(self, s => s.tenant_for_key(&key.hash()).await)
     }
 
-    /// Registers a contract. The same definition again is a no-op; a different one under
-    /// the same name and version is [`StoreError::ContractConflict`].
+    /// Registers a contract in its own transaction; see [`StoreTx::register_contract`].
     pub async fn register_contract(
         &self,
         tenant: &TenantId,
         contract: &Contract,
     ) -> Result<RegisterOutcome, StoreError> {
-        let definition = String::from_utf8_lossy(&contract.canonical_definition()).into_owned();
-        let created =
-            dispatch!(self, s => s.insert_contract(tenant, contract, &definition, now_us()).await)?;
-        if created {
-            return Ok(RegisterOutcome::Created);
-        }
-        let stored = self
-            .contract(tenant, contract.name(), Some(contract.version()))
-            .await?;
-        match stored {
-            Some(stored) if stored.canonical_definition() == contract.canonical_definition() => {
-                Ok(RegisterOutcome::Unchanged)
-            }
-            _ => Err(StoreError::ContractConflict {
-                name: contract.name().to_string(),
-                version: contract.version(),
-            }),
-        }
+        let mut tx = self.begin().await?;
+        let outcome = tx.register_contract(tenant, contract).await?;
+        tx.commit().await?;
+        Ok(outcome)
     }
 
     /// A tenant's contract by name: the given version, or the latest when `None`.

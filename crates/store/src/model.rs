@@ -143,7 +143,7 @@ pub struct CollisionRecord {
     pub received_at_us: i64,
 }
 
-fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     // The OS random source failing is not recoverable, and any fallback would weaken
     // keys, so refuse loudly instead.

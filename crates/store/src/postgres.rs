@@ -114,24 +114,6 @@ impl PgStore {
         Ok(row.map(TenantId::from_stored))
     }
 
-    pub(crate) async fn insert_contract(
-        &self,
-        tenant: &TenantId,
-        contract: &Contract,
-        definition: &str,
-        now: i64,
-    ) -> Result<bool, StoreError> {
-        let done = sqlx::query(sql::INSERT_CONTRACT)
-            .bind(tenant.as_str())
-            .bind(contract.name().as_str())
-            .bind(contract.version() as i32)
-            .bind(definition)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
     pub(crate) async fn contract_definition(
         &self,
         tenant: &TenantId,

@@ -133,24 +133,6 @@ impl SqliteStore {
         Ok(row.map(TenantId::from_stored))
     }
 
-    pub(crate) async fn insert_contract(
-        &self,
-        tenant: &TenantId,
-        contract: &Contract,
-        definition: &str,
-        now: i64,
-    ) -> Result<bool, StoreError> {
-        let done = sqlx::query(&q(crate::sql::INSERT_CONTRACT))
-            .bind(tenant.as_str())
-            .bind(contract.name().as_str())
-            .bind(i64::from(contract.version()))
-            .bind(definition)
-            .bind(now)
-            .execute(&self.writer)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
     pub(crate) async fn contract_definition(
         &self,
         tenant: &TenantId,

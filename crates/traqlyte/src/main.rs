@@ -71,6 +71,16 @@ struct ServeArgs {
     /// Database connections in the pool.
     #[arg(long, default_value_t = 16)]
     pool_connections_max: u32,
+    /// An idempotency reservation younger than this is in flight (409 request_in_flight);
+    /// older, its owner is presumed dead and a retry takes it over.
+    #[arg(long, default_value_t = 30_000)]
+    idempotency_stale_after_ms: u64,
+    /// How long idempotency keys are kept before the purge deletes them.
+    #[arg(long, default_value_t = 24)]
+    idempotency_retention_hours: u64,
+    /// Test-only: the publish handler sleeps this long inside its transaction.
+    #[arg(long, default_value_t = 0, hide = true)]
+    test_publish_delay_ms: u64,
 }
 
 #[derive(Subcommand)]
@@ -164,6 +174,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         batch_bytes_max: args.batch_bytes_max,
         batch_events_max: args.batch_events_max,
         json_depth_max: args.json_depth_max,
+        idempotency_stale_after_ms: args.idempotency_stale_after_ms,
+        idempotency_retention_ms: args.idempotency_retention_hours.saturating_mul(3_600_000),
+        idempotency_purge_every_ms: ServerConfig::default().idempotency_purge_every_ms,
+        test_publish_delay_ms: args.test_publish_delay_ms,
     };
     let on_bound = |address| {
         tracing::info!(%address, "listening");

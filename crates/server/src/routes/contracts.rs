@@ -12,6 +12,7 @@ use traqlyte_store::{RegisterOutcome, TenantId};
 
 use crate::auth::Tenant;
 use crate::body::read_json;
+use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
 const COLLISIONS_LISTED_MAX: u32 = 100;
@@ -26,6 +27,7 @@ pub(crate) struct VersionQuery {
 pub(crate) async fn register(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    work: Work,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -43,7 +45,10 @@ pub(crate) async fn register(
         ));
     }
     let contract = Contract::from_json(&value)?;
-    let status = match state.store.register_contract(&tenant, &contract).await? {
+    let mut tx = work.begin().await?;
+    let registered = tx.register_contract(&tenant, &contract).await?;
+    work.finish(tx).await?;
+    let status = match registered {
         RegisterOutcome::Created => StatusCode::CREATED,
         RegisterOutcome::Unchanged => StatusCode::OK,
     };

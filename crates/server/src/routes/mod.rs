@@ -1,6 +1,7 @@
 //! The route table and the cross-cutting middleware: JSON for every error, and logging
 //! of errors with their causes.
 
+mod campaigns;
 mod contracts;
 mod events;
 mod health;
@@ -11,7 +12,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use tower_http::trace::TraceLayer;
 
@@ -19,10 +20,27 @@ use crate::error::InternalCause;
 use crate::{ApiError, AppState};
 
 pub(crate) fn router(state: AppState) -> Router {
+    // Mutating JSON routes get transport idempotency; ingestion does not (it dedupes by content).
+    let idempotent = |handler: MethodRouter<AppState>| {
+        handler.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::idempotency::layer,
+        ))
+    };
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/stats", get(health::stats))
-        .route("/contracts", post(contracts::register).get(contracts::list))
+        .route(
+            "/contracts",
+            idempotent(post(contracts::register)).get(contracts::list),
+        )
+        .route("/campaigns", idempotent(post(campaigns::create)))
+        .route("/campaigns/{id}", get(campaigns::show))
+        .route("/campaigns/{id}/versions", get(campaigns::versions))
+        .route(
+            "/campaigns/{id}/publish",
+            idempotent(post(campaigns::publish)),
+        )
         .route("/contracts/{name}", get(contracts::show))
         .route("/contracts/{name}/collisions", get(contracts::collisions))
         .route("/events/{contract}", post(events::post_one))

@@ -294,6 +294,7 @@ async fn bad_input_gets_a_clear_error_and_writes_nothing(backend: Backend) {
             }
             Key::Missing => request,
         };
+        eprintln!("case: {}", case.what);
         let answer = app.send(request).await;
         assert_eq!(answer.status, case.status, "{}: {}", case.what, answer.body);
         assert_eq!(answer.code(), case.code, "{}: {}", case.what, answer.body);

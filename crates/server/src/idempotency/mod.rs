@@ -1,0 +1,283 @@
+//! Transport idempotency (layer 2), route-agnostic: a middleware for mutating JSON routes.
+//!
+//! With `X-TL-Idempotency-Key` (or `Idempotency-Key`) on a request:
+//! 1. the key is reserved `(tenant, key, checksum, owner, reserved_at)` and **committed**
+//!    before the handler runs; the primary key serialises concurrent duplicates across
+//!    server processes;
+//! 2. the handler's writes (made through [`Work`]) and the stored response commit in one
+//!    transaction, guarded by the owner token, so a crash can never leave a mutation
+//!    without its replayable response and a stale owner can never commit twice;
+//! 3. a completed key replays the stored response byte for byte with
+//!    `Idempotent-Replayed: true`; a different request under the key is `409
+//!    idempotency_key_reused`; an in-flight one is `409 request_in_flight` with
+//!    `Retry-After`; a reservation older than the cutoff is taken over by compare-and-set.
+//!
+//! 5xx answers release the reservation (the retry runs again); 4xx answers are stored
+//! and replayed. This layer never touches ingestion or outcomes: those dedupe by content.
+
+mod decide;
+mod work;
+
+use std::sync::{Arc, Mutex};
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use traqlyte_identity::{canonical, json};
+use traqlyte_store::{now_us, StoredResponse, TenantId};
+
+pub use decide::{decide, Decision};
+pub use work::{Work, WorkSlot};
+
+use crate::auth::Tenant;
+use crate::body::read_limited;
+use crate::{ApiError, AppState};
+
+/// The header TraqLyte names; [`STANDARD_HEADER`] is accepted too.
+pub const HEADER: &str = "x-tl-idempotency-key";
+/// The IETF draft's header name, also used by Stripe.
+pub const STANDARD_HEADER: &str = "idempotency-key";
+/// Marks a replayed response (Stripe's name).
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+const KEY_BYTES_MAX: usize = 255;
+const CLAIM_ATTEMPTS_MAX: usize = 4;
+const RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Headers stored with a response and replayed.
+const KEPT_HEADERS: [HeaderName; 2] = [CONTENT_TYPE, LOCATION];
+
+/// The middleware. Requests without a key pass through untouched.
+pub async fn layer(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match protect(state, request, next).await {
+        Ok(response) | Err(response) => response,
+    }
+}
+
+async fn protect(state: AppState, request: Request, next: Next) -> Result<Response, Response> {
+    let key = match key_from(request.headers()) {
+        Ok(Some(key)) => key,
+        Ok(None) => return Ok(next.run(request).await),
+        Err(err) => return Err(err.into_response()),
+    };
+    let (mut parts, body) = request.into_parts();
+    let Tenant(tenant) = Tenant::from_request_parts(&mut parts, &state)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let bytes = read_limited(&parts.headers, body, state.config.body_bytes_max)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let target = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let checksum = request_checksum(parts.method.as_str(), target, &bytes);
+    let owner = claim(&state, &tenant, &key, &checksum).await?;
+    let slot = Arc::new(Mutex::new(None));
+    parts.extensions.insert(WorkSlot(slot.clone()));
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    let held = slot.lock().ok().and_then(|mut guard| guard.take());
+    complete(&state, &tenant, &key, &owner, held, response)
+        .await
+        .map_err(IntoResponse::into_response)
+}
+
+/// Reserves the key (or takes over a stale reservation); answers replays and conflicts.
+async fn claim(
+    state: &AppState,
+    tenant: &TenantId,
+    key: &str,
+    checksum: &str,
+) -> Result<String, Response> {
+    let store = &state.store;
+    let stale_after_us = state.config.idempotency_stale_after_ms as i64 * 1_000;
+    for _ in 0..CLAIM_ATTEMPTS_MAX {
+        let record = store
+            .idempotency_lookup(tenant, key)
+            .await
+            .map_err(|e| ApiError::from(e).into_response())?;
+        let owner = new_owner();
+        let won = match decide(record.as_ref(), checksum, now_us(), stale_after_us) {
+            Decision::Reserve => {
+                store
+                    .idempotency_reserve(tenant, key, checksum, &owner, now_us())
+                    .await
+            }
+            Decision::TakeOver { stale_owner } => {
+                store
+                    .idempotency_take_over(tenant, key, &stale_owner, &owner, now_us())
+                    .await
+            }
+            Decision::Replay(stored) => return Err(replay(stored)),
+            Decision::Reused => return Err(reused().into_response()),
+            Decision::InFlight { retry_after_s } => return Err(in_flight(retry_after_s)),
+        };
+        if won.map_err(|e| ApiError::from(e).into_response())? {
+            return Ok(owner);
+        }
+        // Another request reserved or took over the key between our read and write:
+        // read again and decide on what it left.
+    }
+    Err(in_flight(1))
+}
+
+/// Stores the handler's response with its writes (2xx) or on its own (4xx), or releases
+/// the reservation (5xx).
+async fn complete(
+    state: &AppState,
+    tenant: &TenantId,
+    key: &str,
+    owner: &str,
+    held: Option<traqlyte_store::StoreTx>,
+    response: Response,
+) -> Result<Response, ApiError> {
+    let store = &state.store;
+    let status = response.status();
+    if status.is_server_error() {
+        if let Some(tx) = held {
+            let _ = tx.rollback().await;
+        }
+        store.idempotency_release(tenant, key, owner).await?;
+        return Ok(response);
+    }
+    let (parts, body) = response.into_parts();
+    let bytes = to_bytes(body, RESPONSE_BYTES_MAX)
+        .await
+        .map_err(ApiError::internal)?;
+    let headers = KEPT_HEADERS
+        .iter()
+        .filter_map(|name| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| (name.as_str().to_string(), v.to_string()))
+        })
+        .collect();
+    let stored = StoredResponse {
+        status: status.as_u16(),
+        headers,
+        body: bytes.to_vec(),
+    };
+    // A refusal must not commit anything the handler may have written before refusing.
+    let mut tx = match held {
+        Some(tx) if status.is_success() => tx,
+        Some(tx) => {
+            tx.rollback().await?;
+            store.begin().await?
+        }
+        None => store.begin().await?,
+    };
+    let result = async {
+        if !tx
+            .idempotency_complete(tenant, key, owner, &stored, now_us())
+            .await?
+        {
+            return Ok(false);
+        }
+        tx.commit().await.map(|()| true)
+    }
+    .await;
+    match result {
+        Ok(true) => Ok(Response::from_parts(parts, Body::from(bytes))),
+        // Our reservation went stale and another request took it over: our writes were
+        // rolled back (the transaction is dropped), the other request's will stand.
+        Ok(false) => Err(ApiError::new(StatusCode::CONFLICT, "request_in_flight", "this request took longer than the reservation cutoff and was superseded by a retry; its effects were rolled back")),
+        Err(err) => {
+            let _ = store.idempotency_release(tenant, key, owner).await;
+            Err(err.into())
+        }
+    }
+}
+
+/// The key from either header: 1–255 printable ASCII characters.
+fn key_from(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let ours = headers.get(HEADER);
+    let standard = headers.get(STANDARD_HEADER);
+    let (value, name) = match (ours, standard) {
+        (None, None) => return Ok(None),
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_idempotency_key",
+                "X-TL-Idempotency-Key and Idempotency-Key differ; send one",
+            )
+            .with_field(HEADER));
+        }
+        (Some(value), _) => (value, HEADER),
+        (None, Some(value)) => (value, STANDARD_HEADER),
+    };
+    let bytes = value.as_bytes();
+    let printable = bytes.iter().all(|b| (0x20..=0x7e).contains(b));
+    if bytes.is_empty() || bytes.len() > KEY_BYTES_MAX || !printable {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_idempotency_key",
+            format!("an idempotency key is 1-{KEY_BYTES_MAX} printable ASCII characters"),
+        )
+        .with_field(name));
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// SHA-256 over the method, the path with its query, and the canonical JSON body (raw
+/// bytes when the body is not JSON), so whitespace or key order never make a retry
+/// look like a different request.
+pub fn request_checksum(method: &str, target: &str, body: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(method.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(target.as_bytes());
+    hasher.update(b"\n");
+    let canonical = json::parse(body, json::DEPTH_MAX_CEILING)
+        .ok()
+        .and_then(|value| canonical::normalize(&value, "").ok())
+        .map(|value| canonical::jcs(&value));
+    hasher.update(canonical.as_deref().unwrap_or(body));
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn replay(stored: StoredResponse) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, stored.body).into_response();
+    let headers = response.headers_mut();
+    headers.remove(CONTENT_TYPE);
+    for (name, value) in stored.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            headers.insert(name, value);
+        }
+    }
+    headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    response
+}
+
+fn reused() -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "idempotency_key_reused", "this idempotency key was used for a different request (method, path or body differ); use a new key for a new request")
+}
+
+fn in_flight(retry_after_s: u64) -> Response {
+    let mut response = ApiError::new(StatusCode::CONFLICT, "request_in_flight", "a request with this idempotency key is still being processed; retry after the Retry-After delay").into_response();
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(retry_after_s.max(1)));
+    response
+}
+
+fn new_owner() -> String {
+    let mut buf = [0u8; 16];
+    // Uniqueness of the token matters, not secrecy; the clock is a fallback that keeps
+    // tokens distinct within one process.
+    if getrandom::getrandom(&mut buf).is_err() {
+        buf[..8].copy_from_slice(&now_us().to_le_bytes());
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,243 @@
+//! Campaigns (experiments) and their immutable published versions.
+
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+
+use crate::tx::{with_pool, with_tx, TxInner};
+use crate::{Store, StoreError, StoreTx, TenantId};
+
+/// An arm of a campaign and its integer weight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Arm {
+    /// Unique within the campaign; the first arm is the control.
+    pub key: String,
+    /// Positive integer weight.
+    pub weight: u32,
+}
+
+/// How a metric aggregates outcomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricKind {
+    /// Distinct converting units / units.
+    Conversion,
+    /// Outcome events per unit.
+    Count,
+    /// Sum of outcome values per unit.
+    Sum,
+}
+
+/// A metric of a campaign.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricDef {
+    /// Unique within the campaign.
+    pub name: String,
+    /// Aggregation.
+    pub kind: MetricKind,
+    /// Outcomes count when they occur within this many hours of the unit's assignment.
+    pub window_hours: u32,
+}
+
+/// A validated campaign to create.
+#[derive(Debug, Clone)]
+pub struct NewCampaign {
+    pub key: String,
+    pub name: String,
+    pub arms: Vec<Arm>,
+    pub metrics: Vec<MetricDef>,
+}
+
+/// A stored campaign.
+#[derive(Debug, Clone, Serialize)]
+pub struct Campaign {
+    pub id: String,
+    pub key: String,
+    pub name: String,
+    pub arms: Vec<Arm>,
+    pub metrics: Vec<MetricDef>,
+    pub salt: String,
+    pub created_at_us: i64,
+}
+
+/// An immutable published version of a campaign.
+#[derive(Debug, Clone, Serialize)]
+pub struct CampaignVersion {
+    pub campaign_id: String,
+    pub version: i64,
+    pub arms: Vec<Arm>,
+    pub metrics: Vec<MetricDef>,
+    pub salt: String,
+    pub note: Option<String>,
+    pub published_at_us: i64,
+}
+
+const SELECT_CAMPAIGN: &str =
+    "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
+     FROM campaigns WHERE tenant_id = $1 AND campaign_id = $2";
+const SELECT_VERSIONS: &str =
+    "SELECT campaign_id, CAST(version AS BIGINT), arms, metrics, salt, note, published_at_us
+     FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version";
+const SELECT_LATEST_VERSION: &str = "SELECT CAST(version AS BIGINT), arms FROM campaign_versions
+     WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version DESC LIMIT 1";
+
+impl Store {
+    /// A tenant's campaign.
+    pub async fn campaign(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+    ) -> Result<Option<Campaign>, StoreError> {
+        with_pool!(self, reader, pool, q => {
+            let row = sqlx::query(&q(SELECT_CAMPAIGN)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(pool).await?;
+            row.map(|r| campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).transpose()
+        })
+    }
+
+    /// Every published version of a campaign, oldest first.
+    pub async fn campaign_versions(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+    ) -> Result<Vec<CampaignVersion>, StoreError> {
+        with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q(SELECT_VERSIONS)).bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
+            rows.iter().map(|r| version(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).collect()
+        })
+    }
+}
+
+impl StoreTx {
+    /// Creates a campaign with a fresh random salt; `Conflict` when its key is taken.
+    pub async fn create_campaign(
+        &mut self,
+        tenant: &TenantId,
+        new: &NewCampaign,
+        now_us: i64,
+    ) -> Result<Campaign, StoreError> {
+        let created = Campaign {
+            id: format!("cmp_{}", crate::model::random_hex(8)),
+            key: new.key.clone(),
+            name: new.name.clone(),
+            arms: new.arms.clone(),
+            metrics: new.metrics.clone(),
+            salt: crate::model::random_hex(16),
+            created_at_us: now_us,
+        };
+        let arms = to_json(&created.arms)?;
+        let metrics = to_json(&created.metrics)?;
+        let inserted = with_tx!(self, conn, q => {
+            sqlx::query(&q("INSERT INTO campaigns (tenant_id, campaign_id, campaign_key, name, arms, metrics, salt, created_at_us)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"))
+                .bind(tenant.as_str()).bind(&created.id).bind(&created.key).bind(&created.name)
+                .bind(&arms).bind(&metrics).bind(&created.salt).bind(now_us)
+                .execute(&mut *conn).await?.rows_affected()
+        });
+        if inserted == 0 {
+            return Err(StoreError::Conflict {
+                code: "campaign_key_taken",
+                message: format!("a campaign with key {:?} already exists", new.key),
+            });
+        }
+        Ok(created)
+    }
+
+    /// Publishes the next version of a campaign: `arms` when given (new weights), else the
+    /// latest version's arms (or the campaign's own). `None` when the campaign does not exist.
+    /// The campaign row is locked first so concurrent publishes number versions in turn.
+    pub async fn publish_campaign(
+        &mut self,
+        tenant: &TenantId,
+        campaign_id: &str,
+        arms: Option<&[Arm]>,
+        note: Option<&str>,
+        now_us: i64,
+    ) -> Result<Option<CampaignVersion>, StoreError> {
+        let lock = if matches!(self.inner, TxInner::Postgres(_)) {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        let select = format!("{SELECT_CAMPAIGN}{lock}");
+        let found = with_tx!(self, conn, q => {
+            let row = sqlx::query(&q(&select)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
+            let Some(r) = row else { return Ok(None) };
+            let base = campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)?;
+            let latest = sqlx::query(&q(SELECT_LATEST_VERSION)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
+            let latest: Option<(i64, String)> = latest.map(|r| Ok::<_, StoreError>((r.try_get(0)?, r.try_get(1)?))).transpose()?;
+            (base, latest)
+        });
+        let (base, latest) = found;
+        let (last_number, last_arms) = match latest {
+            Some((number, arms)) => (number, from_json(&arms)?),
+            None => (0, base.arms.clone()),
+        };
+        let published = CampaignVersion {
+            campaign_id: base.id.clone(),
+            version: last_number + 1,
+            arms: arms.map(<[Arm]>::to_vec).unwrap_or(last_arms),
+            metrics: base.metrics.clone(),
+            salt: base.salt.clone(),
+            note: note.map(str::to_string),
+            published_at_us: now_us,
+        };
+        let (arms_json, metrics_json) = (to_json(&published.arms)?, to_json(&published.metrics)?);
+        with_tx!(self, conn, q => {
+            sqlx::query(&q("INSERT INTO campaign_versions (tenant_id, campaign_id, version, arms, metrics, salt, note, published_at_us)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"))
+                .bind(tenant.as_str()).bind(campaign_id).bind(published.version as i32).bind(&arms_json).bind(&metrics_json)
+                .bind(&published.salt).bind(&published.note).bind(now_us)
+                .execute(&mut *conn).await?;
+        });
+        Ok(Some(published))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn campaign(
+    id: String,
+    key: String,
+    name: String,
+    arms: String,
+    metrics: String,
+    salt: String,
+    created_at_us: i64,
+) -> Result<Campaign, StoreError> {
+    Ok(Campaign {
+        id,
+        key,
+        name,
+        arms: from_json(&arms)?,
+        metrics: from_json(&metrics)?,
+        salt,
+        created_at_us,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn version(
+    campaign_id: String,
+    version: i64,
+    arms: String,
+    metrics: String,
+    salt: String,
+    note: Option<String>,
+    published_at_us: i64,
+) -> Result<CampaignVersion, StoreError> {
+    Ok(CampaignVersion {
+        campaign_id,
+        version,
+        arms: from_json(&arms)?,
+        metrics: from_json(&metrics)?,
+        salt,
+        note,
+        published_at_us,
+    })
+}
+
+fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn from_json<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
+}

@@ -1,0 +1,117 @@
+//! [`StoreTx`]: one open transaction on either backend, for work that must commit
+//! atomically with something else (a handler's writes and its stored idempotent response).
+
+use crate::{Store, StoreError};
+
+/// An open transaction. Dropping it without [`StoreTx::commit`] rolls it back.
+pub struct StoreTx {
+    pub(crate) inner: TxInner,
+}
+
+pub(crate) enum TxInner {
+    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
+/// Runs `$body` with `$conn` bound to the transaction's connection and `$q` a function
+/// that turns `$N` placeholders into the backend's syntax.
+macro_rules! with_tx {
+    ($tx:expr, $conn:ident, $q:ident => $body:expr) => {
+        match &mut $tx.inner {
+            $crate::tx::TxInner::Sqlite(t) => {
+                let $conn: &mut sqlx::SqliteConnection = &mut **t;
+                let $q = |sql: &str| sql.replace('$', "?");
+                $body
+            }
+            $crate::tx::TxInner::Postgres(t) => {
+                let $conn: &mut sqlx::PgConnection = &mut **t;
+                let $q = |sql: &str| sql.to_string();
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` with `$pool` bound to a pool (`writer` or `reader` for SQLite; PostgreSQL
+/// has one pool) and `$q` the placeholder translation.
+macro_rules! with_pool {
+    ($store:expr, $role:ident, $pool:ident, $q:ident => $body:expr) => {
+        match &$store.backend {
+            $crate::Backend::Sqlite(s) => {
+                let $pool = &s.$role;
+                let $q = |sql: &str| sql.replace('$', "?");
+                $body
+            }
+            $crate::Backend::Postgres(p) => {
+                let $pool = &p.pool;
+                let $q = |sql: &str| sql.to_string();
+                $body
+            }
+        }
+    };
+}
+
+pub(crate) use {with_pool, with_tx};
+
+impl Store {
+    /// Opens a write transaction (`BEGIN IMMEDIATE` on SQLite, so it holds the write lock
+    /// from the start and never fails to upgrade).
+    pub async fn begin(&self) -> Result<StoreTx, StoreError> {
+        let inner = match &self.backend {
+            crate::Backend::Sqlite(s) => {
+                TxInner::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?)
+            }
+            crate::Backend::Postgres(p) => TxInner::Postgres(p.pool.begin().await?),
+        };
+        Ok(StoreTx { inner })
+    }
+}
+
+impl StoreTx {
+    /// Commits durably.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self.inner {
+            TxInner::Sqlite(t) => t.commit().await?,
+            TxInner::Postgres(t) => t.commit().await?,
+        }
+        Ok(())
+    }
+
+    /// Rolls back.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self.inner {
+            TxInner::Sqlite(t) => t.rollback().await?,
+            TxInner::Postgres(t) => t.rollback().await?,
+        }
+        Ok(())
+    }
+}
+
+impl StoreTx {
+    /// Registers a contract. The same definition again is a no-op; a different one under
+    /// the same name and version is [`StoreError::ContractConflict`].
+    pub async fn register_contract(
+        &mut self,
+        tenant: &crate::TenantId,
+        contract: &traqlyte_identity::Contract,
+    ) -> Result<crate::RegisterOutcome, StoreError> {
+        let definition = String::from_utf8_lossy(&contract.canonical_definition()).into_owned();
+        let (name, version) = (contract.name().as_str(), i64::from(contract.version()));
+        let stored: Option<String> = with_tx!(self, conn, q => {
+            let done = sqlx::query(&q(crate::sql::INSERT_CONTRACT))
+                .bind(tenant.as_str()).bind(name).bind(version).bind(&definition).bind(crate::now_us())
+                .execute(&mut *conn).await?;
+            if done.rows_affected() == 1 {
+                return Ok(crate::RegisterOutcome::Created);
+            }
+            sqlx::query_scalar(&q(crate::sql::SELECT_CONTRACT)).bind(tenant.as_str()).bind(name).bind(Some(version)).fetch_optional(&mut *conn).await?
+        });
+        match stored {
+            Some(text) if text == definition => Ok(crate::RegisterOutcome::Unchanged),
+            _ => Err(StoreError::ContractConflict {
+                name: name.to_string(),
+                version: contract.version(),
+            }),
+        }
+    }
+}
