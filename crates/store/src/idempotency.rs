@@ -31,7 +31,8 @@ pub struct KeyRecord {
     pub response: Option<StoredResponse>,
 }
 
-const SELECT_KEY: &str = "SELECT checksum, owner, reserved_at_us, status, headers, body
+const SELECT_KEY: &str =
+    "SELECT checksum, owner, reserved_at_us, CAST(status AS BIGINT), headers, body
      FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2";
 
 impl Store {

@@ -30,7 +30,8 @@ pub struct FireArgs {
     headers: Vec<String>,
 }
 
-/// Sends stdin's body `count` times and prints `{"statuses":{code: n},"errors":n}`.
+/// Sends stdin's body `count` times and prints
+/// `{"statuses":{code: n},"bodies":{"<code> replayed=<bool> <body>": n},"errors":n}`.
 pub async fn run(args: FireArgs) -> Result<()> {
     let mut body = Vec::new();
     std::io::stdin()
@@ -61,16 +62,31 @@ pub async fn run(args: FireArgs) -> Result<()> {
             .headers(headers.clone())
             .body(body.clone());
         tasks.push(tokio::spawn(async move {
-            let answer = request.send().await.map(|r| r.status().as_u16());
+            let answer = match request.send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let replayed = response.headers().contains_key("idempotent-replayed");
+                    response.bytes().await.map(|body| (status, replayed, body))
+                }
+                Err(err) => Err(err),
+            };
             drop(permit);
             answer
         }));
     }
     let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+    let mut bodies: BTreeMap<String, usize> = BTreeMap::new();
     let mut errors = 0usize;
     for task in tasks {
         match task.await? {
-            Ok(status) => *statuses.entry(status.to_string()).or_default() += 1,
+            Ok((status, replayed, body)) => {
+                *statuses.entry(status.to_string()).or_default() += 1;
+                let key = format!(
+                    "{status} replayed={replayed} {}",
+                    String::from_utf8_lossy(&body)
+                );
+                *bodies.entry(key).or_default() += 1;
+            }
             Err(err) => {
                 errors += 1;
                 tracing::warn!(error = %err, "request failed");
@@ -79,7 +95,7 @@ pub async fn run(args: FireArgs) -> Result<()> {
     }
     println!(
         "{}",
-        serde_json::json!({"statuses": statuses, "errors": errors})
+        serde_json::json!({"statuses": statuses, "bodies": bodies, "errors": errors})
     );
     Ok(())
 }

@@ -118,6 +118,7 @@ pub struct TestApp {
     pub address: String,
     pub key: String,
     pub client: Client,
+    pub store: Store,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     // Dropped last: the server must stop before its database goes.
     _db: TestDb,
@@ -136,6 +137,7 @@ pub async fn spawn_app_with(backend: Backend, mut config: ServerConfig) -> TestA
     let (_, key) = store.create_tenant("test tenant").await.expect("tenant");
     config.listen = "127.0.0.1:0".to_string();
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let server_store = store.clone();
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let on_bound = move |address| {
@@ -144,7 +146,7 @@ pub async fn spawn_app_with(backend: Backend, mut config: ServerConfig) -> TestA
         let shutdown = async move {
             let _ = shutdown_rx.await;
         };
-        traqlyte_server::serve(store, config, on_bound, shutdown)
+        traqlyte_server::serve(server_store, config, on_bound, shutdown)
             .await
             .expect("serve");
     });
@@ -153,9 +155,111 @@ pub async fn spawn_app_with(backend: Backend, mut config: ServerConfig) -> TestA
         address,
         key: key.expose().to_string(),
         client: Client::new(),
+        store,
         shutdown: Some(shutdown_tx),
         _db: db,
     }
+}
+
+/// A `traqlyte serve` OS process, killed (SIGKILL) when dropped.
+pub struct ServerProcess {
+    pub address: String,
+    child: std::process::Child,
+}
+
+impl ServerProcess {
+    /// Starts `traqlyte serve` on a free port over `database_url` with extra flags, and
+    /// waits until it prints its address.
+    pub fn start(database_url: &str, extra: &[&str]) -> ServerProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args([
+                "serve",
+                "--database-url",
+                database_url,
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn traqlyte serve");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the address");
+        let address = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        assert!(address.starts_with("http://"), "serve printed {line:?}");
+        ServerProcess { address, child }
+    }
+
+    /// SIGKILL: no shutdown, no cleanup, like a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `traqlyte fire` in `processes` OS processes (spread over `urls` in turn), each
+/// sending `body` `count` times with `headers`; returns each process's JSON report.
+pub async fn fire_from_processes(
+    urls: &[String],
+    key: &str,
+    body: &Value,
+    processes: usize,
+    count: usize,
+    headers: &[&str],
+) -> Vec<Value> {
+    use tokio::io::AsyncWriteExt;
+    let mut children = Vec::new();
+    for index in 0..processes {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_traqlyte"));
+        command.args([
+            "fire",
+            "--url",
+            &urls[index % urls.len()],
+            "--count",
+            &count.to_string(),
+            "--concurrency",
+            "32",
+        ]);
+        for header in headers {
+            command.args(["--header", header]);
+        }
+        let mut child = command
+            .env("TRAQLYTE_API_KEY", key)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn traqlyte fire");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(body.to_string().as_bytes())
+            .await
+            .expect("write body");
+        drop(stdin);
+        children.push(child);
+    }
+    let mut reports = Vec::new();
+    for child in children {
+        let output = child.wait_with_output().await.expect("fire finished");
+        assert!(output.status.success(), "fire failed: {output:?}");
+        reports.push(serde_json::from_slice(&output.stdout).expect("fire prints JSON"));
+    }
+    reports
 }
 
 impl Drop for TestApp {
@@ -183,6 +287,21 @@ impl Answer {
 }
 
 impl TestApp {
+    /// The database URL, for starting more server processes on the same database.
+    pub fn database_url(&self) -> &str {
+        &self._db.url
+    }
+
+    /// A second tenant's API key.
+    pub async fn other_tenant_key(&self) -> String {
+        let (_, key) = self
+            .store
+            .create_tenant("other tenant")
+            .await
+            .expect("tenant");
+        key.expose().to_string()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
     }

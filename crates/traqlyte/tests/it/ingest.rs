@@ -1,14 +1,10 @@
 //! Ingestion against a running server: concurrency from several OS processes, parameters,
 //! transport fields, collisions and batches.
 
-use std::process::Stdio;
-
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
-use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
+use crate::helpers::{checkout_event, fire_from_processes, spawn_app, Backend};
 
 crate::on_both_backends!(
     the_same_event_sent_1000_times_from_4_processes_is_stored_once,
@@ -19,59 +15,12 @@ crate::on_both_backends!(
     a_batch_over_the_event_limit_is_refused_whole,
 );
 
-/// Runs `traqlyte fire` in `processes` OS processes, each sending `body` `count` times.
-async fn fire_from_processes(
-    app: &TestApp,
-    path: &str,
-    body: &Value,
-    processes: usize,
-    count: usize,
-) -> Vec<Value> {
-    let mut children = Vec::new();
-    for _ in 0..processes {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
-            .args([
-                "fire",
-                "--url",
-                &app.url(path),
-                "--count",
-                &count.to_string(),
-                "--concurrency",
-                "32",
-            ])
-            .env("TRAQLYTE_API_KEY", &app.key)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn traqlyte fire");
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(body.to_string().as_bytes())
-            .await
-            .expect("write body");
-        drop(stdin);
-        children.push(child);
-    }
-    let mut reports = Vec::new();
-    for child in children {
-        let output = child.wait_with_output().await.expect("fire finished");
-        assert!(output.status.success(), "fire failed: {output:?}");
-        reports.push(serde_json::from_slice(&output.stdout).expect("fire prints JSON"));
-    }
-    reports
-}
-
 async fn the_same_event_sent_1000_times_from_4_processes_is_stored_once(backend: Backend) {
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
-    let reports = fire_from_processes(
-        &app,
-        "/events/checkout_completed",
-        &checkout_event("order_1"),
-        4,
-        250,
-    )
-    .await;
+    let url = app.url("/events/checkout_completed");
+    let reports =
+        fire_from_processes(&[url], &app.key, &checkout_event("order_1"), 4, 250, &[]).await;
     let ok: u64 = reports
         .iter()
         .map(|r| r["statuses"]["200"].as_u64().unwrap_or(0))

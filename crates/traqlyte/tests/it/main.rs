@@ -6,6 +6,7 @@ mod bad_input;
 mod cli;
 mod contracts;
 mod helpers;
+mod idempotency;
 mod ingest;
 
 /// Generates, for each listed `async fn name(backend: Backend)`, one test per backend.

@@ -1,0 +1,310 @@
+//! Transport idempotency on `POST /campaigns/{id}/publish`: replays, reused keys,
+//! concurrency across processes, crashes mid-transaction, tenant scoping.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::{fire_from_processes, spawn_app, Backend, ServerProcess, TestApp};
+
+crate::on_both_backends!(
+    publishing_twice_with_one_key_mints_one_version_and_replays_identical_bytes,
+    the_same_key_with_a_different_body_is_refused_and_writes_nothing,
+    requests_without_a_key_are_not_protected,
+    invalid_keys_are_refused,
+    refusals_are_stored_and_replayed_too,
+    another_tenant_using_the_same_key_never_receives_the_stored_response,
+    two_hundred_concurrent_requests_from_4_processes_at_2_servers_publish_once,
+    a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishes_once,
+);
+
+pub fn campaign_body(key: &str) -> Value {
+    json!({
+        "key": key, "name": "Checkout redesign",
+        "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+        "metrics": [{"name": "purchase", "kind": "conversion", "window_hours": 168}]
+    })
+}
+
+async fn create_campaign(app: &TestApp) -> String {
+    let answer = app
+        .post_json("/campaigns", &campaign_body("checkout_redesign"))
+        .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    answer.body["id"].as_str().expect("id").to_string()
+}
+
+/// Status, replay header and raw body bytes of a publish.
+async fn publish(
+    app: &TestApp,
+    key_header: &str,
+    id: &str,
+    idem_key: Option<&str>,
+    body: &str,
+) -> (StatusCode, bool, Vec<u8>) {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/campaigns/{id}/publish")))
+        .bearer_auth(key_header)
+        .body(body.to_string());
+    if let Some(k) = idem_key {
+        request = request.header("X-TL-Idempotency-Key", k);
+    }
+    let response = request.send().await.expect("publish sent");
+    let status = response.status();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    (
+        status,
+        replayed,
+        response.bytes().await.expect("body").to_vec(),
+    )
+}
+
+async fn version_count(app: &TestApp, id: &str) -> usize {
+    app.get(&format!("/campaigns/{id}/versions")).await.body["versions"]
+        .as_array()
+        .map_or(0, Vec::len)
+}
+
+async fn publishing_twice_with_one_key_mints_one_version_and_replays_identical_bytes(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    let first = publish(
+        &app,
+        &app.key,
+        &id,
+        Some("publish-1"),
+        r#"{"note": "launch"}"#,
+    )
+    .await;
+    // Whitespace and key order do not make a different request.
+    let second = publish(
+        &app,
+        &app.key,
+        &id,
+        Some("publish-1"),
+        r#"{ "note" : "launch" }"#,
+    )
+    .await;
+    assert_eq!(first.0, StatusCode::CREATED);
+    assert!(!first.1, "the first execution is not a replay");
+    assert_eq!(second.0, StatusCode::CREATED);
+    assert!(
+        second.1,
+        "the second answer carries Idempotent-Replayed: true"
+    );
+    assert_eq!(first.2, second.2, "the replay is byte for byte");
+    assert_eq!(version_count(&app, &id).await, 1);
+}
+
+async fn the_same_key_with_a_different_body_is_refused_and_writes_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    publish(&app, &app.key, &id, Some("k"), r#"{"note": "a"}"#).await;
+    let (status, replayed, body) =
+        publish(&app, &app.key, &id, Some("k"), r#"{"note": "b"}"#).await;
+    let body: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!((status, replayed), (StatusCode::CONFLICT, false));
+    assert_eq!(body["error"]["code"], "idempotency_key_reused");
+    // The same key on another path is a different request too.
+    let other = app
+        .send(
+            app.client
+                .post(app.url("/campaigns"))
+                .bearer_auth(&app.key)
+                .header("Idempotency-Key", "k")
+                .body(campaign_body("other").to_string()),
+        )
+        .await;
+    assert_eq!(other.code(), "idempotency_key_reused");
+    assert_eq!(version_count(&app, &id).await, 1);
+    assert_eq!(
+        app.get(&format!("/campaigns/{id}")).await.body["latest_version"],
+        1
+    );
+}
+
+async fn requests_without_a_key_are_not_protected(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    for _ in 0..2 {
+        let (status, replayed, _) = publish(&app, &app.key, &id, None, "").await;
+        assert_eq!((status, replayed), (StatusCode::CREATED, false));
+    }
+    assert_eq!(
+        version_count(&app, &id).await,
+        2,
+        "a retried publish without a key mints a second version"
+    );
+}
+
+async fn invalid_keys_are_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    let long = "k".repeat(256);
+    for key in ["", long.as_str(), "tab\there", "caf\u{e9}"] {
+        let request = app
+            .client
+            .post(app.url(&format!("/campaigns/{id}/publish")))
+            .bearer_auth(&app.key)
+            .header(
+                "X-TL-Idempotency-Key",
+                reqwest::header::HeaderValue::from_bytes(key.as_bytes()).expect("header"),
+            );
+        let answer = app.send(request).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{key:?}");
+        assert_eq!(answer.code(), "invalid_idempotency_key");
+        assert_eq!(answer.body["error"]["field"], "x-tl-idempotency-key");
+    }
+    assert_eq!(version_count(&app, &id).await, 0);
+    let max = "k".repeat(255);
+    assert_eq!(
+        publish(&app, &app.key, &id, Some(&max), "").await.0,
+        StatusCode::CREATED
+    );
+}
+
+async fn refusals_are_stored_and_replayed_too(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    let bad = r#"{"arms": [{"key": "control", "weight": 0}, {"key": "treatment", "weight": 1}]}"#;
+    let first = publish(&app, &app.key, &id, Some("bad"), bad).await;
+    let second = publish(&app, &app.key, &id, Some("bad"), bad).await;
+    assert_eq!(first.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        (second.0, second.1),
+        (StatusCode::UNPROCESSABLE_ENTITY, true)
+    );
+    assert_eq!(first.2, second.2);
+    assert_eq!(version_count(&app, &id).await, 0);
+}
+
+async fn another_tenant_using_the_same_key_never_receives_the_stored_response(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    let a = publish(&app, &app.key, &id, Some("shared-key"), "").await;
+    assert_eq!(a.0, StatusCode::CREATED);
+    let other = app.other_tenant_key().await;
+    // Same key, same path: tenant B's request runs for B (the campaign is not B's: 404).
+    let b = publish(&app, &other, &id, Some("shared-key"), "").await;
+    assert_eq!((b.0, b.1), (StatusCode::NOT_FOUND, false));
+    assert_ne!(a.2, b.2);
+    assert_eq!(version_count(&app, &id).await, 1);
+}
+
+async fn two_hundred_concurrent_requests_from_4_processes_at_2_servers_publish_once(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    let servers = [
+        ServerProcess::start(app.database_url(), &[]),
+        ServerProcess::start(app.database_url(), &[]),
+    ];
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("{}/campaigns/{id}/publish", s.address))
+        .collect();
+    let reports = fire_from_processes(
+        &urls,
+        &app.key,
+        &json!({"note": "go"}),
+        4,
+        50,
+        &["X-TL-Idempotency-Key: launch-1"],
+    )
+    .await;
+    let mut originals = Vec::new();
+    let mut answered = 0;
+    for report in &reports {
+        assert_eq!(report["errors"], 0, "{report}");
+        for (key, count) in report["bodies"].as_object().expect("bodies") {
+            answered += count.as_u64().unwrap_or(0);
+            let (status, rest) = key.split_once(' ').expect("status");
+            let (_, body) = rest.split_once(' ').expect("body");
+            match status {
+                "201" => originals.push(body.to_string()),
+                "409" => assert!(body.contains("request_in_flight"), "{key}"),
+                other => panic!("unexpected status {other}: {key}"),
+            }
+        }
+    }
+    assert_eq!(answered, 200);
+    originals.dedup();
+    assert_eq!(
+        originals.len(),
+        1,
+        "every success carries the original bytes: {originals:?}"
+    );
+    assert_eq!(version_count(&app, &id).await, 1);
+}
+
+async fn a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishes_once(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    let cutoff = ["--idempotency-stale-after-ms", "3000"];
+    let mut slow = ServerProcess::start(
+        app.database_url(),
+        &[&cutoff[..], &["--test-publish-delay-ms", "60000"]].concat(),
+    );
+    let url = format!("{}/campaigns/{id}/publish", slow.address);
+    let (client, key) = (app.client.clone(), app.key.clone());
+    let started = Instant::now();
+    let hung = tokio::spawn(async move {
+        client
+            .post(url)
+            .bearer_auth(key)
+            .header("X-TL-Idempotency-Key", "crash-1")
+            .send()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    slow.kill();
+    assert!(
+        hung.await.expect("task").is_err(),
+        "the killed server never answered"
+    );
+
+    let restarted = ServerProcess::start(app.database_url(), &cutoff);
+    let retry = || {
+        app.client
+            .post(format!("{}/campaigns/{id}/publish", restarted.address))
+            .bearer_auth(&app.key)
+            .header("X-TL-Idempotency-Key", "crash-1")
+            .send()
+    };
+    let early = retry().await.expect("sent");
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "the in-flight check ran too late to mean anything"
+    );
+    assert_eq!(early.status(), StatusCode::CONFLICT);
+    assert!(early.headers().contains_key("retry-after"));
+    assert!(early
+        .text()
+        .await
+        .expect("body")
+        .contains("request_in_flight"));
+
+    tokio::time::sleep(Duration::from_millis(3300).saturating_sub(started.elapsed())).await;
+    let late = retry().await.expect("sent");
+    assert_eq!(late.status(), StatusCode::CREATED);
+    assert!(!late.headers().contains_key("idempotent-replayed"));
+    let again = retry().await.expect("sent");
+    assert_eq!(
+        again
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    assert_eq!(version_count(&app, &id).await, 1);
+}
