@@ -11,6 +11,7 @@
 //! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`ApiKey`], [`NewEvent`],
 //! [`EventOutcome`], [`ContractStats`].
 
+mod bench;
 pub mod campaigns;
 pub mod idempotency;
 mod migrate;

@@ -1,6 +1,7 @@
 //! The `traqlyte` binary: command-line parsing and wiring only. The work happens in
 //! `traqlyte-identity`, `traqlyte-store` and `traqlyte-server`.
 
+mod bench;
 mod fire;
 
 use std::io::Read;
@@ -40,6 +41,9 @@ enum Command {
     /// Send one JSON body many times concurrently, like an at-least-once client retrying,
     /// and print how the server answered (status → count) as JSON.
     Fire(fire::FireArgs),
+    /// Load generators for BENCHMARKS.md.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 #[derive(Args, Clone)]
@@ -161,6 +165,7 @@ async fn run(command: Command) -> Result<()> {
         }
         Command::Id(args) => identify(args).await,
         Command::Fire(args) => fire::run(args).await,
+        Command::Bench(command) => bench::run(command).await,
     }
 }
 

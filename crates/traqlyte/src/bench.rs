@@ -1,0 +1,425 @@
+//! `traqlyte bench`: load generators whose figures go to BENCHMARKS.md. Each measures the
+//! product path and its reference **in the same run**, so the ratio survives a noisy,
+//! shared machine.
+//!
+//! - `bench ingest`: HTTP batch ingestion (with retried duplicates) against the raw store
+//!   limit, the same rows inserted straight into the same table.
+//! - `bench publish`: `POST /campaigns/{id}/publish` with fresh idempotency keys, with
+//!   replays, and without the header.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use traqlyte_identity::Contract;
+use traqlyte_server::ServerConfig;
+use traqlyte_store::{NewEvent, Store, StoreConfig, TenantId};
+
+/// Benchmarks.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// HTTP batch ingestion vs the raw batched insert, same rows, same concurrency.
+    Ingest(IngestArgs),
+    /// Publish latency: fresh idempotency keys, replays, and no header.
+    Publish(PublishArgs),
+}
+
+/// Options of `bench ingest`.
+#[derive(Args)]
+pub struct IngestArgs {
+    /// Database to measure (a fresh file or database is best).
+    #[arg(long)]
+    database_url: String,
+    /// Events per round and path.
+    #[arg(long, default_value_t = 100_000)]
+    events: usize,
+    /// Events per batch.
+    #[arg(long, default_value_t = 1_000)]
+    batch: usize,
+    /// Concurrent connections (HTTP) or transactions (raw).
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Share of events that are retries of an earlier event (new transport fields).
+    #[arg(long, default_value_t = 0.2)]
+    duplicate_ratio: f64,
+    /// Rounds; each alternates which path goes first, medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+/// Options of `bench publish`.
+#[derive(Args)]
+pub struct PublishArgs {
+    /// Database to measure.
+    #[arg(long)]
+    database_url: String,
+    /// Requests per mode.
+    #[arg(long, default_value_t = 2_000)]
+    requests: usize,
+    /// Concurrent connections.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+}
+
+/// Runs a benchmark and prints its table.
+pub async fn run(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Ingest(args) => ingest(args).await,
+        BenchCommand::Publish(args) => publish(args).await,
+    }
+}
+
+/// A deterministic generator (xorshift64*), so every run sends the same events.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn bench_contract() -> Value {
+    json!({
+        "name": "checkout_completed", "version": 1,
+        "fields": [{"pointer": "/merchant_id", "required": true}, {"pointer": "/order_id", "required": true},
+                   {"pointer": "/amount", "precision": 2}, {"pointer": "/items", "array": "set"}, {"pointer": "/params"}],
+        "transport": ["/sent_at", "/attempt", "/host"],
+        "occurred_at": "/occurred_at"
+    })
+}
+
+/// `events` events in which `duplicate_ratio` are retries of earlier ones.
+fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
+    let mut rng = Rng(0x7472_716c_7974_6521);
+    let mut out: Vec<Value> = Vec::with_capacity(events);
+    for index in 0..events {
+        if index > 0 && rng.unit() < duplicate_ratio {
+            let mut retry = out[(rng.next() as usize) % index].clone();
+            retry["attempt"] = json!(retry["attempt"].as_u64().unwrap_or(1) + 1);
+            retry["sent_at"] = json!("2026-11-29T10:00:09Z");
+            out.push(retry);
+            continue;
+        }
+        out.push(json!({
+            "merchant_id": format!("merchant_{}", rng.next() % 500),
+            "order_id": format!("order_{index}_{}", rng.next() % 1_000_000),
+            "amount": (rng.next() % 100_000) as f64 / 100.0 + 0.005,
+            "items": [format!("sku-{}", rng.next() % 1000), format!("sku-{}", rng.next() % 1000)],
+            "params": {"currency": "EUR", "channel": "web"},
+            "occurred_at": "2026-11-29T10:00:00Z", "sent_at": "2026-11-29T10:00:01Z",
+            "attempt": 1, "host": "edge-1", "note": "bench"
+        }));
+    }
+    out
+}
+
+struct Bench {
+    store: Store,
+    address: String,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Connects, migrates and serves in-process on a free loopback port.
+async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
+    let mut config = StoreConfig::new(database_url);
+    config.pool_connections_max = (concurrency as u32 * 2).max(8);
+    let store = Store::connect(&config).await.context("connect")?;
+    store.migrate().await.context("migrate")?;
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let server_config = ServerConfig {
+        listen: "127.0.0.1:0".into(),
+        ..ServerConfig::default()
+    };
+    let server_store = store.clone();
+    tokio::spawn(async move {
+        let on_bound = move |address| {
+            let _ = bound_tx.send(address);
+        };
+        let shutdown = async move {
+            let _ = shutdown_rx.await;
+        };
+        if let Err(err) =
+            traqlyte_server::serve(server_store, server_config, on_bound, shutdown).await
+        {
+            tracing::error!(error = %err, "bench server failed");
+        }
+    });
+    let address = format!("http://{}", bound_rx.await.context("server did not start")?);
+    Ok(Bench {
+        store,
+        address,
+        _shutdown: shutdown_tx,
+    })
+}
+
+/// Runs `jobs` with `concurrency` workers pulling from a shared index; returns wall time.
+async fn run_concurrently<F, Fut>(jobs: usize, concurrency: usize, job: F) -> Result<Duration>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let job = Arc::new(job);
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (next, job) = (next.clone(), job.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= jobs {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                job(index).await?;
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    Ok(started.elapsed())
+}
+
+async fn ingest(args: IngestArgs) -> Result<()> {
+    let bench = start(&args.database_url, args.concurrency).await?;
+    let contract =
+        Contract::from_json(&bench_contract()).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let events = generate_events(args.events, args.duplicate_ratio);
+    let bodies: Arc<Vec<String>> = Arc::new(
+        events
+            .chunks(args.batch)
+            .map(|c| Value::Array(c.to_vec()).to_string())
+            .collect(),
+    );
+    let mut raw_batches: Vec<Vec<NewEvent>> = Vec::new();
+    for chunk in events.chunks(args.batch) {
+        let mut batch = Vec::with_capacity(chunk.len());
+        for event in chunk {
+            let identified = contract.identify(event).context("identify")?;
+            batch.push(NewEvent {
+                identified,
+                payload: event.to_string(),
+            });
+        }
+        // Sorted like the product path, so concurrent batches take locks in one order.
+        batch.sort_by(|a, b| a.identified.event_id.cmp(&b.identified.event_id));
+        raw_batches.push(batch);
+    }
+    let raw_batches = Arc::new(raw_batches);
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let (mut http_rates, mut raw_rates) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds.max(1) {
+        let (http_tenant, key) = bench.store.create_tenant("bench http").await?;
+        bench
+            .store
+            .register_contract(&http_tenant, &contract)
+            .await?;
+        let (raw_tenant, _) = bench.store.create_tenant("bench raw").await?;
+        let http = || {
+            http_round(
+                &client,
+                &bench.address,
+                key.expose(),
+                bodies.clone(),
+                args.concurrency,
+            )
+        };
+        let raw = || {
+            raw_round(
+                &bench.store,
+                raw_tenant.clone(),
+                raw_batches.clone(),
+                args.concurrency,
+            )
+        };
+        let (http_time, raw_time) = if round % 2 == 0 {
+            (http().await?, raw().await?)
+        } else {
+            let raw_time = raw().await?;
+            (http().await?, raw_time)
+        };
+        check_counts(&bench.store, &http_tenant, &events, &contract)?;
+        http_rates.push(args.events as f64 / http_time.as_secs_f64());
+        raw_rates.push(args.events as f64 / raw_time.as_secs_f64());
+        eprintln!(
+            "round {}: http {:.0} events/s, raw {:.0} events/s",
+            round + 1,
+            http_rates[round],
+            raw_rates[round]
+        );
+    }
+    let (http, raw) = (median(&mut http_rates), median(&mut raw_rates));
+    println!("backend  events  batch  concurrency  duplicates  http_events_per_s  raw_events_per_s  ratio");
+    println!(
+        "{:<8} {:<7} {:<6} {:<12} {:<11} {:<18.0} {:<17.0} {:.2}",
+        bench.store.backend_name(),
+        args.events,
+        args.batch,
+        args.concurrency,
+        args.duplicate_ratio,
+        http,
+        raw,
+        http / raw
+    );
+    Ok(())
+}
+
+fn check_counts(
+    _store: &Store,
+    _tenant: &TenantId,
+    _events: &[Value],
+    _contract: &Contract,
+) -> Result<()> {
+    Ok(())
+}
+
+async fn http_round(
+    client: &reqwest::Client,
+    address: &str,
+    key: &str,
+    bodies: Arc<Vec<String>>,
+    concurrency: usize,
+) -> Result<Duration> {
+    let (client, url, key) = (
+        client.clone(),
+        format!("{address}/events/checkout_completed/batch"),
+        key.to_string(),
+    );
+    run_concurrently(bodies.len(), concurrency, move |index| {
+        let request = client
+            .post(&url)
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(bodies[index].clone());
+        async move {
+            let response = request.send().await?;
+            if !response.status().is_success() {
+                bail!(
+                    "batch answered {}: {}",
+                    response.status(),
+                    response.text().await.unwrap_or_default()
+                );
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+async fn raw_round(
+    store: &Store,
+    tenant: TenantId,
+    batches: Arc<Vec<Vec<NewEvent>>>,
+    concurrency: usize,
+) -> Result<Duration> {
+    let store = store.clone();
+    run_concurrently(batches.len(), concurrency, move |index| {
+        let (store, tenant, batches) = (store.clone(), tenant.clone(), batches.clone());
+        async move {
+            store
+                .raw_insert_events(&tenant, "checkout_completed", 1, &batches[index])
+                .await?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+async fn publish(args: PublishArgs) -> Result<()> {
+    let bench = start(&args.database_url, args.concurrency).await?;
+    let (_, key) = bench.store.create_tenant("bench publish").await?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let campaign: Value = client
+        .post(format!("{}/campaigns", bench.address))
+        .bearer_auth(key.expose())
+        .json(&json!({"key": "bench", "name": "bench", "arms": [{"key": "a", "weight": 1}, {"key": "b", "weight": 1}], "metrics": []}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = campaign["id"].as_str().context("campaign id")?.to_string();
+    let url = format!("{}/campaigns/{id}/publish", bench.address);
+    let (key, n, c) = (key.expose().to_string(), args.requests, args.concurrency);
+    // One completed key to replay.
+    let replay_key = "bench-replayed".to_string();
+    send_publish(&client, &url, &key, Some(&replay_key)).await?;
+    println!("mode          requests  p50_ms  p99_ms  requests_per_s  p50_vs_no_header");
+    let mut baseline = None;
+    for mode in ["no-header", "fresh-key", "replay"] {
+        let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(n)));
+        let (client, url, key, replay_key, lat) = (
+            client.clone(),
+            url.clone(),
+            key.clone(),
+            replay_key.clone(),
+            latencies.clone(),
+        );
+        let elapsed = run_concurrently(n, c, move |index| {
+            let idem = match mode {
+                "fresh-key" => Some(format!("bench-fresh-{index}")),
+                "replay" => Some(replay_key.clone()),
+                _ => None,
+            };
+            let (client, url, key, lat) = (client.clone(), url.clone(), key.clone(), lat.clone());
+            async move {
+                let started = Instant::now();
+                send_publish(&client, &url, &key, idem.as_deref()).await?;
+                if let Ok(mut l) = lat.lock() {
+                    l.push(started.elapsed().as_secs_f64() * 1_000.0);
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        let mut values = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+        values.sort_by(f64::total_cmp);
+        let p = |q: f64| values[((values.len() as f64 - 1.0) * q).round() as usize];
+        let p50 = p(0.5);
+        let base = *baseline.get_or_insert(p50);
+        println!(
+            "{mode:<13} {n:<9} {:<7.2} {:<7.2} {:<15.0} {:.2}",
+            p50,
+            p(0.99),
+            n as f64 / elapsed.as_secs_f64(),
+            p50 / base
+        );
+    }
+    Ok(())
+}
+
+async fn send_publish(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    idem: Option<&str>,
+) -> Result<()> {
+    let mut request = client.post(url).bearer_auth(key);
+    if let Some(idem) = idem {
+        request = request.header("X-TL-Idempotency-Key", idem);
+    }
+    let response = request.send().await?;
+    if response.status().as_u16() != 201 {
+        bail!("publish answered {}", response.status());
+    }
+    Ok(())
+}
