@@ -1,0 +1,96 @@
+use serde::Serialize;
+
+use crate::dist;
+use crate::error::{finite, StatsError};
+
+/// The p-value below which a sample-ratio mismatch is flagged. Deliberately strict: the
+/// check runs on every report, and a false alarm discredits a sound experiment.
+pub const SRM_P_VALUE_THRESHOLD: f64 = 0.001;
+
+/// Result of a sample-ratio-mismatch check: Pearson's chi-square goodness of fit of the
+/// observed units per arm against the configured weights.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Srm {
+    chi_square: f64,
+    df: u64,
+    p_value: f64,
+    flagged: bool,
+}
+
+impl Srm {
+    /// Pearson's statistic `Σ (O_i − E_i)² / E_i`.
+    pub fn chi_square(&self) -> f64 {
+        self.chi_square
+    }
+
+    /// Degrees of freedom, the number of arms minus one.
+    pub fn df(&self) -> u64 {
+        self.df
+    }
+
+    /// Upper-tail probability of the statistic under the chi-square distribution.
+    pub fn p_value(&self) -> f64 {
+        self.p_value
+    }
+
+    /// Whether `p_value < SRM_P_VALUE_THRESHOLD`: the split of units is very unlikely
+    /// under the configured weights, so the assignment or the logging is suspect.
+    pub fn flagged(&self) -> bool {
+        self.flagged
+    }
+}
+
+/// Tests the observed units per arm against the arms' weights.
+///
+/// Weights need not sum to one: expected counts are `E_i = N·w_i / Σw` with `N = ΣO_i`.
+/// The statistic is compared with a chi-square distribution with `k − 1` degrees of
+/// freedom, as `scipy.stats.chisquare(observed, f_exp=E)` does.
+///
+/// # Errors
+/// [`StatsError::LengthMismatch`] when the slices differ in length,
+/// [`StatsError::TooFewArms`] with fewer than two arms, [`StatsError::WeightNotPositive`]
+/// for a zero, negative or non-finite weight, and [`StatsError::NoUnits`] when no unit was
+/// observed at all.
+pub fn srm(observed_units: &[u64], weights: &[f64]) -> Result<Srm, StatsError> {
+    if observed_units.len() != weights.len() {
+        return Err(StatsError::LengthMismatch {
+            observed: observed_units.len(),
+            weights: weights.len(),
+        });
+    }
+    if observed_units.len() < 2 {
+        return Err(StatsError::TooFewArms(observed_units.len()));
+    }
+    if let Some((index, &weight)) = weights
+        .iter()
+        .enumerate()
+        .find(|(_, w)| !(w.is_finite() && **w > 0.0))
+    {
+        return Err(StatsError::WeightNotPositive { index, weight });
+    }
+    let total: f64 = observed_units.iter().map(|&o| o as f64).sum();
+    if total == 0.0 {
+        return Err(StatsError::NoUnits);
+    }
+    let weight_sum = finite("sum of weights", weights.iter().sum())?;
+    let chi_square: f64 = observed_units
+        .iter()
+        .zip(weights)
+        .map(|(&observed, &weight)| {
+            let expected = total * weight / weight_sum;
+            let diff = observed as f64 - expected;
+            diff * diff / expected
+        })
+        .sum();
+    let chi_square = finite("chi-square statistic", chi_square)?;
+    let df = observed_units.len() as u64 - 1;
+    // The upper incomplete gamma function is defined for every finite statistic ≥ 0 and
+    // df ≥ 1; should it still fail, report "no evidence of mismatch" rather than panic.
+    let p_value = dist::chi_square_sf(chi_square, df as f64).unwrap_or(1.0);
+    Ok(Srm {
+        chi_square,
+        df,
+        p_value,
+        flagged: p_value < SRM_P_VALUE_THRESHOLD,
+    })
+}
