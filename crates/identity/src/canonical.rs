@@ -1,7 +1,7 @@
 //! The canonical form: Unicode NFC strings and keys, integers inside the exact range of
 //! IEEE doubles, and RFC 8785 (JCS) bytes: sorted keys, no whitespace, ECMAScript numbers.
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 use unicode_normalization::{is_nfc, UnicodeNormalization};
 
 use crate::IdentityError;
@@ -13,42 +13,169 @@ pub const EXACT_INTEGER_MAX: u64 = (1 << 53) - 1;
 /// collide after normalisation and integers outside ±[`EXACT_INTEGER_MAX`].
 /// `at` is the pointer of `value` in its document, used in error messages.
 pub fn normalize(value: &Value, at: &str) -> Result<Value, IdentityError> {
-    Ok(match value {
-        Value::String(text) => Value::String(nfc(text)),
-        Value::Number(number) => {
-            check_exact(number, at)?;
-            value.clone()
+    let mut owned = value.clone();
+    normalize_in_place(&mut owned, at)?;
+    Ok(owned)
+}
+
+/// [`normalize`] without copying: rewrites only the strings and objects that need it.
+pub fn normalize_in_place(value: &mut Value, at: &str) -> Result<(), IdentityError> {
+    normalize_node(value).map_err(|fault| {
+        let mut field = at.to_string();
+        for token in fault.path.iter().rev() {
+            field.push('/');
+            field.push_str(&escape_token(token));
         }
-        Value::Array(items) => {
-            let mut out = Vec::with_capacity(items.len());
-            for (index, item) in items.iter().enumerate() {
-                out.push(normalize(item, &format!("{at}/{index}"))?);
-            }
-            Value::Array(out)
+        match fault.key {
+            Some(key) => IdentityError::DuplicateKeyAfterNormalization { field, key },
+            None => IdentityError::NumberOutOfRange { field },
         }
-        Value::Object(map) => {
-            let mut out = Map::new();
-            for (key, item) in map {
-                let key = nfc(key);
-                let child = normalize(item, &format!("{at}/{}", escape_token(&key)))?;
-                if out.insert(key.clone(), child).is_some() {
-                    return Err(IdentityError::DuplicateKeyAfterNormalization {
-                        field: at.to_string(),
-                        key,
-                    });
-                }
-            }
-            Value::Object(out)
-        }
-        Value::Null | Value::Bool(_) => value.clone(),
     })
 }
 
+/// A normalisation fault and the reversed path to it (built only on the error path, so
+/// the common case allocates nothing for pointers).
+struct Fault {
+    key: Option<String>,
+    path: Vec<String>,
+}
+
+fn normalize_node(value: &mut Value) -> Result<(), Fault> {
+    match value {
+        Value::String(text) => {
+            if !is_nfc(text) {
+                *text = text.nfc().collect();
+            }
+        }
+        Value::Number(number) if !is_exact(number) => {
+            return Err(Fault {
+                key: None,
+                path: Vec::new(),
+            })
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter_mut().enumerate() {
+                normalize_node(item).map_err(|mut fault| {
+                    fault.path.push(index.to_string());
+                    fault
+                })?;
+            }
+        }
+        Value::Object(map) if map.keys().all(|key| is_nfc(key)) => {
+            for (key, item) in map.iter_mut() {
+                normalize_node(item).map_err(|mut fault| {
+                    fault.path.push(key.clone());
+                    fault
+                })?;
+            }
+        }
+        Value::Object(map) => {
+            for (key, mut item) in std::mem::take(map) {
+                let key = nfc(&key);
+                normalize_node(&mut item).map_err(|mut fault| {
+                    fault.path.push(key.clone());
+                    fault
+                })?;
+                if map.contains_key(&key) {
+                    return Err(Fault {
+                        key: Some(key),
+                        path: Vec::new(),
+                    });
+                }
+                map.insert(key, item);
+            }
+        }
+        Value::Number(_) | Value::Null | Value::Bool(_) => {}
+    }
+    Ok(())
+}
+
 /// RFC 8785 canonical bytes of an already-normalised value.
+///
+/// Written here rather than calling `serde_json_canonicalizer` because a measurement
+/// (`examples/identify_speed.rs`) showed the crate spending most of identification's time
+/// re-parsing every key to sort it; the crate stays the reference this writer is tested
+/// against.
 pub fn jcs(value: &Value) -> Vec<u8> {
-    // Serialising a `serde_json::Value` cannot fail: its numbers are finite and its keys
-    // are strings; the canonicaliser only errors on those two conditions.
-    serde_json_canonicalizer::to_vec(value).unwrap_or_default()
+    let mut out = Vec::with_capacity(256);
+    write_jcs(value, &mut out);
+    out
+}
+
+fn write_jcs(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(number) => write_number(number, out),
+        Value::String(text) => write_string(text, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_jcs(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            // Code-point (UTF-8 byte) order equals UTF-16 order unless a key holds a
+            // character at or above U+E000 (UTF-8 lead byte 0xEE or more).
+            if entries.iter().all(|(key, _)| key.bytes().all(|b| b < 0xee)) {
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            } else {
+                entries.sort_unstable_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            }
+            out.push(b'{');
+            for (index, (key, item)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_string(key, out);
+                out.push(b':');
+                write_jcs(item, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+fn write_number(number: &Number, out: &mut Vec<u8>) {
+    match number
+        .as_i64()
+        .filter(|i| i.unsigned_abs() <= EXACT_INTEGER_MAX)
+    {
+        Some(integer) => out.extend_from_slice(integer.to_string().as_bytes()),
+        // ECMAScript Number::toString of the IEEE double, as RFC 8785 requires.
+        None => {
+            let double = number.as_f64().unwrap_or(0.0);
+            out.extend_from_slice(ryu_js::Buffer::new().format(double).as_bytes());
+        }
+    }
+}
+
+fn write_string(text: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    for &byte in text.as_bytes() {
+        match byte {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x09 => out.extend_from_slice(b"\\t"),
+            0x0a => out.extend_from_slice(b"\\n"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            0x0d => out.extend_from_slice(b"\\r"),
+            0x00..=0x1f => {
+                let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]);
+                out.extend_from_slice(&[b'\\', b'u', b'0', b'0', high, low]);
+            }
+            _ => out.push(byte),
+        }
+    }
+    out.push(b'"');
 }
 
 /// Rounds `number` half away from zero to `decimals` places, in decimal arithmetic on its
@@ -130,18 +257,12 @@ fn nfc(text: &str) -> String {
     }
 }
 
-fn check_exact(number: &Number, at: &str) -> Result<(), IdentityError> {
-    let out_of_range = match (number.as_u64(), number.as_i64()) {
-        (Some(u), _) => u > EXACT_INTEGER_MAX,
-        (None, Some(i)) => i.unsigned_abs() > EXACT_INTEGER_MAX,
-        (None, None) => false,
-    };
-    if out_of_range {
-        return Err(IdentityError::NumberOutOfRange {
-            field: at.to_string(),
-        });
+fn is_exact(number: &Number) -> bool {
+    match (number.as_u64(), number.as_i64()) {
+        (Some(u), _) => u <= EXACT_INTEGER_MAX,
+        (None, Some(i)) => i.unsigned_abs() <= EXACT_INTEGER_MAX,
+        (None, None) => true,
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -184,6 +305,27 @@ mod tests {
             String::from_utf8(jcs(&value)).unwrap(),
             r#"{"a":[1e+21,0.1,0,100],"b":1,"é":"x"}"#
         );
+    }
+
+    #[test]
+    fn the_writer_matches_the_reference_canonicaliser() {
+        let values = [
+            json!({"b": [1, 2.5, -0.0, 1e21, 1e-7, 123456789012345u64], "a": {"z": null, "y": true}}),
+            json!({"\u{e9}": 1, "\u{1f600}": 2, "\u{ff61}": 3, "z": 4, "": 5}),
+            json!([
+                "\"quote\" \\ back",
+                "\u{0}\u{1f}\u{7f}\u{2028}",
+                "tab\tnew\nline\r\u{8}\u{c}"
+            ]),
+            json!(-9_007_199_254_740_991i64),
+            json!(9_007_199_254_740_993u64),
+            json!(0.1 + 0.2),
+        ];
+        for value in values {
+            let reference = serde_json_canonicalizer::to_vec(&value).unwrap();
+            let ours = String::from_utf8(jcs(&value)).unwrap();
+            assert_eq!(ours, String::from_utf8(reference).unwrap());
+        }
     }
 
     #[test]

@@ -288,12 +288,18 @@ impl Contract {
 
     /// Computes the event id, the payload fingerprint and the event time of `event`.
     pub fn identify(&self, event: &Value) -> Result<Identified, IdentityError> {
+        self.identify_owned(event.clone())
+    }
+
+    /// [`Contract::identify`] on an event the caller no longer needs, saving a copy.
+    pub fn identify_owned(&self, event: Value) -> Result<Identified, IdentityError> {
         if !event.is_object() {
             return Err(IdentityError::NotAnObject {
-                found: type_name(event),
+                found: type_name(&event),
             });
         }
-        let mut content = canonical::normalize(event, "")?;
+        let mut content = event;
+        canonical::normalize_in_place(&mut content, "")?;
         let mut identity = serde_json::Map::new();
         for (pointer, spec) in &self.fields {
             let Some(value) = pointer.get(&content) else {

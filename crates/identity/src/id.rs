@@ -1,7 +1,5 @@
 //! Event ids and payload fingerprints.
 
-use std::fmt::Write;
-
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -87,9 +85,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
     }
     out
 }

@@ -13,6 +13,7 @@
 
 mod bench;
 pub mod campaigns;
+mod events;
 pub mod idempotency;
 mod migrate;
 mod model;
@@ -177,24 +178,6 @@ impl Store {
             .iter()
             .map(|text| parse_definition(text))
             .collect()
-    }
-
-    /// Stores identified events of one contract in one transaction, durable before
-    /// returning. Returns one outcome per input, in input order.
-    pub async fn insert_events(
-        &self,
-        tenant: &TenantId,
-        contract: &Contract,
-        events: &[NewEvent],
-    ) -> Result<Vec<EventOutcome>, StoreError> {
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        let batch = plan::Batch::new(events);
-        let outcomes =
-            dispatch!(self, s => s.insert_events(tenant, contract, &batch, now_us()).await)?;
-        debug_assert_eq!(outcomes.len(), events.len());
-        Ok(outcomes)
     }
 
     /// Per-contract counts of stored events, suppressed duplicates and collisions.

@@ -110,3 +110,19 @@ pub fn resolve<'a>(
     }
     Ok(resolution)
 }
+
+/// Ids of stored rows (not inserted by this batch) that some input of the batch collides
+/// with: only their payloads need reading, for the collision log.
+pub fn colliding_stored_ids(batch: &Batch<'_>, held: &HashMap<String, Held>) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for event in batch.events {
+        let id = event.identified.event_id.as_str();
+        let collides = held.get(id).is_some_and(|row| {
+            !row.inserted_here && row.fingerprint != event.identified.fingerprint.as_str()
+        });
+        if collides && !ids.iter().any(|seen| seen == id) {
+            ids.push(id.to_string());
+        }
+    }
+    ids
+}

@@ -2,21 +2,15 @@
 //! before it returns), one writer connection per process and a pool of readers.
 //! SQL is written once with `$N` placeholders and turned into SQLite's `?N`.
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::Row;
-use traqlyte_identity::Contract;
 
 use crate::migrate::{CREATE_MIGRATIONS_TABLE, MIGRATIONS};
-use crate::plan::{self, Batch, Held};
-use crate::{
-    CollisionRecord, ContractStats, EventOutcome, StoreConfig, StoreError, StoredEvent, TenantId,
-};
+use crate::{CollisionRecord, ContractStats, StoreConfig, StoreError, StoredEvent, TenantId};
 
 #[derive(Clone)]
 pub(crate) struct SqliteStore {
@@ -155,81 +149,6 @@ impl SqliteStore {
             .bind(tenant.as_str())
             .fetch_all(&self.reader)
             .await?)
-    }
-
-    pub(crate) async fn insert_events(
-        &self,
-        tenant: &TenantId,
-        contract: &Contract,
-        batch: &Batch<'_>,
-        now: i64,
-    ) -> Result<Vec<EventOutcome>, StoreError> {
-        let name = contract.name().as_str();
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let mut held: HashMap<String, Held> = HashMap::with_capacity(batch.candidates.len());
-        let insert = q(crate::sql::INSERT_EVENT);
-        let select = q(crate::sql::SELECT_HELD_ONE);
-        for &index in &batch.candidates {
-            let event = &batch.events[index];
-            let id = event.identified.event_id.as_str();
-            let done = sqlx::query(&insert)
-                .bind(tenant.as_str())
-                .bind(name)
-                .bind(id)
-                .bind(i64::from(contract.version()))
-                .bind(event.identified.fingerprint.as_str())
-                .bind(&event.payload)
-                .bind(event.identified.occurred_at_us)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            let row = if done.rows_affected() == 1 {
-                Held {
-                    inserted_here: true,
-                    fingerprint: event.identified.fingerprint.to_string(),
-                    payload: None,
-                }
-            } else {
-                let row = sqlx::query(&select)
-                    .bind(tenant.as_str())
-                    .bind(name)
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                Held {
-                    inserted_here: false,
-                    fingerprint: row.try_get(0)?,
-                    payload: Some(row.try_get(1)?),
-                }
-            };
-            held.insert(id.to_string(), row);
-        }
-        let resolution = plan::resolve(batch, &held)?;
-        for c in &resolution.collisions {
-            sqlx::query(&q(crate::sql::INSERT_COLLISION))
-                .bind(tenant.as_str())
-                .bind(name)
-                .bind(c.event.identified.event_id.as_str())
-                .bind(i64::from(contract.version()))
-                .bind(&c.stored_fingerprint)
-                .bind(c.event.identified.fingerprint.as_str())
-                .bind(&c.stored_payload)
-                .bind(&c.event.payload)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query(&q(crate::sql::INSERT_TALLY))
-            .bind(tenant.as_str())
-            .bind(name)
-            .bind(now)
-            .bind(resolution.inserted)
-            .bind(resolution.duplicates)
-            .bind(resolution.collisions.len() as i64)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(resolution.outcomes)
     }
 
     pub(crate) async fn stats(&self, tenant: &TenantId) -> Result<Vec<ContractStats>, StoreError> {

@@ -31,7 +31,7 @@ pub(crate) async fn post_one(
         state.config.json_depth_max,
     )
     .await?;
-    let event = identify(&contract, &value)?;
+    let event = identify(&contract, value)?;
     let outcomes = state
         .store
         .insert_events(&tenant, &contract, std::slice::from_ref(&event))
@@ -89,10 +89,11 @@ pub(crate) async fn post_batch(
             ),
         ));
     }
-    let mut results: Vec<Value> = vec![Value::Null; items.len()];
-    let mut events = Vec::with_capacity(items.len());
-    let mut positions = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
+    let submitted = items.len();
+    let mut results: Vec<Value> = vec![Value::Null; submitted];
+    let mut events = Vec::with_capacity(submitted);
+    let mut positions = Vec::with_capacity(submitted);
+    for (index, item) in items.into_iter().enumerate() {
         match identify(&contract, item) {
             Ok(event) => {
                 events.push(event);
@@ -121,7 +122,7 @@ pub(crate) async fn post_batch(
             }
         };
     }
-    let rejected = items.len() - events.len();
+    let rejected = submitted - events.len();
     tracing::info!(tenant = %tenant, contract = %contract.name(), inserted = totals[0], duplicates = totals[1], collisions = totals[2], rejected, "batch stored");
     Ok(Json(
         json!({"results": results, "inserted": totals[0], "duplicates": totals[1], "collisions": totals[2], "rejected": rejected}),
@@ -159,9 +160,9 @@ pub(crate) async fn get_one(
 }
 
 /// Identifies one parsed event under `contract`, keeping its payload as compact JSON.
-pub(crate) fn identify(contract: &Contract, value: &Value) -> Result<NewEvent, ApiError> {
-    let identified = contract.identify(value)?;
-    let payload = serde_json::to_string(value).map_err(ApiError::internal)?;
+pub(crate) fn identify(contract: &Contract, value: Value) -> Result<NewEvent, ApiError> {
+    let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
+    let identified = contract.identify_owned(value)?;
     Ok(NewEvent {
         identified,
         payload,

@@ -1,0 +1,67 @@
+//! Rough per-stage timing of the identity core on a checkout-sized event.
+use std::time::Instant;
+
+use serde_json::json;
+use traqlyte_identity::{canonical, json as tljson, Contract};
+
+fn main() {
+    let contract = Contract::from_json(&json!({
+        "name": "checkout_completed", "version": 1,
+        "fields": [{"pointer": "/merchant_id", "required": true}, {"pointer": "/order_id", "required": true},
+                   {"pointer": "/amount", "precision": 2}, {"pointer": "/items", "array": "set"}, {"pointer": "/params"}],
+        "transport": ["/sent_at", "/attempt", "/host"], "occurred_at": "/occurred_at"
+    })).unwrap();
+    let event = json!({"merchant_id": "merchant_42", "order_id": "order_1_2345", "amount": 123.455,
+        "items": ["sku-1", "sku-2"], "params": {"currency": "EUR", "channel": "web"},
+        "occurred_at": "2026-11-29T10:00:00Z", "sent_at": "2026-11-29T10:00:01Z", "attempt": 1, "host": "edge-1", "note": "bench"});
+    let text = event.to_string();
+    let n = 100_000;
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(tljson::parse(text.as_bytes(), 32).unwrap());
+    }
+    println!(
+        "parse      {:.2} us",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(serde_json::from_str::<serde_json::Value>(&text).unwrap());
+    }
+    println!(
+        "serde parse {:.2} us",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(canonical::normalize(&event, "").unwrap());
+    }
+    println!(
+        "normalize  {:.2} us",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(canonical::jcs(&event));
+    }
+    println!(
+        "jcs        {:.2} us",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(contract.identify(&event).unwrap());
+    }
+    println!(
+        "identify   {:.2} us",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(event.to_string());
+    }
+    println!(
+        "to_string  {:.2} us",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+}

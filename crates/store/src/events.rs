@@ -1,0 +1,259 @@
+//! Storing identified events: the dedupe path every ingestion surface shares.
+//!
+//! One transaction per batch: insert the candidates with `ON CONFLICT DO NOTHING` (one
+//! statement on PostgreSQL, a few multi-row statements on SQLite), read back the stored
+//! fingerprint of each conflicting id, fetch stored payloads only for collisions, then log
+//! collisions and append one tally row.
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+use traqlyte_identity::Contract;
+
+use crate::plan::{self, Batch, Held};
+use crate::tx::{with_tx, TxInner};
+use crate::{EventOutcome, NewEvent, Store, StoreError, StoreTx, TenantId};
+
+/// Rows per multi-row statement on SQLite (9 parameters a row, far below its limit).
+const SQLITE_ROWS_PER_STATEMENT: usize = 500;
+
+const PG_INSERT_UNNEST: &str = "INSERT INTO events
+     (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us)
+     SELECT $1, $2, e.event_id, $3, e.fingerprint, e.payload, e.occurred_at_us, $4
+     FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[]) AS e(event_id, fingerprint, payload, occurred_at_us)
+     ON CONFLICT DO NOTHING
+     RETURNING event_id";
+
+impl Store {
+    /// Stores identified events of one contract in one transaction, durable before
+    /// returning. Returns one outcome per input, in input order.
+    pub async fn insert_events(
+        &self,
+        tenant: &TenantId,
+        contract: &Contract,
+        events: &[NewEvent],
+    ) -> Result<Vec<EventOutcome>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin().await?;
+        let outcomes = tx.insert_events(tenant, contract, events).await?;
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+}
+
+impl StoreTx {
+    /// [`Store::insert_events`] inside a caller's transaction (so other writes, such as a
+    /// lineage graph update, can commit atomically with the events).
+    pub async fn insert_events(
+        &mut self,
+        tenant: &TenantId,
+        contract: &Contract,
+        events: &[NewEvent],
+    ) -> Result<Vec<EventOutcome>, StoreError> {
+        let batch = Batch::new(events);
+        let name = contract.name().as_str();
+        let now = crate::now_us();
+        let inserted = self
+            .insert_candidates(tenant, contract, &batch, now)
+            .await?;
+        let mut held: HashMap<String, Held> = HashMap::with_capacity(batch.candidates.len());
+        for id in inserted {
+            held.insert(
+                id,
+                Held {
+                    inserted_here: true,
+                    fingerprint: String::new(),
+                    payload: None,
+                },
+            );
+        }
+        for &index in &batch.candidates {
+            let event = &batch.events[index];
+            if let Some(row) = held.get_mut(event.identified.event_id.as_str()) {
+                row.fingerprint = event.identified.fingerprint.to_string();
+            }
+        }
+        let conflicting: Vec<&str> = batch
+            .candidates
+            .iter()
+            .map(|&i| batch.events[i].identified.event_id.as_str())
+            .filter(|id| !held.contains_key(*id))
+            .collect();
+        for (id, fingerprint) in self.stored_fingerprints(tenant, name, &conflicting).await? {
+            held.insert(
+                id,
+                Held {
+                    inserted_here: false,
+                    fingerprint,
+                    payload: None,
+                },
+            );
+        }
+        let colliding = plan::colliding_stored_ids(&batch, &held);
+        for id in colliding {
+            let payload = self.stored_payload(tenant, name, &id).await?;
+            if let Some(row) = held.get_mut(&id) {
+                row.payload = Some(payload);
+            }
+        }
+        let resolution = plan::resolve(&batch, &held)?;
+        debug_assert_eq!(resolution.outcomes.len(), events.len());
+        self.log_collisions(tenant, contract, &resolution.collisions, now)
+            .await?;
+        self.tally(
+            tenant,
+            name,
+            now,
+            resolution.inserted,
+            resolution.duplicates,
+            resolution.collisions.len() as i64,
+        )
+        .await?;
+        Ok(resolution.outcomes)
+    }
+
+    /// Inserts the batch's candidates; returns the ids this statement inserted.
+    async fn insert_candidates(
+        &mut self,
+        tenant: &TenantId,
+        contract: &Contract,
+        batch: &Batch<'_>,
+        now: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let candidates: Vec<&NewEvent> =
+            batch.candidates.iter().map(|&i| &batch.events[i]).collect();
+        let (name, version) = (contract.name().as_str(), contract.version());
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let ids: Vec<&str> = candidates
+                    .iter()
+                    .map(|e| e.identified.event_id.as_str())
+                    .collect();
+                let fingerprints: Vec<&str> = candidates
+                    .iter()
+                    .map(|e| e.identified.fingerprint.as_str())
+                    .collect();
+                let payloads: Vec<&str> = candidates.iter().map(|e| e.payload.as_str()).collect();
+                let occurred: Vec<Option<i64>> = candidates
+                    .iter()
+                    .map(|e| e.identified.occurred_at_us)
+                    .collect();
+                Ok(sqlx::query_scalar(PG_INSERT_UNNEST)
+                    .bind(tenant.as_str())
+                    .bind(name)
+                    .bind(version as i32)
+                    .bind(now)
+                    .bind(&ids)
+                    .bind(&fingerprints)
+                    .bind(&payloads)
+                    .bind(&occurred)
+                    .fetch_all(&mut **conn)
+                    .await?)
+            }
+            TxInner::Sqlite(conn) => {
+                let mut inserted = Vec::with_capacity(candidates.len());
+                for chunk in candidates.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    let sql = format!(
+                        "INSERT INTO events (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us) VALUES {} ON CONFLICT DO NOTHING RETURNING event_id",
+                        vec!["(?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
+                    );
+                    let mut query = sqlx::query_scalar(&sql);
+                    for e in chunk {
+                        query = query
+                            .bind(tenant.as_str())
+                            .bind(name)
+                            .bind(e.identified.event_id.as_str())
+                            .bind(i64::from(version))
+                            .bind(e.identified.fingerprint.as_str())
+                            .bind(e.payload.as_str())
+                            .bind(e.identified.occurred_at_us)
+                            .bind(now);
+                    }
+                    inserted.extend(query.fetch_all(&mut **conn).await?);
+                }
+                Ok(inserted)
+            }
+        }
+    }
+
+    /// `(event_id, fingerprint)` of the stored rows among `ids`.
+    async fn stored_fingerprints(
+        &mut self,
+        tenant: &TenantId,
+        contract: &str,
+        ids: &[&str],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut found = Vec::with_capacity(ids.len());
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                // Read Committed: this statement sees rows committed by the concurrent
+                // transactions our insert waited for.
+                let rows = sqlx::query("SELECT event_id, fingerprint FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = ANY($3)")
+                    .bind(tenant.as_str()).bind(contract).bind(ids).fetch_all(&mut **conn).await?;
+                for row in rows {
+                    found.push((row.try_get(0)?, row.try_get(1)?));
+                }
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in ids.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    let sql = format!("SELECT event_id, fingerprint FROM events WHERE tenant_id = ? AND contract_name = ? AND event_id IN ({})", vec!["?"; chunk.len()].join(","));
+                    let mut query = sqlx::query(&sql).bind(tenant.as_str()).bind(contract);
+                    for id in chunk {
+                        query = query.bind(*id);
+                    }
+                    for row in query.fetch_all(&mut **conn).await? {
+                        found.push((row.try_get(0)?, row.try_get(1)?));
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn stored_payload(
+        &mut self,
+        tenant: &TenantId,
+        contract: &str,
+        id: &str,
+    ) -> Result<String, StoreError> {
+        with_tx!(self, conn, q => Ok(sqlx::query_scalar(&q("SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3"))
+            .bind(tenant.as_str()).bind(contract).bind(id).fetch_one(&mut *conn).await?))
+    }
+
+    async fn log_collisions(
+        &mut self,
+        tenant: &TenantId,
+        contract: &Contract,
+        collisions: &[plan::Collision<'_>],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        for c in collisions {
+            with_tx!(self, conn, q => sqlx::query(&q(crate::sql::INSERT_COLLISION))
+                .bind(tenant.as_str()).bind(contract.name().as_str()).bind(c.event.identified.event_id.as_str()).bind(i64::from(contract.version()))
+                .bind(&c.stored_fingerprint).bind(c.event.identified.fingerprint.as_str())
+                .bind(&c.stored_payload).bind(&c.event.payload).bind(now)
+                .execute(&mut *conn).await.map(|_| ())?);
+        }
+        Ok(())
+    }
+
+    async fn tally(
+        &mut self,
+        tenant: &TenantId,
+        contract: &str,
+        now: i64,
+        inserted: i64,
+        duplicates: i64,
+        collisions: i64,
+    ) -> Result<(), StoreError> {
+        with_tx!(self, conn, q => sqlx::query(&q(crate::sql::INSERT_TALLY))
+            .bind(tenant.as_str()).bind(contract).bind(now).bind(inserted).bind(duplicates).bind(collisions)
+            .execute(&mut *conn).await.map(|_| ())?);
+        Ok(())
+    }
+}
