@@ -102,6 +102,27 @@ pub fn jcs(value: &Value) -> Vec<u8> {
     out
 }
 
+/// RFC 8785 bytes of an object given as members already in [`key_order`], with distinct keys.
+pub fn jcs_object<'a>(members: impl Iterator<Item = (&'a str, &'a Value)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.push(b'{');
+    for (index, (key, value)) in members.enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_string(key, &mut out);
+        out.push(b':');
+        write_jcs(value, &mut out);
+    }
+    out.push(b'}');
+    out
+}
+
+/// RFC 8785 member order: by UTF-16 code units.
+pub fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
 fn write_jcs(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
@@ -126,7 +147,7 @@ fn write_jcs(value: &Value, out: &mut Vec<u8>) {
             if entries.iter().all(|(key, _)| key.bytes().all(|b| b < 0xee)) {
                 entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             } else {
-                entries.sort_unstable_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+                entries.sort_unstable_by(|a, b| key_order(a.0, b.0));
             }
             out.push(b'{');
             for (index, (key, item)) in entries.into_iter().enumerate() {

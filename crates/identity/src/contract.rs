@@ -119,6 +119,8 @@ pub struct Contract {
     name: ContractName,
     version: u32,
     fields: Vec<(Pointer, FieldSpec)>,
+    /// Indices into `fields` in RFC 8785 key order of their pointers.
+    identity_order: Vec<usize>,
     transport: Vec<Pointer>,
     occurred_at: Option<Pointer>,
 }
@@ -186,11 +188,15 @@ impl Contract {
             }
             None => None,
         };
+        let mut identity_order: Vec<usize> = (0..fields.len()).collect();
+        identity_order
+            .sort_by(|&a, &b| canonical::key_order(&fields[a].1.pointer, &fields[b].1.pointer));
         Ok(Contract {
             document,
             name,
             version,
             fields,
+            identity_order,
             transport,
             occurred_at,
         })
@@ -300,7 +306,6 @@ impl Contract {
         }
         let mut content = event;
         canonical::normalize_in_place(&mut content, "")?;
-        let mut identity = serde_json::Map::new();
         for (pointer, spec) in &self.fields {
             let Some(value) = pointer.get(&content) else {
                 if spec.required {
@@ -310,18 +315,26 @@ impl Contract {
                 }
                 continue;
             };
-            let value = canonical_field(value, spec)?;
-            pointer.replace(&mut content, value.clone());
-            identity.insert(spec.pointer.clone(), value);
+            if let Some(canonical) = canonical_field(value, spec)? {
+                pointer.replace(&mut content, canonical);
+            }
         }
+        // The identity document `{pointer: canonical value}`, written straight from the
+        // (now canonical) content in RFC 8785 key order, absent fields omitted.
+        let members = self.identity_order.iter().filter_map(|&i| {
+            let (pointer, spec) = &self.fields[i];
+            pointer
+                .get(&content)
+                .map(|value| (spec.pointer.as_str(), value))
+        });
+        let identity_bytes = canonical::jcs_object(members);
         let occurred_at_us = self.event_time(&content)?;
         for pointer in &self.transport {
             pointer.remove(&mut content);
         }
-        let identity = Value::Object(identity);
         Ok(Identified::new(
             self,
-            canonical::jcs(&identity),
+            identity_bytes,
             &content,
             occurred_at_us,
         ))
@@ -381,7 +394,9 @@ fn check_field_rules(spec: &FieldSpec, at: &str) -> Result<(), ContractError> {
     Ok(())
 }
 
-fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Value, IdentityError> {
+/// Checks a field's type and returns its canonical form when that differs from the value
+/// as sent (`None`: the value is already canonical).
+fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Option<Value>, IdentityError> {
     let wrong = |expected: &'static str| IdentityError::WrongType {
         field: spec.pointer.clone(),
         expected,
@@ -414,14 +429,16 @@ fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Value, IdentityErr
         }));
     }
     Ok(match (value, spec.precision, spec.array) {
-        (Value::Number(n), Some(p), _) => Value::Number(canonical::round_decimal(n, p)),
+        (Value::Number(n), Some(p), _) => Some(Value::Number(canonical::round_decimal(n, p))),
         (Value::Array(items), _, Some(ArrayMode::Set)) => {
             let mut keyed: Vec<(Vec<u8>, &Value)> =
                 items.iter().map(|v| (canonical::jcs(v), v)).collect();
             keyed.sort_by(|a, b| a.0.cmp(&b.0));
-            Value::Array(keyed.into_iter().map(|(_, v)| v.clone()).collect())
+            Some(Value::Array(
+                keyed.into_iter().map(|(_, v)| v.clone()).collect(),
+            ))
         }
-        _ => value.clone(),
+        _ => None,
     })
 }
 

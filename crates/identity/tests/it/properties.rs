@@ -10,6 +10,13 @@ use crate::{identify, job_run_contract, IDENTITY_KEYS, TRANSPORT_KEYS};
 
 proptest! {
     #[test]
+    fn the_canonical_writer_agrees_with_the_reference_canonicaliser(value in value()) {
+        let ours = canonical::jcs(&value);
+        let reference = serde_json_canonicalizer::to_vec(&value).expect("reference");
+        prop_assert_eq!(String::from_utf8_lossy(&ours), String::from_utf8_lossy(&reference));
+    }
+
+    #[test]
     fn permuting_object_keys_keeps_id_and_fingerprint(event in event(), seed in any::<u64>()) {
         let sorted = reparse(&render(&event, &mut Layout::plain()));
         let shuffled = reparse(&render(&event, &mut Layout::shuffled(seed)));

@@ -4,7 +4,9 @@
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use axum::Json;
+use serde::Serialize;
 use serde_json::{json, Value};
 use traqlyte_identity::{Contract, ContractName, Fingerprint};
 use traqlyte_store::{EventOutcome, NewEvent};
@@ -62,7 +64,7 @@ pub(crate) async fn post_batch(
     Query(query): Query<VersionQuery>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let contract = load(&state, &tenant, &name, query.version).await?;
     let config = &state.config;
     let value = read_json(
@@ -90,7 +92,14 @@ pub(crate) async fn post_batch(
         ));
     }
     let submitted = items.len();
-    let mut results: Vec<Value> = vec![Value::Null; submitted];
+    let mut results: Vec<ItemResult> = (0..submitted)
+        .map(|index| ItemResult {
+            index,
+            event_id: None,
+            status: "rejected",
+            error: None,
+        })
+        .collect();
     let mut events = Vec::with_capacity(submitted);
     let mut positions = Vec::with_capacity(submitted);
     for (index, item) in items.into_iter().enumerate() {
@@ -99,34 +108,59 @@ pub(crate) async fn post_batch(
                 events.push(event);
                 positions.push(index);
             }
-            Err(err) => {
-                results[index] = json!({"index": index, "status": "rejected", "error": err.body()})
-            }
+            Err(err) => results[index].error = Some(err.body()),
         }
     }
     let outcomes = state
         .store
         .insert_events(&tenant, &contract, &events)
         .await?;
-    let mut totals = [0usize; 3];
+    let mut totals = BatchTotals {
+        rejected: submitted - events.len(),
+        ..BatchTotals::default()
+    };
     for ((event, index), outcome) in events.iter().zip(positions).zip(outcomes) {
-        let event_id = event.identified.event_id.as_str();
-        results[index] = match &outcome {
+        let result = &mut results[index];
+        result.event_id = Some(event.identified.event_id.as_str());
+        result.status = outcome.as_str();
+        match &outcome {
+            EventOutcome::Inserted => totals.inserted += 1,
+            EventOutcome::Duplicate => totals.duplicates += 1,
             EventOutcome::Collision { stored_fingerprint } => {
-                totals[2] += 1;
-                json!({"index": index, "event_id": event_id, "status": "collision", "error": collision(event, stored_fingerprint).body()})
+                totals.collisions += 1;
+                result.error = Some(collision(event, stored_fingerprint).body());
             }
-            other => {
-                totals[usize::from(*other == EventOutcome::Duplicate)] += 1;
-                json!({"index": index, "event_id": event_id, "status": other.as_str()})
-            }
-        };
+        }
     }
-    let rejected = submitted - events.len();
-    tracing::info!(tenant = %tenant, contract = %contract.name(), inserted = totals[0], duplicates = totals[1], collisions = totals[2], rejected, "batch stored");
-    Ok(Json(
-        json!({"results": results, "inserted": totals[0], "duplicates": totals[1], "collisions": totals[2], "rejected": rejected}),
-    ))
+    tracing::info!(tenant = %tenant, contract = %contract.name(), inserted = totals.inserted, duplicates = totals.duplicates, collisions = totals.collisions, rejected = totals.rejected, "batch stored");
+    Ok(Json(BatchAnswer { results, totals }).into_response())
+}
+
+/// One item of a batch answer (serialised directly: a batch answer has up to
+/// `batch_events_max` of these, too many to build as generic JSON values).
+#[derive(Serialize)]
+struct ItemResult<'a> {
+    index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_id: Option<&'a str>,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+}
+
+#[derive(Serialize, Default)]
+struct BatchTotals {
+    inserted: usize,
+    duplicates: usize,
+    collisions: usize,
+    rejected: usize,
+}
+
+#[derive(Serialize)]
+struct BatchAnswer<'a> {
+    results: Vec<ItemResult<'a>>,
+    #[serde(flatten)]
+    totals: BatchTotals,
 }
 
 /// `GET /events/{contract}/{event_id}`: the stored row.
