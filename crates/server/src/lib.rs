@@ -10,6 +10,7 @@ pub mod auth;
 pub mod body;
 mod config;
 mod error;
+pub mod experiments;
 pub mod idempotency;
 mod routes;
 

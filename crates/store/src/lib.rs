@@ -14,6 +14,7 @@
 mod bench;
 pub mod campaigns;
 mod events;
+pub mod experiments;
 pub mod idempotency;
 mod migrate;
 mod model;
@@ -28,6 +29,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use traqlyte_identity::{Contract, ContractName};
 
 pub use campaigns::{Arm, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
+pub use experiments::{
+    Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,
+};
 pub use idempotency::{KeyRecord, StoredResponse};
 pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,

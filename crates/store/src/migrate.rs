@@ -23,6 +23,13 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0002_campaigns_idempotency.sql"),
         postgres: include_str!("../migrations/postgres/0002_campaigns_idempotency.sql"),
     },
+    // Version 3 is the lineage migration.
+    Migration {
+        version: 4,
+        name: "experiments",
+        sqlite: include_str!("../migrations/sqlite/0004_experiments.sql"),
+        postgres: include_str!("../migrations/postgres/0004_experiments.sql"),
+    },
 ];
 
 pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -41,6 +41,16 @@ pub(crate) fn router(state: AppState) -> Router {
             "/campaigns/{id}/publish",
             idempotent(post(campaigns::publish)),
         )
+        .route(
+            "/campaigns/{id}/report",
+            get(crate::experiments::report::get_report),
+        )
+        .route("/assignments", idempotent(post(crate::experiments::assign)))
+        .route("/outcome", post(crate::experiments::post_outcome))
+        .route(
+            "/outcomes/batch",
+            post(crate::experiments::post_outcomes_batch),
+        )
         .route("/contracts/{name}", get(contracts::show))
         .route("/contracts/{name}/collisions", get(contracts::collisions))
         .route("/events/{contract}", post(events::post_one))

@@ -1,0 +1,95 @@
+//! Experiments: sticky assignments (`POST /assignments`), deduplicated outcomes
+//! (`POST /outcome`, `POST /outcomes/batch`) and the dedupe-aware report
+//! (`GET /campaigns/{id}/report`).
+//!
+//! Outcomes rely on layer 1 only: `(assignment_id, dedupe_key)` is unique in the store,
+//! a retry gets the original answer byte for byte and is counted against its arm, so the
+//! report can show what a pipeline without dedupe would have concluded.
+
+pub mod bucketing;
+mod outcomes;
+pub mod report;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use serde_json::{json, Value};
+use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_store::{now_us, Assignment};
+
+use crate::auth::Tenant;
+use crate::body::read_json;
+use crate::idempotency::Work;
+use crate::{ApiError, AppState};
+
+pub(crate) use outcomes::{post_outcome, post_outcomes_batch};
+
+const UNIT_ID_BYTES_MAX: usize = 256;
+
+/// `POST /assignments` `{"campaign_id","unit_id"}` → the unit's (first) assignment.
+pub(crate) async fn assign(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    work: Work,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let value = read_json(
+        &headers,
+        body,
+        state.config.body_bytes_max,
+        state.config.json_depth_max,
+    )
+    .await?;
+    let text = |key: &str| {
+        value
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let invalid = |field: &str, message: &str| {
+        ApiError::unprocessable("invalid_assignment", message.to_string()).with_field(field)
+    };
+    let campaign_id = text("campaign_id").ok_or_else(|| {
+        invalid(
+            "campaign_id",
+            "campaign_id is required and must be a non-empty string",
+        )
+    })?;
+    let unit_id = text("unit_id")
+        .filter(|u| u.len() <= UNIT_ID_BYTES_MAX)
+        .ok_or_else(|| invalid("unit_id", "unit_id is required: a string of 1-256 bytes"))?;
+    let campaign = state
+        .store
+        .campaign(&tenant, campaign_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found("campaign_not_found", format!("no campaign {campaign_id:?}"))
+                .with_field("campaign_id")
+        })?;
+    let versions = state.store.campaign_versions(&tenant, campaign_id).await?;
+    let latest = versions.last().ok_or_else(not_published)?;
+    let arm = bucketing::bucket(&latest.salt, unit_id, &latest.arms)
+        .ok_or_else(|| ApiError::internal("published version without arms"))?;
+    let proposed = Assignment {
+        assignment_id: bucketing::assignment_id(&campaign.id, unit_id),
+        campaign_id: campaign.id.clone(),
+        unit_id: unit_id.to_string(),
+        arm: arm.key.clone(),
+        version: latest.version,
+        assigned_at_us: now_us(),
+    };
+    let mut tx = work.begin().await?;
+    let stored = tx.assign(&tenant, &proposed).await?;
+    work.finish(tx).await?;
+    Ok(Json(json!({
+        "assignment_id": stored.assignment_id, "campaign_id": stored.campaign_id, "unit_id": stored.unit_id,
+        "arm": stored.arm, "version": stored.version, "assigned_at": format_rfc3339_micros(stored.assigned_at_us),
+    })))
+}
+
+/// 409 for a campaign that has never been published.
+pub(crate) fn not_published() -> ApiError {
+    ApiError::new(axum::http::StatusCode::CONFLICT, "campaign_not_published", "this campaign has no published version yet; publish it with POST /campaigns/{id}/publish before assigning units")
+}

@@ -1,0 +1,298 @@
+//! `POST /outcome` and `POST /outcomes/batch`: unique on `(assignment_id, dedupe_key)`.
+//! A duplicate returns exactly the original body (it is rendered from the stored row,
+//! never from the request); a different payload under the same pair is a 409 collision.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use traqlyte_identity::{canonical, format_rfc3339_micros, parse_rfc3339_micros, sha256_hex};
+use traqlyte_store::{
+    now_us, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult, StoredOutcome, TenantId,
+};
+
+use crate::auth::Tenant;
+use crate::body::read_json;
+use crate::{ApiError, AppState};
+
+const DEDUPE_KEY_CHARS_MAX: usize = 512;
+/// Header telling a client whether its outcome was new; the body is the same either way.
+const DEDUPE_HEADER: &str = "x-tl-dedupe";
+
+/// `POST /outcome`.
+pub(crate) async fn post_outcome(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let value = read_json(
+        &headers,
+        body,
+        state.config.body_bytes_max,
+        state.config.json_depth_max,
+    )
+    .await?;
+    let mut lookups = Lookups::default();
+    let outcome = lookups.parse(&state, &tenant, &value).await?;
+    let mut tx = state.store.begin().await?;
+    let results = tx
+        .record_outcomes(&tenant, std::slice::from_ref(&outcome), now_us())
+        .await?;
+    tx.commit().await?;
+    match results.into_iter().next() {
+        Some(OutcomeResult::Inserted(stored)) => Ok(answer(&stored, "inserted")),
+        Some(OutcomeResult::Duplicate(stored)) => Ok(answer(&stored, "duplicate")),
+        Some(OutcomeResult::Collision(stored)) => Err(collision(&stored)),
+        None => Err(ApiError::internal("store returned no outcome")),
+    }
+}
+
+/// `POST /outcomes/batch`: a JSON array; each item judged on its own.
+pub(crate) async fn post_outcomes_batch(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let config = &state.config;
+    let value = read_json(
+        &headers,
+        body,
+        config.batch_bytes_max,
+        config.json_depth_max + 1,
+    )
+    .await?;
+    let Value::Array(items) = value else {
+        return Err(ApiError::unprocessable(
+            "not_an_array",
+            "a batch body must be a JSON array of outcomes",
+        ));
+    };
+    if items.len() > config.batch_events_max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "batch_too_large",
+            format!(
+                "a batch holds at most {} outcomes, got {}",
+                config.batch_events_max,
+                items.len()
+            ),
+        ));
+    }
+    let mut lookups = Lookups::default();
+    let mut results: Vec<Value> = Vec::with_capacity(items.len());
+    let mut valid = Vec::new();
+    let mut positions = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        match lookups.parse(&state, &tenant, item).await {
+            Ok(outcome) => {
+                valid.push(outcome);
+                positions.push(index);
+                results.push(Value::Null);
+            }
+            Err(err) if err.status_code().is_server_error() => return Err(err),
+            Err(err) => {
+                results.push(json!({"index": index, "status": "rejected", "error": err.body()}))
+            }
+        }
+    }
+    let mut tx = state.store.begin().await?;
+    let recorded = tx.record_outcomes(&tenant, &valid, now_us()).await?;
+    tx.commit().await?;
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for (index, result) in positions.into_iter().zip(recorded) {
+        let (status, stored, error) = match &result {
+            OutcomeResult::Inserted(s) => ("inserted", s, None),
+            OutcomeResult::Duplicate(s) => ("duplicate", s, None),
+            OutcomeResult::Collision(s) => ("collision", s, Some(collision(s).body())),
+        };
+        *counts.entry(status).or_default() += 1;
+        results[index] = match error {
+            Some(error) => json!({"index": index, "status": status, "error": error}),
+            None => json!({"index": index, "status": status, "outcome": outcome_json(stored)}),
+        };
+    }
+    let count = |k: &str| counts.get(k).copied().unwrap_or(0);
+    Ok(Json(json!({
+        "results": results, "inserted": count("inserted"), "duplicates": count("duplicate"),
+        "collisions": count("collision"), "rejected": items.len() - valid.len(),
+    })))
+}
+
+/// Assignments and campaigns looked up once per request.
+#[derive(Default)]
+struct Lookups {
+    assignments: HashMap<String, Option<Assignment>>,
+    campaigns: HashMap<String, Option<Campaign>>,
+}
+
+impl Lookups {
+    /// Validates one outcome object.
+    async fn parse(
+        &mut self,
+        state: &AppState,
+        tenant: &TenantId,
+        value: &Value,
+    ) -> Result<NewOutcome, ApiError> {
+        let map = value.as_object().ok_or_else(|| {
+            ApiError::unprocessable("not_an_object", "an outcome must be a JSON object")
+        })?;
+        let allowed = [
+            "assignment_id",
+            "dedupe_key",
+            "metric",
+            "value",
+            "occurred_at",
+        ];
+        if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(invalid(
+                key,
+                format!("unknown field {key:?}; allowed: {}", allowed.join(", ")),
+            ));
+        }
+        let assignment_id = required_text(map, "assignment_id")?;
+        let dedupe_key = required_text(map, "dedupe_key")?;
+        if dedupe_key.chars().count() > DEDUPE_KEY_CHARS_MAX {
+            return Err(invalid(
+                "dedupe_key",
+                format!("dedupe_key is 1-{DEDUPE_KEY_CHARS_MAX} characters"),
+            ));
+        }
+        let metric = required_text(map, "metric")?;
+        let occurred_at = required_text(map, "occurred_at")?;
+        let occurred_at_us = parse_rfc3339_micros(occurred_at).map_err(|reason| {
+            invalid(
+                "occurred_at",
+                format!("occurred_at must be an RFC 3339 timestamp with an offset: {reason}"),
+            )
+        })?;
+        let number = match map.get("value") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => n.as_f64(),
+            Some(_) => return Err(invalid("value", "value must be a number")),
+        };
+        let assignment = self.assignment(state, tenant, assignment_id).await?;
+        let campaign = self
+            .campaign(state, tenant, &assignment.campaign_id)
+            .await?;
+        let definition = campaign
+            .metrics
+            .iter()
+            .find(|m| m.name == metric)
+            .ok_or_else(|| {
+                let known: Vec<&str> = campaign.metrics.iter().map(|m| m.name.as_str()).collect();
+                invalid(
+                    "metric",
+                    format!(
+                        "metric {metric:?} is not a metric of campaign {}; known: {}",
+                        campaign.id,
+                        known.join(", ")
+                    ),
+                )
+            })?;
+        if definition.kind == MetricKind::Sum && number.is_none() {
+            return Err(invalid(
+                "value",
+                format!("metric {metric:?} is a sum: value is required"),
+            ));
+        }
+        let fingerprint_doc =
+            json!({"metric": metric, "value": number, "occurred_at_us": occurred_at_us});
+        Ok(NewOutcome {
+            assignment,
+            dedupe_key: dedupe_key.to_string(),
+            metric: metric.to_string(),
+            value: number,
+            occurred_at_us,
+            fingerprint: sha256_hex(&canonical::jcs(&fingerprint_doc)),
+            payload: value.to_string(),
+        })
+    }
+
+    async fn assignment(
+        &mut self,
+        state: &AppState,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<Assignment, ApiError> {
+        if !self.assignments.contains_key(id) {
+            let found = state.store.assignment(tenant, id).await?;
+            self.assignments.insert(id.to_string(), found);
+        }
+        self.assignments.get(id).cloned().flatten().ok_or_else(|| {
+            ApiError::not_found(
+                "assignment_not_found",
+                format!("no assignment {id:?}; get one from POST /assignments"),
+            )
+            .with_field("assignment_id")
+        })
+    }
+
+    async fn campaign(
+        &mut self,
+        state: &AppState,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<Campaign, ApiError> {
+        if !self.campaigns.contains_key(id) {
+            let found = state.store.campaign(tenant, id).await?;
+            self.campaigns.insert(id.to_string(), found);
+        }
+        self.campaigns
+            .get(id)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| ApiError::internal(format!("assignment names missing campaign {id}")))
+    }
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::unprocessable("invalid_outcome", message).with_field(field)
+}
+
+fn required_text<'a>(map: &'a Map<String, Value>, key: &str) -> Result<&'a str, ApiError> {
+    map.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            invalid(
+                key,
+                format!("{key} is required and must be a non-empty string"),
+            )
+        })
+}
+
+/// The answer to every delivery of an outcome: rendered from the stored row only.
+fn outcome_json(stored: &StoredOutcome) -> Value {
+    json!({
+        "assignment_id": stored.assignment_id, "dedupe_key": stored.dedupe_key, "campaign_id": stored.campaign_id,
+        "arm": stored.arm, "metric": stored.metric, "value": stored.value,
+        "occurred_at": format_rfc3339_micros(stored.occurred_at_us), "received_at": format_rfc3339_micros(stored.received_at_us),
+    })
+}
+
+fn answer(stored: &StoredOutcome, status: &'static str) -> Response {
+    let mut response = Json(outcome_json(stored)).into_response();
+    response
+        .headers_mut()
+        .insert(DEDUPE_HEADER, HeaderValue::from_static(status));
+    response
+}
+
+fn collision(stored: &StoredOutcome) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "outcome_collision",
+        format!(
+            "assignment {} already has a different outcome under dedupe_key {:?}; nothing was overwritten and this payload was logged. \
+             Use a distinct, namespaced dedupe_key per business event (e.g. prod:checkout_completed:merchant_42:order_12345)",
+            stored.assignment_id, stored.dedupe_key
+        ),
+    )
+    .with_detail("stored", outcome_json(stored))
+}

@@ -1,0 +1,340 @@
+//! Experiments: sticky assignments, deduplicated outcomes with every suppressed duplicate
+//! recorded, and the one-pass aggregates the report is computed from.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use sqlx::Row;
+
+use crate::tx::{with_pool, with_tx};
+use crate::{Store, StoreError, StoreTx, TenantId};
+
+/// A unit's assignment to an arm. Never updated once written.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Assignment {
+    pub assignment_id: String,
+    pub campaign_id: String,
+    pub unit_id: String,
+    pub arm: String,
+    pub version: i64,
+    pub assigned_at_us: i64,
+}
+
+/// A validated outcome to record.
+#[derive(Debug, Clone)]
+pub struct NewOutcome {
+    pub assignment: Assignment,
+    pub dedupe_key: String,
+    pub metric: String,
+    pub value: Option<f64>,
+    pub occurred_at_us: i64,
+    /// Hash of the payload (metric, value, event time): equal means a retry.
+    pub fingerprint: String,
+    /// The request item as received, for the collision log.
+    pub payload: String,
+}
+
+/// A stored outcome: the answer to every delivery of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredOutcome {
+    pub assignment_id: String,
+    pub dedupe_key: String,
+    pub campaign_id: String,
+    pub arm: String,
+    pub metric: String,
+    pub value: Option<f64>,
+    pub occurred_at_us: i64,
+    pub received_at_us: i64,
+    pub fingerprint: String,
+}
+
+/// What happened to one outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutcomeResult {
+    /// New row.
+    Inserted(StoredOutcome),
+    /// A retry: counted in `outcome_duplicates`, the stored row returned.
+    Duplicate(StoredOutcome),
+    /// Same (assignment, dedupe key), different payload: logged, nothing overwritten.
+    Collision(StoredOutcome),
+}
+
+/// Sums over one arm's units for one metric and one window (event or arrival time).
+/// Per-unit values: `n` stored events, `v` stored value, `dn`/`dv` suppressed duplicates.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WindowSums {
+    /// Units with at least one stored event in the window.
+    pub units_with_events: f64,
+    pub events: f64,
+    pub events_sq: f64,
+    pub value: f64,
+    pub value_sq: f64,
+    pub duplicates: f64,
+    pub duplicate_value: f64,
+    /// Σ (n + dn)², for the naive per-unit count's variance.
+    pub naive_events_sq: f64,
+    /// Σ (v + dv)², for the naive per-unit value's variance.
+    pub naive_value_sq: f64,
+}
+
+/// Aggregates of one metric in one arm.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricArmSums {
+    pub event_time: WindowSums,
+    pub arrival_time: WindowSums,
+}
+
+/// A metric and its window, for [`Store::report_sums`].
+#[derive(Debug, Clone)]
+pub struct MetricWindow {
+    pub metric: String,
+    pub window_us: i64,
+}
+
+const OUTCOME_COLUMNS: &str = "assignment_id, dedupe_key, campaign_id, arm, metric, value, occurred_at_us, received_at_us, fingerprint";
+
+impl StoreTx {
+    /// Inserts the assignment unless the unit already has one; returns the stored one
+    /// (the first assignment always wins: sticky).
+    pub async fn assign(
+        &mut self,
+        tenant: &TenantId,
+        proposed: &Assignment,
+    ) -> Result<Assignment, StoreError> {
+        with_tx!(self, conn, q => {
+            sqlx::query(&q("INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING"))
+                .bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id).bind(&proposed.assignment_id)
+                .bind(&proposed.arm).bind(proposed.version as i32).bind(proposed.assigned_at_us)
+                .execute(&mut *conn).await?;
+            let row = sqlx::query(&q("SELECT assignment_id, campaign_id, unit_id, arm, CAST(version AS BIGINT), assigned_at_us
+                 FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3"))
+                .bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id)
+                .fetch_one(&mut *conn).await?;
+            assignment(&row)
+        })
+    }
+
+    /// Records outcomes in this transaction, one result per input, in order.
+    pub async fn record_outcomes(
+        &mut self,
+        tenant: &TenantId,
+        outcomes: &[NewOutcome],
+        now_us: i64,
+    ) -> Result<Vec<OutcomeResult>, StoreError> {
+        let mut results = Vec::with_capacity(outcomes.len());
+        for outcome in outcomes {
+            results.push(self.record_outcome(tenant, outcome, now_us).await?);
+        }
+        Ok(results)
+    }
+
+    async fn record_outcome(
+        &mut self,
+        tenant: &TenantId,
+        new: &NewOutcome,
+        now_us: i64,
+    ) -> Result<OutcomeResult, StoreError> {
+        let a = &new.assignment;
+        let inserted = with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO outcomes
+             (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING"))
+            .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&a.arm)
+            .bind(a.assigned_at_us).bind(&new.metric).bind(new.value).bind(new.occurred_at_us).bind(now_us).bind(&new.fingerprint)
+            .execute(&mut *conn).await?.rows_affected() == 1);
+        let stored = self
+            .stored_outcome(tenant, &a.assignment_id, &new.dedupe_key)
+            .await?;
+        if inserted {
+            return Ok(OutcomeResult::Inserted(stored));
+        }
+        if stored.fingerprint == new.fingerprint {
+            with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO outcome_duplicates
+                 (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us, arrived_at_us)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"))
+                .bind(tenant.as_str()).bind(&stored.campaign_id).bind(&stored.assignment_id).bind(&stored.dedupe_key).bind(&stored.arm)
+                .bind(a.assigned_at_us).bind(&stored.metric).bind(stored.value).bind(stored.occurred_at_us).bind(now_us)
+                .execute(&mut *conn).await.map(|_| ())?);
+            return Ok(OutcomeResult::Duplicate(stored));
+        }
+        with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO outcome_collisions
+             (tenant_id, assignment_id, dedupe_key, campaign_id, incoming_payload, received_at_us) VALUES ($1, $2, $3, $4, $5, $6)"))
+            .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&new.payload).bind(now_us)
+            .execute(&mut *conn).await.map(|_| ())?);
+        Ok(OutcomeResult::Collision(stored))
+    }
+
+    async fn stored_outcome(
+        &mut self,
+        tenant: &TenantId,
+        assignment_id: &str,
+        dedupe_key: &str,
+    ) -> Result<StoredOutcome, StoreError> {
+        let sql = format!("SELECT {OUTCOME_COLUMNS} FROM outcomes WHERE tenant_id = $1 AND assignment_id = $2 AND dedupe_key = $3");
+        with_tx!(self, conn, q => {
+            let row = sqlx::query(&q(&sql)).bind(tenant.as_str()).bind(assignment_id).bind(dedupe_key).fetch_one(&mut *conn).await?;
+            Ok::<_, StoreError>(StoredOutcome {
+                assignment_id: row.try_get(0)?, dedupe_key: row.try_get(1)?, campaign_id: row.try_get(2)?, arm: row.try_get(3)?,
+                metric: row.try_get(4)?, value: row.try_get(5)?, occurred_at_us: row.try_get(6)?, received_at_us: row.try_get(7)?,
+                fingerprint: row.try_get(8)?,
+            })
+        })
+    }
+}
+
+impl Store {
+    /// An assignment by id.
+    pub async fn assignment(
+        &self,
+        tenant: &TenantId,
+        assignment_id: &str,
+    ) -> Result<Option<Assignment>, StoreError> {
+        with_pool!(self, reader, pool, q => {
+            let row = sqlx::query(&q("SELECT assignment_id, campaign_id, unit_id, arm, CAST(version AS BIGINT), assigned_at_us
+                 FROM assignments WHERE tenant_id = $1 AND assignment_id = $2"))
+                .bind(tenant.as_str()).bind(assignment_id).fetch_optional(pool).await?;
+            row.as_ref().map(assignment).transpose()
+        })
+    }
+
+    /// Units per (version, arm) of a campaign.
+    pub async fn units_by_version(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+        with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q("SELECT CAST(version AS BIGINT), arm, COUNT(*) FROM assignments
+                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY version, arm"))
+                .bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
+            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+        })
+    }
+
+    /// Suppressed duplicates per (arrival bucket, arm), oldest first, at most `rows_max`.
+    pub async fn duplicates_over_time(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+        bucket_us: i64,
+        rows_max: i64,
+    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+        with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q("SELECT (arrived_at_us / $3) * $3 AS bucket, arm, COUNT(*) FROM outcome_duplicates
+                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY bucket, arm ORDER BY bucket, arm LIMIT $4"))
+                .bind(tenant.as_str()).bind(campaign_id).bind(bucket_us).bind(rows_max).fetch_all(pool).await?;
+            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+        })
+    }
+
+    /// One pass over a campaign's outcomes and duplicates: per (metric, arm) sums for the
+    /// event-time and arrival-time windows of each metric.
+    pub async fn report_sums(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+        metrics: &[MetricWindow],
+    ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
+        if metrics.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let sql = report_sql(metrics);
+        with_pool!(self, reader, pool, q => {
+            let text = q(&sql);
+            let mut query = sqlx::query(&text).bind(tenant.as_str()).bind(campaign_id);
+            for m in metrics {
+                query = query.bind(&m.metric);
+            }
+            let rows = query.fetch_all(pool).await?;
+            let mut out = HashMap::new();
+            for row in rows {
+                let f = |i: usize| -> Result<f64, StoreError> { Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(0.0)) };
+                let window = |base: usize| -> Result<WindowSums, StoreError> {
+                    Ok(WindowSums {
+                        units_with_events: f(base)?, events: f(base + 1)?, events_sq: f(base + 2)?, value: f(base + 3)?, value_sq: f(base + 4)?,
+                        duplicates: f(base + 5)?, duplicate_value: f(base + 6)?, naive_events_sq: f(base + 7)?, naive_value_sq: f(base + 8)?,
+                    })
+                };
+                let key: (String, String) = (row.try_get(0)?, row.try_get(1)?);
+                out.insert(key, MetricArmSums { event_time: window(2)?, arrival_time: window(11)? });
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// The report's single-pass query. Windows are inlined as integer literals (they come
+/// from validated campaign definitions, never from a request); metric names are bound.
+fn report_sql(metrics: &[MetricWindow]) -> String {
+    let window = {
+        let arms: Vec<String> = metrics
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("WHEN ${} THEN {}", i + 3, m.window_us))
+            .collect();
+        format!("CASE metric {} ELSE -1 END", arms.join(" "))
+    };
+    let names: Vec<String> = (0..metrics.len()).map(|i| format!("${}", i + 3)).collect();
+    let per_unit = |p: &str, flag: &str| {
+        format!(
+            "SUM(CASE WHEN stored = 1 AND {flag} = 1 THEN 1 ELSE 0 END) AS {p}_n,
+             SUM(CASE WHEN stored = 1 AND {flag} = 1 THEN COALESCE(value, 0) ELSE 0 END) AS {p}_v,
+             SUM(CASE WHEN stored = 0 AND {flag} = 1 THEN 1 ELSE 0 END) AS {p}_dn,
+             SUM(CASE WHEN stored = 0 AND {flag} = 1 THEN COALESCE(value, 0) ELSE 0 END) AS {p}_dv"
+        )
+    };
+    let per_arm = |p: &str| {
+        let d = |e: String| format!("CAST(SUM({e}) AS DOUBLE PRECISION)");
+        [
+            d(format!("CASE WHEN {p}_n > 0 THEN 1 ELSE 0 END")),
+            d(format!("{p}_n")),
+            d(format!("{p}_n * {p}_n")),
+            d(format!("{p}_v")),
+            d(format!("{p}_v * {p}_v")),
+            d(format!("{p}_dn")),
+            d(format!("{p}_dv")),
+            d(format!("({p}_n + {p}_dn) * ({p}_n + {p}_dn)")),
+            d(format!("({p}_v + {p}_dv) * ({p}_v + {p}_dv)")),
+        ]
+        .join(", ")
+    };
+    let source = |table: &str, stored: u8, arrival: &str| {
+        format!(
+            "SELECT metric, arm, assignment_id, value, {stored} AS stored,
+                    CASE WHEN occurred_at_us - assigned_at_us BETWEEN 0 AND {window} THEN 1 ELSE 0 END AS ev_in,
+                    CASE WHEN {arrival} - assigned_at_us BETWEEN 0 AND {window} THEN 1 ELSE 0 END AS ar_in
+             FROM {table} WHERE tenant_id = $1 AND campaign_id = $2 AND metric IN ({})",
+            names.join(", ")
+        )
+    };
+    format!(
+        "SELECT metric, arm, {}, {} FROM (
+           SELECT metric, arm, assignment_id, {}, {} FROM (
+             {} UNION ALL {}
+           ) x GROUP BY metric, arm, assignment_id
+         ) u GROUP BY metric, arm",
+        per_arm("ev"),
+        per_arm("ar"),
+        per_unit("ev", "ev_in"),
+        per_unit("ar", "ar_in"),
+        source("outcomes", 1, "received_at_us"),
+        source("outcome_duplicates", 0, "arrived_at_us"),
+    )
+}
+
+fn assignment<R>(row: &R) -> Result<Assignment, StoreError>
+where
+    R: Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(Assignment {
+        assignment_id: row.try_get(0)?,
+        campaign_id: row.try_get(1)?,
+        unit_id: row.try_get(2)?,
+        arm: row.try_get(3)?,
+        version: row.try_get(4)?,
+        assigned_at_us: row.try_get(5)?,
+    })
+}
