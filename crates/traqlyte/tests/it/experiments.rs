@@ -1,0 +1,414 @@
+//! Experiments over HTTP: sticky assignments, deduplicated outcomes, and a report whose
+//! dedupe diagnostics match what was injected.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::{fire_from_processes, spawn_app, Backend, TestApp};
+
+crate::on_both_backends!(
+    a_duplicate_outcome_returns_the_original_bytes,
+    a_thousand_concurrent_duplicate_outcomes_from_4_processes_store_one_row,
+    a_different_payload_under_the_same_dedupe_key_is_a_collision,
+    assignments_need_a_published_version_and_stay_sticky_across_republishing,
+    invalid_outcomes_are_refused_naming_the_field,
+    the_report_recovers_the_truth_and_measures_injected_duplicates,
+);
+
+/// An event time a minute after now: inside every metric's window from assignment.
+fn in_window() -> String {
+    traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us() + 60_000_000)
+}
+
+async fn published_campaign(app: &TestApp, weights: [u32; 2]) -> String {
+    let body = json!({
+        "key": "checkout", "name": "Checkout",
+        "arms": [{"key": "control", "weight": weights[0]}, {"key": "treatment", "weight": weights[1]}],
+        "metrics": [
+            {"name": "purchase", "kind": "conversion", "window_hours": 168},
+            {"name": "revenue", "kind": "sum", "window_hours": 168},
+            {"name": "pageviews", "kind": "count", "window_hours": 168}
+        ]
+    });
+    let created = app.post_json("/campaigns", &body).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let id = created.body["id"].as_str().expect("id").to_string();
+    assert_eq!(
+        app.post_raw(&format!("/campaigns/{id}/publish"), "")
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    id
+}
+
+async fn assign(app: &TestApp, campaign: &str, unit: &str) -> Value {
+    let answer = app
+        .post_json(
+            "/assignments",
+            &json!({"campaign_id": campaign, "unit_id": unit}),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    answer.body
+}
+
+fn outcome(assignment: &Value, key: &str, metric: &str, value: Option<f64>) -> Value {
+    json!({"assignment_id": assignment["assignment_id"], "dedupe_key": key, "metric": metric, "value": value, "occurred_at": in_window()})
+}
+
+async fn post_outcome_bytes(app: &TestApp, body: &Value) -> (StatusCode, Option<String>, Vec<u8>) {
+    let response = app
+        .client
+        .post(app.url("/outcome"))
+        .bearer_auth(&app.key)
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("sent");
+    let status = response.status();
+    let dedupe = response
+        .headers()
+        .get("x-tl-dedupe")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (
+        status,
+        dedupe,
+        response.bytes().await.expect("body").to_vec(),
+    )
+}
+
+async fn report(app: &TestApp, campaign: &str) -> Value {
+    let answer = app.get(&format!("/campaigns/{campaign}/report")).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    answer.body
+}
+
+fn metric<'a>(report: &'a Value, arm: &str, name: &str) -> &'a Value {
+    let arms = report["arms"].as_array().expect("arms");
+    let entry = arms.iter().find(|a| a["key"] == arm).expect("arm");
+    &entry["metrics"][name]
+}
+
+async fn a_duplicate_outcome_returns_the_original_bytes(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let body = outcome(
+        &unit,
+        "prod:checkout_completed:merchant_42:order_1",
+        "revenue",
+        Some(129.99),
+    );
+    let first = post_outcome_bytes(&app, &body).await;
+    let retry = post_outcome_bytes(&app, &body).await;
+    assert_eq!(
+        (first.0, first.1.as_deref()),
+        (StatusCode::OK, Some("inserted"))
+    );
+    assert_eq!(
+        (retry.0, retry.1.as_deref()),
+        (StatusCode::OK, Some("duplicate"))
+    );
+    assert_eq!(
+        first.2, retry.2,
+        "the duplicate answer is the original, byte for byte"
+    );
+    let revenue = metric(
+        &report(&app, &campaign).await,
+        unit["arm"].as_str().expect("arm"),
+        "revenue",
+    )
+    .clone();
+    assert_eq!(
+        (
+            revenue["stored_events"].as_f64(),
+            revenue["duplicates"].as_f64()
+        ),
+        (Some(1.0), Some(1.0))
+    );
+}
+
+async fn a_thousand_concurrent_duplicate_outcomes_from_4_processes_store_one_row(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let body = outcome(&unit, "prod:purchase:order_1", "purchase", None);
+    let reports = fire_from_processes(&[app.url("/outcome")], &app.key, &body, 4, 250, &[]).await;
+    let mut bodies: Vec<&str> = Vec::new();
+    for r in &reports {
+        assert_eq!(r["statuses"]["200"].as_u64(), Some(250), "{r}");
+        bodies.extend(
+            r["bodies"]
+                .as_object()
+                .expect("bodies")
+                .keys()
+                .map(|k| k.split_once(' ').map_or("", |(_, rest)| rest)),
+        );
+    }
+    bodies.dedup();
+    assert_eq!(bodies.len(), 1, "all 1,000 answers carry the same bytes");
+    let purchase = metric(
+        &report(&app, &campaign).await,
+        unit["arm"].as_str().expect("arm"),
+        "purchase",
+    )
+    .clone();
+    assert_eq!(
+        (
+            purchase["stored_events"].as_f64(),
+            purchase["duplicates"].as_f64()
+        ),
+        (Some(1.0), Some(999.0))
+    );
+    assert_eq!(purchase["converters"], 1);
+}
+
+async fn a_different_payload_under_the_same_dedupe_key_is_a_collision(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let original = outcome(&unit, "prod:refund:r1", "revenue", Some(10.0));
+    let first = post_outcome_bytes(&app, &original).await;
+    let changed = outcome(&unit, "prod:refund:r1", "revenue", Some(12.0));
+    let answer = app.post_json("/outcome", &changed).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT);
+    assert_eq!(answer.code(), "outcome_collision");
+    assert_eq!(answer.body["error"]["stored"]["value"], 10.0);
+    let again = post_outcome_bytes(&app, &original).await;
+    assert_eq!(first.2, again.2, "the stored outcome is unchanged");
+}
+
+async fn assignments_need_a_published_version_and_stay_sticky_across_republishing(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let created = app.post_json("/campaigns", &json!({"key": "k", "name": "K", "arms": [{"key": "a", "weight": 1}, {"key": "b", "weight": 1}], "metrics": []})).await;
+    let campaign = created.body["id"].as_str().expect("id").to_string();
+    let early = app
+        .post_json(
+            "/assignments",
+            &json!({"campaign_id": campaign, "unit_id": "u"}),
+        )
+        .await;
+    assert_eq!(
+        (early.status, early.code()),
+        (StatusCode::CONFLICT, "campaign_not_published")
+    );
+    app.post_raw(&format!("/campaigns/{campaign}/publish"), "")
+        .await;
+    let mut before = Vec::new();
+    for unit in 0..200 {
+        before.push(assign(&app, &campaign, &format!("user-{unit}")).await);
+    }
+    let reweighted = app
+        .post_raw(
+            &format!("/campaigns/{campaign}/publish"),
+            r#"{"arms": [{"key": "a", "weight": 1}, {"key": "b", "weight": 9}]}"#,
+        )
+        .await;
+    assert_eq!(reweighted.body["version"], 2);
+    for (unit, first) in before.iter().enumerate() {
+        let again = assign(&app, &campaign, &format!("user-{unit}")).await;
+        assert_eq!(
+            &again, first,
+            "a unit keeps its first assignment after a republish"
+        );
+    }
+    let mut new_b = 0;
+    for unit in 200..400 {
+        let fresh = assign(&app, &campaign, &format!("user-{unit}")).await;
+        assert_eq!(fresh["version"], 2);
+        new_b += usize::from(fresh["arm"] == "b");
+    }
+    assert!(
+        new_b > 150,
+        "new units follow the new weights: {new_b}/200 in b"
+    );
+}
+
+async fn invalid_outcomes_are_refused_naming_the_field(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let good = outcome(&unit, "prod:k", "revenue", Some(1.0));
+    let with = |pointer: &str, value: Value| {
+        let mut body = good.clone();
+        body[pointer] = value;
+        body
+    };
+    let cases = [
+        (
+            with("metric", json!("unknown")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "metric",
+        ),
+        (
+            with("value", json!(null)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "value",
+        ),
+        (
+            with("value", json!("12")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "value",
+        ),
+        (
+            with("occurred_at", json!("yesterday")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "occurred_at",
+        ),
+        (
+            with("dedupe_key", json!("")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "dedupe_key",
+        ),
+        (
+            with("dedupe_key", json!("k".repeat(513))),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "dedupe_key",
+        ),
+        (
+            with("assignment_id", json!("asg_missing")),
+            StatusCode::NOT_FOUND,
+            "assignment_id",
+        ),
+        (
+            with("extra", json!(1)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "extra",
+        ),
+    ];
+    for (body, status, field) in cases {
+        let answer = app.post_json("/outcome", &body).await;
+        assert_eq!(answer.status, status, "{field}: {}", answer.body);
+        assert_eq!(answer.body["error"]["field"], field, "{}", answer.body);
+    }
+    let max_key = with("dedupe_key", json!("k".repeat(512)));
+    assert_eq!(
+        app.post_json("/outcome", &max_key).await.status,
+        StatusCode::OK
+    );
+    let batch = app
+        .post_json(
+            "/outcomes/batch",
+            &json!([good, with("metric", json!("unknown")), good]),
+        )
+        .await;
+    let statuses: Vec<&str> = batch.body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(statuses, ["inserted", "rejected", "duplicate"]);
+}
+
+/// A deterministic generator, so the simulated experiment is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+async fn the_report_recovers_the_truth_and_measures_injected_duplicates(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let units = 3_000;
+    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    let mut sent: Vec<Value> = Vec::new();
+    // True effect: conversion 30% in both arms (lift 0); each converter spends 50 +
+    // U(0,100). Every 10th outcome in treatment and every 50th in control is delivered
+    // twice, as an at-least-once client whose replies get lost would.
+    let mut seen: std::collections::HashMap<(bool, &str), usize> = std::collections::HashMap::new();
+    for chunk in (0..units).collect::<Vec<_>>().chunks(50) {
+        let assigned = futures_join(&app, &campaign, chunk).await;
+        for assignment in assigned {
+            if rng.unit() >= 0.30 {
+                continue;
+            }
+            let is_treatment = assignment["arm"] == "treatment";
+            let unit = assignment["unit_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            for (name, value) in [
+                ("purchase", None),
+                ("revenue", Some(50.0 + (100.0 * rng.unit()).round())),
+            ] {
+                let item = outcome(&assignment, &format!("test:{name}:{unit}"), name, value);
+                let counter = seen.entry((is_treatment, name)).or_default();
+                *counter += 1;
+                let period = if is_treatment { 10 } else { 50 };
+                if *counter % period == 0 {
+                    sent.push(item.clone());
+                }
+                sent.push(item);
+            }
+        }
+    }
+    for batch in sent.chunks(500) {
+        let answer = app.post_json("/outcomes/batch", &json!(batch)).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    let report = report(&app, &campaign).await;
+    assert_eq!(report["srm"]["flagged"], false, "{}", report["srm"]);
+    for (arm, injected) in [("control", 0.02), ("treatment", 0.10)] {
+        for name in ["purchase", "revenue"] {
+            let delta = metric(&report, arm, name)["delta"].as_f64().expect("delta");
+            assert!(
+                (delta - injected).abs() < 0.005,
+                "{arm} {name}: delta {delta} vs injected {injected}"
+            );
+        }
+    }
+    for name in ["purchase", "revenue"] {
+        let m = metric(&report, "treatment", name);
+        let (low, high) = (
+            m["lift"]["ci_low"].as_f64().expect("ci"),
+            m["lift"]["ci_high"].as_f64().expect("ci"),
+        );
+        assert!(
+            low <= 0.0 && 0.0 <= high,
+            "{name}: the true lift 0 lies in [{low}, {high}]"
+        );
+        let naive = m["naive_lift"]["estimate"].as_f64().expect("naive");
+        let predicted = m["predicted_naive_lift"].as_f64().expect("predicted");
+        assert!(
+            (naive - predicted).abs() < 0.002,
+            "{name}: naive {naive} vs predicted {predicted}"
+        );
+        let lift = m["lift"]["estimate"].as_f64().expect("lift");
+        let expected_bias = (1.0 + lift) * 1.10 / 1.02 - 1.0;
+        assert!(
+            (naive - expected_bias).abs() < 0.005,
+            "{name}: naive {naive} vs bias from injected rates {expected_bias}"
+        );
+    }
+}
+
+/// Assigns a chunk of units concurrently.
+async fn futures_join(app: &TestApp, campaign: &str, units: &[usize]) -> Vec<Value> {
+    let mut tasks = Vec::new();
+    for unit in units {
+        let request = app
+            .client
+            .post(app.url("/assignments"))
+            .bearer_auth(&app.key)
+            .json(&json!({"campaign_id": campaign, "unit_id": format!("user-{unit}")}));
+        tasks.push(tokio::spawn(async move {
+            request.send().await?.json::<Value>().await
+        }));
+    }
+    let mut out = Vec::new();
+    for task in tasks {
+        out.push(task.await.expect("task").expect("assignment"));
+    }
+    out
+}
