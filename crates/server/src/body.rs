@@ -9,8 +9,12 @@ use traqlyte_identity::json;
 
 use crate::ApiError;
 
+/// How much of an oversized body is read and thrown away so the client, still sending,
+/// gets its 413 instead of a broken pipe. Beyond this the connection is simply closed.
+const OVERSIZE_DRAIN_BYTES_MAX: u64 = 32 * 1024 * 1024;
+
 /// Reads the whole body, refusing (413) one larger than `limit_bytes`; a declared
-/// `Content-Length` over the limit is refused before reading.
+/// `Content-Length` over the limit is refused without buffering the body.
 pub async fn read_limited(
     headers: &HeaderMap,
     body: Body,
@@ -20,12 +24,36 @@ pub async fn read_limited(
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit_bytes as u64) {
-        return Err(ApiError::too_large(limit_bytes));
+    if let Some(length) = declared.filter(|length| *length > limit_bytes as u64) {
+        // Once the whole body is read the connection is clean and stays open; an
+        // unread rest makes it unusable, so the client is told to close it.
+        if length <= OVERSIZE_DRAIN_BYTES_MAX && drain(body, OVERSIZE_DRAIN_BYTES_MAX).await {
+            return Err(ApiError::too_large(limit_bytes));
+        }
+        return Err(ApiError::too_large(limit_bytes).closing_connection());
     }
     to_bytes(body, limit_bytes)
         .await
-        .map_err(|_| ApiError::too_large(limit_bytes))
+        .map_err(|_| ApiError::too_large(limit_bytes).closing_connection())
+}
+
+/// Reads and discards up to `bytes_max` bytes of `body`, holding one frame at a time;
+/// true when the body ended within the bound.
+async fn drain(mut body: Body, bytes_max: u64) -> bool {
+    use http_body::Body as _;
+    let mut seen = 0u64;
+    while seen <= bytes_max {
+        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
+        match frame {
+            Some(Ok(frame)) => seen += frame.data_ref().map_or(0, |data| data.len() as u64),
+            Some(Err(err)) => {
+                tracing::debug!(error = %err, seen, "oversized body broke off while draining");
+                return false;
+            }
+            None => return true,
+        }
+    }
+    false
 }
 
 /// Reads and parses a JSON body: valid UTF-8, nesting within `depth_max`, no duplicate

@@ -101,15 +101,18 @@ impl ApiError {
 
     /// 413 for a body over its limit.
     pub fn too_large(limit_bytes: usize) -> Self {
-        let mut err = ApiError::new(
+        ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("request body is larger than the limit of {limit_bytes} bytes"),
-        );
-        // The unread rest of the body is still on the wire: the connection cannot carry
-        // another request, so tell the client not to reuse it.
-        err.close_connection = true;
-        err
+        )
+    }
+
+    /// Adds `Connection: close`: for refusals that leave unread request bytes on the wire,
+    /// which make the connection unusable for another request.
+    pub fn closing_connection(mut self) -> Self {
+        self.close_connection = true;
+        self
     }
 
     /// 422 for a body that parses but breaks a rule.

@@ -346,7 +346,7 @@ async fn the_report_recovers_the_truth_and_measures_injected_duplicates(backend:
                 let counter = seen.entry((is_treatment, name)).or_default();
                 *counter += 1;
                 let period = if is_treatment { 10 } else { 50 };
-                if *counter % period == 0 {
+                if (*counter).is_multiple_of(period) {
                     sent.push(item.clone());
                 }
                 sent.push(item);
