@@ -374,9 +374,13 @@ async fn the_report_recovers_the_truth_and_measures_injected_duplicates(backend:
             m["lift"]["ci_low"].as_f64().expect("ci"),
             m["lift"]["ci_high"].as_f64().expect("ci"),
         );
+        // The campaign's salt is random, so arms differ between runs: the 95% interval
+        // would miss the truth in 1 run of 20. Widened to 99.9% (3.29 standard errors),
+        // the check fails about once in a thousand runs instead.
+        let (centre, half) = ((low + high) / 2.0, (high - low) / 2.0 * 3.29 / 1.96);
         assert!(
-            low <= 0.0 && 0.0 <= high,
-            "{name}: the true lift 0 lies in [{low}, {high}]"
+            (centre - half..=centre + half).contains(&0.0),
+            "{name}: the true lift 0 lies outside [{low}, {high}] widened to 99.9%"
         );
         let naive = m["naive_lift"]["estimate"].as_f64().expect("naive");
         let predicted = m["predicted_naive_lift"].as_f64().expect("predicted");
