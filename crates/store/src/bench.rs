@@ -92,3 +92,93 @@ fn sqlite_multi_row_insert(rows: usize) -> String {
     sql.push_str(" ON CONFLICT DO NOTHING");
     sql
 }
+
+/// Row counts of a generated experiment.
+#[derive(Debug, Clone, Copy)]
+pub struct SeededExperiment {
+    pub units: i64,
+    pub outcomes: i64,
+    pub duplicates: i64,
+}
+
+impl Store {
+    /// Fills a published campaign (arms `control`/`treatment`, metrics `purchase` and
+    /// `revenue`) with `units` assignments, `outcomes` outcomes spread over them, and one
+    /// suppressed duplicate per `duplicate_every` outcomes — generated inside PostgreSQL
+    /// so a report benchmark can start in seconds. PostgreSQL only.
+    pub async fn bench_seed_experiment(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+        units: i64,
+        outcomes: i64,
+        duplicate_every: i64,
+        at_us: i64,
+    ) -> Result<SeededExperiment, StoreError> {
+        let crate::Backend::Postgres(pg) = &self.backend else {
+            return Err(StoreError::UnsupportedUrl(
+                "the report benchmark seeds PostgreSQL only".into(),
+            ));
+        };
+        let statements = [
+            "INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
+             SELECT $1, $2, 'u' || g, 'asg_' || g, CASE WHEN g % 2 = 0 THEN 'control' ELSE 'treatment' END, 1, $5
+             FROM generate_series(1, $3::bigint) g",
+            "INSERT INTO outcomes (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value,
+                                   occurred_at_us, received_at_us, fingerprint)
+             SELECT $1, 'asg_' || u, 'k' || g, $2, CASE WHEN u % 2 = 0 THEN 'control' ELSE 'treatment' END, $5,
+                    CASE WHEN (g / 2) % 2 = 0 THEN 'purchase' ELSE 'revenue' END,
+                    CASE WHEN (g / 2) % 2 = 0 THEN NULL ELSE (g % 1000) / 10.0 END,
+                    $5 + (g % 86400) * 1000000, $5 + (g % 86400) * 1000000 + 5000000, 'bench'
+             FROM (SELECT g, 1 + (g * 7919) % $3::bigint AS u FROM generate_series(1, $4::bigint) g) s",
+            "INSERT INTO outcome_duplicates (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric,
+                                             value, occurred_at_us, arrived_at_us)
+             SELECT tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us,
+                    received_at_us + 60000000
+             FROM outcomes WHERE tenant_id = $1 AND campaign_id = $2 AND ('x' || substr(md5(dedupe_key), 1, 8))::bit(32)::bigint % $6 = 0",
+        ];
+        for sql in statements {
+            let mut query = sqlx::query(sql)
+                .bind(tenant.as_str())
+                .bind(campaign_id)
+                .bind(units)
+                .bind(outcomes)
+                .bind(at_us);
+            if sql.contains("$6") {
+                query = query.bind(duplicate_every.max(1));
+            }
+            query.execute(&pg.pool).await?;
+        }
+        sqlx::query("ANALYZE assignments, outcomes, outcome_duplicates")
+            .execute(&pg.pool)
+            .await?;
+        let duplicates: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(campaign_id)
+        .fetch_one(&pg.pool)
+        .await?;
+        Ok(SeededExperiment {
+            units,
+            outcomes,
+            duplicates,
+        })
+    }
+
+    /// The reference the report is measured against: a plain aggregate scan of the same
+    /// rows, `SELECT arm, count(*), sum(value) … GROUP BY arm`.
+    pub async fn bench_plain_scan(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+    ) -> Result<Vec<(String, i64, Option<f64>)>, StoreError> {
+        crate::tx::with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q("SELECT arm, COUNT(*), CAST(SUM(value) AS DOUBLE PRECISION) FROM outcomes
+                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY arm"))
+                .bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
+            use sqlx::Row;
+            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+        })
+    }
+}

@@ -28,6 +28,8 @@ pub struct NewOutcome {
     pub metric: String,
     pub value: Option<f64>,
     pub occurred_at_us: i64,
+    /// The metric's window (the same for event and arrival time).
+    pub window_us: i64,
     /// Hash of the payload (metric, value, event time): equal means a retry.
     pub fingerprint: String,
     /// The request item as received, for the collision log.
@@ -91,6 +93,15 @@ pub struct MetricWindow {
     pub window_us: i64,
 }
 
+const BUMP_UNIT_METRICS: &str = "INSERT INTO unit_metrics
+     (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+     ON CONFLICT (tenant_id, campaign_id, metric, assignment_id) DO UPDATE SET
+       ev_n = unit_metrics.ev_n + excluded.ev_n, ev_v = unit_metrics.ev_v + excluded.ev_v,
+       ev_dn = unit_metrics.ev_dn + excluded.ev_dn, ev_dv = unit_metrics.ev_dv + excluded.ev_dv,
+       ar_n = unit_metrics.ar_n + excluded.ar_n, ar_v = unit_metrics.ar_v + excluded.ar_v,
+       ar_dn = unit_metrics.ar_dn + excluded.ar_dn, ar_dv = unit_metrics.ar_dv + excluded.ar_dv";
+
 const OUTCOME_COLUMNS: &str = "assignment_id, dedupe_key, campaign_id, arm, metric, value, occurred_at_us, received_at_us, fingerprint";
 
 impl StoreTx {
@@ -146,9 +157,13 @@ impl StoreTx {
             .stored_outcome(tenant, &a.assignment_id, &new.dedupe_key)
             .await?;
         if inserted {
+            self.bump_unit_metrics(tenant, new, &stored, true, now_us)
+                .await?;
             return Ok(OutcomeResult::Inserted(stored));
         }
         if stored.fingerprint == new.fingerprint {
+            self.bump_unit_metrics(tenant, new, &stored, false, now_us)
+                .await?;
             with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO outcome_duplicates
                  (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us, arrived_at_us)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"))
@@ -162,6 +177,45 @@ impl StoreTx {
             .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&new.payload).bind(now_us)
             .execute(&mut *conn).await.map(|_| ())?);
         Ok(OutcomeResult::Collision(stored))
+    }
+
+    /// Adds one stored outcome (or one suppressed duplicate) to its unit's sums, counting
+    /// it in each window it falls into.
+    async fn bump_unit_metrics(
+        &mut self,
+        tenant: &TenantId,
+        new: &NewOutcome,
+        stored: &StoredOutcome,
+        is_stored: bool,
+        now_us: i64,
+    ) -> Result<(), StoreError> {
+        let assigned = new.assignment.assigned_at_us;
+        let within = |at: i64| (0..=new.window_us).contains(&(at - assigned));
+        let arrival = if is_stored {
+            stored.received_at_us
+        } else {
+            now_us
+        };
+        let value = stored.value.unwrap_or(0.0);
+        let part = |inside: bool, wanted: bool| {
+            if inside && wanted {
+                (1i64, value)
+            } else {
+                (0, 0.0)
+            }
+        };
+        let (ev, ar) = (within(stored.occurred_at_us), within(arrival));
+        let (ev_n, ar_n, ev_d, ar_d) = (
+            part(ev, is_stored),
+            part(ar, is_stored),
+            part(ev, !is_stored),
+            part(ar, !is_stored),
+        );
+        with_tx!(self, conn, q => sqlx::query(&q(BUMP_UNIT_METRICS))
+            .bind(tenant.as_str()).bind(&stored.campaign_id).bind(&stored.metric).bind(&stored.assignment_id).bind(&stored.arm)
+            .bind(ev_n.0).bind(ev_n.1).bind(ev_d.0).bind(ev_d.1).bind(ar_n.0).bind(ar_n.1).bind(ar_d.0).bind(ar_d.1)
+            .execute(&mut *conn).await.map(|_| ())?);
+        Ok(())
     }
 
     async fn stored_outcome(
@@ -227,9 +281,20 @@ impl Store {
         })
     }
 
-    /// One pass over a campaign's outcomes and duplicates: per (metric, arm) sums for the
-    /// event-time and arrival-time windows of each metric.
+    /// Per (metric, arm) sums for the report, read from the per-unit table maintained
+    /// with every outcome: one row per (unit, metric), not one per outcome.
     pub async fn report_sums(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+    ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
+        let sql = format!("SELECT metric, arm, {} FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY metric, arm", per_arm_columns());
+        self.read_sums(&sql, tenant, campaign_id, &[]).await
+    }
+
+    /// The same sums recomputed from the facts (outcomes and duplicates) in one pass: the
+    /// reference `report_sums` must always equal, checked by the tests.
+    pub async fn report_sums_from_facts(
         &self,
         tenant: &TenantId,
         campaign_id: &str,
@@ -238,9 +303,48 @@ impl Store {
         if metrics.is_empty() {
             return Ok(HashMap::new());
         }
-        let sql = report_sql(metrics);
+        let sql = format!(
+            "SELECT metric, arm, {} FROM ({}) u GROUP BY metric, arm",
+            per_arm_columns(),
+            per_unit_sql(metrics)
+        );
+        self.read_sums(&sql, tenant, campaign_id, metrics).await
+    }
+
+    /// Rebuilds a campaign's per-unit sums from the facts (after a bulk load or a repair).
+    pub async fn rebuild_unit_metrics(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &str,
+        metrics: &[MetricWindow],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let insert = format!(
+            "INSERT INTO unit_metrics (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
+             SELECT $1, $2, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv FROM ({}) u",
+            per_unit_sql(metrics)
+        );
+        with_tx!(tx, conn, q => {
+            sqlx::query(&q("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2")).bind(tenant.as_str()).bind(campaign_id).execute(&mut *conn).await?;
+            let text = q(&insert);
+            let mut query = sqlx::query(&text).bind(tenant.as_str()).bind(campaign_id);
+            for m in metrics {
+                query = query.bind(&m.metric);
+            }
+            query.execute(&mut *conn).await?;
+        });
+        tx.commit().await
+    }
+
+    async fn read_sums(
+        &self,
+        sql: &str,
+        tenant: &TenantId,
+        campaign_id: &str,
+        metrics: &[MetricWindow],
+    ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
         with_pool!(self, reader, pool, q => {
-            let text = q(&sql);
+            let text = q(sql);
             let mut query = sqlx::query(&text).bind(tenant.as_str()).bind(campaign_id);
             for m in metrics {
                 query = query.bind(&m.metric);
@@ -263,26 +367,8 @@ impl Store {
     }
 }
 
-/// The report's single-pass query. Windows are inlined as integer literals (they come
-/// from validated campaign definitions, never from a request); metric names are bound.
-fn report_sql(metrics: &[MetricWindow]) -> String {
-    let window = {
-        let arms: Vec<String> = metrics
-            .iter()
-            .enumerate()
-            .map(|(i, m)| format!("WHEN ${} THEN {}", i + 3, m.window_us))
-            .collect();
-        format!("CASE metric {} ELSE -1 END", arms.join(" "))
-    };
-    let names: Vec<String> = (0..metrics.len()).map(|i| format!("${}", i + 3)).collect();
-    let per_unit = |p: &str, flag: &str| {
-        format!(
-            "SUM(CASE WHEN stored = 1 AND {flag} = 1 THEN 1 ELSE 0 END) AS {p}_n,
-             SUM(CASE WHEN stored = 1 AND {flag} = 1 THEN COALESCE(value, 0) ELSE 0 END) AS {p}_v,
-             SUM(CASE WHEN stored = 0 AND {flag} = 1 THEN 1 ELSE 0 END) AS {p}_dn,
-             SUM(CASE WHEN stored = 0 AND {flag} = 1 THEN COALESCE(value, 0) ELSE 0 END) AS {p}_dv"
-        )
-    };
+/// Per-arm sums over per-unit rows (`ev_*`/`ar_*` columns), both windows.
+fn per_arm_columns() -> String {
     let per_arm = |p: &str| {
         let d = |e: String| format!("CAST(SUM({e}) AS DOUBLE PRECISION)");
         [
@@ -298,6 +384,30 @@ fn report_sql(metrics: &[MetricWindow]) -> String {
         ]
         .join(", ")
     };
+    format!("{}, {}", per_arm("ev"), per_arm("ar"))
+}
+
+/// Per (metric, arm, unit) sums recomputed from outcomes and duplicates. Windows are
+/// inlined as integer literals (they come from validated campaign definitions, never from
+/// a request); metric names are bound as `$3…`.
+fn per_unit_sql(metrics: &[MetricWindow]) -> String {
+    let window = {
+        let arms: Vec<String> = metrics
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("WHEN ${} THEN {}", i + 3, m.window_us))
+            .collect();
+        format!("CASE metric {} ELSE -1 END", arms.join(" "))
+    };
+    let names: Vec<String> = (0..metrics.len()).map(|i| format!("${}", i + 3)).collect();
+    let sums = |p: &str, flag: &str| {
+        format!(
+            "SUM(CASE WHEN stored = 1 AND {flag} = 1 THEN 1 ELSE 0 END) AS {p}_n,
+             SUM(CASE WHEN stored = 1 AND {flag} = 1 THEN COALESCE(value, 0) ELSE 0 END) AS {p}_v,
+             SUM(CASE WHEN stored = 0 AND {flag} = 1 THEN 1 ELSE 0 END) AS {p}_dn,
+             SUM(CASE WHEN stored = 0 AND {flag} = 1 THEN COALESCE(value, 0) ELSE 0 END) AS {p}_dv"
+        )
+    };
     let source = |table: &str, stored: u8, arrival: &str| {
         format!(
             "SELECT metric, arm, assignment_id, value, {stored} AS stored,
@@ -308,15 +418,9 @@ fn report_sql(metrics: &[MetricWindow]) -> String {
         )
     };
     format!(
-        "SELECT metric, arm, {}, {} FROM (
-           SELECT metric, arm, assignment_id, {}, {} FROM (
-             {} UNION ALL {}
-           ) x GROUP BY metric, arm, assignment_id
-         ) u GROUP BY metric, arm",
-        per_arm("ev"),
-        per_arm("ar"),
-        per_unit("ev", "ev_in"),
-        per_unit("ar", "ar_in"),
+        "SELECT metric, arm, assignment_id, {}, {} FROM ({} UNION ALL {}) x GROUP BY metric, arm, assignment_id",
+        sums("ev", "ev_in"),
+        sums("ar", "ar_in"),
         source("outcomes", 1, "received_at_us"),
         source("outcome_duplicates", 0, "arrived_at_us"),
     )

@@ -28,6 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use traqlyte_identity::{Contract, ContractName};
 
+pub use bench::SeededExperiment;
 pub use campaigns::{Arm, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
 pub use experiments::{
     Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,

@@ -25,6 +25,28 @@ pub enum BenchCommand {
     Ingest(IngestArgs),
     /// Publish latency: fresh idempotency keys, replays, and no header.
     Publish(PublishArgs),
+    /// Report latency on a generated experiment vs a plain aggregate scan (PostgreSQL).
+    Report(ReportArgs),
+}
+
+/// Options of `bench report`.
+#[derive(Args)]
+pub struct ReportArgs {
+    /// A PostgreSQL database to fill (use a fresh one).
+    #[arg(long)]
+    database_url: String,
+    /// Assigned units.
+    #[arg(long, default_value_t = 1_000_000)]
+    units: i64,
+    /// Outcomes (half `purchase` conversions, half `revenue` sums).
+    #[arg(long, default_value_t = 5_000_000)]
+    outcomes: i64,
+    /// One suppressed duplicate per this many outcomes.
+    #[arg(long, default_value_t = 10)]
+    duplicate_every: i64,
+    /// Timed repetitions of each query; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 /// Options of `bench ingest`.
@@ -69,6 +91,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Ingest(args) => ingest(args).await,
         BenchCommand::Publish(args) => publish(args).await,
+        BenchCommand::Report(args) => report(args).await,
     }
 }
 
@@ -421,5 +444,109 @@ async fn send_publish(
     if response.status().as_u16() != 201 {
         bail!("publish answered {}", response.status());
     }
+    Ok(())
+}
+
+async fn report(args: ReportArgs) -> Result<()> {
+    let bench = start(&args.database_url, 4).await?;
+    let (tenant, _) = bench.store.create_tenant("bench report").await?;
+    let new = traqlyte_store::NewCampaign {
+        key: "bench".into(),
+        name: "bench".into(),
+        arms: vec![
+            traqlyte_store::Arm {
+                key: "control".into(),
+                weight: 1,
+            },
+            traqlyte_store::Arm {
+                key: "treatment".into(),
+                weight: 1,
+            },
+        ],
+        metrics: vec![
+            traqlyte_store::MetricDef {
+                name: "purchase".into(),
+                kind: traqlyte_store::MetricKind::Conversion,
+                window_hours: 168,
+            },
+            traqlyte_store::MetricDef {
+                name: "revenue".into(),
+                kind: traqlyte_store::MetricKind::Sum,
+                window_hours: 168,
+            },
+        ],
+    };
+    let mut tx = bench.store.begin().await?;
+    let campaign = tx
+        .create_campaign(&tenant, &new, traqlyte_store::now_us())
+        .await?;
+    tx.publish_campaign(&tenant, &campaign.id, None, None, traqlyte_store::now_us())
+        .await?;
+    tx.commit().await?;
+    let seeding = Instant::now();
+    let seeded = bench
+        .store
+        .bench_seed_experiment(
+            &tenant,
+            &campaign.id,
+            args.units,
+            args.outcomes,
+            args.duplicate_every,
+            traqlyte_store::now_us(),
+        )
+        .await?;
+    let windows: Vec<traqlyte_store::MetricWindow> = new
+        .metrics
+        .iter()
+        .map(|m| traqlyte_store::MetricWindow {
+            metric: m.name.clone(),
+            window_us: i64::from(m.window_hours) * 3_600_000_000,
+        })
+        .collect();
+    bench
+        .store
+        .rebuild_unit_metrics(&tenant, &campaign.id, &windows)
+        .await?;
+    eprintln!(
+        "seeded {seeded:?} and its per-unit sums in {:.1} s",
+        seeding.elapsed().as_secs_f64()
+    );
+    let (mut report_s, mut scan_s) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds.max(1) {
+        let started = Instant::now();
+        let built =
+            traqlyte_server::experiments::report::build(&bench.store, &tenant, &campaign.id)
+                .await
+                .map_err(|e| anyhow::anyhow!("report: {}", e.message()))?;
+        report_s.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let scanned = bench.store.bench_plain_scan(&tenant, &campaign.id).await?;
+        scan_s.push(started.elapsed().as_secs_f64());
+        if round == 0 {
+            let units: u64 = built["arms"]
+                .as_array()
+                .map(|arms| arms.iter().filter_map(|a| a["units"].as_u64()).sum())
+                .unwrap_or(0);
+            let rows: i64 = scanned.iter().map(|(_, n, _)| n).sum();
+            if units != args.units as u64 || rows != args.outcomes {
+                bail!(
+                    "the report saw {units} units and the scan {rows} rows; expected {} and {}",
+                    args.units,
+                    args.outcomes
+                );
+            }
+        }
+    }
+    let (report_median, scan_median) = (median(&mut report_s), median(&mut scan_s));
+    println!("units    outcomes  duplicates  report_s  plain_scan_s  ratio");
+    println!(
+        "{:<8} {:<9} {:<11} {:<9.3} {:<13.3} {:.2}",
+        args.units,
+        args.outcomes,
+        seeded.duplicates,
+        report_median,
+        scan_median,
+        report_median / scan_median
+    );
     Ok(())
 }

@@ -209,6 +209,7 @@ impl Lookups {
             metric: metric.to_string(),
             value: number,
             occurred_at_us,
+            window_us: i64::from(definition.window_hours) * 3_600_000_000,
             fingerprint: sha256_hex(&canonical::jcs(&fingerprint_doc)),
             payload: value.to_string(),
         })

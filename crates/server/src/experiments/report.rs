@@ -14,7 +14,7 @@ use traqlyte_stats::{
     Proportion,
 };
 use traqlyte_store::{
-    Campaign, CampaignVersion, MetricDef, MetricKind, MetricWindow, Store, TenantId, WindowSums,
+    Campaign, CampaignVersion, MetricDef, MetricKind, Store, TenantId, WindowSums,
 };
 
 use crate::auth::Tenant;
@@ -45,15 +45,7 @@ pub async fn build(store: &Store, tenant: &TenantId, campaign_id: &str) -> Resul
     let by_version = store.units_by_version(tenant, campaign_id).await?;
     let units = units_per_arm(&campaign, &by_version);
     let srm_json = srm_json(&campaign, &versions, &by_version, &units);
-    let windows: Vec<MetricWindow> = campaign
-        .metrics
-        .iter()
-        .map(|m| MetricWindow {
-            metric: m.name.clone(),
-            window_us: i64::from(m.window_hours) * HOUR_US,
-        })
-        .collect();
-    let sums = store.report_sums(tenant, campaign_id, &windows).await?;
+    let sums = store.report_sums(tenant, campaign_id).await?;
     let mut arms = Vec::new();
     let mut verdicts = Vec::new();
     let control = &campaign.arms[0].key;

@@ -57,3 +57,25 @@ CREATE TABLE outcome_collisions (
     received_at_us    BIGINT NOT NULL
 );
 CREATE INDEX outcome_collisions_by_campaign ON outcome_collisions (tenant_id, campaign_id);
+
+-- Per-unit sums of each metric, maintained in the same transaction as every outcome and
+-- duplicate, so the report reads one row per (unit, metric) instead of every outcome.
+-- `ev_*` count outcomes inside the metric's event-time window, `ar_*` inside its
+-- arrival-time window; `n`/`v` stored outcomes and their values, `dn`/`dv` suppressed
+-- duplicates. A derived table: it can be rebuilt from outcomes and outcome_duplicates.
+CREATE TABLE unit_metrics (
+    tenant_id      TEXT NOT NULL,
+    campaign_id    TEXT NOT NULL,
+    metric         TEXT NOT NULL,
+    assignment_id  TEXT NOT NULL,
+    arm            TEXT NOT NULL,
+    ev_n   BIGINT NOT NULL DEFAULT 0,
+    ev_v   REAL NOT NULL DEFAULT 0,
+    ev_dn  BIGINT NOT NULL DEFAULT 0,
+    ev_dv  REAL NOT NULL DEFAULT 0,
+    ar_n   BIGINT NOT NULL DEFAULT 0,
+    ar_v   REAL NOT NULL DEFAULT 0,
+    ar_dn  BIGINT NOT NULL DEFAULT 0,
+    ar_dv  REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant_id, campaign_id, metric, assignment_id)
+);

@@ -359,6 +359,7 @@ async fn the_report_recovers_the_truth_and_measures_injected_duplicates(backend:
     }
     let report = report(&app, &campaign).await;
     assert_eq!(report["srm"]["flagged"], false, "{}", report["srm"]);
+    assert_unit_metrics_match_the_facts(&app, &campaign).await;
     for (arm, injected) in [("control", 0.02), ("treatment", 0.10)] {
         for name in ["purchase", "revenue"] {
             let delta = metric(&report, arm, name)["delta"].as_f64().expect("delta");
@@ -415,4 +416,44 @@ async fn futures_join(app: &TestApp, campaign: &str, units: &[usize]) -> Vec<Val
         out.push(task.await.expect("task").expect("assignment"));
     }
     out
+}
+
+/// The per-unit sums the report reads, maintained outcome by outcome, equal the sums
+/// recomputed from the facts.
+async fn assert_unit_metrics_match_the_facts(app: &TestApp, campaign: &str) {
+    let tenant = app
+        .store
+        .tenant_for_key(&traqlyte_store::ApiKey::parse(&app.key).expect("key"))
+        .await
+        .expect("lookup")
+        .expect("tenant");
+    let windows: Vec<traqlyte_store::MetricWindow> = ["purchase", "revenue", "pageviews"]
+        .iter()
+        .map(|m| traqlyte_store::MetricWindow {
+            metric: m.to_string(),
+            window_us: 168 * 3_600_000_000,
+        })
+        .collect();
+    let maintained = app
+        .store
+        .report_sums(&tenant, campaign)
+        .await
+        .expect("sums");
+    let recomputed = app
+        .store
+        .report_sums_from_facts(&tenant, campaign, &windows)
+        .await
+        .expect("facts");
+    assert_eq!(maintained.len(), recomputed.len());
+    for (key, sums) in &maintained {
+        let facts = &recomputed[key];
+        let pairs = [
+            (&sums.event_time, &facts.event_time),
+            (&sums.arrival_time, &facts.arrival_time),
+        ];
+        for (a, b) in pairs {
+            let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+            assert_eq!(a, b, "{key:?}");
+        }
+    }
 }
