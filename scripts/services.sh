@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests talk to are running on loopback: PostgreSQL on
 # 127.0.0.1:5432 (user postgres, trust auth) and NATS with JetStream on 127.0.0.1:4222.
-# Starts them when stopped and installs them from Debian's packages when absent.
+# Starts them when stopped and installs them from Debian's packages when absent, along
+# with the tools the tests run (python3, chromium).
 # Exits non-zero, loudly, when one cannot be brought up: tests must never skip.
 set -euo pipefail
 
@@ -72,4 +73,6 @@ ensure_nats() {
 ensure_postgres
 ensure_nats
 command -v python3 >/dev/null || apt_install python3
+# The web UI tests load pages in headless Chromium (Debian's package).
+command -v chromium >/dev/null || apt_install chromium
 echo "services ready: PostgreSQL 127.0.0.1:$PG_PORT, NATS 127.0.0.1:$NATS_PORT" >&2

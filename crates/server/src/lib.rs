@@ -1,6 +1,7 @@
 //! The HTTP API of TraqLyte (axum): authentication, contracts, JSON ingestion (single and
-//! batch), stats and health. Every error, including the framework's own rejections, is
-//! answered as `{"error":{"code","message","field"?}}`.
+//! batch), stats and health, and the web UI's pages ([`ui`]). Every error of the API,
+//! including the framework's own rejections, is answered as
+//! `{"error":{"code","message","field"?}}`; the UI answers its errors as HTML pages.
 //!
 //! Handlers parse at the edge ([`body`], [`auth`]), hand domain types to the identity core
 //! and the store, and never write SQL. Main items: [`ServerConfig`], [`AppState`],
@@ -13,6 +14,7 @@ mod error;
 pub mod experiments;
 pub mod idempotency;
 mod routes;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

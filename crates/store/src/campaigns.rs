@@ -77,6 +77,9 @@ const SELECT_CAMPAIGN: &str =
 const SELECT_VERSIONS: &str =
     "SELECT campaign_id, CAST(version AS BIGINT), arms, metrics, salt, note, published_at_us
      FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version";
+const SELECT_CAMPAIGNS: &str =
+    "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
+     FROM campaigns WHERE tenant_id = $1 ORDER BY created_at_us DESC, campaign_id LIMIT $2";
 const SELECT_LATEST_VERSION: &str = "SELECT CAST(version AS BIGINT), arms FROM campaign_versions
      WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version DESC LIMIT 1";
 
@@ -90,6 +93,18 @@ impl Store {
         with_pool!(self, reader, pool, q => {
             let row = sqlx::query(&q(SELECT_CAMPAIGN)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(pool).await?;
             row.map(|r| campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).transpose()
+        })
+    }
+
+    /// A tenant's campaigns, newest first, at most `rows_max`.
+    pub async fn campaigns(
+        &self,
+        tenant: &TenantId,
+        rows_max: i64,
+    ) -> Result<Vec<Campaign>, StoreError> {
+        with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q(SELECT_CAMPAIGNS)).bind(tenant.as_str()).bind(rows_max).fetch_all(pool).await?;
+            rows.iter().map(|r| campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).collect()
         })
     }
 

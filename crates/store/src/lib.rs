@@ -9,7 +9,7 @@
 //! overwritten). See [`plan`] for that pure comparison.
 //!
 //! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`ApiKey`], [`NewEvent`],
-//! [`EventOutcome`], [`ContractStats`].
+//! [`EventOutcome`], [`ContractStats`], [`UiToken`].
 
 mod bench;
 pub mod campaigns;
@@ -23,6 +23,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 mod tx;
+pub mod ui_tokens;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -39,6 +40,7 @@ pub use model::{
     TenantId,
 };
 pub use tx::StoreTx;
+pub use ui_tokens::{UiToken, UiTokenKind};
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]

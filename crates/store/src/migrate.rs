@@ -30,6 +30,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0004_experiments.sql"),
         postgres: include_str!("../migrations/postgres/0004_experiments.sql"),
     },
+    Migration {
+        version: 5,
+        name: "ui_sessions",
+        sqlite: include_str!("../migrations/sqlite/0005_ui_sessions.sql"),
+        postgres: include_str!("../migrations/postgres/0005_ui_sessions.sql"),
+    },
 ];
 
 pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -56,6 +56,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/events/{contract}", post(events::post_one))
         .route("/events/{contract}/batch", post(events::post_batch))
         .route("/events/{contract}/{event_id}", get(events::get_one))
+        .merge(crate::ui::router())
         .fallback(not_found)
         // Handlers read bodies themselves under per-route limits (see `body`).
         .layer(DefaultBodyLimit::disable())
@@ -86,12 +87,13 @@ async fn json_errors(request: Request, next: Next) -> Response {
     } else {
         tracing::debug!(%method, %path, status = status.as_u16(), "request refused");
     }
-    let is_json = response
+    // JSON errors are the API's; HTML error pages are the web UI's (`ui`).
+    let is_ours = response
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if is_json {
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
+    if is_ours {
         return response;
     }
     let (parts, body) = response.into_parts();

@@ -9,6 +9,7 @@ mod experiments;
 mod helpers;
 mod idempotency;
 mod ingest;
+mod ui;
 
 /// Generates, for each listed `async fn name(backend: Backend)`, one test per backend.
 #[macro_export]

@@ -1,0 +1,407 @@
+//! The web UI: server-rendered HTML pages of campaign reports, with SVG charts and no
+//! script. Routes:
+//!
+//! - `GET /ui/login` (the form), `POST /ui/login` (form-urlencoded `api_key`, `next`);
+//! - `GET /ui/login?token=…`: a single-use login link minted by `POST /ui/tokens`
+//!   (bearer API key; the link lives `LOGIN_TOKEN_TTL_US`);
+//! - `POST /ui/logout`;
+//! - `GET /ui/campaigns` (index) and `GET /ui/campaigns/{id}` (the report page).
+//!
+//! **Sessions, not keys, in cookies.** Logging in exchanges the API key for a random
+//! session token (`traqlyte_store::UiToken`, stored only as its SHA-256, expiring after
+//! `SESSION_TTL_US`) sent as an `HttpOnly; SameSite=Strict; Path=/ui` cookie. Trade-off:
+//! one extra table and a store read per page (the same cost as an API key lookup),
+//! against a cookie that leaks far less than the key would: it only reads UI pages, it
+//! expires, logout revokes it, and the key (which can write data) never sits in the
+//! browser's cookie jar. Sessions live in the database, so any server process sharing
+//! it accepts them. Without a valid session a page redirects (303) to the login form.
+
+mod charts;
+mod html;
+mod pages;
+
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, HOST, LOCATION, ORIGIN,
+    REFERRER_POLICY, SET_COOKIE, X_FRAME_OPTIONS,
+};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_store::{now_us, ApiKey, TenantId, UiToken, UiTokenKind};
+
+use crate::auth::Tenant;
+use crate::error::InternalCause;
+use crate::{ApiError, AppState};
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "tl_session";
+/// How long a browser session lasts (12 hours).
+const SESSION_TTL_US: i64 = 12 * 3_600_000_000;
+/// How long a login link stays usable (2 minutes; it is single-use anyway).
+const LOGIN_TOKEN_TTL_US: i64 = 120_000_000;
+/// Largest login form body accepted.
+const FORM_BYTES_MAX: usize = 4_096;
+/// Most campaigns listed on the index page.
+const INDEX_CAMPAIGNS_MAX: i64 = 500;
+/// Where a login goes when it names no (safe) page.
+const DEFAULT_PAGE: &str = "/ui/campaigns";
+
+/// The UI's routes, merged into the API's route table.
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ui", get(|| async { see_other(DEFAULT_PAGE) }))
+        .route("/ui/login", get(login_page).post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/tokens", post(mint_login_token))
+        .route("/ui/campaigns", get(index))
+        .route("/ui/campaigns/{id}", get(campaign_page))
+        // The API disables axum's default body limit; the login form needs a small one.
+        .layer(DefaultBodyLimit::max(FORM_BYTES_MAX))
+}
+
+/// The tenant of a request that carries a live session cookie.
+pub(crate) struct UiSession {
+    tenant: TenantId,
+}
+
+impl FromRequestParts<AppState> for UiSession {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let to_login = || {
+            see_other(&format!(
+                "/ui/login?next={}",
+                html::url_component(safe_next(Some(parts.uri.path())))
+            ))
+        };
+        let Some(token) = session_cookie(&parts.headers) else {
+            return Err(to_login());
+        };
+        match state.store.ui_session_tenant(&token, now_us()).await {
+            Ok(Some(tenant)) => Ok(UiSession { tenant }),
+            Ok(None) => Err(to_login()),
+            Err(err) => Err(UiError(err.into()).into_response()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    token: Option<String>,
+    next: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    api_key: String,
+    next: Option<String>,
+}
+
+/// `GET /ui/login`: the form, or with `?token=` the exchange of a login link.
+async fn login_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<LoginQuery>,
+) -> Result<Response, UiError> {
+    let next = safe_next(query.next.as_deref());
+    let Some(text) = query.token else {
+        return Ok(html_response(StatusCode::OK, pages::login(next, None)));
+    };
+    let tenant = match UiToken::parse(&text) {
+        Some(token) => state.store.consume_ui_login_token(&token, now_us()).await?,
+        None => None,
+    };
+    match tenant {
+        Some(tenant) => start_session(&state, &tenant, &headers, next).await,
+        None => Ok(html_response(
+            StatusCode::UNAUTHORIZED,
+            pages::login(
+                next,
+                Some("This login link is unknown, expired or already used. Paste your API key instead."),
+            ),
+        )),
+    }
+}
+
+/// `POST /ui/login`: checks the API key and starts a session.
+async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Result<Response, UiError> {
+    if !same_origin(&headers) {
+        return Err(UiError(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_origin",
+            "log in from this server's own login page",
+        )));
+    }
+    let next = safe_next(form.next.as_deref());
+    let tenant = match ApiKey::parse(form.api_key.trim()) {
+        Some(key) => state.store.tenant_for_key(&key).await?,
+        None => None,
+    };
+    match tenant {
+        Some(tenant) => start_session(&state, &tenant, &headers, next).await,
+        None => Ok(html_response(
+            StatusCode::UNAUTHORIZED,
+            pages::login(next, Some("Unknown API key.")),
+        )),
+    }
+}
+
+/// `POST /ui/logout`: revokes the session and clears the cookie.
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, UiError> {
+    if let Some(token) = session_cookie(&headers) {
+        state.store.delete_ui_token(&token).await?;
+    }
+    let mut response = see_other("/ui/login");
+    let cookie = format!("{SESSION_COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+/// `POST /ui/tokens` (bearer API key) → 201 `{"token","login_path","expires_at"}`: a
+/// single-use login link for a browser, e.g. one a CLI prints. Not idempotent on purpose:
+/// a retry mints another short-lived link, which is harmless.
+async fn mint_login_token(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+) -> Result<Response, ApiError> {
+    let now = now_us();
+    let expires = now.saturating_add(LOGIN_TOKEN_TTL_US);
+    let token = state
+        .store
+        .create_ui_token(&tenant, UiTokenKind::Login, now, expires)
+        .await?;
+    tracing::info!(tenant = %tenant, "ui login link minted");
+    let body = json!({
+        "token": token.expose(),
+        "login_path": format!("/ui/login?token={}", token.expose()),
+        "expires_at": format_rfc3339_micros(expires),
+    });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `GET /ui/campaigns`.
+async fn index(State(state): State<AppState>, session: UiSession) -> Result<Response, UiError> {
+    let campaigns = state
+        .store
+        .campaigns(&session.tenant, INDEX_CAMPAIGNS_MAX)
+        .await?;
+    Ok(html_response(StatusCode::OK, pages::index(&campaigns)))
+}
+
+/// `GET /ui/campaigns/{id}`: the report of `GET /campaigns/{id}/report`, as a page.
+async fn campaign_page(
+    State(state): State<AppState>,
+    session: UiSession,
+    Path(id): Path<String>,
+) -> Result<Response, UiError> {
+    let report = crate::experiments::report::build(&state.store, &session.tenant, &id).await?;
+    Ok(html_response(StatusCode::OK, pages::report(&report)))
+}
+
+async fn start_session(
+    state: &AppState,
+    tenant: &TenantId,
+    headers: &HeaderMap,
+    next: &str,
+) -> Result<Response, UiError> {
+    let now = now_us();
+    let token = state
+        .store
+        .create_ui_token(
+            tenant,
+            UiTokenKind::Session,
+            now,
+            now.saturating_add(SESSION_TTL_US),
+        )
+        .await?;
+    tracing::info!(tenant = %tenant, "ui session started");
+    // `Secure` when a TLS-terminating proxy says the browser spoke HTTPS; the server
+    // itself speaks plain HTTP, where a `Secure` cookie would never come back.
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        token.expose(),
+        SESSION_TTL_US / 1_000_000,
+        if https { "; Secure" } else { "" }
+    );
+    let mut response = see_other(next);
+    let value = HeaderValue::from_str(&cookie).map_err(ApiError::internal)?;
+    response.headers_mut().insert(SET_COOKIE, value);
+    Ok(response)
+}
+
+/// The session token of the `Cookie` header(s), when well-formed.
+fn session_cookie(headers: &HeaderMap) -> Option<UiToken> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .and_then(|(_, value)| UiToken::parse(value.trim()))
+}
+
+/// Only a page of the UI itself: no other host, no scheme, no `//`, no `..`, no odd
+/// characters. Anything else becomes the campaign index, so a crafted link cannot
+/// redirect a freshly logged-in user elsewhere.
+fn safe_next(next: Option<&str>) -> &str {
+    match next {
+        Some(path)
+            if path.starts_with("/ui/")
+                && !path.contains("//")
+                && !path.contains("..")
+                && path.len() <= 512
+                && path
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"/_-.~%".contains(&b)) =>
+        {
+            path
+        }
+        _ => DEFAULT_PAGE,
+    }
+}
+
+/// A form post must come from our own pages: browsers send `Origin` on POSTs, and it
+/// must name the host the request was sent to. (SameSite=Strict already keeps the
+/// session cookie off cross-site requests; this stops login CSRF.)
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let host = headers.get(HOST).and_then(|v| v.to_str().ok());
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+}
+
+fn see_other(location: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(LOCATION, value);
+    }
+    response
+}
+
+/// An HTML page with headers that keep it private and script-free: the CSP allows the
+/// inline style sheet and nothing else (no script at all, forms only to ourselves).
+fn html_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // `same-origin`, not `no-referrer`: with the latter browsers send `Origin: null` on
+    // form posts, which `same_origin` must refuse.
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    response
+}
+
+/// An [`ApiError`] answered as an HTML page with the same status. A 5xx keeps its
+/// internal cause for the logging middleware and shows only the opaque message.
+struct UiError(ApiError);
+
+impl From<ApiError> for UiError {
+    fn from(err: ApiError) -> Self {
+        UiError(err)
+    }
+}
+
+impl From<traqlyte_store::StoreError> for UiError {
+    fn from(err: traqlyte_store::StoreError) -> Self {
+        UiError(err.into())
+    }
+}
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        let status = self.0.status_code();
+        let page = pages::error(status.as_u16(), self.0.message());
+        let cause = self
+            .0
+            .into_response()
+            .extensions_mut()
+            .remove::<InternalCause>();
+        let mut response = html_response(status, page);
+        if let Some(cause) = cause {
+            response.extensions_mut().insert(cause);
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_pages_stay_inside_the_ui() {
+        let cases = [
+            (None, DEFAULT_PAGE),
+            (Some("/ui/campaigns/cmp_1"), "/ui/campaigns/cmp_1"),
+            (Some("https://evil.example/"), DEFAULT_PAGE),
+            (Some("//evil.example/ui/"), DEFAULT_PAGE),
+            (Some("/ui//evil.example"), DEFAULT_PAGE),
+            (Some("/ui/../healthz"), DEFAULT_PAGE),
+            (Some("/ui/a\r\nSet-Cookie: x"), DEFAULT_PAGE),
+            (Some("/stats"), DEFAULT_PAGE),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(safe_next(input), expected, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut headers = HeaderMap::new();
+        let token = format!("tls_{}", "a".repeat(48));
+        headers.insert(
+            COOKIE,
+            HeaderValue::from_str(&format!("a=1; {SESSION_COOKIE}={token}; b=2")).unwrap(),
+        );
+        assert_eq!(
+            session_cookie(&headers).map(|t| t.expose().to_string()),
+            Some(token)
+        );
+        headers.insert(COOKIE, HeaderValue::from_static("tl_session=junk"));
+        assert!(session_cookie(&headers).is_none());
+    }
+
+    #[test]
+    fn cross_origin_posts_are_refused() {
+        let mut headers = HeaderMap::new();
+        headers.insert(HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        assert!(same_origin(&headers));
+        headers.insert(ORIGIN, HeaderValue::from_static("http://127.0.0.1:8080"));
+        assert!(same_origin(&headers));
+        headers.insert(ORIGIN, HeaderValue::from_static("https://evil.example"));
+        assert!(!same_origin(&headers));
+        headers.insert(ORIGIN, HeaderValue::from_static("null"));
+        assert!(!same_origin(&headers));
+    }
+}

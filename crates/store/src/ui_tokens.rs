@@ -1,0 +1,126 @@
+//! Web UI sessions and single-use login links (`ui_tokens`). A browser never holds the
+//! API key: it exchanges the key (or a login link minted with it) for a random session
+//! token that expires, can be revoked, and is stored only as its SHA-256.
+
+use sqlx::Row;
+use traqlyte_identity::sha256_hex;
+
+use crate::tx::with_pool;
+use crate::{Store, StoreError, TenantId};
+
+/// A random UI token: `tls_` and 48 hex digits (192 random bits). Only its SHA-256 is
+/// stored.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UiToken(String);
+
+/// What a [`UiToken`] grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UiTokenKind {
+    /// A single-use login link, exchanged for a session on first use.
+    Login,
+    /// A browser session (the cookie).
+    Session,
+}
+
+impl UiTokenKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            UiTokenKind::Login => "login",
+            UiTokenKind::Session => "session",
+        }
+    }
+}
+
+impl UiToken {
+    const PREFIX: &'static str = "tls_";
+    const HEX_LEN: usize = 48;
+
+    fn generate() -> UiToken {
+        UiToken(format!(
+            "{}{}",
+            Self::PREFIX,
+            crate::model::random_hex(Self::HEX_LEN / 2)
+        ))
+    }
+
+    /// Accepts a token of the right shape; says nothing of whether it exists.
+    pub fn parse(text: &str) -> Option<UiToken> {
+        let hex = text.strip_prefix(Self::PREFIX)?;
+        let ok = hex.len() == Self::HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit());
+        ok.then(|| UiToken(text.to_string()))
+    }
+
+    /// The secret, for the cookie or the login link.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    fn hash(&self) -> String {
+        sha256_hex(self.0.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for UiToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UiToken(…)")
+    }
+}
+
+impl Store {
+    /// Mints a token of `kind` for a tenant, valid until `expires_at_us`. Expired tokens
+    /// of every tenant are purged first, so the table stays bounded by the live ones.
+    pub async fn create_ui_token(
+        &self,
+        tenant: &TenantId,
+        kind: UiTokenKind,
+        now_us: i64,
+        expires_at_us: i64,
+    ) -> Result<UiToken, StoreError> {
+        let token = UiToken::generate();
+        with_pool!(self, writer, pool, q => {
+            sqlx::query(&q("DELETE FROM ui_tokens WHERE expires_at_us <= $1")).bind(now_us).execute(pool).await?;
+            sqlx::query(&q("INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us)
+                 VALUES ($1, $2, $3, $4, $5)"))
+                .bind(token.hash()).bind(tenant.as_str()).bind(kind.as_str()).bind(now_us).bind(expires_at_us)
+                .execute(pool).await?;
+        });
+        Ok(token)
+    }
+
+    /// The tenant of a live session token.
+    pub async fn ui_session_tenant(
+        &self,
+        token: &UiToken,
+        now_us: i64,
+    ) -> Result<Option<TenantId>, StoreError> {
+        with_pool!(self, reader, pool, q => {
+            let row = sqlx::query(&q("SELECT tenant_id FROM ui_tokens
+                 WHERE token_hash = $1 AND kind = 'session' AND expires_at_us > $2"))
+                .bind(token.hash()).bind(now_us).fetch_optional(pool).await?;
+            Ok(row.map(|r| r.try_get::<String, _>(0)).transpose()?.map(TenantId::from_stored))
+        })
+    }
+
+    /// Consumes a live login token: deleted in the same statement that reads it, so two
+    /// concurrent uses cannot both succeed. `None` when unknown, expired or already used.
+    pub async fn consume_ui_login_token(
+        &self,
+        token: &UiToken,
+        now_us: i64,
+    ) -> Result<Option<TenantId>, StoreError> {
+        with_pool!(self, writer, pool, q => {
+            let row = sqlx::query(&q("DELETE FROM ui_tokens
+                 WHERE token_hash = $1 AND kind = 'login' AND expires_at_us > $2 RETURNING tenant_id"))
+                .bind(token.hash()).bind(now_us).fetch_optional(pool).await?;
+            Ok(row.map(|r| r.try_get::<String, _>(0)).transpose()?.map(TenantId::from_stored))
+        })
+    }
+
+    /// Revokes a token (logout). Unknown tokens are ignored.
+    pub async fn delete_ui_token(&self, token: &UiToken) -> Result<(), StoreError> {
+        with_pool!(self, writer, pool, q => {
+            sqlx::query(&q("DELETE FROM ui_tokens WHERE token_hash = $1")).bind(token.hash()).execute(pool).await?;
+        });
+        Ok(())
+    }
+}

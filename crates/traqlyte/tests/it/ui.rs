@@ -1,0 +1,533 @@
+//! The web UI: login by form or single-use link, redirects without a session, and the
+//! campaign page loaded in headless Chromium, whose numbers must match the JSON report.
+//! Chromium is required (`scripts/services.sh` installs Debian's `chromium`): a missing
+//! browser fails these tests, it never skips them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use reqwest::redirect::Policy;
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn_app, Backend, TestApp};
+use crate::on_both_backends;
+
+on_both_backends!(
+    the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report,
+    pages_need_a_session_that_only_the_form_or_a_single_use_link_starts,
+);
+
+const HOSTILE_NAME: &str = "Checkout <script>alert(1)</script> & \"friends\"";
+const UNITS: usize = 300;
+
+async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = campaign_with_data(&app).await;
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    assert_eq!(report.status, StatusCode::OK, "{}", report.body);
+    let report = report.body;
+
+    let token = app.post_json("/ui/tokens", &json!({})).await;
+    assert_eq!(token.status, StatusCode::CREATED, "{}", token.body);
+    let login_path = token.body["login_path"].as_str().expect("login_path");
+    assert!(
+        !login_path.contains(&app.key),
+        "the API key is never in a URL"
+    );
+    let url = app.url(&format!("{login_path}&next=/ui/campaigns/{campaign}"));
+    let dom = dump_dom(&url).await;
+
+    assert!(
+        dom.contains("data-field=\"name\""),
+        "not the campaign page: {dom}"
+    );
+    assert!(!dom.contains("<script"), "a campaign name became markup");
+    let elements = parse_elements(&dom);
+    let name = elements
+        .iter()
+        .find(|e| e.attr("data-field") == Some("name"));
+    assert_eq!(name.map(|e| e.text.as_str()), Some(HOSTILE_NAME));
+    check_metrics(&report, &elements);
+    check_srm_verdicts_and_duplicates(&report, &elements);
+}
+
+fn check_metrics(report: &Value, elements: &[Element]) {
+    const FIELDS: [&str; 10] = [
+        "units",
+        "value",
+        "naive_value",
+        "stored_events",
+        "duplicates",
+        "delta",
+        "delta_value",
+        "predicted_naive_lift",
+        "lift",
+        "naive_lift",
+    ];
+    let mut compared = 0;
+    for arm in report["arms"].as_array().expect("arms") {
+        let key = arm["key"].as_str().expect("arm key");
+        for (metric, figures) in arm["metrics"].as_object().expect("metrics") {
+            for field in FIELDS {
+                let paths: Vec<(String, &Value)> =
+                    if field.ends_with("lift") && figures[field].is_object() {
+                        ["estimate", "ci_low", "ci_high", "p_value"]
+                            .iter()
+                            .map(|part| (format!("{field}.{part}"), &figures[field][*part]))
+                            .collect()
+                    } else {
+                        vec![(field.to_string(), &figures[field])]
+                    };
+                for (path, expected) in paths {
+                    let shown: Vec<&Element> = elements
+                        .iter()
+                        .filter(|e| {
+                            e.attr("data-metric") == Some(metric)
+                                && e.attr("data-arm") == Some(key)
+                                && e.attr("data-field") == Some(&path)
+                        })
+                        .collect();
+                    let is_control_lift = arm["control"] == true && field.contains("lift");
+                    if is_control_lift {
+                        assert!(
+                            expected.is_null() && shown.is_empty(),
+                            "{key} {metric} {path}"
+                        );
+                        continue;
+                    }
+                    assert!(
+                        !shown.is_empty(),
+                        "{key} {metric} {path} is not on the page"
+                    );
+                    for element in shown {
+                        check_shown(element, expected, &format!("{key} {metric} {path}"));
+                        compared += 1;
+                    }
+                }
+            }
+        }
+    }
+    // 2 arms x 3 metrics x 7 plain fields + treatment lifts, naive lifts, predicted.
+    assert!(compared >= 60, "only {compared} numbers compared");
+}
+
+fn check_srm_verdicts_and_duplicates(report: &Value, elements: &[Element]) {
+    fn with_field<'a>(
+        elements: &'a [Element],
+        field: &'a str,
+    ) -> impl Iterator<Item = &'a Element> {
+        elements
+            .iter()
+            .filter(move |e| e.attr("data-field") == Some(field))
+    }
+    let by_field = |field: &'static str| with_field(elements, field);
+    let p = by_field("srm.p_value").next().expect("SRM p-value shown");
+    check_shown(p, &report["srm"]["p_value"], "srm p");
+    let flagged = by_field("srm.flagged").next().expect("SRM status shown");
+    assert_eq!(
+        flagged.attr("data-value"),
+        Some(report["srm"]["flagged"].to_string().as_str())
+    );
+
+    let verdicts: Vec<&str> = by_field("verdict").map(|e| e.text.as_str()).collect();
+    let expected: Vec<&str> = report["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .map(|v| v["message"].as_str().expect("message"))
+        .collect();
+    assert_eq!(verdicts, expected);
+
+    let mut expected_by_arm: HashMap<String, f64> = HashMap::new();
+    for point in report["duplicates_over_time"]
+        .as_array()
+        .expect("duplicates_over_time")
+    {
+        *expected_by_arm
+            .entry(point["arm"].as_str().expect("arm").to_string())
+            .or_default() += point["duplicates"].as_f64().expect("duplicates");
+    }
+    assert!(!expected_by_arm.is_empty(), "the test data has duplicates");
+    let mut shown_by_arm: HashMap<String, f64> = HashMap::new();
+    for bar in by_field("chart.duplicates") {
+        let value: f64 = bar
+            .attr("data-value")
+            .and_then(|v| v.parse().ok())
+            .expect("bar value");
+        *shown_by_arm
+            .entry(bar.attr("data-arm").expect("bar arm").to_string())
+            .or_default() += value;
+    }
+    assert_eq!(shown_by_arm, expected_by_arm);
+    assert!(
+        by_field("chart.lift").count() >= 3,
+        "a whisker per treatment metric"
+    );
+}
+
+/// The element's raw value equals the report's, and its text is that value rounded to
+/// the precision shown (a percentage when it ends with `%`).
+fn check_shown(element: &Element, expected: &Value, what: &str) {
+    let raw: Value = element
+        .attr("data-value")
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_else(|| panic!("{what}: no data-value"));
+    assert_eq!(&raw, expected, "{what}: data-value");
+    let text = element.text.trim();
+    if text.is_empty() {
+        return; // Chart marks carry the value only.
+    }
+    let Some(expected) = expected.as_f64() else {
+        assert_eq!(text, "—", "{what}: a missing value");
+        return;
+    };
+    if let Some(bound) = text.strip_prefix("< ") {
+        let bound: f64 = bound.parse().expect("bound");
+        assert!(expected < bound, "{what}: {expected} shown as {text}");
+        return;
+    }
+    let (number, scale) = match text.strip_suffix('%') {
+        Some(n) => (n, 100.0),
+        None => (text, 1.0),
+    };
+    let number = number.replace(',', "");
+    let decimals = number.split_once('.').map_or(0, |(_, d)| d.len());
+    let shown: f64 = number
+        .parse()
+        .unwrap_or_else(|_| panic!("{what}: {text:?} is not a number"));
+    let tolerance = 0.5 * 10f64.powi(-(decimals as i32)) + 1e-9;
+    assert!(
+        (shown - expected * scale).abs() <= tolerance,
+        "{what}: {text} shown for {expected}"
+    );
+}
+
+async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let client = Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .expect("client");
+    let created = create_campaign(&app).await;
+
+    let anonymous = client
+        .get(app.url("/ui/campaigns"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(anonymous.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&anonymous), "/ui/login?next=/ui/campaigns");
+    let form = client.get(app.url("/ui/login")).send().await.expect("get");
+    assert_eq!(form.status(), StatusCode::OK);
+    let csp = form.headers()["content-security-policy"]
+        .to_str()
+        .unwrap_or("");
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert!(form
+        .text()
+        .await
+        .expect("text")
+        .contains("name=\"api_key\""));
+
+    let post_login = |key: &str, origin: &str| {
+        client
+            .post(app.url("/ui/login"))
+            .header("origin", origin)
+            .form(&[("api_key", key), ("next", "/ui/campaigns")])
+    };
+    let own_origin = app.address.clone();
+    let wrong = post_login("tlk_not_a_key", &own_origin)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let forged = post_login(&app.key, "http://evil.example")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert!(forged.headers().get("set-cookie").is_none());
+
+    let good = post_login(&app.key, &own_origin)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(good.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&good), "/ui/campaigns");
+    let cookie = good.headers()["set-cookie"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    assert!(
+        !cookie.contains(&app.key),
+        "the cookie holds a session, not the key"
+    );
+    let session = cookie.split(';').next().expect("pair").to_string();
+
+    let page = |path: &str, session: &str| {
+        client
+            .get(app.url(path))
+            .header("cookie", session.to_string())
+            .send()
+    };
+    let index = page("/ui/campaigns", &session).await.expect("get");
+    assert_eq!(index.status(), StatusCode::OK);
+    let html = index.text().await.expect("text");
+    assert!(html.contains(&format!("href=\"/ui/campaigns/{created}\"")));
+    assert!(
+        html.contains("Checkout &lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;friends&quot;")
+    );
+    let unpublished = page(&format!("/ui/campaigns/{created}"), &session)
+        .await
+        .expect("get");
+    assert_eq!(unpublished.status(), StatusCode::CONFLICT);
+    assert!(unpublished.headers()["content-type"]
+        .to_str()
+        .unwrap_or("")
+        .starts_with("text/html"));
+
+    // Another tenant's session does not see this tenant's campaign.
+    let other_key = app.other_tenant_key().await;
+    let other = post_login(&other_key, &own_origin)
+        .send()
+        .await
+        .expect("post");
+    let other_session = other.headers()["set-cookie"].to_str().expect("ascii");
+    let other_session = other_session.split(';').next().expect("pair").to_string();
+    let hidden = page(&format!("/ui/campaigns/{created}"), &other_session)
+        .await
+        .expect("get");
+    assert_eq!(hidden.status(), StatusCode::NOT_FOUND);
+
+    // A login link works once.
+    let token = app.post_json("/ui/tokens", &json!({})).await;
+    let link = app.url(token.body["login_path"].as_str().expect("login_path"));
+    let first = client.get(&link).send().await.expect("get");
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert!(first.headers().get("set-cookie").is_some());
+    let second = client.get(&link).send().await.expect("get");
+    assert_eq!(second.status(), StatusCode::UNAUTHORIZED);
+    assert!(second.headers().get("set-cookie").is_none());
+
+    // Logging out revokes the session on the server, not just in the browser.
+    let out = client
+        .post(app.url("/ui/logout"))
+        .header("cookie", session.clone())
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    let after = page("/ui/campaigns", &session).await.expect("get");
+    assert_eq!(after.status(), StatusCode::SEE_OTHER);
+}
+
+fn location(response: &reqwest::Response) -> String {
+    response.headers()["location"]
+        .to_str()
+        .expect("ascii")
+        .to_string()
+}
+
+async fn create_campaign(app: &TestApp) -> String {
+    let created = app
+        .post_json(
+            "/campaigns",
+            &json!({
+                "key": "checkout_page", "name": HOSTILE_NAME,
+                "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+                "metrics": [
+                    {"name": "purchase", "kind": "conversion", "window_hours": 24},
+                    {"name": "revenue", "kind": "sum", "window_hours": 24},
+                    {"name": "pageviews", "kind": "count", "window_hours": 24}
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    created.body["id"].as_str().expect("id").to_string()
+}
+
+/// A published campaign with `UNITS` units, outcomes on three metrics, and duplicate
+/// deliveries more frequent in treatment (as a heavier page's lost replies would cause).
+async fn campaign_with_data(app: &TestApp) -> String {
+    let campaign = create_campaign(app).await;
+    let published = app
+        .post_json(&format!("/campaigns/{campaign}/publish"), &json!({}))
+        .await;
+    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in 0..10 {
+        let (client, url, key, campaign) = (
+            app.client.clone(),
+            app.url("/assignments"),
+            app.key.clone(),
+            campaign.clone(),
+        );
+        tasks.spawn(async move {
+            let mut out = Vec::new();
+            for unit in (chunk..UNITS).step_by(10) {
+                let response = client
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&json!({"campaign_id": campaign, "unit_id": format!("user-{unit}")}))
+                    .send()
+                    .await
+                    .expect("assign");
+                assert_eq!(response.status(), StatusCode::OK);
+                out.push((unit, response.json::<Value>().await.expect("assignment")));
+            }
+            out
+        });
+    }
+    let mut outcomes = Vec::new();
+    let mut duplicates = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        for (unit, assignment) in done.expect("task") {
+            let treated = assignment["arm"] == "treatment";
+            let item = |metric: &str, key: String, value: Option<f64>| {
+                json!({"assignment_id": assignment["assignment_id"], "dedupe_key": key,
+                       "metric": metric, "value": value, "occurred_at": assignment["assigned_at"]})
+            };
+            let mut mine = Vec::new();
+            if unit % 3 == 0 || (treated && unit % 7 == 0) {
+                mine.push(item("purchase", format!("test:purchase:{unit}"), None));
+                mine.push(item(
+                    "revenue",
+                    format!("test:order:{unit}"),
+                    Some(10.0 + (unit % 7) as f64),
+                ));
+            }
+            for view in 0..(1 + unit % 3) {
+                mine.push(item("pageviews", format!("test:view:{unit}:{view}"), None));
+            }
+            let retry_every = if treated { 4 } else { 12 };
+            for (index, outcome) in mine.iter().enumerate() {
+                if (unit + index) % retry_every == 0 {
+                    duplicates.push(outcome.clone());
+                }
+            }
+            outcomes.extend(mine);
+        }
+    }
+    for batch in [outcomes, duplicates] {
+        for chunk in batch.chunks(500) {
+            let answer = app
+                .post_json("/outcomes/batch", &Value::Array(chunk.to_vec()))
+                .await;
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        }
+    }
+    campaign
+}
+
+/// Loads `url` in headless Chromium and returns the serialised DOM after load.
+async fn dump_dom(url: &str) -> String {
+    let browser =
+        std::env::var("TRAQLYTE_TEST_CHROMIUM").unwrap_or_else(|_| "chromium".to_string());
+    let profile = tempdir("traqlyte_chromium");
+    let run = tokio::process::Command::new(&browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            url,
+        ])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("chromium finished within 120 s")
+        .unwrap_or_else(|err| {
+            panic!("{browser} must be installed for the UI tests (scripts/services.sh installs it): {err}")
+        });
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 DOM")
+}
+
+fn tempdir(prefix: &str) -> std::path::PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("{prefix}_{}_{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// An element of the dumped DOM that carries `data-field`: its attributes and the text
+/// up to its first child tag, with entities decoded.
+#[derive(Debug)]
+struct Element {
+    attributes: Vec<(String, String)>,
+    text: String,
+}
+
+impl Element {
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A small scanner for Chromium's DOM serialisation (double-quoted attributes, entities
+/// for `&`, `<`, `>`, `"`, no-break space); enough to read our own markup.
+fn parse_elements(dom: &str) -> Vec<Element> {
+    let mut elements = Vec::new();
+    let mut rest = dom;
+    while let Some(start) = rest.find('<') {
+        rest = &rest[start + 1..];
+        let Some(end) = rest.find('>') else { break };
+        let tag = &rest[..end];
+        if tag.starts_with('/') || tag.starts_with('!') || !tag.contains("data-field=") {
+            continue;
+        }
+        let after = &rest[end + 1..];
+        let text = decode(&after[..after.find('<').unwrap_or(after.len())]);
+        elements.push(Element {
+            attributes: attributes(tag),
+            text,
+        });
+    }
+    elements
+}
+
+fn attributes(tag: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = tag.split_once(char::is_whitespace).map_or("", |(_, r)| r);
+    while let Some(eq) = rest.find("=\"") {
+        let name = rest[..eq].trim().to_string();
+        let value_start = &rest[eq + 2..];
+        let close = value_start.find('"').unwrap_or(value_start.len());
+        out.push((name, decode(&value_start[..close])));
+        rest = value_start.get(close + 1..).unwrap_or("");
+    }
+    out
+}
+
+fn decode(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&nbsp;", "\u{a0}")
+        .replace("&amp;", "&")
+}
