@@ -13,6 +13,10 @@ pub struct ServerConfig {
     pub batch_events_max: usize,
     /// Deepest JSON nesting accepted in an event (the batch array adds one level).
     pub json_depth_max: usize,
+    /// Deepest lineage query accepted (`depth` parameter), in edges.
+    pub lineage_depth_max: u32,
+    /// Most nodes one lineage query returns; a larger graph is cut and marked `truncated`.
+    pub lineage_nodes_max: usize,
 }
 
 impl Default for ServerConfig {
@@ -23,6 +27,8 @@ impl Default for ServerConfig {
             batch_bytes_max: 5 * 1024 * 1024,
             batch_events_max: 1_000,
             json_depth_max: 32,
+            lineage_depth_max: 100,
+            lineage_nodes_max: 10_000,
         }
     }
 }

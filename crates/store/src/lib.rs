@@ -9,8 +9,10 @@
 //! overwritten). See [`plan`] for that pure comparison.
 //!
 //! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`ApiKey`], [`NewEvent`],
-//! [`EventOutcome`], [`ContractStats`].
+//! [`EventOutcome`], [`ContractStats`]; lineage (OpenLineage run events and their graph):
+//! [`RunEventRow`], [`NodeRef`], [`Walk`].
 
+mod lineage;
 mod migrate;
 mod model;
 pub mod plan;
@@ -22,6 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use traqlyte_identity::{Contract, ContractName};
 
+pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, WalkLimits};
 pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,

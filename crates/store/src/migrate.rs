@@ -10,12 +10,21 @@ pub(crate) struct Migration {
 }
 
 /// Every migration, in order. Append only: an applied migration is never edited.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "foundation",
-    sqlite: include_str!("../migrations/sqlite/0001_foundation.sql"),
-    postgres: include_str!("../migrations/postgres/0001_foundation.sql"),
-}];
+/// Version 2 is reserved for the idempotency and campaign tables.
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "foundation",
+        sqlite: include_str!("../migrations/sqlite/0001_foundation.sql"),
+        postgres: include_str!("../migrations/postgres/0001_foundation.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "lineage",
+        sqlite: include_str!("../migrations/sqlite/0003_lineage.sql"),
+        postgres: include_str!("../migrations/postgres/0003_lineage.sql"),
+    },
+];
 
 pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at_us BIGINT NOT NULL)";

@@ -34,7 +34,8 @@ pub(crate) const SELECT_STATS: &str = "SELECT c.name,
        CAST(COALESCE(SUM(t.inserted), 0) AS BIGINT),
        CAST(COALESCE(SUM(t.duplicates), 0) AS BIGINT),
        CAST(COALESCE(SUM(t.collisions), 0) AS BIGINT)
-     FROM (SELECT DISTINCT name FROM contracts WHERE tenant_id = $1) c
+     FROM (SELECT name FROM contracts WHERE tenant_id = $1
+           UNION SELECT contract_name FROM event_tallies WHERE tenant_id = $1) c
      LEFT JOIN event_tallies t ON t.tenant_id = $1 AND t.contract_name = c.name
      GROUP BY c.name ORDER BY c.name";
 

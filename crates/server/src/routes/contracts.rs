@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use traqlyte_identity::openlineage::builtin_contract;
 use traqlyte_identity::{Contract, ContractName};
 use traqlyte_store::{RegisterOutcome, TenantId};
 
@@ -43,6 +44,16 @@ pub(crate) async fn register(
         ));
     }
     let contract = Contract::from_json(&value)?;
+    if builtin_contract(contract.name().as_str()).is_some() {
+        return Err(ApiError::unprocessable(
+            "invalid_contract",
+            format!(
+                "{} is a built-in contract name; choose another name",
+                contract.name()
+            ),
+        )
+        .with_field("name"));
+    }
     let status = match state.store.register_contract(&tenant, &contract).await? {
         RegisterOutcome::Created => StatusCode::CREATED,
         RegisterOutcome::Unchanged => StatusCode::OK,

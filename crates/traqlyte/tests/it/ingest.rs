@@ -20,7 +20,7 @@ crate::on_both_backends!(
 );
 
 /// Runs `traqlyte fire` in `processes` OS processes, each sending `body` `count` times.
-async fn fire_from_processes(
+pub(crate) async fn fire_from_processes(
     app: &TestApp,
     path: &str,
     body: &Value,

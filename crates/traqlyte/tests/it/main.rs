@@ -7,6 +7,7 @@ mod cli;
 mod contracts;
 mod helpers;
 mod ingest;
+mod lineage;
 
 /// Generates, for each listed `async fn name(backend: Backend)`, one test per backend.
 #[macro_export]
