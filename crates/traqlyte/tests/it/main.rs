@@ -8,6 +8,7 @@ mod contracts;
 mod helpers;
 mod ingest;
 mod lineage;
+mod ol_client;
 
 /// Generates, for each listed `async fn name(backend: Backend)`, one test per backend.
 #[macro_export]
