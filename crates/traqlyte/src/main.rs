@@ -1,6 +1,7 @@
 //! The `traqlyte` binary: command-line parsing and wiring only. The work happens in
 //! `traqlyte-identity`, `traqlyte-store` and `traqlyte-server`.
 
+mod bench;
 mod fire;
 
 use std::io::Read;
@@ -43,6 +44,9 @@ enum Command {
     /// Print the deterministic run id (UUIDv5) of a recurring job's schedule slot:
     /// `traqlyte run-id --job my-namespace:my.job --slot 2026-11-29`.
     RunId(RunIdArgs),
+    /// Lineage benchmarks (the figures of BENCHMARKS.md).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Send one JSON body many times concurrently, like an at-least-once client retrying,
     /// and print how the server answered (status → count) as JSON.
     Fire(fire::FireArgs),
@@ -182,6 +186,7 @@ async fn run(command: Command) -> Result<()> {
             println!("{}", run_id_for_slot(namespace, name, &args.slot));
             Ok(())
         }
+        Command::Bench(command) => bench::run(command).await,
         Command::Fire(args) => fire::run(args).await,
     }
 }

@@ -29,7 +29,7 @@ CREATE TABLE lineage_runs (
     first_seen_us   BIGINT NOT NULL,
     PRIMARY KEY (tenant_id, run_id)
 );
-CREATE INDEX lineage_runs_by_job ON lineage_runs (tenant_id, job_namespace, job_name);
+CREATE INDEX lineage_runs_by_job ON lineage_runs (tenant_id, job_namespace, job_name, run_id);
 
 -- version is '' when no version facet gave one (a key column cannot be NULL).
 CREATE TABLE lineage_run_inputs (
@@ -40,7 +40,7 @@ CREATE TABLE lineage_run_inputs (
     version    TEXT NOT NULL,
     PRIMARY KEY (tenant_id, run_id, namespace, name, version)
 );
-CREATE INDEX lineage_run_inputs_by_dataset ON lineage_run_inputs (tenant_id, namespace, name);
+CREATE INDEX lineage_run_inputs_by_dataset ON lineage_run_inputs (tenant_id, namespace, name, run_id);
 
 CREATE TABLE lineage_run_outputs (
     tenant_id  TEXT NOT NULL,
@@ -50,4 +50,4 @@ CREATE TABLE lineage_run_outputs (
     version    TEXT NOT NULL,
     PRIMARY KEY (tenant_id, run_id, namespace, name, version)
 );
-CREATE INDEX lineage_run_outputs_by_dataset ON lineage_run_outputs (tenant_id, namespace, name);
+CREATE INDEX lineage_run_outputs_by_dataset ON lineage_run_outputs (tenant_id, namespace, name, run_id);

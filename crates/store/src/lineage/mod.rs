@@ -14,7 +14,7 @@
 mod postgres;
 mod sqlite;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::Value;
 use traqlyte_identity::canonical;
@@ -187,25 +187,62 @@ pub(crate) const INSERT_RUN_OUTPUT: &str =
     "INSERT INTO lineage_run_outputs (tenant_id, run_id, namespace, name, version)
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
 
-/// Upstream neighbours of a dataset: the jobs of the runs that output it.
-pub(crate) const DATASET_UPSTREAM: &str = "SELECT DISTINCT r.job_namespace, r.job_name
-     FROM lineage_run_outputs e JOIN lineage_runs r ON r.tenant_id = e.tenant_id AND r.run_id = e.run_id
-     WHERE e.tenant_id = $1 AND e.namespace = $2 AND e.name = $3 ORDER BY 1, 2 LIMIT $4";
+/// Rows one level query may return at most; beyond it the walk is marked truncated.
+const LEVEL_ROWS_MAX: i64 = 1_000_000;
 
-/// Downstream neighbours of a dataset: the jobs of the runs that read it.
-pub(crate) const DATASET_DOWNSTREAM: &str = "SELECT DISTINCT r.job_namespace, r.job_name
-     FROM lineage_run_inputs e JOIN lineage_runs r ON r.tenant_id = e.tenant_id AND r.run_id = e.run_id
-     WHERE e.tenant_id = $1 AND e.namespace = $2 AND e.name = $3 ORDER BY 1, 2 LIMIT $4";
-
-/// Upstream neighbours of a job: the inputs of its runs.
-pub(crate) const JOB_UPSTREAM: &str = "SELECT DISTINCT e.namespace, e.name
-     FROM lineage_runs r JOIN lineage_run_inputs e ON e.tenant_id = r.tenant_id AND e.run_id = r.run_id
-     WHERE r.tenant_id = $1 AND r.job_namespace = $2 AND r.job_name = $3 ORDER BY 1, 2 LIMIT $4";
-
-/// Downstream neighbours of a job: the outputs of its runs.
-pub(crate) const JOB_DOWNSTREAM: &str = "SELECT DISTINCT e.namespace, e.name
-     FROM lineage_runs r JOIN lineage_run_outputs e ON e.tenant_id = r.tenant_id AND e.run_id = r.run_id
-     WHERE r.tenant_id = $1 AND r.job_namespace = $2 AND r.job_name = $3 ORDER BY 1, 2 LIMIT $4";
+/// The query of one breadth-first level: for every node of `frontier` (a `WITH f(ns, nm)`
+/// table, all of one kind, since the graph is bipartite) its neighbours in `direction`, as
+/// `(from namespace, from name, to namespace, to name)`. Each names its driving table first
+/// and joins with CROSS JOIN, which SQLite reads as a fixed join order: without statistics
+/// its planner otherwise drives from the other table on `tenant_id` alone and scans the
+/// whole tenant (measured: 60 ms instead of 0.1 ms per step on 10,000 runs). PostgreSQL
+/// plans CROSS JOIN + WHERE freely.
+pub(crate) fn level_sql(
+    kind: NodeKind,
+    direction: Direction,
+    frontier: &str,
+    limit: &str,
+) -> String {
+    let (first, second, select, on_first) = match (kind, direction) {
+        (NodeKind::Dataset, Direction::Upstream) => (
+            "lineage_run_outputs e",
+            "lineage_runs r",
+            "r.job_namespace, r.job_name",
+            "e",
+        ),
+        (NodeKind::Dataset, Direction::Downstream) => (
+            "lineage_run_inputs e",
+            "lineage_runs r",
+            "r.job_namespace, r.job_name",
+            "e",
+        ),
+        (NodeKind::Job, Direction::Upstream) => (
+            "lineage_runs r",
+            "lineage_run_inputs e",
+            "e.namespace, e.name",
+            "r",
+        ),
+        (NodeKind::Job, Direction::Downstream) => (
+            "lineage_runs r",
+            "lineage_run_outputs e",
+            "e.namespace, e.name",
+            "r",
+        ),
+    };
+    let (ns, nm) = if on_first == "e" {
+        ("e.namespace", "e.name")
+    } else {
+        ("r.job_namespace", "r.job_name")
+    };
+    format!(
+        "WITH f(ns, nm) AS ({frontier})
+         SELECT DISTINCT f.ns, f.nm, {select}
+         FROM f CROSS JOIN {first} CROSS JOIN {second}
+         WHERE {on_first}.tenant_id = $1 AND {ns} = f.ns AND {nm} = f.nm
+           AND e.tenant_id = r.tenant_id AND e.run_id = r.run_id
+         LIMIT {limit}"
+    )
+}
 
 pub(crate) const DATASET_EXISTS: &str =
     "SELECT COUNT(*) FROM lineage_datasets WHERE tenant_id = $1 AND namespace = $2 AND name = $3";
@@ -229,15 +266,6 @@ pub struct GraphCounts {
     pub datasets: i64,
     /// Run-input plus run-output rows.
     pub edges: i64,
-}
-
-fn neighbour_sql(kind: NodeKind, direction: Direction) -> &'static str {
-    match (kind, direction) {
-        (NodeKind::Dataset, Direction::Upstream) => DATASET_UPSTREAM,
-        (NodeKind::Dataset, Direction::Downstream) => DATASET_DOWNSTREAM,
-        (NodeKind::Job, Direction::Upstream) => JOB_UPSTREAM,
-        (NodeKind::Job, Direction::Downstream) => JOB_DOWNSTREAM,
-    }
 }
 
 impl Store {
@@ -305,38 +333,60 @@ impl Store {
         })
     }
 
-    /// The direct neighbours of `node` in `direction`, sorted, at most `limit`.
-    pub async fn lineage_neighbours(
+    /// The neighbours in `direction` of every node of `level` (all of one kind), each
+    /// node's neighbours sorted; `None` when the level hit [`LEVEL_ROWS_MAX`].
+    async fn lineage_level(
         &self,
         tenant: &TenantId,
-        node: &NodeRef,
+        level: &[NodeRef],
         direction: Direction,
-        limit: usize,
-    ) -> Result<Vec<NodeRef>, StoreError> {
-        let sql = neighbour_sql(node.kind, direction);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let pairs = match &self.backend {
-            Backend::Sqlite(s) => s.neighbours(sql, tenant, node, limit).await?,
-            Backend::Postgres(s) => s.neighbours(sql, tenant, node, limit).await?,
+    ) -> Result<Option<HashMap<NodeRef, Vec<NodeRef>>>, StoreError> {
+        let Some(kind) = level.first().map(|n| n.kind) else {
+            return Ok(Some(HashMap::new()));
         };
-        let kind = match node.kind {
+        let names: Vec<(&str, &str)> = level
+            .iter()
+            .map(|n| (n.namespace.as_str(), n.name.as_str()))
+            .collect();
+        let rows = match &self.backend {
+            Backend::Sqlite(s) => {
+                s.level(tenant, kind, direction, &names, LEVEL_ROWS_MAX)
+                    .await?
+            }
+            Backend::Postgres(s) => {
+                s.level(tenant, kind, direction, &names, LEVEL_ROWS_MAX)
+                    .await?
+            }
+        };
+        if rows.len() as i64 >= LEVEL_ROWS_MAX {
+            return Ok(None);
+        }
+        let other = match kind {
             NodeKind::Dataset => NodeKind::Job,
             NodeKind::Job => NodeKind::Dataset,
         };
-        Ok(pairs
-            .into_iter()
-            .map(|(namespace, name)| NodeRef {
+        let mut by_node: HashMap<NodeRef, Vec<NodeRef>> = HashMap::new();
+        for (from_ns, from_name, namespace, name) in rows {
+            let from = NodeRef {
                 kind,
+                namespace: from_ns,
+                name: from_name,
+            };
+            by_node.entry(from).or_default().push(NodeRef {
+                kind: other,
                 namespace,
                 name,
-            })
-            .collect())
+            });
+        }
+        by_node.values_mut().for_each(|next| next.sort());
+        Ok(Some(by_node))
     }
 
-    /// Breadth-first walk from `start` following `directions`: every node at most once
-    /// (a visited set, so cycles end the walk), at most `depth_max` edges away. With
-    /// `edges`, the edges between visited nodes are collected too (nodes at the last depth
-    /// are then asked for their neighbours, without being expanded).
+    /// Breadth-first walk from `start` following `directions`, one query per level and
+    /// direction: every node at most once (a visited set, so cycles end the walk), at most
+    /// `depth_max` edges away; nodes of one level in the order of their parents, each
+    /// parent's neighbours sorted. With `edges`, the edges between visited nodes are
+    /// collected too (the last level is then asked for its neighbours, without expanding).
     pub async fn lineage_walk(
         &self,
         tenant: &TenantId,
@@ -347,35 +397,43 @@ impl Store {
     ) -> Result<Walk, StoreError> {
         let mut walk = Walk::default();
         let mut seen: HashSet<NodeRef> = HashSet::from([start.clone()]);
-        let mut queue = VecDeque::from([(start.clone(), 0u32)]);
         walk.nodes.push((start.clone(), 0));
-        while let Some((node, depth)) = queue.pop_front() {
-            if depth >= limits.depth_max && !edges {
-                continue;
-            }
+        let mut level = vec![start.clone()];
+        let mut depth = 0u32;
+        while !level.is_empty() && (depth < limits.depth_max || edges) {
+            let mut found = Vec::with_capacity(directions.len());
             for &direction in directions {
-                let next = self
-                    .lineage_neighbours(tenant, &node, direction, limits.nodes_max + 1)
-                    .await?;
-                for neighbour in next {
-                    if edges {
-                        walk.edges.insert(match direction {
-                            Direction::Upstream => (neighbour.clone(), node.clone()),
-                            Direction::Downstream => (node.clone(), neighbour.clone()),
-                        });
-                    }
-                    if depth >= limits.depth_max || seen.contains(&neighbour) {
-                        continue;
-                    }
-                    if walk.nodes.len() >= limits.nodes_max {
-                        walk.truncated = true;
-                        continue;
-                    }
-                    seen.insert(neighbour.clone());
-                    walk.nodes.push((neighbour.clone(), depth + 1));
-                    queue.push_back((neighbour, depth + 1));
+                match self.lineage_level(tenant, &level, direction).await? {
+                    Some(by_node) => found.push((direction, by_node)),
+                    None => walk.truncated = true,
                 }
             }
+            let expand = depth < limits.depth_max;
+            let mut next_level = Vec::new();
+            for node in &level {
+                for (direction, by_node) in &found {
+                    for neighbour in by_node.get(node).into_iter().flatten() {
+                        if edges {
+                            walk.edges.insert(match direction {
+                                Direction::Upstream => (neighbour.clone(), node.clone()),
+                                Direction::Downstream => (node.clone(), neighbour.clone()),
+                            });
+                        }
+                        if !expand || seen.contains(neighbour) {
+                            continue;
+                        }
+                        if walk.nodes.len() >= limits.nodes_max {
+                            walk.truncated = true;
+                            continue;
+                        }
+                        seen.insert(neighbour.clone());
+                        walk.nodes.push((neighbour.clone(), depth + 1));
+                        next_level.push(neighbour.clone());
+                    }
+                }
+            }
+            level = next_level;
+            depth += 1;
         }
         walk.edges
             .retain(|(from, to)| seen.contains(from) && seen.contains(to));

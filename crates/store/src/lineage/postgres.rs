@@ -8,8 +8,8 @@ use sqlx::{PgConnection, Row};
 use traqlyte_identity::Contract;
 
 use super::{
-    GraphRows, NodeRef, RunEventRow, INSERT_DATASET, INSERT_JOB, INSERT_RUN, INSERT_RUN_INPUT,
-    INSERT_RUN_OUTPUT,
+    level_sql, Direction, GraphRows, NodeKind, NodeRef, RunEventRow, INSERT_DATASET, INSERT_JOB,
+    INSERT_RUN, INSERT_RUN_INPUT, INSERT_RUN_OUTPUT,
 };
 use crate::plan::{self, Batch, Held, Resolution};
 use crate::postgres::PgStore;
@@ -47,22 +47,34 @@ impl PgStore {
         Ok(query.fetch_one(&self.pool).await?)
     }
 
-    pub(crate) async fn neighbours(
+    pub(crate) async fn level(
         &self,
-        sql: &str,
         tenant: &TenantId,
-        node: &NodeRef,
+        kind: NodeKind,
+        direction: Direction,
+        frontier: &[(&str, &str)],
         limit: i64,
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        let rows = sqlx::query(sql)
+    ) -> Result<Vec<(String, String, String, String)>, StoreError> {
+        let namespaces: Vec<&str> = frontier.iter().map(|(ns, _)| *ns).collect();
+        let names: Vec<&str> = frontier.iter().map(|(_, name)| *name).collect();
+        let frontier_sql = "SELECT * FROM unnest($2::text[], $3::text[])";
+        let text = level_sql(kind, direction, frontier_sql, "$4");
+        let rows = sqlx::query(&text)
             .bind(tenant.as_str())
-            .bind(&node.namespace)
-            .bind(&node.name)
+            .bind(&namespaces)
+            .bind(&names)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
         rows.iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .map(|row| {
+                Ok((
+                    row.try_get(0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                ))
+            })
             .collect()
     }
 }

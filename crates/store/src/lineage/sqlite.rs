@@ -7,8 +7,8 @@ use sqlx::{Row, SqliteConnection};
 use traqlyte_identity::Contract;
 
 use super::{
-    GraphRows, NodeRef, RunEventRow, INSERT_DATASET, INSERT_JOB, INSERT_RUN, INSERT_RUN_INPUT,
-    INSERT_RUN_OUTPUT,
+    level_sql, Direction, GraphRows, NodeKind, NodeRef, RunEventRow, INSERT_DATASET, INSERT_JOB,
+    INSERT_RUN, INSERT_RUN_INPUT, INSERT_RUN_OUTPUT,
 };
 use crate::plan::{self, Batch, Held, Resolution};
 use crate::sqlite::SqliteStore;
@@ -52,22 +52,37 @@ impl SqliteStore {
         Ok(query.fetch_one(&self.reader).await?)
     }
 
-    pub(crate) async fn neighbours(
+    pub(crate) async fn level(
         &self,
-        sql: &str,
         tenant: &TenantId,
-        node: &NodeRef,
+        kind: NodeKind,
+        direction: Direction,
+        frontier: &[(&str, &str)],
         limit: i64,
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        let rows = sqlx::query(&q(sql))
+    ) -> Result<Vec<(String, String, String, String)>, StoreError> {
+        // The frontier travels as one JSON array of [namespace, name] pairs.
+        let pairs =
+            serde_json::to_string(frontier).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let frontier_sql =
+            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)";
+        // Placeholders become `?N` before the frontier goes in: its JSON paths keep `$`.
+        let text =
+            q(&level_sql(kind, direction, "FRONTIER", "$3")).replace("FRONTIER", frontier_sql);
+        let rows = sqlx::query(&text)
             .bind(tenant.as_str())
-            .bind(&node.namespace)
-            .bind(&node.name)
+            .bind(pairs)
             .bind(limit)
             .fetch_all(&self.reader)
             .await?;
         rows.iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .map(|row| {
+                Ok((
+                    row.try_get(0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                ))
+            })
             .collect()
     }
 }
