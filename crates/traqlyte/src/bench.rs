@@ -1,6 +1,7 @@
 //! `traqlyte bench`: the lineage figures of BENCHMARKS.md.
 //! - `bench ingest`: distinct RunEvents posted one per request with N in flight, against the
-//!   foundation's batch endpoint with the same number of events, on one running server.
+//!   foundation's single-event endpoint (same concurrency) and its batch endpoint, with the
+//!   same number of events each, on one running server.
 //! - `bench graph`: a generated graph (datasets, one run per dataset reading earlier ones)
 //!   loaded through the store, then ancestor-query latency at given depths.
 
@@ -86,11 +87,24 @@ async fn ingest(args: IngestArgs) -> Result<()> {
         .map(|i| generated_run_event(tag as usize * 10_000_000 + i, &[i], i + 1).to_string())
         .collect();
     let started = Instant::now();
-    post_concurrently(&client, &args, run_events).await?;
+    post_concurrently(&client, &args, "/api/v1/lineage", run_events, 201).await?;
     let lineage_s = started.elapsed().as_secs_f64();
     let contract = json!({"name": format!("bench_{tag}"), "version": 1,
         "fields": [{"pointer": "/order_id", "required": true}], "transport": ["/sent_at"]});
     post(&client, &args, "/contracts", contract.to_string()).await?;
+    let singles: Vec<String> = (0..args.events)
+        .map(|i| json!({"order_id": format!("s{i}"), "amount": 1.5}).to_string())
+        .collect();
+    let started = Instant::now();
+    post_concurrently(
+        &client,
+        &args,
+        &format!("/events/bench_{tag}"),
+        singles,
+        200,
+    )
+    .await?;
+    let single_s = started.elapsed().as_secs_f64();
     let started = Instant::now();
     for chunk in (0..args.events)
         .collect::<Vec<_>>()
@@ -104,12 +118,16 @@ async fn ingest(args: IngestArgs) -> Result<()> {
         post(&client, &args, &path, json!(batch).to_string()).await?;
     }
     let batch_s = started.elapsed().as_secs_f64();
-    let (lineage_rate, batch_rate) = (args.events as f64 / lineage_s, args.events as f64 / batch_s);
+    let rate = |seconds: f64| args.events as f64 / seconds;
+    let (lineage_rate, single_rate, batch_rate) = (rate(lineage_s), rate(single_s), rate(batch_s));
+    let ratio = |a: f64, b: f64| (a / b * 1000.0).round() / 1000.0;
     println!(
         "{}",
         json!({"events": args.events, "concurrency": args.concurrency, "batch_events": args.batch_events,
-               "run_events_per_s": lineage_rate.round(), "batch_events_per_s": batch_rate.round(),
-               "ratio_run_events_to_batch": (lineage_rate / batch_rate * 1000.0).round() / 1000.0})
+               "run_events_per_s": lineage_rate.round(), "single_events_per_s": single_rate.round(),
+               "batch_events_per_s": batch_rate.round(),
+               "ratio_run_events_to_batch": ratio(lineage_rate, batch_rate),
+               "ratio_run_events_to_single": ratio(lineage_rate, single_rate)})
     );
     Ok(())
 }
@@ -117,14 +135,16 @@ async fn ingest(args: IngestArgs) -> Result<()> {
 async fn post_concurrently(
     client: &reqwest::Client,
     args: &IngestArgs,
+    path: &str,
     bodies: Vec<String>,
+    expected: u16,
 ) -> Result<()> {
     let permits = Arc::new(Semaphore::new(args.concurrency.max(1)));
     let mut tasks = Vec::with_capacity(bodies.len());
     for body in bodies {
         let permit = permits.clone().acquire_owned().await?;
         let request = client
-            .post(format!("{}/api/v1/lineage", args.url))
+            .post(format!("{}{path}", args.url))
             .bearer_auth(&args.api_key)
             .body(body);
         tasks.push(tokio::spawn(async move {
@@ -135,8 +155,8 @@ async fn post_concurrently(
     }
     for task in tasks {
         let status = task.await??;
-        if status != 201 {
-            bail!("run event answered {status}");
+        if status != expected {
+            bail!("{path} answered {status}");
         }
     }
     Ok(())
