@@ -20,6 +20,7 @@ crate::on_both_backends!(
     the_marquez_graph_lists_each_node_once_with_its_edges,
     depth_beyond_the_configured_maximum_is_refused_naming_depth,
     an_unknown_or_malformed_node_is_a_clear_error,
+    the_built_in_contract_name_cannot_be_registered,
 );
 
 /// Recorded event ids of the corpus's complete RunEvents (as in the identity tests).
@@ -350,4 +351,72 @@ async fn an_unknown_or_malformed_node_is_a_clear_error(backend: Backend) {
         );
         assert!(answer.body["error"]["field"].is_string(), "{path}");
     }
+}
+
+mod cli {
+    use std::process::Command;
+
+    fn traqlyte(args: &[&str]) -> String {
+        let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args(args)
+            .env_remove("TRAQLYTE_API_KEY")
+            .env_remove("TRAQLYTE_DATABASE_URL")
+            .current_dir(std::env::temp_dir())
+            .output()
+            .expect("run traqlyte");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).expect("UTF-8")
+    }
+
+    #[test]
+    fn the_built_in_contract_prints_without_a_key_or_a_database() {
+        let text = traqlyte(&["contracts", "show", "openlineage.run_event"]);
+        assert!(
+            text.starts_with("contract openlineage.run_event version 1\n"),
+            "{text}"
+        );
+        for needle in [
+            "/runId",
+            "/inputs",
+            "array as a set",
+            "/parameters",
+            "/eventTime, /producer, /schemaURL",
+        ] {
+            assert!(text.contains(needle), "{needle} in {text}");
+        }
+    }
+
+    #[test]
+    fn the_run_id_command_prints_the_recorded_uuid_of_a_slot() {
+        let args = [
+            "run-id",
+            "--job",
+            "my-namespace:my.job",
+            "--slot",
+            "2026-11-29",
+        ];
+        assert_eq!(traqlyte(&args), "cd5f837e-4718-5b1e-acc9-a02c1a4460a4\n");
+        let next_day = [
+            "run-id",
+            "--job",
+            "my-namespace:my.job",
+            "--slot",
+            "2026-11-30",
+        ];
+        assert_ne!(traqlyte(&next_day), traqlyte(&args));
+    }
+}
+
+async fn the_built_in_contract_name_cannot_be_registered(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let contract =
+        json!({"name": "openlineage.run_event", "version": 2, "fields": [{"pointer": "/x"}]});
+    let answer = app.post_json("/contracts", &contract).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.body["error"]["field"], "name");
 }
