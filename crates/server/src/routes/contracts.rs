@@ -84,7 +84,7 @@ pub(crate) async fn show(
     Path(name): Path<String>,
     Query(query): Query<VersionQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let contract = load(&state, &tenant, &name, query.version).await?;
+    let contract = load_or_builtin(&state, &tenant, &name, query.version).await?;
     Ok(Json(contract.to_json()))
 }
 
@@ -94,7 +94,7 @@ pub(crate) async fn collisions(
     Tenant(tenant): Tenant,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let contract = load(&state, &tenant, &name, None).await?;
+    let contract = load_or_builtin(&state, &tenant, &name, None).await?;
     let rows = state
         .store
         .collisions(&tenant, contract.name(), COLLISIONS_LISTED_MAX)
@@ -102,6 +102,22 @@ pub(crate) async fn collisions(
     Ok(Json(
         json!({ "contract": contract.name(), "collisions": rows }),
     ))
+}
+
+/// A built-in contract (for reading only: events of a built-in contract arrive through
+/// their own endpoint, e.g. `POST /api/v1/lineage`), else the tenant's contract.
+async fn load_or_builtin(
+    state: &AppState,
+    tenant: &TenantId,
+    name: &str,
+    version: Option<u32>,
+) -> Result<Contract, ApiError> {
+    match builtin_contract(name) {
+        Some(builtin) if version.is_none() || version == Some(builtin.version()) => {
+            Ok(builtin.clone())
+        }
+        _ => load(state, tenant, name, version).await,
+    }
 }
 
 /// The tenant's contract `name` (latest version unless `version` is given), or 404.

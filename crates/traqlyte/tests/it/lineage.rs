@@ -195,6 +195,17 @@ async fn invalid_corpus_events_are_refused_naming_the_field_and_write_nothing(ba
             answer.body
         );
     }
+    // 080 is 079's run with other (observation) facets: a collision, logged.
+    let answer = app.post_lineage(corpus_body("080")).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::CONFLICT, "collision")
+    );
+    let log = app.get("/contracts/openlineage.run_event/collisions").await;
+    assert_eq!(log.status, StatusCode::OK, "{}", log.body);
+    assert_eq!(log.body["collisions"].as_array().map(Vec::len), Some(1));
+    let shown = app.get("/contracts/openlineage.run_event").await;
+    assert_eq!(shown.body["name"], "openlineage.run_event");
 }
 
 async fn no_corpus_file_makes_the_server_panic_or_answer_5xx(backend: Backend) {
