@@ -6,7 +6,8 @@
 //! of output datasets with their versions, a digest of the parameter facets), applies the
 //! built-in contract (a data file, [`run_event_contract`]) to that projection, and takes the
 //! payload fingerprint over the whole event minus its observation metadata: `eventTime`,
-//! `producer`, `schemaURL`, and every `_producer` / `_schemaURL` wherever it appears.
+//! `producer`, `schemaURL`, and every `_producer` / `_schemaURL` wherever it appears, with
+//! `inputs` and `outputs` in canonical order (they are sets).
 //!
 //! [`run_id_for_slot`] derives the run id of a recurring job from its schedule slot.
 
@@ -183,6 +184,7 @@ pub fn identify_run_event(event: &Value) -> Result<IdentifiedRunEvent, OpenLinea
         run.insert("runId".into(), Value::String(identity.run_id.clone()));
     }
     strip_metadata(&mut content);
+    sort_dataset_arrays(&mut content);
     identified.fingerprint = Fingerprint::of(&content);
     Ok(IdentifiedRunEvent {
         identified,
@@ -439,6 +441,17 @@ fn strip_metadata(content: &mut Value) {
         }
     }
     strip_facet_metadata(content);
+}
+
+/// Sorts `inputs` and `outputs` by their canonical bytes (a multiset: repeats kept), as
+/// the contract does for every set field, so a resend that lists datasets in another
+/// order is a retry, not a collision.
+fn sort_dataset_arrays(content: &mut Value) {
+    for key in ["inputs", "outputs"] {
+        if let Some(Value::Array(items)) = content.get_mut(key) {
+            items.sort_by_cached_key(canonical::jcs);
+        }
+    }
 }
 
 fn strip_facet_metadata(value: &mut Value) {

@@ -341,3 +341,44 @@ fn run_ids_of_schedule_slots_are_stable_uuid_v5_and_differ_by_day() {
         run_id_for_slot("my-namespace", "my.job", "2026-11-29")
     );
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+    use traqlyte_identity::openlineage::identify_run_event;
+
+    fn event(inputs: &[String], time: &str, producer: &str) -> Value {
+        let datasets: Vec<Value> = inputs
+            .iter()
+            .map(|n| json!({"namespace": "db", "name": n, "facets": {"schema": {"_producer": producer, "_schemaURL": producer, "fields": []}}}))
+            .collect();
+        json!({
+            "eventType": "COMPLETE", "eventTime": time, "producer": producer, "schemaURL": producer,
+            "run": {"runId": "3f5e83fa-3480-44ff-99c5-ff943904e5e8", "facets": {"nominalTime": {"_producer": producer, "nominalStartTime": "2026-11-29T03:00:00Z"}}},
+            "job": {"namespace": "ns", "name": "job"},
+            "inputs": datasets, "outputs": []
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn order_repeats_and_observation_metadata_never_change_id_or_fingerprint(
+            names in proptest::collection::vec("[a-c]{1,2}", 1..6),
+            shuffle in any::<u64>(),
+            second in 0u32..60,
+            producer in "[a-z]{1,8}",
+        ) {
+            let base = identify_run_event(&event(&names, "2026-11-29T03:00:00Z", "p")).expect("valid");
+            let mut rotated = names.clone();
+            rotated.rotate_left((shuffle as usize) % names.len());
+            let time = format!("2026-11-29T03:00:{second:02}+00:00");
+            let retry = identify_run_event(&event(&rotated, &time, &producer)).expect("valid");
+            prop_assert_eq!(&base.identified.event_id, &retry.identified.event_id);
+            prop_assert_eq!(&base.identified.fingerprint, &retry.identified.fingerprint);
+            let mut repeated = rotated.clone();
+            repeated.push(names[0].clone());
+            let with_repeat = identify_run_event(&event(&repeated, &time, &producer)).expect("valid");
+            prop_assert_eq!(&base.identified.event_id, &with_repeat.identified.event_id);
+        }
+    }
+}

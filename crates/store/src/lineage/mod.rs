@@ -43,8 +43,11 @@ pub enum NodeKind {
 /// A dataset or job by namespace and name (both NFC).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeRef {
+    /// Dataset or job.
     pub kind: NodeKind,
+    /// The OpenLineage namespace.
     pub namespace: String,
+    /// The name within the namespace.
     pub name: String,
 }
 
@@ -262,7 +265,9 @@ pub(crate) const COUNT_DATASETS: &str =
 /// Counts of a tenant's lineage graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct GraphCounts {
+    /// Distinct run ids.
     pub runs: i64,
+    /// Distinct datasets.
     pub datasets: i64,
     /// Run-input plus run-output rows.
     pub edges: i64,
