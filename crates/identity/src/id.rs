@@ -42,6 +42,13 @@ macro_rules! hex_newtype {
 hex_newtype!(EventId);
 hex_newtype!(Fingerprint);
 
+impl Fingerprint {
+    /// The fingerprint of an already-normalised content document.
+    pub(crate) fn of(content: &Value) -> Fingerprint {
+        Fingerprint(sha256_hex(&canonical::jcs(content)))
+    }
+}
+
 /// An event identified under a contract.
 #[derive(Debug, Clone)]
 pub struct Identified {
@@ -69,7 +76,7 @@ impl Identified {
         hasher.update(format!("\n{}\n", contract.version()).as_bytes());
         hasher.update(&identity_bytes);
         let event_id = EventId(hex(&hasher.finalize()));
-        let fingerprint = Fingerprint(sha256_hex(&canonical::jcs(content)));
+        let fingerprint = Fingerprint::of(content);
         Identified {
             event_id,
             fingerprint,

@@ -10,13 +10,15 @@
 //!
 //! Main types: [`Contract`], [`ContractName`], [`EventId`], [`Fingerprint`],
 //! [`Identified`]; parsing with limits lives in [`json`], the canonical form in
-//! [`canonical`], RFC 6901 pointers in [`pointer`].
+//! [`canonical`], RFC 6901 pointers in [`pointer`], and the built-in OpenLineage RunEvent
+//! contract with its projection and run-id helper in [`openlineage`].
 
 pub mod canonical;
 mod contract;
 mod error;
 mod id;
 pub mod json;
+pub mod openlineage;
 pub mod pointer;
 mod timestamp;
 

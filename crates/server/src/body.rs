@@ -27,7 +27,10 @@ pub async fn read_limited(
     if let Some(length) = declared.filter(|length| *length > limit_bytes as u64) {
         // Once the whole body is read the connection is clean and stays open; an
         // unread rest makes it unusable, so the client is told to close it.
-        if length <= OVERSIZE_DRAIN_BYTES_MAX && drain(body, OVERSIZE_DRAIN_BYTES_MAX).await {
+        if length <= OVERSIZE_DRAIN_BYTES_MAX
+            && !expects_continue(headers)
+            && drain(body, OVERSIZE_DRAIN_BYTES_MAX).await
+        {
             return Err(ApiError::too_large(limit_bytes));
         }
         return Err(ApiError::too_large(limit_bytes).closing_connection());
@@ -54,6 +57,15 @@ async fn drain(mut body: Body, bytes_max: u64) -> bool {
         }
     }
     false
+}
+
+/// A client that sent `Expect: 100-continue` waits for the answer before sending the
+/// body: reading it would invite the very body we are refusing.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
 }
 
 /// Reads and parses a JSON body: valid UTF-8, nesting within `depth_max`, no duplicate

@@ -23,6 +23,10 @@ pub struct ServerConfig {
     /// Test-only hook: the publish handler sleeps this long inside its transaction, so a
     /// test can kill the server mid-request. Zero in production.
     pub test_publish_delay_ms: u64,
+    /// Deepest lineage query accepted (`depth` parameter), in edges.
+    pub lineage_depth_max: u32,
+    /// Most nodes one lineage query returns; a larger graph is cut and marked `truncated`.
+    pub lineage_nodes_max: usize,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +41,8 @@ impl Default for ServerConfig {
             idempotency_retention_ms: 24 * 3_600_000,
             idempotency_purge_every_ms: 600_000,
             test_publish_delay_ms: 0,
+            lineage_depth_max: 100,
+            lineage_nodes_max: 10_000,
         }
     }
 }

@@ -9,13 +9,15 @@
 //! overwritten). See [`plan`] for that pure comparison.
 //!
 //! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`ApiKey`], [`NewEvent`],
-//! [`EventOutcome`], [`ContractStats`], [`UiToken`].
+//! [`EventOutcome`], [`ContractStats`], [`UiToken`]; lineage (OpenLineage run events and
+//! their graph): [`RunEventRow`], [`NodeRef`], [`Walk`].
 
 mod bench;
 pub mod campaigns;
 mod events;
 pub mod experiments;
 pub mod idempotency;
+mod lineage;
 mod migrate;
 mod model;
 pub mod plan;
@@ -35,6 +37,7 @@ pub use experiments::{
     Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,
 };
 pub use idempotency::{KeyRecord, StoredResponse};
+pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, WalkLimits};
 pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,

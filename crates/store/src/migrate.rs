@@ -23,7 +23,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0002_campaigns_idempotency.sql"),
         postgres: include_str!("../migrations/postgres/0002_campaigns_idempotency.sql"),
     },
-    // Version 3 is the lineage migration.
+    Migration {
+        version: 3,
+        name: "lineage",
+        sqlite: include_str!("../migrations/sqlite/0003_lineage.sql"),
+        postgres: include_str!("../migrations/postgres/0003_lineage.sql"),
+    },
     Migration {
         version: 4,
         name: "experiments",

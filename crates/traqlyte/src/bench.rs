@@ -27,6 +27,10 @@ pub enum BenchCommand {
     Publish(PublishArgs),
     /// Report latency on a generated experiment vs a plain aggregate scan (PostgreSQL).
     Report(ReportArgs),
+    /// Run-event ingestion rate vs the foundation's endpoints, against a running server.
+    LineageIngest(crate::bench_lineage::IngestArgs),
+    /// Ancestor-query latency on a generated lineage graph.
+    Graph(crate::bench_lineage::GraphArgs),
 }
 
 /// Options of `bench report`.
@@ -92,6 +96,8 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Ingest(args) => ingest(args).await,
         BenchCommand::Publish(args) => publish(args).await,
         BenchCommand::Report(args) => report(args).await,
+        BenchCommand::LineageIngest(args) => crate::bench_lineage::ingest(args).await,
+        BenchCommand::Graph(args) => crate::bench_lineage::graph(args).await,
     }
 }
 

@@ -7,6 +7,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bench;
+mod bench_lineage;
 mod fire;
 
 use std::io::Read;
@@ -14,6 +15,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use traqlyte_identity::openlineage::{
+    builtin_contract, identify_run_event, run_id_for_slot, RUN_EVENT_CONTRACT,
+};
 use traqlyte_identity::{Contract, ContractName};
 use traqlyte_server::ServerConfig;
 use traqlyte_store::{ApiKey, Store, StoreConfig};
@@ -43,6 +47,9 @@ enum Command {
     Contracts(ContractsCommand),
     /// Print an event's canonical identity bytes and id: `traqlyte id CONTRACT < event.json`.
     Id(IdArgs),
+    /// Print the deterministic run id (UUIDv5) of a recurring job's schedule slot:
+    /// `traqlyte run-id --job my-namespace:my.job --slot 2026-11-29`.
+    RunId(RunIdArgs),
     /// Send one JSON body many times concurrently, like an at-least-once client retrying,
     /// and print how the server answered (status → count) as JSON.
     Fire(fire::FireArgs),
@@ -77,6 +84,12 @@ struct ServeArgs {
     /// Deepest JSON nesting accepted in an event.
     #[arg(long, default_value_t = 32)]
     json_depth_max: usize,
+    /// Deepest lineage query accepted, in edges.
+    #[arg(long, default_value_t = 100)]
+    lineage_depth_max: u32,
+    /// Most nodes one lineage query returns.
+    #[arg(long, default_value_t = 10_000)]
+    lineage_nodes_max: usize,
     /// Database connections in the pool.
     #[arg(long, default_value_t = 16)]
     pool_connections_max: u32,
@@ -107,7 +120,8 @@ enum TenantCommand {
 enum ContractsCommand {
     /// Print a contract's identity fields: the semantic contract, readable.
     Show {
-        /// A registered contract's name, or the path of a contract JSON file.
+        /// A built-in contract's name (`openlineage.run_event`), a registered contract's
+        /// name, or the path of a contract JSON file.
         contract: String,
         #[command(flatten)]
         source: ContractSource,
@@ -132,6 +146,16 @@ struct IdArgs {
     contract: String,
     #[command(flatten)]
     source: ContractSource,
+}
+
+#[derive(Args)]
+struct RunIdArgs {
+    /// The job as `{namespace}:{name}` (split at the last colon).
+    #[arg(long)]
+    job: String,
+    /// The schedule slot, e.g. `2026-11-29` or `2026-11-29T03:00Z`; use one format per job.
+    #[arg(long)]
+    slot: String,
 }
 
 fn main() -> Result<()> {
@@ -169,6 +193,15 @@ async fn run(command: Command) -> Result<()> {
             Ok(())
         }
         Command::Id(args) => identify(args).await,
+        Command::RunId(args) => {
+            let (namespace, name) = args
+                .job
+                .rsplit_once(':')
+                .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+                .context("--job must be {namespace}:{name}")?;
+            println!("{}", run_id_for_slot(namespace, name, &args.slot));
+            Ok(())
+        }
         Command::Fire(args) => fire::run(args).await,
         Command::Bench(command) => bench::run(command).await,
     }
@@ -188,6 +221,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         idempotency_retention_ms: args.idempotency_retention_hours.saturating_mul(3_600_000),
         idempotency_purge_every_ms: ServerConfig::default().idempotency_purge_every_ms,
         test_publish_delay_ms: args.test_publish_delay_ms,
+        lineage_depth_max: args.lineage_depth_max,
+        lineage_nodes_max: args.lineage_nodes_max,
     };
     let on_bound = |address| {
         tracing::info!(%address, "listening");
@@ -206,7 +241,14 @@ async fn identify(args: IdArgs) -> Result<()> {
         .context("read the event from stdin")?;
     let event = traqlyte_identity::json::parse(&input, traqlyte_identity::json::DEPTH_MAX_CEILING)
         .context("parse the event")?;
-    let identified = contract.identify(&event).context("identify the event")?;
+    let identified = if contract.name().as_str() == RUN_EVENT_CONTRACT {
+        // The built-in contract applies to the projection of the event, not to its body.
+        identify_run_event(&event)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", e.field()))?
+            .identified
+    } else {
+        contract.identify(&event).context("identify the event")?
+    };
     println!(
         "canonical: {}",
         String::from_utf8_lossy(&identified.identity_bytes)
@@ -224,6 +266,9 @@ async fn resolve_contract(contract: &str, source: &ContractSource) -> Result<Con
             .with_context(|| format!("parse {contract}"))?;
         return Contract::from_json(&value)
             .map_err(|e| anyhow::anyhow!("{contract}: {}: {}", e.field, e.message));
+    }
+    if let Some(builtin) = builtin_contract(contract) {
+        return Ok(builtin.clone());
     }
     let Some(key_text) = &source.api_key else {
         bail!("{contract:?} is not a file; to read a registered contract pass --api-key (or set TRAQLYTE_API_KEY)");

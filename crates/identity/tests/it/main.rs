@@ -3,6 +3,7 @@
 //! checked both here and by an independent Python implementation.
 
 mod fixtures;
+mod openlineage;
 mod properties;
 mod rules;
 

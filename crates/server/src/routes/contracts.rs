@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use traqlyte_identity::openlineage::builtin_contract;
 use traqlyte_identity::{Contract, ContractName};
 use traqlyte_store::{RegisterOutcome, TenantId};
 
@@ -45,6 +46,16 @@ pub(crate) async fn register(
         ));
     }
     let contract = Contract::from_json(&value)?;
+    if builtin_contract(contract.name().as_str()).is_some() {
+        return Err(ApiError::unprocessable(
+            "invalid_contract",
+            format!(
+                "{} is a built-in contract name; choose another name",
+                contract.name()
+            ),
+        )
+        .with_field("name"));
+    }
     let mut tx = work.begin().await?;
     let registered = tx.register_contract(&tenant, &contract).await?;
     work.finish(tx).await?;
@@ -78,7 +89,7 @@ pub(crate) async fn show(
     Path(name): Path<String>,
     Query(query): Query<VersionQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let contract = load(&state, &tenant, &name, query.version).await?;
+    let contract = load_or_builtin(&state, &tenant, &name, query.version).await?;
     Ok(Json(contract.to_json()))
 }
 
@@ -88,7 +99,7 @@ pub(crate) async fn collisions(
     Tenant(tenant): Tenant,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let contract = load(&state, &tenant, &name, None).await?;
+    let contract = load_or_builtin(&state, &tenant, &name, None).await?;
     let rows = state
         .store
         .collisions(&tenant, contract.name(), COLLISIONS_LISTED_MAX)
@@ -96,6 +107,22 @@ pub(crate) async fn collisions(
     Ok(Json(
         json!({ "contract": contract.name(), "collisions": rows }),
     ))
+}
+
+/// A built-in contract (for reading only: events of a built-in contract arrive through
+/// their own endpoint, e.g. `POST /api/v1/lineage`), else the tenant's contract.
+async fn load_or_builtin(
+    state: &AppState,
+    tenant: &TenantId,
+    name: &str,
+    version: Option<u32>,
+) -> Result<Contract, ApiError> {
+    match builtin_contract(name) {
+        Some(builtin) if version.is_none() || version == Some(builtin.version()) => {
+            Ok(builtin.clone())
+        }
+        _ => load(state, tenant, name, version).await,
+    }
 }
 
 /// The tenant's contract `name` (latest version unless `version` is given), or 404.

@@ -203,7 +203,8 @@ pub(crate) fn identify(contract: &Contract, value: Value) -> Result<NewEvent, Ap
     })
 }
 
-fn collision(event: &NewEvent, stored_fingerprint: &Fingerprint) -> ApiError {
+/// The 409 answer to a collision.
+pub(crate) fn collision(event: &NewEvent, stored_fingerprint: &Fingerprint) -> ApiError {
     let event_id = event.identified.event_id.as_str();
     ApiError::new(
         StatusCode::CONFLICT,

@@ -5,6 +5,7 @@ mod campaigns;
 mod contracts;
 mod events;
 mod health;
+mod lineage;
 
 use axum::body::to_bytes;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -57,6 +58,13 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/events/{contract}/batch", post(events::post_batch))
         .route("/events/{contract}/{event_id}", get(events::get_one))
         .merge(crate::ui::router())
+        .route(
+            "/api/v1/lineage",
+            post(lineage::post_event).get(lineage::graph),
+        )
+        .route("/lineage/ancestors", get(lineage::ancestors))
+        .route("/lineage/descendants", get(lineage::descendants))
+        .route("/lineage/stats", get(lineage::stats))
         .fallback(not_found)
         // Handlers read bodies themselves under per-route limits (see `body`).
         .layer(DefaultBodyLimit::disable())

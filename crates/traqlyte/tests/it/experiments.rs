@@ -391,8 +391,10 @@ async fn the_report_recovers_the_truth_and_measures_injected_duplicates(backend:
         );
         let lift = m["lift"]["estimate"].as_f64().expect("lift");
         let expected_bias = (1.0 + lift) * 1.10 / 1.02 - 1.0;
+        // δ observed is within 0.005 of the injected rate in each arm (checked above), so
+        // the bias implied by the injected rates can differ by up to about 1.1 points.
         assert!(
-            (naive - expected_bias).abs() < 0.005,
+            (naive - expected_bias).abs() < 0.012,
             "{name}: naive {naive} vs bias from injected rates {expected_bias}"
         );
     }

@@ -9,6 +9,8 @@ mod experiments;
 mod helpers;
 mod idempotency;
 mod ingest;
+mod lineage;
+mod ol_client;
 mod ui;
 
 /// Generates, for each listed `async fn name(backend: Backend)`, one test per backend.

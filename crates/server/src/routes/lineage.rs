@@ -1,0 +1,274 @@
+//! OpenLineage ingestion and lineage graph queries:
+//! `POST /api/v1/lineage` (a RunEvent, as the official clients send it),
+//! `GET /api/v1/lineage?nodeId=…&depth=N` (a Marquez-compatible graph), and
+//! `GET /lineage/ancestors` / `GET /lineage/descendants` (`?node=…&depth=N`, a flat
+//! breadth-first list).
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use traqlyte_identity::openlineage::{identify_run_event, OpenLineageError};
+use traqlyte_store::{Direction, EventOutcome, NewEvent, NodeRef, RunEventRow, TenantId, Walk};
+
+use super::events::collision;
+use crate::auth::Tenant;
+use crate::body::read_json;
+use crate::{ApiError, AppState};
+
+/// Depth of a graph query that names none (Marquez's default).
+const DEPTH_DEFAULT: u32 = 20;
+
+/// `POST /api/v1/lineage`: `201 {"event_id","status":"inserted"|"duplicate","run_id"}`
+/// (a duplicate is acknowledged like the original: the client's retry succeeded);
+/// `409 collision`; `400` naming the field for an invalid event.
+pub(crate) async fn post_event(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let config = &state.config;
+    let value = read_json(&headers, body, config.body_bytes_max, config.json_depth_max).await?;
+    let projected = identify_run_event(&value).map_err(bad_event)?;
+    let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
+    let row = RunEventRow {
+        event: NewEvent {
+            identified: projected.identified,
+            payload,
+        },
+        identity: projected.identity,
+    };
+    let outcomes = state
+        .store
+        .insert_run_events(&tenant, std::slice::from_ref(&row))
+        .await?;
+    let outcome = outcomes
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::internal("store returned no outcome"))?;
+    let event_id = row.event.identified.event_id.as_str();
+    if let EventOutcome::Collision { stored_fingerprint } = &outcome {
+        return Err(collision(&row.event, stored_fingerprint));
+    }
+    tracing::debug!(tenant = %tenant, event_id, run_id = %row.identity.run_id, status = outcome.as_str(), "run event stored");
+    let body =
+        json!({"event_id": event_id, "status": outcome.as_str(), "run_id": row.identity.run_id});
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `GET /lineage/stats`: `{"runs","datasets","edges"}` of the tenant's graph (edges are
+/// run-input plus run-output rows).
+pub(crate) async fn stats(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+) -> Result<Json<Value>, ApiError> {
+    let counts = state.store.lineage_counts(&tenant).await?;
+    Ok(Json(json!(counts)))
+}
+
+/// Query of `GET /api/v1/lineage`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct GraphQuery {
+    #[serde(rename = "nodeId")]
+    node_id: Option<String>,
+    depth: Option<String>,
+}
+
+/// `GET /api/v1/lineage?nodeId=dataset:{ns}:{name}&depth=N`: the nodes connected to the
+/// given one (both directions) up to `depth` edges away, Marquez's shape.
+pub(crate) async fn graph(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Query(query): Query<GraphQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let start = node(query.node_id.as_deref(), "nodeId")?;
+    let depth = depth(query.depth.as_deref(), &state)?;
+    let walk = walk(&state, &tenant, &start, depth, true).await?;
+    let nodes: Vec<Value> = walk
+        .nodes
+        .iter()
+        .map(|(node, _)| marquez_node(node, &walk))
+        .collect();
+    Ok(Json(json!({"graph": nodes})))
+}
+
+/// Query of `GET /lineage/ancestors` and `/lineage/descendants`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct WalkQuery {
+    node: Option<String>,
+    depth: Option<String>,
+}
+
+/// `GET /lineage/ancestors?node=…&depth=N`.
+pub(crate) async fn ancestors(
+    state: State<AppState>,
+    tenant: Tenant,
+    query: Query<WalkQuery>,
+) -> Result<Json<Value>, ApiError> {
+    flat(state, tenant, query, Direction::Upstream).await
+}
+
+/// `GET /lineage/descendants?node=…&depth=N`.
+pub(crate) async fn descendants(
+    state: State<AppState>,
+    tenant: Tenant,
+    query: Query<WalkQuery>,
+) -> Result<Json<Value>, ApiError> {
+    flat(state, tenant, query, Direction::Downstream).await
+}
+
+async fn flat(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Query(query): Query<WalkQuery>,
+    direction: Direction,
+) -> Result<Json<Value>, ApiError> {
+    let start = node(query.node.as_deref(), "node")?;
+    let depth = depth(query.depth.as_deref(), &state)?;
+    let walk = walk_one_way(&state, &tenant, &start, depth, direction).await?;
+    let nodes: Vec<Value> = walk
+        .nodes
+        .iter()
+        .skip(1)
+        .map(|(node, depth)| {
+            json!({"id": node.id(), "type": node.kind_str(), "namespace": node.namespace, "name": node.name, "depth": depth})
+        })
+        .collect();
+    Ok(Json(json!({
+        "node": start.id(),
+        "direction": match direction { Direction::Upstream => "upstream", Direction::Downstream => "downstream" },
+        "depth": depth,
+        "nodes": nodes,
+        "truncated": walk.truncated,
+    })))
+}
+
+async fn walk_one_way(
+    state: &AppState,
+    tenant: &TenantId,
+    start: &NodeRef,
+    depth: u32,
+    direction: Direction,
+) -> Result<Walk, ApiError> {
+    ensure_exists(state, tenant, start).await?;
+    let limits = limits(state, depth);
+    Ok(state
+        .store
+        .lineage_walk(tenant, start, &[direction], limits, false)
+        .await?)
+}
+
+async fn walk(
+    state: &AppState,
+    tenant: &TenantId,
+    start: &NodeRef,
+    depth: u32,
+    edges: bool,
+) -> Result<Walk, ApiError> {
+    ensure_exists(state, tenant, start).await?;
+    let both = [Direction::Upstream, Direction::Downstream];
+    Ok(state
+        .store
+        .lineage_walk(tenant, start, &both, limits(state, depth), edges)
+        .await?)
+}
+
+fn limits(state: &AppState, depth: u32) -> traqlyte_store::WalkLimits {
+    traqlyte_store::WalkLimits {
+        depth_max: depth,
+        nodes_max: state.config.lineage_nodes_max,
+    }
+}
+
+async fn ensure_exists(
+    state: &AppState,
+    tenant: &TenantId,
+    node: &NodeRef,
+) -> Result<(), ApiError> {
+    if state.store.lineage_node_exists(tenant, node).await? {
+        return Ok(());
+    }
+    Err(ApiError::not_found(
+        "node_not_found",
+        format!(
+            "no {} {:?} in the lineage graph",
+            node.kind_str(),
+            node.id()
+        ),
+    )
+    .with_field("node"))
+}
+
+fn marquez_node(node: &NodeRef, walk: &Walk) -> Value {
+    let id = node.id();
+    let edge =
+        |(from, to): &(NodeRef, NodeRef)| json!({"origin": from.id(), "destination": to.id()});
+    let in_edges: Vec<Value> = walk
+        .edges
+        .iter()
+        .filter(|(_, to)| to == node)
+        .map(edge)
+        .collect();
+    let out_edges: Vec<Value> = walk
+        .edges
+        .iter()
+        .filter(|(from, _)| from == node)
+        .map(edge)
+        .collect();
+    let kind = node.kind_str().to_uppercase();
+    json!({
+        "id": id,
+        "type": kind,
+        "data": {"type": kind, "namespace": node.namespace, "name": node.name,
+                 "id": {"namespace": node.namespace, "name": node.name}},
+        "inEdges": in_edges,
+        "outEdges": out_edges,
+    })
+}
+
+fn node(text: Option<&str>, parameter: &'static str) -> Result<NodeRef, ApiError> {
+    let text = text.ok_or_else(|| {
+        ApiError::new(StatusCode::BAD_REQUEST, "missing_parameter", format!("query parameter {parameter} is required, e.g. {parameter}=dataset:my-namespace:my.table"))
+            .with_field(parameter)
+    })?;
+    NodeRef::parse(text).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_node",
+            format!("{parameter} {text:?} must be dataset:{{namespace}}:{{name}} or job:{{namespace}}:{{name}}"),
+        )
+        .with_field(parameter)
+    })
+}
+
+fn depth(text: Option<&str>, state: &AppState) -> Result<u32, ApiError> {
+    let depth_max = state.config.lineage_depth_max;
+    let Some(text) = text else {
+        return Ok(DEPTH_DEFAULT.min(depth_max));
+    };
+    text.parse::<u32>()
+        .ok()
+        .filter(|depth| *depth <= depth_max)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_depth",
+                format!("depth must be an integer from 0 to {depth_max}, got {text:?}"),
+            )
+            .with_field("depth")
+        })
+}
+
+fn bad_event(err: OpenLineageError) -> ApiError {
+    let field = err.field();
+    let api = ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string());
+    if field.is_empty() {
+        api
+    } else {
+        api.with_field(field)
+    }
+}

@@ -1,0 +1,454 @@
+//! Lineage: OpenLineage RunEvents stored as rows of `events` under the built-in contract
+//! `openlineage.run_event`, and the graph tables derived from them (jobs, datasets, runs,
+//! run inputs, run outputs).
+//!
+//! The graph is written only from the events this transaction newly inserted, in the same
+//! transaction, so a duplicate (a retry, 1,000 concurrent copies) can never add a second
+//! run or a phantom edge. Graph rows are sets (`ON CONFLICT DO NOTHING`), written in one
+//! global order (jobs, datasets, runs, inputs, outputs; each sorted) so concurrent
+//! transactions cannot deadlock on them.
+//!
+//! Graph queries walk breadth-first with a visited set: every node at most once, cycles
+//! harmless, bounded by a depth and a node count.
+
+mod postgres;
+mod sqlite;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use serde_json::Value;
+use traqlyte_identity::canonical;
+use traqlyte_identity::openlineage::{run_event_contract, RunEventIdentity};
+
+use crate::{Backend, EventOutcome, NewEvent, Store, StoreError, TenantId};
+
+/// A RunEvent ready to store: the event row and the projection its graph rows come from.
+#[derive(Debug, Clone)]
+pub struct RunEventRow {
+    /// The `events` row (id, fingerprint, payload, event time).
+    pub event: NewEvent,
+    /// Run, job and datasets of the event.
+    pub identity: RunEventIdentity,
+}
+
+/// A node of the lineage graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NodeKind {
+    /// A dataset (`dataset:{namespace}:{name}`).
+    Dataset,
+    /// A job (`job:{namespace}:{name}`).
+    Job,
+}
+
+/// A dataset or job by namespace and name (both NFC).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeRef {
+    /// Dataset or job.
+    pub kind: NodeKind,
+    /// The OpenLineage namespace.
+    pub namespace: String,
+    /// The name within the namespace.
+    pub name: String,
+}
+
+impl NodeRef {
+    /// Parses `dataset:{namespace}:{name}` or `job:{namespace}:{name}`. The namespace and
+    /// name are split at the **last** colon (namespaces such as `postgres://host:5432`
+    /// contain colons; names rarely do), and NFC-normalised.
+    pub fn parse(id: &str) -> Option<NodeRef> {
+        let (kind, rest) = if let Some(rest) = id.strip_prefix("dataset:") {
+            (NodeKind::Dataset, rest)
+        } else if let Some(rest) = id.strip_prefix("job:") {
+            (NodeKind::Job, rest)
+        } else {
+            return None;
+        };
+        let (namespace, name) = rest.rsplit_once(':')?;
+        if namespace.is_empty() || name.is_empty() {
+            return None;
+        }
+        Some(NodeRef {
+            kind,
+            namespace: nfc(namespace),
+            name: nfc(name),
+        })
+    }
+
+    /// `dataset:{namespace}:{name}` or `job:{namespace}:{name}`.
+    pub fn id(&self) -> String {
+        format!("{}:{}:{}", self.kind_str(), self.namespace, self.name)
+    }
+
+    /// `dataset` or `job`.
+    pub fn kind_str(&self) -> &'static str {
+        match self.kind {
+            NodeKind::Dataset => "dataset",
+            NodeKind::Job => "job",
+        }
+    }
+}
+
+/// Which way to walk: towards what a node was made from, or what was made from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Ancestors: dataset ← job that output it ← its inputs …
+    Upstream,
+    /// Descendants: dataset → job that read it → its outputs …
+    Downstream,
+}
+
+/// Bounds of one walk.
+#[derive(Debug, Clone, Copy)]
+pub struct WalkLimits {
+    /// Edges to follow from the start node at most.
+    pub depth_max: u32,
+    /// Nodes to return at most; the walk stops (and says so) beyond it.
+    pub nodes_max: usize,
+}
+
+/// The result of a walk: nodes in breadth-first order, each once, with their distance.
+#[derive(Debug, Clone, Default)]
+pub struct Walk {
+    /// Visited nodes (the start node first, at depth 0).
+    pub nodes: Vec<(NodeRef, u32)>,
+    /// Data-flow edges `(origin, destination)` between visited nodes.
+    pub edges: BTreeSet<(NodeRef, NodeRef)>,
+    /// True when `nodes_max` cut the walk short.
+    pub truncated: bool,
+}
+
+/// Graph rows to write for the newly inserted events of one transaction, each set sorted.
+#[derive(Debug, Default)]
+pub(crate) struct GraphRows {
+    pub jobs: BTreeSet<(String, String)>,
+    pub datasets: BTreeSet<(String, String)>,
+    /// run id → (job namespace, job name, first event id).
+    pub runs: BTreeMap<String, (String, String, String)>,
+    /// (run id, namespace, name, version or '').
+    pub inputs: BTreeSet<(String, String, String, String)>,
+    pub outputs: BTreeSet<(String, String, String, String)>,
+}
+
+impl GraphRows {
+    /// Rows of the events whose outcome is `Inserted`, and nothing from the others.
+    pub(crate) fn of_inserted(rows: &[RunEventRow], outcomes: &[EventOutcome]) -> GraphRows {
+        debug_assert_eq!(rows.len(), outcomes.len());
+        let mut graph = GraphRows::default();
+        for (row, _) in rows
+            .iter()
+            .zip(outcomes)
+            .filter(|(_, outcome)| **outcome == EventOutcome::Inserted)
+        {
+            graph.add(row);
+        }
+        graph
+    }
+
+    fn add(&mut self, row: &RunEventRow) {
+        let id = &row.identity;
+        let job = (id.job_namespace.clone(), id.job_name.clone());
+        self.jobs.insert(job.clone());
+        let event_id = row.event.identified.event_id.to_string();
+        self.runs
+            .entry(id.run_id.clone())
+            .or_insert((job.0, job.1, event_id));
+        for (datasets, edges) in [
+            (&id.inputs, &mut self.inputs),
+            (&id.outputs, &mut self.outputs),
+        ] {
+            for d in datasets {
+                self.datasets.insert((d.namespace.clone(), d.name.clone()));
+                let version = d.version.clone().unwrap_or_default();
+                edges.insert((
+                    id.run_id.clone(),
+                    d.namespace.clone(),
+                    d.name.clone(),
+                    version,
+                ));
+            }
+        }
+    }
+}
+
+pub(crate) const INSERT_JOB: &str =
+    "INSERT INTO lineage_jobs (tenant_id, namespace, name, first_seen_us)
+     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+pub(crate) const INSERT_DATASET: &str =
+    "INSERT INTO lineage_datasets (tenant_id, namespace, name, first_seen_us)
+     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+pub(crate) const INSERT_RUN: &str = "INSERT INTO lineage_runs
+     (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us)
+     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
+
+pub(crate) const INSERT_RUN_INPUT: &str =
+    "INSERT INTO lineage_run_inputs (tenant_id, run_id, namespace, name, version)
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+
+pub(crate) const INSERT_RUN_OUTPUT: &str =
+    "INSERT INTO lineage_run_outputs (tenant_id, run_id, namespace, name, version)
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+
+/// Rows one level query may return at most; beyond it the walk is marked truncated.
+const LEVEL_ROWS_MAX: i64 = 1_000_000;
+
+/// The query of one breadth-first level: for every node of `frontier` (a `WITH f(ns, nm)`
+/// table, all of one kind, since the graph is bipartite) its neighbours in `direction`, as
+/// `(from namespace, from name, to namespace, to name)`. Each names its driving table first
+/// and joins with CROSS JOIN, which SQLite reads as a fixed join order: without statistics
+/// its planner otherwise drives from the other table on `tenant_id` alone and scans the
+/// whole tenant (measured: 60 ms instead of 0.1 ms per step on 10,000 runs). PostgreSQL
+/// plans CROSS JOIN + WHERE freely.
+pub(crate) fn level_sql(
+    kind: NodeKind,
+    direction: Direction,
+    frontier: &str,
+    limit: &str,
+) -> String {
+    let (first, second, select, on_first) = match (kind, direction) {
+        (NodeKind::Dataset, Direction::Upstream) => (
+            "lineage_run_outputs e",
+            "lineage_runs r",
+            "r.job_namespace, r.job_name",
+            "e",
+        ),
+        (NodeKind::Dataset, Direction::Downstream) => (
+            "lineage_run_inputs e",
+            "lineage_runs r",
+            "r.job_namespace, r.job_name",
+            "e",
+        ),
+        (NodeKind::Job, Direction::Upstream) => (
+            "lineage_runs r",
+            "lineage_run_inputs e",
+            "e.namespace, e.name",
+            "r",
+        ),
+        (NodeKind::Job, Direction::Downstream) => (
+            "lineage_runs r",
+            "lineage_run_outputs e",
+            "e.namespace, e.name",
+            "r",
+        ),
+    };
+    let (ns, nm) = if on_first == "e" {
+        ("e.namespace", "e.name")
+    } else {
+        ("r.job_namespace", "r.job_name")
+    };
+    format!(
+        "WITH f(ns, nm) AS ({frontier})
+         SELECT DISTINCT f.ns, f.nm, {select}
+         FROM f CROSS JOIN {first} CROSS JOIN {second}
+         WHERE {on_first}.tenant_id = $1 AND {ns} = f.ns AND {nm} = f.nm
+           AND e.tenant_id = r.tenant_id AND e.run_id = r.run_id
+         LIMIT {limit}"
+    )
+}
+
+pub(crate) const DATASET_EXISTS: &str =
+    "SELECT COUNT(*) FROM lineage_datasets WHERE tenant_id = $1 AND namespace = $2 AND name = $3";
+
+pub(crate) const JOB_EXISTS: &str =
+    "SELECT COUNT(*) FROM lineage_jobs WHERE tenant_id = $1 AND namespace = $2 AND name = $3";
+
+pub(crate) const COUNT_RUNS: &str = "SELECT COUNT(*) FROM lineage_runs WHERE tenant_id = $1";
+
+pub(crate) const COUNT_EDGES: &str = "SELECT
+     (SELECT COUNT(*) FROM lineage_run_inputs WHERE tenant_id = $1)
+   + (SELECT COUNT(*) FROM lineage_run_outputs WHERE tenant_id = $1)";
+
+pub(crate) const COUNT_DATASETS: &str =
+    "SELECT COUNT(*) FROM lineage_datasets WHERE tenant_id = $1";
+
+/// Counts of a tenant's lineage graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct GraphCounts {
+    /// Distinct run ids.
+    pub runs: i64,
+    /// Distinct datasets.
+    pub datasets: i64,
+    /// Run-input plus run-output rows.
+    pub edges: i64,
+}
+
+impl Store {
+    /// Stores RunEvents under the built-in contract in one transaction and, in the same
+    /// transaction, adds the graph rows of the newly inserted ones. One outcome per input.
+    pub async fn insert_run_events(
+        &self,
+        tenant: &TenantId,
+        rows: &[RunEventRow],
+    ) -> Result<Vec<EventOutcome>, StoreError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let events: Vec<NewEvent> = rows.iter().map(|r| r.event.clone()).collect();
+        let batch = crate::plan::Batch::new(&events);
+        let contract = run_event_contract();
+        let now = crate::now_us();
+        let outcomes = match &self.backend {
+            Backend::Sqlite(s) => {
+                s.insert_run_events(tenant, contract, &batch, rows, now)
+                    .await?
+            }
+            Backend::Postgres(s) => {
+                s.insert_run_events(tenant, contract, &batch, rows, now)
+                    .await?
+            }
+        };
+        debug_assert_eq!(outcomes.len(), rows.len());
+        Ok(outcomes)
+    }
+
+    /// True when the tenant's graph holds `node`.
+    pub async fn lineage_node_exists(
+        &self,
+        tenant: &TenantId,
+        node: &NodeRef,
+    ) -> Result<bool, StoreError> {
+        let sql = match node.kind {
+            NodeKind::Dataset => DATASET_EXISTS,
+            NodeKind::Job => JOB_EXISTS,
+        };
+        let count = match &self.backend {
+            Backend::Sqlite(s) => s.count(sql, tenant, Some(node)).await?,
+            Backend::Postgres(s) => s.count(sql, tenant, Some(node)).await?,
+        };
+        Ok(count > 0)
+    }
+
+    /// Runs, datasets and edges of the tenant's graph.
+    pub async fn lineage_counts(&self, tenant: &TenantId) -> Result<GraphCounts, StoreError> {
+        let mut counts = [0i64; 3];
+        for (slot, sql) in counts
+            .iter_mut()
+            .zip([COUNT_RUNS, COUNT_DATASETS, COUNT_EDGES])
+        {
+            *slot = match &self.backend {
+                Backend::Sqlite(s) => s.count(sql, tenant, None).await?,
+                Backend::Postgres(s) => s.count(sql, tenant, None).await?,
+            };
+        }
+        Ok(GraphCounts {
+            runs: counts[0],
+            datasets: counts[1],
+            edges: counts[2],
+        })
+    }
+
+    /// The neighbours in `direction` of every node of `level` (all of one kind), each
+    /// node's neighbours sorted; `None` when the level hit [`LEVEL_ROWS_MAX`].
+    async fn lineage_level(
+        &self,
+        tenant: &TenantId,
+        level: &[NodeRef],
+        direction: Direction,
+    ) -> Result<Option<HashMap<NodeRef, Vec<NodeRef>>>, StoreError> {
+        let Some(kind) = level.first().map(|n| n.kind) else {
+            return Ok(Some(HashMap::new()));
+        };
+        let names: Vec<(&str, &str)> = level
+            .iter()
+            .map(|n| (n.namespace.as_str(), n.name.as_str()))
+            .collect();
+        let rows = match &self.backend {
+            Backend::Sqlite(s) => {
+                s.level(tenant, kind, direction, &names, LEVEL_ROWS_MAX)
+                    .await?
+            }
+            Backend::Postgres(s) => {
+                s.level(tenant, kind, direction, &names, LEVEL_ROWS_MAX)
+                    .await?
+            }
+        };
+        if rows.len() as i64 >= LEVEL_ROWS_MAX {
+            return Ok(None);
+        }
+        let other = match kind {
+            NodeKind::Dataset => NodeKind::Job,
+            NodeKind::Job => NodeKind::Dataset,
+        };
+        let mut by_node: HashMap<NodeRef, Vec<NodeRef>> = HashMap::new();
+        for (from_ns, from_name, namespace, name) in rows {
+            let from = NodeRef {
+                kind,
+                namespace: from_ns,
+                name: from_name,
+            };
+            by_node.entry(from).or_default().push(NodeRef {
+                kind: other,
+                namespace,
+                name,
+            });
+        }
+        by_node.values_mut().for_each(|next| next.sort());
+        Ok(Some(by_node))
+    }
+
+    /// Breadth-first walk from `start` following `directions`, one query per level and
+    /// direction: every node at most once (a visited set, so cycles end the walk), at most
+    /// `depth_max` edges away; nodes of one level in the order of their parents, each
+    /// parent's neighbours sorted. With `edges`, the edges between visited nodes are
+    /// collected too (the last level is then asked for its neighbours, without expanding).
+    pub async fn lineage_walk(
+        &self,
+        tenant: &TenantId,
+        start: &NodeRef,
+        directions: &[Direction],
+        limits: WalkLimits,
+        edges: bool,
+    ) -> Result<Walk, StoreError> {
+        let mut walk = Walk::default();
+        let mut seen: HashSet<NodeRef> = HashSet::from([start.clone()]);
+        walk.nodes.push((start.clone(), 0));
+        let mut level = vec![start.clone()];
+        let mut depth = 0u32;
+        while !level.is_empty() && (depth < limits.depth_max || edges) {
+            let mut found = Vec::with_capacity(directions.len());
+            for &direction in directions {
+                match self.lineage_level(tenant, &level, direction).await? {
+                    Some(by_node) => found.push((direction, by_node)),
+                    None => walk.truncated = true,
+                }
+            }
+            let expand = depth < limits.depth_max;
+            let mut next_level = Vec::new();
+            for node in &level {
+                for (direction, by_node) in &found {
+                    for neighbour in by_node.get(node).into_iter().flatten() {
+                        if edges {
+                            walk.edges.insert(match direction {
+                                Direction::Upstream => (neighbour.clone(), node.clone()),
+                                Direction::Downstream => (node.clone(), neighbour.clone()),
+                            });
+                        }
+                        if !expand || seen.contains(neighbour) {
+                            continue;
+                        }
+                        if walk.nodes.len() >= limits.nodes_max {
+                            walk.truncated = true;
+                            continue;
+                        }
+                        seen.insert(neighbour.clone());
+                        walk.nodes.push((neighbour.clone(), depth + 1));
+                        next_level.push(neighbour.clone());
+                    }
+                }
+            }
+            level = next_level;
+            depth += 1;
+        }
+        walk.edges
+            .retain(|(from, to)| seen.contains(from) && seen.contains(to));
+        Ok(walk)
+    }
+}
+
+fn nfc(text: &str) -> String {
+    match canonical::normalize(&Value::String(text.to_string()), "") {
+        Ok(Value::String(normalized)) => normalized,
+        _ => text.to_string(),
+    }
+}

@@ -1,0 +1,471 @@
+//! OpenLineage ingestion and lineage queries against a running server, on both backends:
+//! the corpus (recorded ids, duplicates, refusals, no 5xx), 1,000 concurrent copies from
+//! several processes, NFC/NFD names, cycles, depth bounds, and the official Python client.
+
+use std::path::PathBuf;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::fire_from_processes;
+use crate::helpers::{spawn_app, Backend, TestApp};
+
+crate::on_both_backends!(
+    every_complete_corpus_run_event_ingests_then_reingests_as_a_duplicate,
+    invalid_corpus_events_are_refused_naming_the_field_and_write_nothing,
+    no_corpus_file_makes_the_server_panic_or_answer_5xx,
+    the_same_run_event_sent_1000_times_from_4_processes_is_one_row_one_run_and_no_duplicate_edges,
+    nfc_and_nfd_dataset_names_are_one_dataset,
+    ancestors_and_descendants_list_each_node_once_even_with_a_cycle,
+    the_marquez_graph_lists_each_node_once_with_its_edges,
+    depth_beyond_the_configured_maximum_is_refused_naming_depth,
+    an_unknown_or_malformed_node_is_a_clear_error,
+    the_built_in_contract_name_cannot_be_registered,
+    concurrent_runs_sharing_jobs_and_datasets_all_commit_without_deadlock,
+);
+
+/// Recorded event ids of the corpus's complete RunEvents (as in the identity tests).
+const RECORDED: [(&str, &str); 7] = [
+    (
+        "001",
+        "8e4ee42e129ba4223f4675f121976b732eb94aff7add29a49dde8deb1d9f30d3",
+    ),
+    (
+        "002",
+        "53c7e0dc73a6cb1712c951c13f5b43faa88150f6188e6d96df389e20e8dac331",
+    ),
+    (
+        "005",
+        "c439b1bf29b6519b3a4d98d3bc17850eec61cfbdadc9b558d2517314eef58702",
+    ),
+    (
+        "006",
+        "f718993bcb21e579fb6c0bc78f7510dcef792158ff60f1cc1a9ee94da5091756",
+    ),
+    (
+        "007",
+        "4f305e2f5ee6ad82ecdff4698738bec1118ded1a32f3e74727a345fe7ff25106",
+    ),
+    (
+        "008",
+        "5b113657dc40002e4532ebd7b750fdaa11324ea927d342b6217bad451b0b14e9",
+    ),
+    (
+        "009",
+        "c74806733b8c2e18f25eabf739bb64a582bdd1d0a4e90a444fdf06a528abeeda",
+    ),
+];
+
+/// The repository's root.
+pub fn repository_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The OpenLineage corpus: `$TRAQLYTE_OPENLINEAGE_CORPUS`, else `shared/` beside the
+/// repository. Missing is a failure, never a skip.
+fn corpus_files() -> Vec<PathBuf> {
+    let dir = std::env::var_os("TRAQLYTE_OPENLINEAGE_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repository_root().join("../shared/corpora/openlineage"))
+        .join("events");
+    let entries = std::fs::read_dir(&dir)
+        .unwrap_or_else(|err| panic!("the OpenLineage corpus must be at {}: {err}", dir.display()));
+    let mut files: Vec<PathBuf> = entries.map(|e| e.expect("dir entry").path()).collect();
+    files.sort();
+    assert_eq!(files.len(), 83, "the corpus holds 83 events");
+    files
+}
+
+fn corpus_body(prefix: &str) -> String {
+    let path = corpus_files()
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .unwrap_or_else(|| panic!("no corpus file {prefix}"));
+    std::fs::read_to_string(path).expect("read corpus file")
+}
+
+impl TestApp {
+    async fn post_lineage(&self, body: impl Into<reqwest::Body>) -> crate::helpers::Answer {
+        self.post_raw("/api/v1/lineage", body).await
+    }
+
+    async fn stored_run_events(&self) -> (i64, i64, i64) {
+        let answer = self.get("/stats").await;
+        let row = &answer.body["contracts"]["openlineage.run_event"];
+        let n = |k: &str| row[k].as_i64().unwrap_or(0);
+        (n("stored"), n("duplicates"), n("collisions"))
+    }
+
+    async fn graph_counts(&self) -> (i64, i64, i64) {
+        let answer = self.get("/lineage/stats").await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        let n = |k: &str| answer.body[k].as_i64().unwrap_or(-1);
+        (n("runs"), n("datasets"), n("edges"))
+    }
+
+    async fn walk(&self, way: &str, node: &str, depth: u32) -> Vec<(String, i64)> {
+        let path = format!("/lineage/{way}?node={}&depth={depth}", encode(node));
+        let answer = self.get(&path).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        answer.body["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| {
+                (
+                    n["id"].as_str().unwrap_or("?").to_string(),
+                    n["depth"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect()
+    }
+}
+
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A minimal valid RunEvent of job `ns:{job}` reading and writing datasets of `db`.
+pub fn run_event(job: &str, run: u32, inputs: &[&str], outputs: &[&str]) -> Value {
+    let datasets = |names: &[&str]| -> Vec<Value> {
+        names
+            .iter()
+            .map(|n| json!({"namespace": "db", "name": n}))
+            .collect()
+    };
+    json!({
+        "eventType": "COMPLETE", "eventTime": "2026-11-29T03:00:00Z",
+        "producer": "https://example.com/test", "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+        "run": {"runId": format!("00000000-0000-4000-8000-{run:012}")},
+        "job": {"namespace": "ns", "name": job},
+        "inputs": datasets(inputs), "outputs": datasets(outputs)
+    })
+}
+
+async fn every_complete_corpus_run_event_ingests_then_reingests_as_a_duplicate(backend: Backend) {
+    let app = spawn_app(backend).await;
+    for (prefix, event_id) in RECORDED {
+        for status in ["inserted", "duplicate"] {
+            let answer = app.post_lineage(corpus_body(prefix)).await;
+            assert_eq!(
+                answer.status,
+                StatusCode::CREATED,
+                "{prefix}: {}",
+                answer.body
+            );
+            assert_eq!(answer.body["status"], status, "{prefix}");
+            assert_eq!(answer.body["event_id"], event_id, "{prefix}");
+        }
+        let stored = app
+            .get(&format!("/events/openlineage.run_event/{event_id}"))
+            .await;
+        assert_eq!(stored.status, StatusCode::OK, "{prefix}: {}", stored.body);
+    }
+    for prefix in ["003", "004"] {
+        let answer = app.post_lineage(corpus_body(prefix)).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{prefix}");
+        assert_eq!(answer.code(), "unsupported_event_kind", "{prefix}");
+    }
+    assert_eq!(app.stored_run_events().await, (7, 7, 0));
+}
+
+async fn invalid_corpus_events_are_refused_naming_the_field_and_write_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let answer = app.post_lineage(corpus_body("078")).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    assert_eq!(answer.body["error"]["field"], "run.runId");
+    assert_eq!(app.stored_run_events().await, (0, 0, 0));
+    assert_eq!(app.graph_counts().await, (0, 0, 0));
+    // Only an invalid facet: facets are content, not checked against their schemas.
+    for prefix in ["079", "081", "082"] {
+        let answer = app.post_lineage(corpus_body(prefix)).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::CREATED,
+            "{prefix}: {}",
+            answer.body
+        );
+    }
+    // 080 is 079's run with other (observation) facets: a collision, logged.
+    let answer = app.post_lineage(corpus_body("080")).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::CONFLICT, "collision")
+    );
+    let log = app.get("/contracts/openlineage.run_event/collisions").await;
+    assert_eq!(log.status, StatusCode::OK, "{}", log.body);
+    assert_eq!(log.body["collisions"].as_array().map(Vec::len), Some(1));
+    let shown = app.get("/contracts/openlineage.run_event").await;
+    assert_eq!(shown.body["name"], "openlineage.run_event");
+}
+
+async fn no_corpus_file_makes_the_server_panic_or_answer_5xx(backend: Backend) {
+    let app = spawn_app(backend).await;
+    for path in corpus_files() {
+        let body = std::fs::read_to_string(&path).expect("read");
+        let answer = app.post_lineage(body).await;
+        assert!(
+            answer.status.as_u16() < 500,
+            "{}: {} {}",
+            path.display(),
+            answer.status,
+            answer.body
+        );
+    }
+    assert_eq!(app.get("/healthz").await.status, StatusCode::OK);
+}
+
+async fn the_same_run_event_sent_1000_times_from_4_processes_is_one_row_one_run_and_no_duplicate_edges(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let event = run_event("copy", 1, &["a", "b"], &["c"]);
+    let reports =
+        fire_from_processes(&[app.url("/api/v1/lineage")], &app.key, &event, 4, 250, &[]).await;
+    let created: u64 = reports
+        .iter()
+        .map(|r| r["statuses"]["201"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(created, 1000, "every request is acknowledged: {reports:?}");
+    assert_eq!(app.stored_run_events().await, (1, 999, 0));
+    assert_eq!(app.graph_counts().await, (1, 3, 3));
+}
+
+async fn nfc_and_nfd_dataset_names_are_one_dataset(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let nfc = run_event("writer", 1, &[], &["caf\u{e9}"]);
+    let nfd = run_event("reader", 2, &["cafe\u{301}"], &[]);
+    for event in [&nfc, &nfd] {
+        let answer = app.post_lineage(event.to_string()).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+    assert_eq!(app.graph_counts().await, (2, 1, 2));
+    let upstream = app.walk("ancestors", "job:ns:reader", 5).await;
+    let ids: Vec<&str> = upstream.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["dataset:db:caf\u{e9}", "job:ns:writer"]);
+    let by_nfd = app.walk("descendants", "dataset:db:cafe\u{301}", 5).await;
+    assert_eq!(by_nfd.len(), 1, "{by_nfd:?}");
+}
+
+/// j1: A → B, j2: B → A (a cycle), j3: A, B → C.
+async fn cyclic_graph(app: &TestApp) {
+    let events = [
+        run_event("j1", 1, &["A"], &["B"]),
+        run_event("j2", 2, &["B"], &["A"]),
+        run_event("j3", 3, &["A", "B"], &["C"]),
+    ];
+    for event in events {
+        let answer = app.post_lineage(event.to_string()).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+}
+
+async fn ancestors_and_descendants_list_each_node_once_even_with_a_cycle(backend: Backend) {
+    let app = spawn_app(backend).await;
+    cyclic_graph(&app).await;
+    let up = app.walk("ancestors", "dataset:db:C", 20).await;
+    let expected: Vec<(String, i64)> = [
+        ("job:ns:j3", 1),
+        ("dataset:db:A", 2),
+        ("dataset:db:B", 2),
+        ("job:ns:j2", 3),
+        ("job:ns:j1", 3),
+    ]
+    .iter()
+    .map(|(id, d)| (id.to_string(), *d))
+    .collect();
+    assert_eq!(up, expected);
+    let down = app.walk("descendants", "dataset:db:A", 20).await;
+    let ids: Vec<&str> = down.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "job:ns:j1",
+            "job:ns:j3",
+            "dataset:db:B",
+            "dataset:db:C",
+            "job:ns:j2"
+        ]
+    );
+    assert_eq!(app.walk("ancestors", "dataset:db:C", 1).await.len(), 1);
+    assert!(app.walk("ancestors", "dataset:db:C", 0).await.is_empty());
+}
+
+async fn the_marquez_graph_lists_each_node_once_with_its_edges(backend: Backend) {
+    let app = spawn_app(backend).await;
+    cyclic_graph(&app).await;
+    let answer = app.get("/api/v1/lineage?nodeId=dataset:db:C&depth=2").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let graph = answer.body["graph"].as_array().expect("graph");
+    let ids: Vec<&str> = graph
+        .iter()
+        .map(|n| n["id"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        ids,
+        ["dataset:db:C", "job:ns:j3", "dataset:db:A", "dataset:db:B"]
+    );
+    assert_eq!(graph[0]["type"], "DATASET");
+    assert_eq!(graph[0]["data"]["name"], "C");
+    assert_eq!(
+        graph[0]["inEdges"],
+        json!([{"origin": "job:ns:j3", "destination": "dataset:db:C"}])
+    );
+    assert_eq!(graph[1]["type"], "JOB");
+    assert_eq!(graph[1]["inEdges"].as_array().map(Vec::len), Some(2));
+    assert_eq!(graph[1]["outEdges"].as_array().map(Vec::len), Some(1));
+    let whole = app.get("/api/v1/lineage?nodeId=job:ns:j1").await;
+    assert_eq!(whole.body["graph"].as_array().map(Vec::len), Some(6));
+}
+
+async fn depth_beyond_the_configured_maximum_is_refused_naming_depth(backend: Backend) {
+    let app = spawn_app(backend).await;
+    cyclic_graph(&app).await;
+    for depth in ["101", "-1", "deep"] {
+        let answer = app
+            .get(&format!(
+                "/lineage/ancestors?node=dataset:db:C&depth={depth}"
+            ))
+            .await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{depth}");
+        assert_eq!(answer.body["error"]["field"], "depth");
+    }
+}
+
+async fn an_unknown_or_malformed_node_is_a_clear_error(backend: Backend) {
+    let app = spawn_app(backend).await;
+    cyclic_graph(&app).await;
+    let unknown = app.get("/lineage/ancestors?node=dataset:db:nope").await;
+    assert_eq!(
+        (unknown.status, unknown.code()),
+        (StatusCode::NOT_FOUND, "node_not_found")
+    );
+    for path in [
+        "/lineage/ancestors?node=table:db:C",
+        "/lineage/descendants",
+        "/api/v1/lineage?nodeId=dataset:C",
+    ] {
+        let answer = app.get(path).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{path}: {}",
+            answer.body
+        );
+        assert!(answer.body["error"]["field"].is_string(), "{path}");
+    }
+}
+
+mod cli {
+    use std::process::Command;
+
+    fn traqlyte(args: &[&str]) -> String {
+        let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args(args)
+            .env_remove("TRAQLYTE_API_KEY")
+            .env_remove("TRAQLYTE_DATABASE_URL")
+            .current_dir(std::env::temp_dir())
+            .output()
+            .expect("run traqlyte");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).expect("UTF-8")
+    }
+
+    #[test]
+    fn the_built_in_contract_prints_without_a_key_or_a_database() {
+        let text = traqlyte(&["contracts", "show", "openlineage.run_event"]);
+        assert!(
+            text.starts_with("contract openlineage.run_event version 1\n"),
+            "{text}"
+        );
+        for needle in [
+            "/runId",
+            "/inputs",
+            "array as a set",
+            "/parameters",
+            "/eventTime, /producer, /schemaURL",
+        ] {
+            assert!(text.contains(needle), "{needle} in {text}");
+        }
+    }
+
+    #[test]
+    fn the_run_id_command_prints_the_recorded_uuid_of_a_slot() {
+        let args = [
+            "run-id",
+            "--job",
+            "my-namespace:my.job",
+            "--slot",
+            "2026-11-29",
+        ];
+        assert_eq!(traqlyte(&args), "cd5f837e-4718-5b1e-acc9-a02c1a4460a4\n");
+        let next_day = [
+            "run-id",
+            "--job",
+            "my-namespace:my.job",
+            "--slot",
+            "2026-11-30",
+        ];
+        assert_ne!(traqlyte(&next_day), traqlyte(&args));
+    }
+}
+
+async fn the_built_in_contract_name_cannot_be_registered(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let contract =
+        json!({"name": "openlineage.run_event", "version": 2, "fields": [{"pointer": "/x"}]});
+    let answer = app.post_json("/contracts", &contract).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.body["error"]["field"], "name");
+}
+
+/// 200 distinct runs of 4 jobs over 6 shared datasets, listed in varying orders, 32 in
+/// flight: graph rows are written in one sorted order, so no transaction deadlocks.
+async fn concurrent_runs_sharing_jobs_and_datasets_all_commit_without_deadlock(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let names = ["a", "b", "c", "d", "e", "f"];
+    let bodies: Vec<String> = (0..200u32)
+        .map(|i| {
+            let k = i as usize;
+            let inputs = [names[k % 6], names[(k + 3) % 6]];
+            let outputs = [names[(k + 5) % 6], names[(k + 1) % 6]];
+            run_event(&format!("job{}", k % 4), 1000 + i, &inputs, &outputs).to_string()
+        })
+        .collect();
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = Vec::new();
+    for body in bodies {
+        let permit = permits.clone().acquire_owned().await.expect("permit");
+        let request = app
+            .client
+            .post(app.url("/api/v1/lineage"))
+            .bearer_auth(&app.key)
+            .body(body);
+        tasks.push(tokio::spawn(async move {
+            let status = request.send().await.map(|r| r.status());
+            drop(permit);
+            status
+        }));
+    }
+    for task in tasks {
+        let status = task.await.expect("task").expect("request");
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    assert_eq!(app.stored_run_events().await, (200, 0, 0));
+    assert_eq!(app.graph_counts().await, (200, 6, 800));
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Creates .venv at the repository root with the official OpenLineage Python client, which
+# the lineage tests drive against a running server. Idempotent and fast when the pinned
+# version is already installed. Exits non-zero, loudly, when it cannot: tests never skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OPENLINEAGE_PYTHON_VERSION=1.54.0
+VENV=.venv
+
+python_bin() {
+  for candidate in python3.11 python3; do
+    command -v "$candidate" >/dev/null && { echo "$candidate"; return 0; }
+  done
+  echo "error: python3 is required for the OpenLineage client tests" >&2
+  return 1
+}
+
+installed_version() {
+  "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("openlineage-python"))' 2>/dev/null || true
+}
+
+if [ "$(installed_version)" = "$OPENLINEAGE_PYTHON_VERSION" ]; then
+  exit 0
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  python=$(python_bin)
+  if ! "$python" -m venv "$VENV"; then
+    # Debian ships venv separately.
+    rm -rf "$VENV"
+    as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi; }
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv >/dev/null \
+      || { as_root apt-get update >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv >/dev/null; }
+    "$python" -m venv "$VENV" || { echo "error: cannot create $VENV" >&2; exit 1; }
+  fi
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+  "openlineage-python==$OPENLINEAGE_PYTHON_VERSION"
+[ "$(installed_version)" = "$OPENLINEAGE_PYTHON_VERSION" ] || {
+  echo "error: openlineage-python $OPENLINEAGE_PYTHON_VERSION did not install into $VENV" >&2
+  exit 1
+}
+echo "python client ready: $VENV with openlineage-python $OPENLINEAGE_PYTHON_VERSION" >&2
