@@ -108,6 +108,8 @@ pub async fn run(
     if args.json {
         println!("{}", summary_json(&report, &tally, &args, &page)?);
     }
+    // The client's idle keep-alive connections would otherwise delay the graceful shutdown.
+    drop(api);
     if args.no_serve {
         return server.stop().await;
     }
