@@ -448,7 +448,6 @@ fn unit_id_in_arm(campaign: &DemoCampaign, user: &User) -> Result<String> {
 /// Requests the simulation sent, counted as they are answered.
 #[derive(Default)]
 struct Tally {
-    users: [AtomicU64; 2],
     assignments: AtomicU64,
     outcome_requests: AtomicU64,
     /// Requests re-sent because their reply was "lost", per arm.
@@ -541,7 +540,6 @@ async fn simulate_user(
         )
         .await?;
     tally.assignments.fetch_add(1, Ordering::Relaxed);
-    tally.users[user.arm.index()].fetch_add(1, Ordering::Relaxed);
     let arm = text_field(&assignment, "arm")?;
     if arm != user.arm.as_str() {
         bail!(
