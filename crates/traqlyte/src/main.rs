@@ -8,6 +8,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bench;
 mod bench_lineage;
+mod demo;
 mod fire;
 
 use std::io::Read;
@@ -35,6 +36,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start here: simulate an A/A experiment whose client retries more in one arm, on a
+    /// fresh SQLite file, and show the naive and the deduplicated lift; then keep serving.
+    Demo(demo::DemoArgs),
     /// Run the HTTP server (migrates the database first).
     Serve(ServeArgs),
     /// Apply pending database migrations and exit.
@@ -160,7 +164,12 @@ struct RunIdArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    init_logging(&cli.log_format);
+    // The demo writes its story to the terminal; only warnings should interrupt it.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info,sqlx=warn",
+    };
+    init_logging(&cli.log_format, default_filter);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -170,6 +179,7 @@ fn main() -> Result<()> {
 
 async fn run(command: Command) -> Result<()> {
     match command {
+        Command::Demo(args) => demo::run(args, shutdown_signal()).await,
         Command::Serve(args) => serve(args).await,
         Command::Migrate(db) => {
             let store = connect(&db, 4).await?;
@@ -303,9 +313,9 @@ fn redact(url: &str) -> String {
     }
 }
 
-fn init_logging(format: &str) {
+fn init_logging(format: &str, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

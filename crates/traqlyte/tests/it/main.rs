@@ -5,6 +5,7 @@
 mod bad_input;
 mod cli;
 mod contracts;
+mod demo;
 mod experiments;
 mod helpers;
 mod idempotency;
