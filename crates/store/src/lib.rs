@@ -140,7 +140,7 @@ impl Store {
 
     /// Checks that the database answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        dispatch!(self, s => s.ping().await)
+        tx::with_pool!(self, reader, pool, q => sqlx::query(&q("SELECT 1")).execute(pool).await.map(|_| ()).map_err(StoreError::from))
     }
 
     /// Creates a tenant and its first API key; the key is returned once and only its
@@ -148,13 +148,25 @@ impl Store {
     pub async fn create_tenant(&self, name: &str) -> Result<(TenantId, ApiKey), StoreError> {
         let tenant = TenantId::generate();
         let key = ApiKey::generate();
-        dispatch!(self, s => s.create_tenant(&tenant, name, &key, now_us()).await)?;
+        let mut tx = self.begin().await?;
+        let now = now_us();
+        tx::with_tx!(tx, conn, q => {
+            sqlx::query(&q("INSERT INTO tenants (tenant_id, name, created_at_us) VALUES ($1, $2, $3)"))
+                .bind(tenant.as_str()).bind(name).bind(now).execute(&mut *conn).await?;
+            sqlx::query(&q("INSERT INTO api_keys (key_hash, tenant_id, created_at_us) VALUES ($1, $2, $3)"))
+                .bind(key.hash()).bind(tenant.as_str()).bind(now).execute(&mut *conn).await?;
+        });
+        tx.commit().await?;
         Ok((tenant, key))
     }
 
     /// The tenant an API key belongs to, if any.
     pub async fn tenant_for_key(&self, key: &ApiKey) -> Result<Option<TenantId>, StoreError> {
-        dispatch!(self, s => s.tenant_for_key(&key.hash()).await)
+        tx::with_pool!(self, reader, pool, q => {
+            let row: Option<String> = sqlx::query_scalar(&q("SELECT tenant_id FROM api_keys WHERE key_hash = $1"))
+                .bind(key.hash()).fetch_optional(pool).await?;
+            Ok(row.map(TenantId::from_stored))
+        })
     }
 
     /// Registers a contract in its own transaction; see [`StoreTx::register_contract`].
@@ -176,14 +188,16 @@ impl Store {
         name: &ContractName,
         version: Option<u32>,
     ) -> Result<Option<Contract>, StoreError> {
-        let definition =
-            dispatch!(self, s => s.contract_definition(tenant, name.as_str(), version).await)?;
+        let definition = tx::with_pool!(self, reader, pool, q => sqlx::query_scalar::<_, String>(&q(sql::SELECT_CONTRACT))
+                .bind(tenant.as_str()).bind(name.as_str()).bind(version.map(i64::from))
+                .fetch_optional(pool).await)?;
         definition.map(|text| parse_definition(&text)).transpose()
     }
 
     /// Every version of every contract of a tenant, ordered by name then version.
     pub async fn contracts(&self, tenant: &TenantId) -> Result<Vec<Contract>, StoreError> {
-        let definitions = dispatch!(self, s => s.contract_definitions(tenant).await)?;
+        let definitions = tx::with_pool!(self, reader, pool, q => sqlx::query_scalar::<_, String>(&q(sql::SELECT_CONTRACTS))
+            .bind(tenant.as_str()).fetch_all(pool).await)?;
         definitions
             .iter()
             .map(|text| parse_definition(text))
@@ -192,7 +206,10 @@ impl Store {
 
     /// Per-contract counts of stored events, suppressed duplicates and collisions.
     pub async fn stats(&self, tenant: &TenantId) -> Result<Vec<ContractStats>, StoreError> {
-        dispatch!(self, s => s.stats(tenant).await)
+        tx::with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q(sql::SELECT_STATS)).bind(tenant.as_str()).fetch_all(pool).await?;
+            rows.iter().map(sql::stats_row).collect()
+        })
     }
 
     /// The stored event of a tenant's contract with this id.
@@ -202,7 +219,11 @@ impl Store {
         contract: &ContractName,
         event_id: &str,
     ) -> Result<Option<StoredEvent>, StoreError> {
-        dispatch!(self, s => s.event(tenant, contract.as_str(), event_id).await)
+        tx::with_pool!(self, reader, pool, q => {
+            let row = sqlx::query(&q(sql::SELECT_EVENT)).bind(tenant.as_str()).bind(contract.as_str()).bind(event_id)
+                .fetch_optional(pool).await?;
+            row.as_ref().map(sql::event_row).transpose()
+        })
     }
 
     /// The most recent collisions of a tenant's contract, newest first.
@@ -212,7 +233,11 @@ impl Store {
         contract: &ContractName,
         limit: u32,
     ) -> Result<Vec<CollisionRecord>, StoreError> {
-        dispatch!(self, s => s.collisions(tenant, contract.as_str(), limit).await)
+        tx::with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q(sql::SELECT_COLLISIONS)).bind(tenant.as_str()).bind(contract.as_str()).bind(i64::from(limit))
+                .fetch_all(pool).await?;
+            rows.iter().map(sql::collision_row).collect()
+        })
     }
 }
 
