@@ -21,8 +21,7 @@ const PG_INSERT_UNNEST: &str = "INSERT INTO events
      (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us)
      SELECT $1, $2, e.event_id, $3, e.fingerprint, e.payload, e.occurred_at_us, $4
      FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[]) AS e(event_id, fingerprint, payload, occurred_at_us)
-     ON CONFLICT DO NOTHING
-     RETURNING event_id";
+     ON CONFLICT DO NOTHING";
 
 const PG_SELECT_FINGERPRINTS: &str = "SELECT u.event_id,
        (SELECT e.fingerprint FROM events e
@@ -130,41 +129,67 @@ impl StoreTx {
         let candidates: Vec<&NewEvent> =
             batch.candidates.iter().map(|&i| &batch.events[i]).collect();
         let (name, version) = (contract.name().as_str(), contract.version());
+        Ok(self
+            .insert_event_rows(tenant, name, version, &candidates, now, true)
+            .await?
+            .0)
+    }
+
+    /// Inserts event rows with `ON CONFLICT DO NOTHING`: one `unnest` statement on
+    /// PostgreSQL, multi-row `VALUES` statements on SQLite. Returns the ids inserted (when
+    /// `returning`) and how many rows were inserted.
+    pub(crate) async fn insert_event_rows(
+        &mut self,
+        tenant: &TenantId,
+        name: &str,
+        version: u32,
+        rows: &[&NewEvent],
+        now: i64,
+        returning: bool,
+    ) -> Result<(Vec<String>, u64), StoreError> {
+        let suffix = if returning { " RETURNING event_id" } else { "" };
+        let mut ids = Vec::new();
+        let mut count = 0;
         match &mut self.inner {
             TxInner::Postgres(conn) => {
-                let ids: Vec<&str> = candidates
-                    .iter()
-                    .map(|e| e.identified.event_id.as_str())
-                    .collect();
-                let fingerprints: Vec<&str> = candidates
-                    .iter()
-                    .map(|e| e.identified.fingerprint.as_str())
-                    .collect();
-                let payloads: Vec<&str> = candidates.iter().map(|e| e.payload.as_str()).collect();
-                let occurred: Vec<Option<i64>> = candidates
-                    .iter()
-                    .map(|e| e.identified.occurred_at_us)
-                    .collect();
-                Ok(sqlx::query_scalar(PG_INSERT_UNNEST)
+                let column = |f: &dyn Fn(&NewEvent) -> &str| {
+                    rows.iter().map(|e| f(e)).collect::<Vec<&str>>()
+                };
+                let (event_ids, fingerprints, payloads) = (
+                    column(&|e| e.identified.event_id.as_str()),
+                    column(&|e| e.identified.fingerprint.as_str()),
+                    column(&|e| e.payload.as_str()),
+                );
+                let occurred: Vec<Option<i64>> =
+                    rows.iter().map(|e| e.identified.occurred_at_us).collect();
+                let sql = format!("{PG_INSERT_UNNEST}{suffix}");
+                let query = sqlx::query(&sql)
                     .bind(tenant.as_str())
                     .bind(name)
                     .bind(version as i32)
                     .bind(now)
-                    .bind(&ids)
+                    .bind(&event_ids)
                     .bind(&fingerprints)
                     .bind(&payloads)
-                    .bind(&occurred)
-                    .fetch_all(&mut **conn)
-                    .await?)
+                    .bind(&occurred);
+                if returning {
+                    ids = query
+                        .fetch_all(&mut **conn)
+                        .await?
+                        .iter()
+                        .map(|row| row.try_get(0))
+                        .collect::<Result<_, _>>()?;
+                } else {
+                    count = query.execute(&mut **conn).await?.rows_affected();
+                }
             }
             TxInner::Sqlite(conn) => {
-                let mut inserted = Vec::with_capacity(candidates.len());
-                for chunk in candidates.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
                     let sql = format!(
-                        "INSERT INTO events (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us) VALUES {} ON CONFLICT DO NOTHING RETURNING event_id",
+                        "INSERT INTO events (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us) VALUES {} ON CONFLICT DO NOTHING{suffix}",
                         vec!["(?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
                     );
-                    let mut query = sqlx::query_scalar(&sql);
+                    let mut query = sqlx::query(&sql);
                     for e in chunk {
                         query = query
                             .bind(tenant.as_str())
@@ -176,11 +201,20 @@ impl StoreTx {
                             .bind(e.identified.occurred_at_us)
                             .bind(now);
                     }
-                    inserted.extend(query.fetch_all(&mut **conn).await?);
+                    if returning {
+                        for row in query.fetch_all(&mut **conn).await? {
+                            ids.push(row.try_get(0)?);
+                        }
+                    } else {
+                        count += query.execute(&mut **conn).await?.rows_affected();
+                    }
                 }
-                Ok(inserted)
             }
         }
+        if returning {
+            count = ids.len() as u64;
+        }
+        Ok((ids, count))
     }
 
     /// `(event_id, fingerprint)` of the stored rows among `ids`.
