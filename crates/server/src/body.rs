@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use serde_json::Value;
 use traqlyte_identity::json;
 
-use crate::ApiError;
+use crate::{ApiError, AppState};
 
 /// How much of an oversized body is read and thrown away so the client, still sending,
 /// gets its 413 instead of a broken pipe. Beyond this the connection is simply closed.
@@ -85,4 +85,55 @@ pub async fn read_json(
         ));
     }
     Ok(json::parse(&bytes, depth_max)?)
+}
+
+/// Reads one JSON document under the server's single-body limits.
+pub async fn read_document(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Value, ApiError> {
+    read_json(
+        headers,
+        body,
+        state.config.body_bytes_max,
+        state.config.json_depth_max,
+    )
+    .await
+}
+
+/// Reads a batch: a JSON array under the batch byte limit (one nesting level more than a
+/// single document) holding at most `batch_events_max` items of `what` (e.g. "events").
+pub async fn read_batch(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    what: &str,
+) -> Result<Vec<Value>, ApiError> {
+    let config = &state.config;
+    let value = read_json(
+        headers,
+        body,
+        config.batch_bytes_max,
+        config.json_depth_max + 1,
+    )
+    .await?;
+    let Value::Array(items) = value else {
+        return Err(ApiError::unprocessable(
+            "not_an_array",
+            format!("a batch body must be a JSON array of {what}"),
+        ));
+    };
+    if items.len() > config.batch_events_max {
+        return Err(ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "batch_too_large",
+            format!(
+                "a batch holds at most {} {what}, got {}",
+                config.batch_events_max,
+                items.len()
+            ),
+        ));
+    }
+    Ok(items)
 }

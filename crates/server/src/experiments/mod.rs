@@ -19,7 +19,7 @@ use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{now_us, Assignment};
 
 use crate::auth::Tenant;
-use crate::body::read_json;
+use crate::body::read_document;
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
@@ -35,13 +35,7 @@ pub(crate) async fn assign(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let value = read_json(
-        &headers,
-        body,
-        state.config.body_bytes_max,
-        state.config.json_depth_max,
-    )
-    .await?;
+    let value = read_document(&state, &headers, body).await?;
     let text = |key: &str| {
         value
             .get(key)

@@ -16,7 +16,7 @@ use traqlyte_store::{
 };
 
 use crate::auth::Tenant;
-use crate::body::read_json;
+use crate::body::{read_batch, read_document};
 use crate::{ApiError, AppState};
 
 const DEDUPE_KEY_CHARS_MAX: usize = 512;
@@ -30,13 +30,7 @@ pub(crate) async fn post_outcome(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let value = read_json(
-        &headers,
-        body,
-        state.config.body_bytes_max,
-        state.config.json_depth_max,
-    )
-    .await?;
+    let value = read_document(&state, &headers, body).await?;
     let mut lookups = Lookups::default();
     let outcome = lookups.parse(&state, &tenant, &value).await?;
     let mut tx = state.store.begin().await?;
@@ -59,31 +53,7 @@ pub(crate) async fn post_outcomes_batch(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let config = &state.config;
-    let value = read_json(
-        &headers,
-        body,
-        config.batch_bytes_max,
-        config.json_depth_max + 1,
-    )
-    .await?;
-    let Value::Array(items) = value else {
-        return Err(ApiError::unprocessable(
-            "not_an_array",
-            "a batch body must be a JSON array of outcomes",
-        ));
-    };
-    if items.len() > config.batch_events_max {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "batch_too_large",
-            format!(
-                "a batch holds at most {} outcomes, got {}",
-                config.batch_events_max,
-                items.len()
-            ),
-        ));
-    }
+    let items = read_batch(&state, &headers, body, "outcomes").await?;
     let mut lookups = Lookups::default();
     let mut results: Vec<Value> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();

@@ -13,7 +13,7 @@ use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{now_us, Arm, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
 
 use crate::auth::Tenant;
-use crate::body::read_json;
+use crate::body::read_document;
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
@@ -34,13 +34,7 @@ pub(crate) async fn create(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let value = read_json(
-        &headers,
-        body,
-        state.config.body_bytes_max,
-        state.config.json_depth_max,
-    )
-    .await?;
+    let value = read_document(&state, &headers, body).await?;
     let new = parse_campaign(&value)?;
     let mut tx = work.begin().await?;
     let campaign = tx.create_campaign(&tenant, &new, now_us()).await?;

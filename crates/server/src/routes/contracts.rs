@@ -12,7 +12,7 @@ use traqlyte_identity::{Contract, ContractName};
 use traqlyte_store::{RegisterOutcome, TenantId};
 
 use crate::auth::Tenant;
-use crate::body::read_json;
+use crate::body::read_document;
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
@@ -32,13 +32,7 @@ pub(crate) async fn register(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let value = read_json(
-        &headers,
-        body,
-        state.config.body_bytes_max,
-        state.config.json_depth_max,
-    )
-    .await?;
+    let value = read_document(&state, &headers, body).await?;
     if !value.is_object() {
         return Err(ApiError::unprocessable(
             "not_an_object",

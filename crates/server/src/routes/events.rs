@@ -13,7 +13,7 @@ use traqlyte_store::{EventOutcome, NewEvent};
 
 use super::contracts::{load, VersionQuery};
 use crate::auth::Tenant;
-use crate::body::read_json;
+use crate::body::{read_batch, read_document};
 use crate::{ApiError, AppState};
 
 /// `POST /events/{contract}` → `{"event_id","status"}`; a collision is a 409.
@@ -26,13 +26,7 @@ pub(crate) async fn post_one(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let contract = load(&state, &tenant, &name, query.version).await?;
-    let value = read_json(
-        &headers,
-        body,
-        state.config.body_bytes_max,
-        state.config.json_depth_max,
-    )
-    .await?;
+    let value = read_document(&state, &headers, body).await?;
     let event = identify(&contract, value)?;
     let outcomes = state
         .store
@@ -66,31 +60,7 @@ pub(crate) async fn post_batch(
     body: Body,
 ) -> Result<axum::response::Response, ApiError> {
     let contract = load(&state, &tenant, &name, query.version).await?;
-    let config = &state.config;
-    let value = read_json(
-        &headers,
-        body,
-        config.batch_bytes_max,
-        config.json_depth_max + 1,
-    )
-    .await?;
-    let Value::Array(items) = value else {
-        return Err(ApiError::unprocessable(
-            "not_an_array",
-            "a batch body must be a JSON array of events",
-        ));
-    };
-    if items.len() > config.batch_events_max {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "batch_too_large",
-            format!(
-                "a batch holds at most {} events, got {}",
-                config.batch_events_max,
-                items.len()
-            ),
-        ));
-    }
+    let items = read_batch(&state, &headers, body, "events").await?;
     let submitted = items.len();
     let mut results: Vec<ItemResult> = (0..submitted)
         .map(|index| ItemResult {

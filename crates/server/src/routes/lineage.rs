@@ -16,7 +16,7 @@ use traqlyte_store::{Direction, EventOutcome, NewEvent, NodeRef, RunEventRow, Te
 
 use super::events::collision;
 use crate::auth::Tenant;
-use crate::body::read_json;
+use crate::body::read_document;
 use crate::{ApiError, AppState};
 
 /// Depth of a graph query that names none (Marquez's default).
@@ -31,8 +31,7 @@ pub(crate) async fn post_event(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let config = &state.config;
-    let value = read_json(&headers, body, config.body_bytes_max, config.json_depth_max).await?;
+    let value = read_document(&state, &headers, body).await?;
     let projected = identify_run_event(&value).map_err(bad_event)?;
     let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
     let row = RunEventRow {
