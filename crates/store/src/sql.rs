@@ -15,14 +15,6 @@ pub(crate) const SELECT_CONTRACT: &str = "SELECT definition FROM contracts
 pub(crate) const SELECT_CONTRACTS: &str =
     "SELECT definition FROM contracts WHERE tenant_id = $1 ORDER BY name, version";
 
-/// One event row (the lineage path inserts run events one at a time, with their graph rows).
-pub(crate) const INSERT_EVENT: &str = "INSERT INTO events
-     (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
-
-pub(crate) const SELECT_HELD_ONE: &str = "SELECT fingerprint, payload FROM events
-     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3";
-
 pub(crate) const INSERT_COLLISION: &str = "INSERT INTO event_collisions
      (tenant_id, contract_name, event_id, contract_version, stored_fingerprint, incoming_fingerprint,
       stored_payload, incoming_payload, received_at_us)

@@ -285,19 +285,16 @@ impl Store {
             return Ok(Vec::new());
         }
         let events: Vec<NewEvent> = rows.iter().map(|r| r.event.clone()).collect();
-        let batch = crate::plan::Batch::new(&events);
-        let contract = run_event_contract();
-        let now = crate::now_us();
-        let outcomes = match &self.backend {
-            Backend::Sqlite(s) => {
-                s.insert_run_events(tenant, contract, &batch, rows, now)
-                    .await?
-            }
-            Backend::Postgres(s) => {
-                s.insert_run_events(tenant, contract, &batch, rows, now)
-                    .await?
-            }
-        };
+        // The shared dedupe path, then the graph rows of newly inserted events only, in
+        // the same transaction: a duplicate can never add a phantom edge or a second run.
+        let mut tx = self.begin().await?;
+        let outcomes = tx
+            .insert_events(tenant, run_event_contract(), &events)
+            .await?;
+        let graph = GraphRows::of_inserted(rows, &outcomes);
+        tx.write_lineage_graph(tenant, &graph, crate::now_us())
+            .await?;
+        tx.commit().await?;
         debug_assert_eq!(outcomes.len(), rows.len());
         Ok(outcomes)
     }
@@ -450,5 +447,35 @@ fn nfc(text: &str) -> String {
     match canonical::normalize(&Value::String(text.to_string()), "") {
         Ok(Value::String(normalized)) => normalized,
         _ => text.to_string(),
+    }
+}
+
+impl crate::StoreTx {
+    /// Writes the graph rows (jobs, datasets, runs, run inputs and outputs) of newly
+    /// inserted run events, in the sorted order `GraphRows` keeps so concurrent
+    /// transactions take row locks in one order.
+    async fn write_lineage_graph(
+        &mut self,
+        tenant: &TenantId,
+        graph: &GraphRows,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let t = tenant.as_str();
+        crate::tx::with_tx!(self, conn, q => {
+            for (sql, rows) in [(INSERT_JOB, &graph.jobs), (INSERT_DATASET, &graph.datasets)] {
+                for (namespace, name) in rows {
+                    sqlx::query(&q(sql)).bind(t).bind(namespace).bind(name).bind(now).execute(&mut *conn).await?;
+                }
+            }
+            for (run_id, (namespace, name, event_id)) in &graph.runs {
+                sqlx::query(&q(INSERT_RUN)).bind(t).bind(run_id).bind(namespace).bind(name).bind(event_id).bind(now).execute(&mut *conn).await?;
+            }
+            for (sql, rows) in [(INSERT_RUN_INPUT, &graph.inputs), (INSERT_RUN_OUTPUT, &graph.outputs)] {
+                for (run_id, namespace, name, version) in rows {
+                    sqlx::query(&q(sql)).bind(t).bind(run_id).bind(namespace).bind(name).bind(version).execute(&mut *conn).await?;
+                }
+            }
+        });
+        Ok(())
     }
 }

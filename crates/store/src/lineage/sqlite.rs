@@ -1,18 +1,11 @@
 //! Lineage on SQLite: the single writer connection serialises transactions
 //! (`BEGIN IMMEDIATE`), so the event rows and their graph rows commit together.
 
-use std::collections::HashMap;
+use sqlx::Row;
 
-use sqlx::{Row, SqliteConnection};
-use traqlyte_identity::Contract;
-
-use super::{
-    level_sql, Direction, GraphRows, NodeKind, NodeRef, RunEventRow, INSERT_DATASET, INSERT_JOB,
-    INSERT_RUN, INSERT_RUN_INPUT, INSERT_RUN_OUTPUT,
-};
-use crate::plan::{self, Batch, Held, Resolution};
+use super::{level_sql, Direction, NodeKind, NodeRef};
 use crate::sqlite::SqliteStore;
-use crate::{sql, EventOutcome, StoreError, TenantId};
+use crate::{StoreError, TenantId};
 
 /// `$1` → `?1`: SQLite's numbered parameter syntax.
 fn q(text: &str) -> String {
@@ -20,24 +13,6 @@ fn q(text: &str) -> String {
 }
 
 impl SqliteStore {
-    pub(crate) async fn insert_run_events(
-        &self,
-        tenant: &TenantId,
-        contract: &Contract,
-        batch: &Batch<'_>,
-        rows: &[RunEventRow],
-        now: i64,
-    ) -> Result<Vec<EventOutcome>, StoreError> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let held = insert_candidates(&mut tx, tenant, contract, batch, now).await?;
-        let resolution = plan::resolve(batch, &held)?;
-        record(&mut tx, tenant, contract, &resolution, now).await?;
-        let graph = GraphRows::of_inserted(rows, &resolution.outcomes);
-        write_graph(&mut tx, tenant, &graph, now).await?;
-        tx.commit().await?;
-        Ok(resolution.outcomes)
-    }
-
     pub(crate) async fn count(
         &self,
         sql: &str,
@@ -85,133 +60,4 @@ impl SqliteStore {
             })
             .collect()
     }
-}
-
-async fn insert_candidates(
-    tx: &mut SqliteConnection,
-    tenant: &TenantId,
-    contract: &Contract,
-    batch: &Batch<'_>,
-    now: i64,
-) -> Result<HashMap<String, Held>, StoreError> {
-    let name = contract.name().as_str();
-    let mut held = HashMap::with_capacity(batch.candidates.len());
-    for &index in &batch.candidates {
-        let event = &batch.events[index];
-        let id = event.identified.event_id.as_str();
-        let done = sqlx::query(&q(sql::INSERT_EVENT))
-            .bind(tenant.as_str())
-            .bind(name)
-            .bind(id)
-            .bind(i64::from(contract.version()))
-            .bind(event.identified.fingerprint.as_str())
-            .bind(&event.payload)
-            .bind(event.identified.occurred_at_us)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        let row = if done.rows_affected() == 1 {
-            Held {
-                inserted_here: true,
-                fingerprint: event.identified.fingerprint.to_string(),
-                payload: None,
-            }
-        } else {
-            let row = sqlx::query(&q(sql::SELECT_HELD_ONE))
-                .bind(tenant.as_str())
-                .bind(name)
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-            Held {
-                inserted_here: false,
-                fingerprint: row.try_get(0)?,
-                payload: Some(row.try_get(1)?),
-            }
-        };
-        held.insert(id.to_string(), row);
-    }
-    Ok(held)
-}
-
-/// Collisions to the log and one tally row, as `insert_events` does.
-async fn record(
-    tx: &mut SqliteConnection,
-    tenant: &TenantId,
-    contract: &Contract,
-    resolution: &Resolution<'_>,
-    now: i64,
-) -> Result<(), StoreError> {
-    let name = contract.name().as_str();
-    for c in &resolution.collisions {
-        sqlx::query(&q(sql::INSERT_COLLISION))
-            .bind(tenant.as_str())
-            .bind(name)
-            .bind(c.event.identified.event_id.as_str())
-            .bind(i64::from(contract.version()))
-            .bind(&c.stored_fingerprint)
-            .bind(c.event.identified.fingerprint.as_str())
-            .bind(&c.stored_payload)
-            .bind(&c.event.payload)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-    }
-    sqlx::query(&q(sql::INSERT_TALLY))
-        .bind(tenant.as_str())
-        .bind(name)
-        .bind(now)
-        .bind(resolution.inserted)
-        .bind(resolution.duplicates)
-        .bind(resolution.collisions.len() as i64)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
-}
-
-async fn write_graph(
-    tx: &mut SqliteConnection,
-    tenant: &TenantId,
-    graph: &GraphRows,
-    now: i64,
-) -> Result<(), StoreError> {
-    let t = tenant.as_str();
-    for (sql, rows) in [(INSERT_JOB, &graph.jobs), (INSERT_DATASET, &graph.datasets)] {
-        for (namespace, name) in rows {
-            sqlx::query(&q(sql))
-                .bind(t)
-                .bind(namespace)
-                .bind(name)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
-    for (run_id, (namespace, name, event_id)) in &graph.runs {
-        sqlx::query(&q(INSERT_RUN))
-            .bind(t)
-            .bind(run_id)
-            .bind(namespace)
-            .bind(name)
-            .bind(event_id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-    }
-    for (sql, rows) in [
-        (INSERT_RUN_INPUT, &graph.inputs),
-        (INSERT_RUN_OUTPUT, &graph.outputs),
-    ] {
-        for (run_id, namespace, name, version) in rows {
-            sqlx::query(&q(sql))
-                .bind(t)
-                .bind(run_id)
-                .bind(namespace)
-                .bind(name)
-                .bind(version)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
-    Ok(())
 }
