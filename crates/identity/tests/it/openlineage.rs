@@ -10,13 +10,14 @@ use traqlyte_identity::openlineage::{
     OpenLineageError, RUN_EVENT_CONTRACT,
 };
 
-/// The OpenLineage corpus: `$TRAQLYTE_OPENLINEAGE_CORPUS`, else `shared/` beside the
-/// repository. Missing is a failure, never a skip.
+/// The OpenLineage corpus: `$TRAQLYTE_OPENLINEAGE_CORPUS`, else the copy vendored in
+/// `testdata/openlineage` (so a clean clone anywhere has it). Missing is a failure, never a
+/// skip.
 pub fn corpus_dir() -> PathBuf {
     std::env::var_os("TRAQLYTE_OPENLINEAGE_CORPUS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpora/openlineage")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/openlineage")
         })
 }
 

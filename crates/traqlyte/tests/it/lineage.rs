@@ -61,12 +61,12 @@ pub fn repository_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The OpenLineage corpus: `$TRAQLYTE_OPENLINEAGE_CORPUS`, else `shared/` beside the
-/// repository. Missing is a failure, never a skip.
+/// The OpenLineage corpus: `$TRAQLYTE_OPENLINEAGE_CORPUS`, else the copy vendored in
+/// `testdata/openlineage`. Missing is a failure, never a skip.
 fn corpus_files() -> Vec<PathBuf> {
     let dir = std::env::var_os("TRAQLYTE_OPENLINEAGE_CORPUS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repository_root().join("../shared/corpora/openlineage"))
+        .unwrap_or_else(|| repository_root().join("testdata/openlineage"))
         .join("events");
     let entries = std::fs::read_dir(&dir)
         .unwrap_or_else(|err| panic!("the OpenLineage corpus must be at {}: {err}", dir.display()));
