@@ -101,15 +101,6 @@ enum Backend {
     Postgres(postgres::PgStore),
 }
 
-macro_rules! dispatch {
-    ($self:ident, $store:ident => $call:expr) => {
-        match &$self.backend {
-            Backend::Sqlite($store) => $call,
-            Backend::Postgres($store) => $call,
-        }
-    };
-}
-
 impl Store {
     /// Connects to the database named by the config (creating a SQLite file if needed).
     /// Does not migrate; call [`Store::migrate`].
@@ -131,11 +122,6 @@ impl Store {
             Backend::Sqlite(_) => "sqlite",
             Backend::Postgres(_) => "postgres",
         }
-    }
-
-    /// Applies pending migrations; safe to run from several processes at once.
-    pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
-        dispatch!(self, s => s.migrate().await)
     }
 
     /// Checks that the database answers.

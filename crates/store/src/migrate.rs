@@ -48,3 +48,30 @@ pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS sch
 
 /// Key of the PostgreSQL advisory lock that serialises concurrent migrators.
 pub(crate) const PG_MIGRATION_LOCK: i64 = 0x0074_7271_6c79_7465; // "trqlyte" in ASCII
+
+impl crate::Store {
+    /// Applies pending migrations in one transaction; safe to run from several processes
+    /// at once (PostgreSQL: an advisory lock; SQLite: `BEGIN IMMEDIATE` holds the write
+    /// lock from the start).
+    pub async fn migrate(&self) -> Result<Vec<String>, crate::StoreError> {
+        let mut tx = self.begin().await?;
+        let postgres = matches!(tx.inner, crate::tx::TxInner::Postgres(_));
+        let mut applied = Vec::new();
+        crate::tx::with_tx!(tx, conn, q => {
+            if postgres {
+                sqlx::query(&q("SELECT pg_advisory_xact_lock($1)")).bind(PG_MIGRATION_LOCK).execute(&mut *conn).await?;
+            }
+            sqlx::query(CREATE_MIGRATIONS_TABLE).execute(&mut *conn).await?;
+            let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations").fetch_all(&mut *conn).await?;
+            for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
+                sqlx::raw_sql(if postgres { m.postgres } else { m.sqlite }).execute(&mut *conn).await?;
+                sqlx::query(&q("INSERT INTO schema_migrations (version, name, applied_at_us) VALUES ($1, $2, $3)"))
+                    .bind(m.version).bind(m.name).bind(crate::now_us())
+                    .execute(&mut *conn).await?;
+                applied.push(format!("{:04}_{}", m.version, m.name));
+            }
+        });
+        tx.commit().await?;
+        Ok(applied)
+    }
+}

@@ -1,6 +1,6 @@
 //! The SQLite backend: one file in WAL mode with `synchronous=FULL` (a commit is on disk
 //! before it returns), one writer connection per process and a pool of readers.
-//! SQL is written once with `$N` placeholders and turned into SQLite's `?N`.
+//! Queries are shared with PostgreSQL through `StoreTx` and the `with_pool!` macro.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -9,18 +9,12 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use crate::migrate::{CREATE_MIGRATIONS_TABLE, MIGRATIONS};
 use crate::{StoreConfig, StoreError};
 
 #[derive(Clone)]
 pub(crate) struct SqliteStore {
     pub(crate) writer: SqlitePool,
     pub(crate) reader: SqlitePool,
-}
-
-/// `$1` → `?1`: SQLite's numbered parameter syntax.
-fn q(sql: &str) -> String {
-    sql.replace('$', "?")
 }
 
 impl SqliteStore {
@@ -55,30 +49,5 @@ impl SqliteStore {
                 .await?
         };
         Ok(SqliteStore { writer, reader })
-    }
-
-    pub(crate) async fn migrate(&self) -> Result<Vec<String>, StoreError> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(CREATE_MIGRATIONS_TABLE)
-            .execute(&mut *tx)
-            .await?;
-        let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations")
-            .fetch_all(&mut *tx)
-            .await?;
-        let mut applied = Vec::new();
-        for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
-            sqlx::raw_sql(m.sqlite).execute(&mut *tx).await?;
-            sqlx::query(&q(
-                "INSERT INTO schema_migrations (version, name, applied_at_us) VALUES ($1, $2, $3)",
-            ))
-            .bind(m.version)
-            .bind(m.name)
-            .bind(crate::now_us())
-            .execute(&mut *tx)
-            .await?;
-            applied.push(format!("{:04}_{}", m.version, m.name));
-        }
-        tx.commit().await?;
-        Ok(applied)
     }
 }
