@@ -17,6 +17,7 @@ crate::on_both_backends!(
     another_tenant_using_the_same_key_never_receives_the_stored_response,
     two_hundred_concurrent_requests_from_4_processes_at_2_servers_publish_once,
     a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishes_once,
+    keys_past_their_retention_are_purged_and_run_as_new,
 );
 
 pub fn campaign_body(key: &str) -> Value {
@@ -307,4 +308,26 @@ async fn a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishe
         Some(&b"true"[..])
     );
     assert_eq!(version_count(&app, &id).await, 1);
+}
+
+async fn keys_past_their_retention_are_purged_and_run_as_new(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    let first = publish(&app, &app.key, &id, Some("old-key"), "").await;
+    assert_eq!(first.0, StatusCode::CREATED);
+    // Nothing is younger than "now + 1 s": the purge the background task runs with
+    // `now - retention` removes exactly the keys reserved before its cutoff.
+    let purged = app
+        .store
+        .idempotency_purge(traqlyte_store::now_us() + 1_000_000)
+        .await
+        .expect("purge");
+    assert_eq!(purged, 1);
+    let again = publish(&app, &app.key, &id, Some("old-key"), "").await;
+    assert_eq!(
+        (again.0, again.1),
+        (StatusCode::CREATED, false),
+        "a purged key runs as a new request"
+    );
+    assert_eq!(version_count(&app, &id).await, 2);
 }
