@@ -150,6 +150,8 @@ struct Side {
     units: u64,
     value: Option<f64>,
     naive_value: Option<f64>,
+    /// 95% interval of the arm's own value (normal approximation).
+    value_ci: Option<(f64, f64)>,
     converters: u64,
     stored_events: f64,
     duplicates: f64,
@@ -181,6 +183,7 @@ impl Side {
             units,
             value,
             naive_value: per_unit(naive_total),
+            value_ci: value_interval(metric.kind, units, s),
             converters: s.units_with_events as u64,
             stored_events: s.events,
             duplicates: s.duplicates,
@@ -210,6 +213,7 @@ impl Side {
         let mut out = json!({
             "kind": metric.kind, "window_hours": metric.window_hours, "units": self.units,
             "value": self.value, "naive_value": self.naive_value,
+            "value_ci": self.value_ci.map(|(low, high)| json!({"low": low, "high": high})),
             "stored_events": self.stored_events, "duplicates": self.duplicates,
             "delta": self.delta, "delta_value": self.delta_value,
             "lift": self.lift, "naive_lift": self.naive_lift, "predicted_naive_lift": self.predicted_naive_lift,
@@ -304,4 +308,29 @@ fn moments_lift(control: (u64, f64, f64), treatment: (u64, f64, f64)) -> Option<
     let c = Moments::from_totals(control.0, control.1, control.2).ok()?;
     let t = Moments::from_totals(treatment.0, treatment.1, treatment.2).ok()?;
     mean_lift(&c, &t, ConfidenceLevel::default()).ok()
+}
+
+/// z for a two-sided 95% normal interval.
+const Z_95: f64 = 1.959_963_984_540_054;
+
+/// The arm's own value with a 95% normal-approximation interval: `p ± z·√(p(1−p)/n)` for
+/// conversion rates, `mean ± z·s/√n` of the per-unit totals for count and sum metrics.
+fn value_interval(kind: MetricKind, units: u64, s: &WindowSums) -> Option<(f64, f64)> {
+    let (centre, variance_of_mean) = match kind {
+        MetricKind::Conversion => {
+            let p = Proportion::new(s.units_with_events as u64, units)
+                .ok()?
+                .rate();
+            (p, p * (1.0 - p) / units as f64)
+        }
+        MetricKind::Count => per_unit_moments(units, s.events, s.events_sq)?,
+        MetricKind::Sum => per_unit_moments(units, s.value, s.value_sq)?,
+    };
+    let half = Z_95 * variance_of_mean.sqrt();
+    half.is_finite().then_some((centre - half, centre + half))
+}
+
+fn per_unit_moments(units: u64, sum: f64, sum_sq: f64) -> Option<(f64, f64)> {
+    let moments = Moments::from_totals(units, sum, sum_sq).ok()?;
+    Some((moments.mean()?, moments.variance_of_mean()?))
 }

@@ -66,6 +66,7 @@ pub(crate) fn lift_whiskers(metric: &str, rows: &[LiftRow<'_>]) -> String {
             label: "deduplicated",
             field: "chart.lift",
             colour: DEDUPED_COLOUR,
+            format: Format::SignedPercent,
         };
         svg.push_str(&deduped.draw(&scale, top + ROW_HEIGHT / 2.0, row.lift));
         let naive = Whisker {
@@ -98,6 +99,60 @@ pub(crate) fn lift_whiskers(metric: &str, rows: &[LiftRow<'_>]) -> String {
     svg
 }
 
+/// Per-arm whiskers: every arm's own deduplicated value with its 95% interval, and its
+/// naive value (every delivery counted) as a second row, on one axis so arms compare at a
+/// glance. `arms` pairs each arm key with its metric object from the report.
+pub(crate) fn value_whiskers(metric: &str, format: Format, arms: &[(&str, &Value)]) -> String {
+    let rows: Vec<(&str, Value, Value)> = arms
+        .iter()
+        .map(|(arm, m)| {
+            let own = serde_json::json!({"estimate": m["value"], "ci_low": m["value_ci"]["low"], "ci_high": m["value_ci"]["high"]});
+            let naive = serde_json::json!({"estimate": m["naive_value"], "ci_low": null, "ci_high": null});
+            (*arm, own, naive)
+        })
+        .collect();
+    let numbers = rows.iter().flat_map(|(_, own, naive)| {
+        [
+            &own["estimate"],
+            &own["ci_low"],
+            &own["ci_high"],
+            &naive["estimate"],
+        ]
+        .into_iter()
+        .filter_map(Value::as_f64)
+    });
+    let scale = Scale::covering(numbers, LABEL_WIDTH, WIDTH - RIGHT_MARGIN);
+    let height = rows.len() as f64 * 2.0 * ROW_HEIGHT + AXIS_HEIGHT + 8.0;
+    let plot_bottom = height - AXIS_HEIGHT;
+    let mut svg = format!(
+        "<svg viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-label=\"{m} per arm with 95% intervals\" data-chart=\"value\" data-metric=\"{m}\">",
+        m = esc(metric),
+    );
+    svg.push_str(&scale.axis(4.0, plot_bottom, format));
+    for (index, (arm, own, naive)) in rows.iter().enumerate() {
+        let top = 4.0 + index as f64 * 2.0 * ROW_HEIGHT;
+        // The same two colours as the lift chart: deduplicated blue, naive orange.
+        let deduped = Whisker {
+            metric,
+            arm,
+            label: "deduplicated",
+            field: "chart.value",
+            colour: DEDUPED_COLOUR,
+            format,
+        };
+        svg.push_str(&deduped.draw(&scale, top + ROW_HEIGHT / 2.0, own));
+        let naive_whisker = Whisker {
+            label: "naive",
+            field: "chart.naive_value",
+            colour: NAIVE_COLOUR,
+            ..deduped
+        };
+        svg.push_str(&naive_whisker.draw(&scale, top + ROW_HEIGHT * 1.5, naive));
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
 #[derive(Clone, Copy)]
 struct Whisker<'a> {
     metric: &'a str,
@@ -105,6 +160,7 @@ struct Whisker<'a> {
     label: &'a str,
     field: &'a str,
     colour: &'a str,
+    format: Format,
 }
 
 impl Whisker<'_> {
@@ -138,14 +194,14 @@ impl Whisker<'_> {
                     field: self.field,
                 };
                 out.push_str(&format!(
-                    "<circle cx=\"{:.1}\" cy=\"{y:.1}\" r=\"5\" fill=\"{}\"{}><title>{} lift {} [{}, {}]</title></circle>",
+                    "<circle cx=\"{:.1}\" cy=\"{y:.1}\" r=\"5\" fill=\"{}\"{}><title>{} {} [{}, {}]</title></circle>",
                     scale.x(e),
                     self.colour,
                     source.attributes(&lift["estimate"]),
                     self.label,
-                    Format::SignedPercent.number(e),
-                    Format::SignedPercent.apply(&lift["ci_low"]),
-                    Format::SignedPercent.apply(&lift["ci_high"]),
+                    self.format.number(e),
+                    self.format.apply(&lift["ci_low"]),
+                    self.format.apply(&lift["ci_high"]),
                 ));
             }
             None => out.push_str(&format!(

@@ -189,6 +189,10 @@ fn metric_section(metric: &str, arms: &[Value]) -> String {
     let mut deduped = String::new();
     let mut naive = String::new();
     let mut whiskers = Vec::new();
+    let per_arm: Vec<(&str, &Value)> = arms
+        .iter()
+        .map(|a| (a["key"].as_str().unwrap_or(""), &a["metrics"][metric]))
+        .collect();
     for arm in arms {
         let key = arm["key"].as_str().unwrap_or("");
         let m = &arm["metrics"][metric];
@@ -287,6 +291,7 @@ fn metric_section(metric: &str, arms: &[Value]) -> String {
     format!(
         "<section data-section=\"metric\" data-metric=\"{m}\"><h2>{m} <small class=\"meta\">{kind}, event-time window {hours} h</small></h2>\
          <div class=\"scroll\"><h3>Deduplicated</h3><table><thead><tr><th>Arm</th><th class=\"num\">Units</th>{converters_head}<th class=\"num\">{value_label}</th><th class=\"num\">Lift</th><th class=\"num\">95% CI</th><th class=\"num\">p-value</th></tr></thead><tbody>{deduped}</tbody></table></div>\
+         <div class=\"chart\"><h3>{value_label} per arm, with 95% interval</h3>{values_chart}</div>\
          <div class=\"chart\"><h3>Lift with 95% interval</h3><p class=\"legend\"><span class=\"swatch\" style=\"background:#1f5fbf\"></span>deduplicated<span class=\"swatch\" style=\"background:#e07b00\"></span>naive (every delivery counted)<span class=\"swatch\" style=\"border:1.5px solid #5b6475\"></span>predicted naive</p>{chart}</div>\
          <h3>Naive vs deduplicated: what a pipeline without dedupe would have reported</h3>\
          <div class=\"scroll\"><table><thead><tr><th>Arm</th><th class=\"num\">Stored events</th><th class=\"num\">Duplicates</th><th class=\"num\">δ by count</th><th class=\"num\">δ by value</th><th class=\"num\">Naive value</th><th class=\"num\">Naive lift</th><th class=\"num\">95% CI</th><th class=\"num\">p-value</th><th class=\"num\">Dedup. lift</th><th class=\"num\">Predicted naive</th></tr></thead><tbody>{naive}</tbody></table></div>\
@@ -295,6 +300,7 @@ fn metric_section(metric: &str, arms: &[Value]) -> String {
         kind = esc(kind),
         hours = first["window_hours"].as_u64().unwrap_or(0),
         chart = charts::lift_whiskers(metric, &whiskers),
+        values_chart = charts::value_whiskers(metric, value_format, &per_arm),
     )
 }
 

@@ -164,6 +164,35 @@ fn check_srm_verdicts_and_duplicates(report: &Value, elements: &[Element]) {
         by_field("chart.lift").count() >= 3,
         "a whisker per treatment metric"
     );
+    // Every arm's own value is drawn with its interval, and the marker carries the
+    // report's value exactly.
+    let mut values_drawn = 0;
+    for marker in by_field("chart.value") {
+        let (metric, arm) = (
+            marker.attr("data-metric").expect("metric"),
+            marker.attr("data-arm").expect("arm"),
+        );
+        let arms = report["arms"].as_array().expect("arms");
+        let entry = arms
+            .iter()
+            .find(|a| a["key"] == arm)
+            .expect("arm in report");
+        let expected = &entry["metrics"][metric]["value"];
+        let shown: Value = marker
+            .attr("data-value")
+            .and_then(|v| serde_json::from_str(v).ok())
+            .expect("value");
+        assert_eq!(&shown, expected, "{metric}/{arm}");
+        assert!(
+            entry["metrics"][metric]["value_ci"]["low"].as_f64() <= expected.as_f64(),
+            "{metric}/{arm} interval"
+        );
+        values_drawn += 1;
+    }
+    assert!(
+        values_drawn >= 6,
+        "a value whisker per arm and metric, got {values_drawn}"
+    );
 }
 
 /// The element's raw value equals the report's, and its text is that value rounded to
