@@ -20,6 +20,9 @@ pub struct ServerConfig {
     pub idempotency_retention_ms: u64,
     /// How often the purge runs.
     pub idempotency_purge_every_ms: u64,
+    /// A request (body reading and handling) taking longer than this is answered 408 and
+    /// its work abandoned (an open transaction rolls back).
+    pub request_timeout_ms: u64,
     /// Test-only hook: the publish handler sleeps this long inside its transaction, so a
     /// test can kill the server mid-request. Zero in production.
     pub test_publish_delay_ms: u64,
@@ -40,6 +43,7 @@ impl Default for ServerConfig {
             idempotency_stale_after_ms: 30_000,
             idempotency_retention_ms: 24 * 3_600_000,
             idempotency_purge_every_ms: 600_000,
+            request_timeout_ms: 30_000,
             test_publish_delay_ms: 0,
             lineage_depth_max: 100,
             lineage_nodes_max: 10_000,

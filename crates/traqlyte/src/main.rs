@@ -104,6 +104,9 @@ struct ServeArgs {
     /// How long idempotency keys are kept before the purge deletes them.
     #[arg(long, default_value_t = 24)]
     idempotency_retention_hours: u64,
+    /// A request taking longer than this (body and handling) is answered 408.
+    #[arg(long, default_value_t = 30_000)]
+    request_timeout_ms: u64,
     /// Test-only: the publish handler sleeps this long inside its transaction.
     #[arg(long, default_value_t = 0, hide = true)]
     test_publish_delay_ms: u64,
@@ -230,6 +233,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         idempotency_stale_after_ms: args.idempotency_stale_after_ms,
         idempotency_retention_ms: args.idempotency_retention_hours.saturating_mul(3_600_000),
         idempotency_purge_every_ms: ServerConfig::default().idempotency_purge_every_ms,
+        request_timeout_ms: args.request_timeout_ms,
         test_publish_delay_ms: args.test_publish_delay_ms,
         lineage_depth_max: args.lineage_depth_max,
         lineage_nodes_max: args.lineage_nodes_max,

@@ -15,6 +15,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;
+use std::time::Duration;
+use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::error::InternalCause;
@@ -68,6 +70,11 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(not_found)
         // Handlers read bodies themselves under per-route limits (see `body`).
         .layer(DefaultBodyLimit::disable())
+        // Inside the JSON-error rewrite, so a timeout is answered `{"error":{…}}` too.
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_millis(state.config.request_timeout_ms.max(1)),
+        ))
         .layer(middleware::from_fn(json_errors))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -113,6 +120,7 @@ async fn json_errors(request: Request, next: Next) -> Response {
         StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
         StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
         StatusCode::NOT_FOUND => "not_found",
         s if s.is_server_error() => "internal",
         _ => "bad_request",

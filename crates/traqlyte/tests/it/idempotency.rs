@@ -18,6 +18,7 @@ crate::on_both_backends!(
     two_hundred_concurrent_requests_from_4_processes_at_2_servers_publish_once,
     a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishes_once,
     keys_past_their_retention_are_purged_and_run_as_new,
+    a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back,
 );
 
 pub fn campaign_body(key: &str) -> Value {
@@ -330,4 +331,26 @@ async fn keys_past_their_retention_are_purged_and_run_as_new(backend: Backend) {
         "a purged key runs as a new request"
     );
     assert_eq!(version_count(&app, &id).await, 2);
+}
+
+async fn a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back(backend: Backend) {
+    let config = traqlyte_server::ServerConfig {
+        request_timeout_ms: 300,
+        test_publish_delay_ms: 2_000,
+        ..Default::default()
+    };
+    let app = crate::helpers::spawn_app_with(backend, config).await;
+    let id = create_campaign(&app).await;
+    let answer = app
+        .send(
+            app.client
+                .post(app.url(&format!("/campaigns/{id}/publish")))
+                .bearer_auth(&app.key),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(answer.code(), "request_timeout");
+    // The abandoned handler's transaction never commits.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(version_count(&app, &id).await, 0);
 }
