@@ -79,6 +79,13 @@ pub async fn run(
     args: DemoArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    // Fail on a taken port before the database file is deleted, not after.
+    std::net::TcpListener::bind(&args.listen).with_context(|| {
+        format!(
+            "listen on {} (pass --listen 127.0.0.1:0 for any free port)",
+            args.listen
+        )
+    })?;
     recreate_database(&args.database)?;
     let server = Server::start(&args).await?;
     let (_, key) = server
