@@ -56,11 +56,35 @@ pub async fn serve(
         config: Arc::new(config),
     };
     let purge = tokio::spawn(purge_idempotency_keys(state.clone()));
+    let roll_up = tokio::spawn(roll_up_tallies(state.clone()));
     let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await;
     purge.abort();
+    roll_up.abort();
     served
+}
+
+/// How often per-call tally rows are folded, and how old a row must be to be folded.
+const TALLY_ROLL_UP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+const TALLY_ROLL_UP_AGE_US: i64 = 120_000_000;
+
+/// Folds old per-call tally rows into per-minute rows, periodically, so `GET /stats`
+/// reads a bounded number of rows however many ingestion calls there were.
+async fn roll_up_tallies(state: AppState) {
+    let mut ticker = tokio::time::interval(TALLY_ROLL_UP_EVERY);
+    loop {
+        ticker.tick().await;
+        match state
+            .store
+            .roll_up_tallies(traqlyte_store::now_us() - TALLY_ROLL_UP_AGE_US)
+            .await
+        {
+            Ok(0) => {}
+            Ok(folded) => tracing::debug!(folded, "tally rows rolled up"),
+            Err(err) => tracing::warn!(error = %err, "tally roll-up failed"),
+        }
+    }
 }
 
 /// Deletes idempotency keys older than the retention, periodically.

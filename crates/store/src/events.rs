@@ -305,3 +305,56 @@ impl StoreTx {
         Ok(())
     }
 }
+
+/// Width of a rolled-up tally row.
+const TALLY_BUCKET_US: i64 = 60_000_000;
+
+const PG_ROLL_UP_TALLIES: &str = "WITH moved AS (
+       DELETE FROM event_tallies WHERE rolled_up = 0 AND at_us < $1
+       RETURNING tenant_id, contract_name, at_us, inserted, duplicates, collisions)
+     , folded AS (
+       INSERT INTO event_tallies (tenant_id, contract_name, at_us, inserted, duplicates, collisions, rolled_up)
+       SELECT tenant_id, contract_name, (at_us / $2) * $2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
+       FROM moved GROUP BY tenant_id, contract_name, (at_us / $2) * $2)
+     SELECT COUNT(*) FROM moved";
+
+impl Store {
+    /// Folds the per-call tally rows older than `before_us` into one row per (tenant,
+    /// contract, minute), so `GET /stats` reads a bounded number of rows. Counts are
+    /// unchanged: on PostgreSQL the rows are moved by one statement (delete-returning
+    /// feeding the insert), on SQLite inside one `BEGIN IMMEDIATE` transaction, so no
+    /// concurrent insert can slip between reading and deleting. Returns how many per-call rows
+    /// were folded.
+    pub async fn roll_up_tallies(&self, before_us: i64) -> Result<u64, StoreError> {
+        let mut tx = self.begin().await?;
+        let folded = match &mut tx.inner {
+            TxInner::Postgres(conn) => {
+                sqlx::query_scalar::<_, i64>(PG_ROLL_UP_TALLIES)
+                    .bind(before_us)
+                    .bind(TALLY_BUCKET_US)
+                    .fetch_one(&mut **conn)
+                    .await? as u64
+            }
+            TxInner::Sqlite(conn) => {
+                sqlx::query(
+                    "INSERT INTO event_tallies (tenant_id, contract_name, at_us, inserted, duplicates, collisions, rolled_up)
+                     SELECT tenant_id, contract_name, (at_us / ?2) * ?2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
+                     FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1 GROUP BY tenant_id, contract_name, (at_us / ?2) * ?2",
+                )
+                .bind(before_us).bind(TALLY_BUCKET_US).execute(&mut **conn).await?;
+                sqlx::query("DELETE FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1")
+                    .bind(before_us)
+                    .execute(&mut **conn)
+                    .await?
+                    .rows_affected()
+            }
+        };
+        tx.commit().await?;
+        Ok(folded)
+    }
+
+    /// Rows in the tally table (for tests and operators).
+    pub async fn tally_rows(&self) -> Result<i64, StoreError> {
+        crate::tx::with_pool!(self, reader, pool, q => Ok(sqlx::query_scalar(&q("SELECT COUNT(*) FROM event_tallies")).fetch_one(pool).await?))
+    }
+}

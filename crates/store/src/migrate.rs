@@ -41,6 +41,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0005_ui_sessions.sql"),
         postgres: include_str!("../migrations/postgres/0005_ui_sessions.sql"),
     },
+    Migration {
+        version: 6,
+        name: "tally_rollup",
+        sqlite: include_str!("../migrations/sqlite/0006_tally_rollup.sql"),
+        postgres: include_str!("../migrations/postgres/0006_tally_rollup.sql"),
+    },
 ];
 
 pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -13,6 +13,7 @@ crate::on_both_backends!(
     a_collision_is_refused_logged_and_leaves_the_stored_row_unchanged,
     a_batch_judges_each_item_and_stores_the_valid_ones,
     a_batch_over_the_event_limit_is_refused_whole,
+    rolling_up_tallies_keeps_every_count_in_fewer_rows,
 );
 
 async fn the_same_event_sent_1000_times_from_4_processes_is_stored_once(backend: Backend) {
@@ -168,4 +169,35 @@ async fn a_batch_over_the_event_limit_is_refused_whole(backend: Backend) {
     assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(answer.code(), "batch_too_large");
     assert_eq!(app.checkout_stats().await, (0, 0, 0));
+}
+
+async fn rolling_up_tallies_keeps_every_count_in_fewer_rows(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    for order in 0..5 {
+        app.post_event(&checkout_event(&format!("order_{order}")))
+            .await;
+        app.post_event(&checkout_event(&format!("order_{order}")))
+            .await;
+    }
+    let before = app.checkout_stats().await;
+    assert_eq!(before, (5, 5, 0));
+    let rows_before = app.store.tally_rows().await.expect("rows");
+    let folded = app
+        .store
+        .roll_up_tallies(traqlyte_store::now_us() + 1_000_000)
+        .await
+        .expect("roll up");
+    assert_eq!(folded, rows_before as u64, "every per-call row is folded");
+    assert!(app.store.tally_rows().await.expect("rows") < rows_before);
+    assert_eq!(app.checkout_stats().await, before, "no count changes");
+    // Folding again finds nothing new and changes nothing.
+    assert_eq!(
+        app.store
+            .roll_up_tallies(traqlyte_store::now_us() + 1_000_000)
+            .await
+            .expect("again"),
+        0
+    );
+    assert_eq!(app.checkout_stats().await, before);
 }
