@@ -170,25 +170,20 @@ impl GraphRows {
     }
 }
 
-pub(crate) const INSERT_JOB: &str =
-    "INSERT INTO lineage_jobs (tenant_id, namespace, name, first_seen_us)
-     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+const INSERT_JOBS: &str =
+    "INSERT INTO lineage_jobs (tenant_id, namespace, name, first_seen_us) VALUES";
 
-pub(crate) const INSERT_DATASET: &str =
-    "INSERT INTO lineage_datasets (tenant_id, namespace, name, first_seen_us)
-     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+const INSERT_DATASETS: &str =
+    "INSERT INTO lineage_datasets (tenant_id, namespace, name, first_seen_us) VALUES";
 
-pub(crate) const INSERT_RUN: &str = "INSERT INTO lineage_runs
-     (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us)
-     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
+const INSERT_RUNS: &str = "INSERT INTO lineage_runs
+     (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us) VALUES";
 
-pub(crate) const INSERT_RUN_INPUT: &str =
-    "INSERT INTO lineage_run_inputs (tenant_id, run_id, namespace, name, version)
-     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+const INSERT_RUN_INPUTS: &str =
+    "INSERT INTO lineage_run_inputs (tenant_id, run_id, namespace, name, version) VALUES";
 
-pub(crate) const INSERT_RUN_OUTPUT: &str =
-    "INSERT INTO lineage_run_outputs (tenant_id, run_id, namespace, name, version)
-     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+const INSERT_RUN_OUTPUTS: &str =
+    "INSERT INTO lineage_run_outputs (tenant_id, run_id, namespace, name, version) VALUES";
 
 /// Rows one level query may return at most; beyond it the walk is marked truncated.
 const LEVEL_ROWS_MAX: i64 = 1_000_000;
@@ -452,30 +447,122 @@ fn nfc(text: &str) -> String {
 
 impl crate::StoreTx {
     /// Writes the graph rows (jobs, datasets, runs, run inputs and outputs) of newly
-    /// inserted run events, in the sorted order `GraphRows` keeps so concurrent
-    /// transactions take row locks in one order.
+    /// inserted run events: one multi-row `INSERT … ON CONFLICT DO NOTHING` per table, rows
+    /// in the sorted order `GraphRows` keeps so concurrent transactions take row locks in
+    /// one order.
     async fn write_lineage_graph(
         &mut self,
         tenant: &TenantId,
         graph: &GraphRows,
         now: i64,
     ) -> Result<(), StoreError> {
+        use GraphParam::{Int, Text};
         let t = tenant.as_str();
-        crate::tx::with_tx!(self, conn, q => {
-            for (sql, rows) in [(INSERT_JOB, &graph.jobs), (INSERT_DATASET, &graph.datasets)] {
-                for (namespace, name) in rows {
-                    sqlx::query(&q(sql)).bind(t).bind(namespace).bind(name).bind(now).execute(&mut *conn).await?;
+        let runs: Vec<Vec<GraphParam<'_>>> = graph
+            .runs
+            .iter()
+            .map(|(run, (namespace, name, event_id))| {
+                vec![
+                    Text(t),
+                    Text(run),
+                    Text(namespace),
+                    Text(name),
+                    Text(event_id),
+                    Int(now),
+                ]
+            })
+            .collect();
+        self.insert_graph_rows(INSERT_JOBS, &named_rows(t, &graph.jobs, now))
+            .await?;
+        self.insert_graph_rows(INSERT_DATASETS, &named_rows(t, &graph.datasets, now))
+            .await?;
+        self.insert_graph_rows(INSERT_RUNS, &runs).await?;
+        self.insert_graph_rows(INSERT_RUN_INPUTS, &edge_rows(t, &graph.inputs))
+            .await?;
+        self.insert_graph_rows(INSERT_RUN_OUTPUTS, &edge_rows(t, &graph.outputs))
+            .await
+    }
+
+    /// `head` (`INSERT INTO t (columns) VALUES`) followed by one placeholder tuple per row,
+    /// in chunks that stay far below both backends' parameter limits.
+    async fn insert_graph_rows(
+        &mut self,
+        head: &str,
+        rows: &[Vec<GraphParam<'_>>],
+    ) -> Result<(), StoreError> {
+        for chunk in rows.chunks(GRAPH_ROWS_PER_STATEMENT) {
+            let mut sql = String::from(head);
+            let mut next = 0;
+            for (index, row) in chunk.iter().enumerate() {
+                sql.push_str(if index == 0 { " (" } else { ", (" });
+                let placeholders: Vec<String> = row
+                    .iter()
+                    .map(|_| {
+                        next += 1;
+                        format!("${next}")
+                    })
+                    .collect();
+                sql.push_str(&placeholders.join(", "));
+                sql.push(')');
+            }
+            sql.push_str(" ON CONFLICT DO NOTHING");
+            crate::tx::with_tx!(self, conn, q => {
+                let text = q(&sql);
+                let mut query = sqlx::query(&text);
+                for param in chunk.iter().flatten() {
+                    query = match param {
+                        GraphParam::Text(value) => query.bind(*value),
+                        GraphParam::Int(value) => query.bind(*value),
+                    };
                 }
-            }
-            for (run_id, (namespace, name, event_id)) in &graph.runs {
-                sqlx::query(&q(INSERT_RUN)).bind(t).bind(run_id).bind(namespace).bind(name).bind(event_id).bind(now).execute(&mut *conn).await?;
-            }
-            for (sql, rows) in [(INSERT_RUN_INPUT, &graph.inputs), (INSERT_RUN_OUTPUT, &graph.outputs)] {
-                for (run_id, namespace, name, version) in rows {
-                    sqlx::query(&q(sql)).bind(t).bind(run_id).bind(namespace).bind(name).bind(version).execute(&mut *conn).await?;
-                }
-            }
-        });
+                query.execute(&mut *conn).await?;
+            });
+        }
         Ok(())
     }
 }
+
+/// Job or dataset rows: (tenant, namespace, name, first seen).
+fn named_rows<'a>(
+    tenant: &'a str,
+    rows: &'a BTreeSet<(String, String)>,
+    now: i64,
+) -> Vec<Vec<GraphParam<'a>>> {
+    rows.iter()
+        .map(|(namespace, name)| {
+            vec![
+                GraphParam::Text(tenant),
+                GraphParam::Text(namespace),
+                GraphParam::Text(name),
+                GraphParam::Int(now),
+            ]
+        })
+        .collect()
+}
+
+/// Run input or output rows: (tenant, run id, namespace, name, version).
+fn edge_rows<'a>(
+    tenant: &'a str,
+    rows: &'a BTreeSet<(String, String, String, String)>,
+) -> Vec<Vec<GraphParam<'a>>> {
+    rows.iter()
+        .map(|(run, namespace, name, version)| {
+            vec![
+                GraphParam::Text(tenant),
+                GraphParam::Text(run),
+                GraphParam::Text(namespace),
+                GraphParam::Text(name),
+                GraphParam::Text(version),
+            ]
+        })
+        .collect()
+}
+
+/// A value bound into a graph insert.
+enum GraphParam<'a> {
+    Text(&'a str),
+    Int(i64),
+}
+
+/// Rows per multi-row graph insert (6 parameters a row at most).
+const GRAPH_ROWS_PER_STATEMENT: usize = 1_000;
