@@ -304,10 +304,7 @@ impl Store {
             NodeKind::Dataset => DATASET_EXISTS,
             NodeKind::Job => JOB_EXISTS,
         };
-        let count = match &self.backend {
-            Backend::Sqlite(s) => s.count(sql, tenant, Some(node)).await?,
-            Backend::Postgres(s) => s.count(sql, tenant, Some(node)).await?,
-        };
+        let count = self.lineage_count(sql, tenant, Some(node)).await?;
         Ok(count > 0)
     }
 
@@ -318,10 +315,7 @@ impl Store {
             .iter_mut()
             .zip([COUNT_RUNS, COUNT_DATASETS, COUNT_EDGES])
         {
-            *slot = match &self.backend {
-                Backend::Sqlite(s) => s.count(sql, tenant, None).await?,
-                Backend::Postgres(s) => s.count(sql, tenant, None).await?,
-            };
+            *slot = self.lineage_count(sql, tenant, None).await?;
         }
         Ok(GraphCounts {
             runs: counts[0],
@@ -442,6 +436,25 @@ fn nfc(text: &str) -> String {
     match canonical::normalize(&Value::String(text.to_string()), "") {
         Ok(Value::String(normalized)) => normalized,
         _ => text.to_string(),
+    }
+}
+
+impl Store {
+    /// One count query over the tenant's graph, optionally for one node.
+    async fn lineage_count(
+        &self,
+        sql: &str,
+        tenant: &TenantId,
+        node: Option<&NodeRef>,
+    ) -> Result<i64, StoreError> {
+        crate::tx::with_pool!(self, reader, pool, q => {
+            let text = q(sql);
+            let mut query = sqlx::query_scalar(&text).bind(tenant.as_str());
+            if let Some(node) = node {
+                query = query.bind(&node.namespace).bind(&node.name);
+            }
+            Ok(query.fetch_one(pool).await?)
+        })
     }
 }
 

@@ -4,24 +4,11 @@
 
 use sqlx::Row;
 
-use super::{level_sql, Direction, NodeKind, NodeRef};
+use super::{level_sql, Direction, NodeKind};
 use crate::postgres::PgStore;
 use crate::{StoreError, TenantId};
 
 impl PgStore {
-    pub(crate) async fn count(
-        &self,
-        sql: &str,
-        tenant: &TenantId,
-        node: Option<&NodeRef>,
-    ) -> Result<i64, StoreError> {
-        let mut query = sqlx::query_scalar(sql).bind(tenant.as_str());
-        if let Some(node) = node {
-            query = query.bind(&node.namespace).bind(&node.name);
-        }
-        Ok(query.fetch_one(&self.pool).await?)
-    }
-
     pub(crate) async fn level(
         &self,
         tenant: &TenantId,

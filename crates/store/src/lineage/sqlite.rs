@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use super::{level_sql, Direction, NodeKind, NodeRef};
+use super::{level_sql, Direction, NodeKind};
 use crate::sqlite::SqliteStore;
 use crate::{StoreError, TenantId};
 
@@ -13,20 +13,6 @@ fn q(text: &str) -> String {
 }
 
 impl SqliteStore {
-    pub(crate) async fn count(
-        &self,
-        sql: &str,
-        tenant: &TenantId,
-        node: Option<&NodeRef>,
-    ) -> Result<i64, StoreError> {
-        let text = q(sql);
-        let mut query = sqlx::query_scalar(&text).bind(tenant.as_str());
-        if let Some(node) = node {
-            query = query.bind(&node.namespace).bind(&node.name);
-        }
-        Ok(query.fetch_one(&self.reader).await?)
-    }
-
     pub(crate) async fn level(
         &self,
         tenant: &TenantId,
