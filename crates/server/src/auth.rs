@@ -18,6 +18,11 @@ impl FromRequestParts<AppState> for Tenant {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
+        // Authenticated once per request: a layer that already did it (the idempotency
+        // middleware) leaves the tenant in the request's extensions.
+        if let Some(tenant) = parts.extensions.get::<Tenant>() {
+            return Ok(tenant.clone());
+        }
         let header = parts.headers.get(AUTHORIZATION).ok_or_else(|| {
             ApiError::unauthorized(
                 "missing Authorization header; send `Authorization: Bearer <api key>`",
@@ -37,6 +42,7 @@ impl FromRequestParts<AppState> for Tenant {
             .tenant_for_key(&key)
             .await?
             .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
+        parts.extensions.insert(Tenant(tenant.clone()));
         Ok(Tenant(tenant))
     }
 }
