@@ -70,6 +70,7 @@ impl StoreTx {
                     inserted_here: true,
                     fingerprint: String::new(),
                     payload: None,
+                    superseded_by: Vec::new(),
                 },
             );
         }
@@ -92,8 +93,20 @@ impl StoreTx {
                     inserted_here: false,
                     fingerprint,
                     payload: None,
+                    superseded_by: Vec::new(),
                 },
             );
+        }
+        // Only on the rare collision path: corrections stored for those ids turn a resend
+        // of corrected content into a retry.
+        let colliding = plan::colliding_stored_ids(&batch, &held);
+        for (id, fingerprint) in self
+            .superseding_fingerprints(tenant, name, &colliding)
+            .await?
+        {
+            if let Some(row) = held.get_mut(&id) {
+                row.superseded_by.push(fingerprint);
+            }
         }
         let colliding = plan::colliding_stored_ids(&batch, &held);
         for id in colliding {

@@ -24,6 +24,7 @@ pub mod plan;
 mod postgres;
 mod sql;
 mod sqlite;
+pub mod supersessions;
 mod tx;
 pub mod ui_tokens;
 
@@ -42,6 +43,7 @@ pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,
 };
+pub use supersessions::{SupersedeOutcome, Supersession};
 pub use tx::StoreTx;
 pub use ui_tokens::{UiToken, UiTokenKind};
 

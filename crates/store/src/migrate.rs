@@ -47,6 +47,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0006_tally_rollup.sql"),
         postgres: include_str!("../migrations/postgres/0006_tally_rollup.sql"),
     },
+    Migration {
+        version: 7,
+        name: "supersessions",
+        sqlite: include_str!("../migrations/sqlite/0007_supersessions.sql"),
+        postgres: include_str!("../migrations/postgres/0007_supersessions.sql"),
+    },
 ];
 
 pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -49,6 +49,9 @@ pub struct Held {
     /// The stored row's payload; `None` when this batch inserted it (the payload is the
     /// candidate's own, no need to copy it).
     pub payload: Option<String>,
+    /// Fingerprints of corrections that superseded the stored row: a resend carrying one
+    /// of them is a retry, not a collision.
+    pub superseded_by: Vec<String>,
 }
 
 /// A collision to log.
@@ -89,7 +92,12 @@ pub fn resolve<'a>(
         let outcome = if row.inserted_here && first == index {
             resolution.inserted += 1;
             EventOutcome::Inserted
-        } else if row.fingerprint == event.identified.fingerprint.as_str() {
+        } else if row.fingerprint == event.identified.fingerprint.as_str()
+            || row
+                .superseded_by
+                .iter()
+                .any(|f| f == event.identified.fingerprint.as_str())
+        {
             resolution.duplicates += 1;
             EventOutcome::Duplicate
         } else {
@@ -118,7 +126,10 @@ pub fn colliding_stored_ids(batch: &Batch<'_>, held: &HashMap<String, Held>) -> 
     for event in batch.events {
         let id = event.identified.event_id.as_str();
         let collides = held.get(id).is_some_and(|row| {
-            !row.inserted_here && row.fingerprint != event.identified.fingerprint.as_str()
+            let fingerprint = event.identified.fingerprint.as_str();
+            !row.inserted_here
+                && row.fingerprint != fingerprint
+                && !row.superseded_by.iter().any(|f| f == fingerprint)
         });
         if collides && !ids.iter().any(|seen| seen == id) {
             ids.push(id.to_string());

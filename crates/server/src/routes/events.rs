@@ -152,6 +152,23 @@ pub(crate) async fn get_one(
         .await?
         .ok_or_else(missing)?;
     let payload: Value = serde_json::from_str(&stored.payload).map_err(ApiError::internal)?;
+    // The newest correction, if any, is the event's current content.
+    let history = state
+        .store
+        .supersessions(&tenant, contract.as_str(), &stored.event_id)
+        .await?;
+    let mut supersessions = Vec::with_capacity(history.len());
+    for s in &history {
+        let corrected: Value = serde_json::from_str(&s.payload).map_err(ApiError::internal)?;
+        supersessions.push(json!({
+            "fingerprint": s.fingerprint, "supersedes": s.supersedes, "reason": s.reason,
+            "superseded_at_us": s.superseded_at_us, "payload": corrected,
+        }));
+    }
+    let current = supersessions
+        .last()
+        .map(|s| s["payload"].clone())
+        .unwrap_or_else(|| payload.clone());
     Ok(Json(json!({
         "event_id": stored.event_id,
         "contract": name,
@@ -160,6 +177,8 @@ pub(crate) async fn get_one(
         "occurred_at_us": stored.occurred_at_us,
         "received_at_us": stored.received_at_us,
         "payload": payload,
+        "current_payload": current,
+        "supersessions": supersessions,
     })))
 }
 
@@ -182,7 +201,7 @@ pub(crate) fn collision(event: &NewEvent, stored_fingerprint: &Fingerprint) -> A
         format!(
             "a different event is already stored under id {event_id}: same identity fields, different content. \
              Nothing was overwritten and this payload was logged as a collision. If the stored event is wrong, \
-             correct it with an explicit supersession (a new event that names the one it replaces), never by resending; \
+             correct it with an explicit supersession (POST /events/{{contract}}/{event_id}/supersessions with the corrected event), never by resending; \
              if both events are real, the contract is missing an identity field: register a new contract version"
         ),
     )

@@ -6,6 +6,7 @@ mod contracts;
 mod events;
 mod health;
 mod lineage;
+mod supersessions;
 
 use axum::body::to_bytes;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -59,6 +60,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/events/{contract}", post(events::post_one))
         .route("/events/{contract}/batch", post(events::post_batch))
         .route("/events/{contract}/{event_id}", get(events::get_one))
+        .route(
+            "/events/{contract}/{event_id}/supersessions",
+            idempotent(post(supersessions::supersede)),
+        )
         .merge(crate::ui::router())
         .route(
             "/api/v1/lineage",

@@ -12,6 +12,7 @@ mod idempotency;
 mod ingest;
 mod lineage;
 mod ol_client;
+mod supersessions;
 mod ui;
 
 /// Generates, for each listed `async fn name(backend: Backend)`, one test per backend.

@@ -1,0 +1,117 @@
+//! `POST /events/{contract}/{event_id}/supersessions`: correcting a stored event. The
+//! corrected event must keep the identity (the same `event_id` under the stored row's
+//! contract version); it is stored beside the original, never over it.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use traqlyte_identity::ContractName;
+use traqlyte_store::{now_us, SupersedeOutcome};
+
+use super::contracts::load;
+use super::events::identify;
+use crate::auth::Tenant;
+use crate::body::read_document;
+use crate::idempotency::Work;
+use crate::{ApiError, AppState};
+
+const REASON_CHARS_MAX: usize = 2_000;
+
+/// Body `{"event": {…corrected event…}, "reason"?: "…"}` → `201 superseded` or `200 unchanged`.
+pub(crate) async fn supersede(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path((name, event_id)): Path<(String, String)>,
+    work: Work,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let value = read_document(&state, &headers, body).await?;
+    let (event, reason) = parse_body(value)?;
+    let missing = || {
+        ApiError::not_found(
+            "event_not_found",
+            format!("no event {event_id} under contract {name:?}"),
+        )
+    };
+    let contract_name = ContractName::parse(&name).map_err(|_| missing())?;
+    if traqlyte_identity::openlineage::builtin_contract(contract_name.as_str()).is_some() {
+        return Err(ApiError::unprocessable("unsupported_contract", "events of built-in contracts are corrected by their producer's next event, not by supersession").with_field("contract"));
+    }
+    let stored = state
+        .store
+        .event(&tenant, &contract_name, &event_id)
+        .await?
+        .ok_or_else(missing)?;
+    let version = u32::try_from(stored.contract_version).map_err(ApiError::internal)?;
+    let contract = load(&state, &tenant, &name, Some(version)).await?;
+    let corrected = identify(&contract, event)?;
+    if corrected.identified.event_id.as_str() != event_id {
+        return Err(ApiError::unprocessable(
+            "identity_mismatch",
+            format!(
+                "the corrected event has identity {} under contract {} version {version}, not {event_id}: a supersession keeps the identity fields; an event with other identity fields is a different event, post it to /events/{name}",
+                corrected.identified.event_id, contract_name
+            ),
+        )
+        .with_field("event"));
+    }
+    let mut tx = work.begin().await?;
+    let outcome = tx
+        .supersede(
+            &tenant,
+            contract_name.as_str(),
+            &corrected,
+            reason.as_deref(),
+            now_us(),
+        )
+        .await?
+        .ok_or_else(missing)?;
+    work.finish(tx).await?;
+    let fingerprint = corrected.identified.fingerprint.as_str();
+    Ok(match outcome {
+        SupersedeOutcome::Superseded { supersedes } => {
+            tracing::info!(tenant = %tenant, contract = %contract_name, event_id, fingerprint, "event superseded");
+            (StatusCode::CREATED, Json(json!({"event_id": event_id, "status": "superseded", "fingerprint": fingerprint, "supersedes": supersedes}))).into_response()
+        }
+        SupersedeOutcome::Unchanged => {
+            Json(json!({"event_id": event_id, "status": "unchanged", "fingerprint": fingerprint}))
+                .into_response()
+        }
+    })
+}
+
+fn parse_body(value: Value) -> Result<(Value, Option<String>), ApiError> {
+    let invalid = |field: &str, message: &str| {
+        ApiError::unprocessable("invalid_supersession", message.to_string()).with_field(field)
+    };
+    let Value::Object(mut map) = value else {
+        return Err(invalid(
+            "",
+            "the body must be a JSON object {\"event\": {…}, \"reason\": \"…\"}",
+        ));
+    };
+    if let Some(key) = map.keys().find(|k| *k != "event" && *k != "reason") {
+        return Err(invalid(key, "unknown field; allowed: event, reason"));
+    }
+    let reason = match map.remove("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.chars().count() <= REASON_CHARS_MAX => Some(text),
+        Some(_) => {
+            return Err(invalid(
+                "reason",
+                "reason must be a string of at most 2000 characters",
+            ))
+        }
+    };
+    match map.remove("event") {
+        Some(event @ Value::Object(_)) => Ok((event, reason)),
+        _ => Err(invalid(
+            "event",
+            "event is required: the corrected event, a JSON object",
+        )),
+    }
+}

@@ -1,0 +1,108 @@
+//! Correcting a stored event by supersession: beside the original, never over it.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::{checkout_event, spawn_app, Backend};
+
+crate::on_both_backends!(
+    a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry,
+    a_supersession_must_keep_the_identity_and_name_a_stored_event,
+);
+
+async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let original = checkout_event("order_1");
+    let id = app.post_event(&original).await.body["event_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let mut corrected = original.clone();
+    corrected["note"] = json!("amount confirmed by the merchant");
+    assert_eq!(app.post_event(&corrected).await.code(), "collision");
+
+    let path = format!("/events/checkout_completed/{id}/supersessions");
+    let body = json!({"event": corrected, "reason": "merchant correction"});
+    let first = app.post_json(&path, &body).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    assert_eq!(first.body["status"], "superseded");
+    let again = app.post_json(&path, &body).await;
+    assert_eq!(
+        (again.status, again.body["status"].as_str()),
+        (StatusCode::OK, Some("unchanged"))
+    );
+
+    let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
+    assert_eq!(
+        stored.body["payload"], original,
+        "the original row is never rewritten"
+    );
+    assert_eq!(stored.body["current_payload"], corrected);
+    assert_eq!(
+        stored.body["supersessions"][0]["reason"],
+        "merchant correction"
+    );
+    assert_eq!(
+        stored.body["supersessions"].as_array().map(Vec::len),
+        Some(1)
+    );
+
+    // The producer resending the corrected content is now a retry, not a collision.
+    let resend = app.post_event(&corrected).await;
+    assert_eq!(
+        (resend.status, resend.body["status"].as_str()),
+        (StatusCode::OK, Some("duplicate"))
+    );
+    assert_eq!(app.checkout_stats().await, (1, 1, 1));
+}
+
+async fn a_supersession_must_keep_the_identity_and_name_a_stored_event(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let original = checkout_event("order_1");
+    let id = app.post_event(&original).await.body["event_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let path = format!("/events/checkout_completed/{id}/supersessions");
+    let other_identity = app
+        .post_json(&path, &json!({"event": checkout_event("order_2")}))
+        .await;
+    assert_eq!(
+        (other_identity.status, other_identity.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "identity_mismatch")
+    );
+    assert_eq!(other_identity.body["error"]["field"], "event");
+    let no_event = app.post_json(&path, &json!({"reason": "x"})).await;
+    assert_eq!(
+        (no_event.status, no_event.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_supersession")
+    );
+    let unknown = app
+        .post_json(
+            &format!(
+                "/events/checkout_completed/{}/supersessions",
+                "0".repeat(64)
+            ),
+            &json!({"event": original}),
+        )
+        .await;
+    assert_eq!(
+        (unknown.status, unknown.code()),
+        (StatusCode::NOT_FOUND, "event_not_found")
+    );
+    let same = app.post_json(&path, &json!({"event": original})).await;
+    assert_eq!(
+        same.body["status"], "unchanged",
+        "the stored content needs no correction"
+    );
+    assert_eq!(
+        app.get(&format!("/events/checkout_completed/{id}"))
+            .await
+            .body["supersessions"],
+        json!([])
+    );
+}
