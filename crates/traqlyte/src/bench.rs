@@ -280,7 +280,7 @@ async fn ingest(args: IngestArgs) -> Result<()> {
             let raw_time = raw().await?;
             (http().await?, raw_time)
         };
-        check_counts(&bench.store, &http_tenant, &events, &contract)?;
+        check_counts(&bench.store, &http_tenant, &raw_batches, args.events).await?;
         http_rates.push(args.events as f64 / http_time.as_secs_f64());
         raw_rates.push(args.events as f64 / raw_time.as_secs_f64());
         eprintln!(
@@ -306,12 +306,31 @@ async fn ingest(args: IngestArgs) -> Result<()> {
     Ok(())
 }
 
-fn check_counts(
-    _store: &Store,
-    _tenant: &TenantId,
-    _events: &[Value],
-    _contract: &Contract,
+/// The HTTP side stored each distinct event once and counted every other delivery as a
+/// duplicate: a benchmark that lost or doubled rows would measure the wrong thing.
+async fn check_counts(
+    store: &Store,
+    tenant: &TenantId,
+    batches: &[Vec<NewEvent>],
+    sent: usize,
 ) -> Result<()> {
+    let distinct: std::collections::HashSet<&str> = batches
+        .iter()
+        .flatten()
+        .map(|e| e.identified.event_id.as_str())
+        .collect();
+    let stats = store.stats(tenant).await?;
+    let row = stats
+        .iter()
+        .find(|r| r.contract == "checkout_completed")
+        .context("no stats for the bench contract")?;
+    let expected = (distinct.len() as i64, (sent - distinct.len()) as i64, 0);
+    if (row.stored, row.duplicates, row.collisions) != expected {
+        bail!(
+            "HTTP side stored/duplicates/collisions {:?}, expected {expected:?}",
+            (row.stored, row.duplicates, row.collisions)
+        );
+    }
     Ok(())
 }
 
