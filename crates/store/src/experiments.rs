@@ -153,14 +153,27 @@ impl StoreTx {
             .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&a.arm)
             .bind(a.assigned_at_us).bind(&new.metric).bind(new.value).bind(new.occurred_at_us).bind(now_us).bind(&new.fingerprint)
             .execute(&mut *conn).await?.rows_affected() == 1);
-        let stored = self
-            .stored_outcome(tenant, &a.assignment_id, &new.dedupe_key)
-            .await?;
         if inserted {
+            // The row this statement wrote holds exactly these values: no need to read it
+            // back (the duplicate-bytes test compares this answer with a replayed one).
+            let stored = StoredOutcome {
+                assignment_id: a.assignment_id.clone(),
+                dedupe_key: new.dedupe_key.clone(),
+                campaign_id: a.campaign_id.clone(),
+                arm: a.arm.clone(),
+                metric: new.metric.clone(),
+                value: new.value,
+                occurred_at_us: new.occurred_at_us,
+                received_at_us: now_us,
+                fingerprint: new.fingerprint.clone(),
+            };
             self.bump_unit_metrics(tenant, new, &stored, true, now_us)
                 .await?;
             return Ok(OutcomeResult::Inserted(stored));
         }
+        let stored = self
+            .stored_outcome(tenant, &a.assignment_id, &new.dedupe_key)
+            .await?;
         if stored.fingerprint == new.fingerprint {
             self.bump_unit_metrics(tenant, new, &stored, false, now_us)
                 .await?;
