@@ -99,16 +99,18 @@ impl StoreTx {
         }
         // Only on the rare collision path: corrections stored for those ids turn a resend
         // of corrected content into a retry.
-        let colliding = plan::colliding_stored_ids(&batch, &held);
-        for (id, fingerprint) in self
-            .superseding_fingerprints(tenant, name, &colliding)
-            .await?
-        {
-            if let Some(row) = held.get_mut(&id) {
-                row.superseded_by.push(fingerprint);
+        let mut colliding = plan::colliding_stored_ids(&batch, &held);
+        if !colliding.is_empty() {
+            for (id, fingerprint) in self
+                .superseding_fingerprints(tenant, name, &colliding)
+                .await?
+            {
+                if let Some(row) = held.get_mut(&id) {
+                    row.superseded_by.push(fingerprint);
+                }
             }
+            colliding = plan::colliding_stored_ids(&batch, &held);
         }
-        let colliding = plan::colliding_stored_ids(&batch, &held);
         for id in colliding {
             let payload = self.stored_payload(tenant, name, &id).await?;
             if let Some(row) = held.get_mut(&id) {
