@@ -27,7 +27,11 @@ pub fn normalize_in_place(value: &mut Value, at: &str) -> Result<(), IdentityErr
             field.push_str(&escape_token(token));
         }
         match fault.key {
-            Some(key) => IdentityError::DuplicateKeyAfterNormalization { field, key },
+            Some(key) => {
+                field.push('/');
+                field.push_str(&escape_token(&key));
+                IdentityError::DuplicateKeyAfterNormalization { field, key }
+            }
             None => IdentityError::NumberOutOfRange { field },
         }
     })

@@ -367,7 +367,26 @@ fn contract_pointer(text: &str) -> Result<Pointer, String> {
             "pointer {text:?} is not in Unicode NFC; event keys are NFC-normalised, so it could never match"
         ));
     }
-    Pointer::parse(text)
+    let pointer = Pointer::parse(text)?;
+    if let Some(token) = pointer.tokens().iter().find(|t| is_unresolvable_index(t)) {
+        return Err(format!(
+            "pointer {text:?} has the token {token:?}, which never addresses an array item \
+             (RFC 6901 indices are 0 or digits without a leading zero; \"-\" is past the end); \
+             the field would always hash as absent"
+        ));
+    }
+    Ok(pointer)
+}
+
+/// A token shaped like an array index that RFC 6901 never resolves: `-` (the item past
+/// the end), a negative number, or digits with a leading zero. Such tokens could only
+/// address an object key of that exact spelling, which no contract is meant to name.
+fn is_unresolvable_index(token: &str) -> bool {
+    let digits = token.strip_prefix('-').unwrap_or(token);
+    let all_digits = digits.bytes().all(|b| b.is_ascii_digit());
+    token == "-"
+        || (all_digits && token.starts_with('-'))
+        || (all_digits && digits.len() > 1 && digits.starts_with('0'))
 }
 
 fn check_field_rules(spec: &FieldSpec, at: &str) -> Result<(), ContractError> {

@@ -19,8 +19,11 @@ pub enum IdentityError {
         expected: &'static str,
         found: &'static str,
     },
-    /// Two object keys become equal after Unicode NFC normalisation.
-    #[error("object at {field} has two keys that are equal after NFC normalisation: {key:?}")]
+    /// Two object keys become equal after Unicode NFC normalisation; `field` is the
+    /// pointer of the (normalised) key.
+    #[error(
+        "the object holding {field} has two keys that are equal after NFC normalisation: {key:?}"
+    )]
     DuplicateKeyAfterNormalization { field: String, key: String },
     /// An integer outside ±(2^53−1), which RFC 8785 numbers (IEEE doubles) cannot hold exactly.
     #[error("number at {field} is outside ±(2^53-1), the exact integer range of JSON numbers (RFC 8785, I-JSON); send it as a string")]

@@ -1,12 +1,16 @@
 //! Strict JSON parsing with limits: valid UTF-8, a bounded nesting depth, no duplicate
-//! object keys (RFC 8785 requires I-JSON input) and a clear message for `NaN`/`Infinity`.
+//! object keys (RFC 8785 requires I-JSON input), a clear message for `NaN`/`Infinity`, and
+//! no number that its canonical double would merge with another ([`crate::number`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use thiserror::Error;
+
+use crate::canonical::EXACT_INTEGER_MAX;
+use crate::number::{all_refused, first_refused, NumberFault, RefusedNumber};
 
 /// The most deeply nested document the parser can ever accept; `serde_json` stops at 128.
 pub const DEPTH_MAX_CEILING: usize = 120;
@@ -26,6 +30,14 @@ pub enum ParseError {
     /// An object repeats a key.
     #[error("object has the key {key:?} twice; duplicate keys are ambiguous (RFC 8259, I-JSON)")]
     DuplicateKey { key: String },
+    /// A number the canonical form cannot hold without merging it with another value
+    /// (see [`crate::number`]); `field` is its RFC 6901 pointer.
+    #[error("{}", number_message(field, literal, *fault))]
+    NumberOutOfRange {
+        field: String,
+        literal: String,
+        fault: NumberFault,
+    },
     /// Any other syntax error, as reported by the parser.
     #[error("malformed JSON: {0}")]
     Syntax(String),
@@ -39,37 +51,104 @@ impl ParseError {
             ParseError::NonFiniteNumber { .. } => "non_finite_number",
             ParseError::TooDeep { .. } => "too_deep",
             ParseError::DuplicateKey { .. } => "duplicate_key",
+            ParseError::NumberOutOfRange { .. } => "number_out_of_range",
             ParseError::Syntax(_) => "malformed_json",
         }
+    }
+}
+
+fn number_message(field: &str, literal: &str, fault: NumberFault) -> String {
+    let place = if field.is_empty() {
+        "the document".to_string()
+    } else {
+        field.to_string()
+    };
+    let shown: String = literal.chars().take(40).collect();
+    match fault {
+        NumberFault::OutOfRange => format!(
+            "number {shown} at {place} is out of range: integers must lie within ±(2^53−1) \
+             and other numbers within the range of an IEEE double; send it as a string"
+        ),
+        NumberFault::NotExact => format!(
+            "number {shown} at {place} has no exact IEEE double: it would be stored as a \
+             different number and could merge two distinct events; send it as a string or \
+             with fewer significant digits"
+        ),
     }
 }
 
 /// Parses `bytes` as one JSON value nested at most `depth_max` levels (clamped to
 /// [`DEPTH_MAX_CEILING`]). A scalar has depth 0; `{"a":[1]}` has depth 2.
 pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max)?;
+    // Only a document holding a float or a large integer is scanned again (by its text:
+    // the parsed double no longer tells `1e-400` from `0`).
+    match suspect_number.then(|| first_refused(text)).flatten() {
+        Some(refused) => Err(refused_number_error(refused)),
+        None => Ok(value),
+    }
+}
+
+/// [`parse`] for a batch whose items are judged one by one: a number the canonical form
+/// cannot hold is reported (with its pointer, which starts with the item's index) instead
+/// of refusing the whole document. A number beyond the double range still refuses it.
+pub fn parse_reporting_numbers(
+    bytes: &[u8],
+    depth_max: usize,
+) -> Result<(Value, Vec<RefusedNumber>), ParseError> {
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max)?;
+    let refused = if suspect_number {
+        all_refused(text)
+    } else {
+        Vec::new()
+    };
+    Ok((value, refused))
+}
+
+/// Parses without judging numbers; also returns the text and whether any number needs
+/// the exactness scan.
+fn parse_any_numbers(bytes: &[u8], depth_max: usize) -> Result<(Value, &str, bool), ParseError> {
     let text = std::str::from_utf8(bytes).map_err(|err| ParseError::InvalidUtf8 {
         offset: err.valid_up_to(),
     })?;
     let depth_max = depth_max.min(DEPTH_MAX_CEILING);
     let failure = RefCell::new(None);
+    let suspect_number = Cell::new(false);
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let seed = ValueSeed {
         depth: 0,
         depth_max,
         failure: &failure,
+        suspect_number: &suspect_number,
     };
     let result = seed.deserialize(&mut deserializer).and_then(|value| {
         deserializer.end()?;
         Ok(value)
     });
     match result {
-        Ok(value) => Ok(value),
+        Ok(value) => Ok((value, text, suspect_number.get())),
         Err(err) => Err(failure.into_inner().unwrap_or_else(|| classify(text, &err))),
+    }
+}
+
+/// The error for one refused number.
+pub fn refused_number_error(refused: RefusedNumber) -> ParseError {
+    ParseError::NumberOutOfRange {
+        field: refused.pointer,
+        literal: refused.literal,
+        fault: refused.fault,
     }
 }
 
 fn classify(text: &str, err: &serde_json::Error) -> ParseError {
     let (line, column) = (err.line(), err.column());
+    // serde_json refuses a literal beyond the double range (`1e400`) as a syntax error;
+    // the text before it is valid, so the scan finds it and names its place.
+    if err.to_string().starts_with("number out of range") {
+        if let Some(refused) = first_refused(text) {
+            return refused_number_error(refused);
+        }
+    }
     if err.is_syntax() {
         let offset = offset_of(text, line, column);
         let rest = text.get(offset.saturating_sub(1)..).unwrap_or("");
@@ -97,6 +176,8 @@ struct ValueSeed<'f> {
     depth: usize,
     depth_max: usize,
     failure: &'f RefCell<Option<ParseError>>,
+    /// Set when a float or an integer beyond ±(2^53−1) was read.
+    suspect_number: &'f Cell<bool>,
 }
 
 impl<'f> ValueSeed<'f> {
@@ -110,6 +191,7 @@ impl<'f> ValueSeed<'f> {
             depth: self.depth + 1,
             depth_max: self.depth_max,
             failure: self.failure,
+            suspect_number: self.suspect_number,
         })
     }
 
@@ -140,14 +222,21 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     }
 
     fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        if v.unsigned_abs() > EXACT_INTEGER_MAX {
+            self.suspect_number.set(true);
+        }
         Ok(Value::Number(v.into()))
     }
 
     fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        if v > EXACT_INTEGER_MAX {
+            self.suspect_number.set(true);
+        }
         Ok(Value::Number(v.into()))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.suspect_number.set(true);
         Number::from_f64(v)
             .map(Value::Number)
             .ok_or_else(|| self.fail(ParseError::NonFiniteNumber { line: 0, column: 0 }))
@@ -200,12 +289,27 @@ mod tests {
             (b"{\"a\": [[[1]]]}", "too_deep"),
             (b"{\"a\": ", "malformed_json"),
             (b"{\"a\": 1} trailing", "malformed_json"),
-            (b"{\"a\": 1e400}", "malformed_json"),
+            (b"{\"a\": 1e400}", "number_out_of_range"),
+            (b"{\"a\": 1e-400}", "number_out_of_range"),
+            (b"{\"a\": [9007199254740993.0]}", "number_out_of_range"),
+            (b"{\"a\": 9007199254740993}", "number_out_of_range"),
         ];
         for (input, code) in cases {
             let err = parse(input, 3).unwrap_err();
             assert_eq!(err.code(), *code, "{}", String::from_utf8_lossy(input));
         }
+    }
+
+    #[test]
+    fn a_refused_number_is_named_by_its_pointer() {
+        let err = parse(br#"{"a": [0.1, {"b": 1e-400}]}"#, 8).unwrap_err();
+        let ParseError::NumberOutOfRange { field, literal, .. } = err else {
+            panic!("expected number_out_of_range, got {err:?}");
+        };
+        assert_eq!((field.as_str(), literal.as_str()), ("/a/1/b", "1e-400"));
+        let err = parse(br#"{"big": 1e400, "x": 1}"#, 8).unwrap_err();
+        assert!(matches!(err, ParseError::NumberOutOfRange { ref field, .. } if field == "/big"));
+        assert!(parse(br#"{"a": 129.99, "b": 1.0, "c": 0.1, "d": 1e16}"#, 8).is_ok());
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod contract;
 mod error;
 mod id;
 pub mod json;
+pub mod number;
 pub mod openlineage;
 pub mod pointer;
 mod timestamp;

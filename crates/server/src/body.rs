@@ -77,6 +77,11 @@ pub async fn read_json(
     depth_max: usize,
 ) -> Result<Value, ApiError> {
     let bytes = read_limited(headers, body, limit_bytes).await?;
+    Ok(json::parse(&not_blank(bytes)?, depth_max)?)
+}
+
+/// Refuses a body of only whitespace with `400 empty_body`.
+fn not_blank(bytes: Bytes) -> Result<Bytes, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
@@ -84,7 +89,7 @@ pub async fn read_json(
             "request body is empty; send a JSON document",
         ));
     }
-    Ok(json::parse(&bytes, depth_max)?)
+    Ok(bytes)
 }
 
 /// Reads one JSON document under the server's single-body limits.
@@ -104,20 +109,17 @@ pub async fn read_document(
 
 /// Reads a batch: a JSON array under the batch byte limit (one nesting level more than a
 /// single document) holding at most `batch_events_max` items of `what` (e.g. "events").
+/// An item holding a number the canonical form cannot hold is refused alone
+/// (`number_out_of_range`, its field relative to the item), the others stay.
 pub async fn read_batch(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
     what: &str,
-) -> Result<Vec<Value>, ApiError> {
+) -> Result<Vec<Result<Value, ApiError>>, ApiError> {
     let config = &state.config;
-    let value = read_json(
-        headers,
-        body,
-        config.batch_bytes_max,
-        config.json_depth_max + 1,
-    )
-    .await?;
+    let bytes = not_blank(read_limited(headers, body, config.batch_bytes_max).await?)?;
+    let (value, refused) = json::parse_reporting_numbers(&bytes, config.json_depth_max + 1)?;
     let Value::Array(items) = value else {
         return Err(ApiError::unprocessable(
             "not_an_array",
@@ -135,5 +137,22 @@ pub async fn read_batch(
             ),
         ));
     }
+    let mut items: Vec<Result<Value, ApiError>> = items.into_iter().map(Ok).collect();
+    for mut number in refused {
+        let Some((index, rest)) = item_of(&number.pointer) else {
+            continue;
+        };
+        if let Some(item @ Ok(_)) = items.get_mut(index) {
+            number.pointer = rest.to_string();
+            *item = Err(json::refused_number_error(number).into());
+        }
+    }
     Ok(items)
+}
+
+/// Splits `/3/a/b` into the item index 3 and the pointer `/a/b` inside it.
+fn item_of(pointer: &str) -> Option<(usize, &str)> {
+    let rest = pointer.strip_prefix('/')?;
+    let (index, inner) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    Some((index.parse().ok()?, inner))
 }

@@ -62,6 +62,15 @@ impl ApiError {
         err
     }
 
+    /// The same error with status `to` where its status is `from`: for a route whose
+    /// clients expect one status for every invalid body (OpenLineage's 400).
+    pub fn with_status_if(mut self, from: StatusCode, to: StatusCode) -> Self {
+        if self.status == from {
+            self.status = to;
+        }
+        self
+    }
+
     /// The HTTP status.
     pub fn status_code(&self) -> StatusCode {
         self.status
@@ -140,14 +149,28 @@ impl IntoResponse for ApiError {
 
 impl From<ParseError> for ApiError {
     fn from(err: ParseError) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string())
+        match &err {
+            // The body is JSON; one of its numbers breaks a rule, like an integer beyond
+            // 2^53 found by the identity core: the same 422 and field for both.
+            ParseError::NumberOutOfRange { field, .. } => {
+                ApiError::unprocessable(err.code(), err.to_string()).with_field(field.clone())
+            }
+            _ => ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string()),
+        }
     }
 }
 
 impl From<IdentityError> for ApiError {
     fn from(err: IdentityError) -> Self {
         let field = err.field().to_string();
-        let api = ApiError::unprocessable(err.code(), err.to_string());
+        let api = match err {
+            // Keys equal after NFC make the body ambiguous JSON: the parser's 400
+            // `duplicate_key`, on every route.
+            IdentityError::DuplicateKeyAfterNormalization { .. } => {
+                ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string())
+            }
+            _ => ApiError::unprocessable(err.code(), err.to_string()),
+        };
         if field.is_empty() {
             api
         } else {

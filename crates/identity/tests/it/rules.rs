@@ -47,7 +47,7 @@ fn keys_equal_after_normalisation_are_refused() {
         &json!({"job": "j", "params": {"caf\u{e9}": 1, "cafe\u{301}": 2}}),
     );
     assert_eq!(err.code(), "duplicate_key");
-    assert_eq!(err.field(), "/params");
+    assert_eq!(err.field(), "/params/caf\u{e9}");
 }
 
 #[test]
@@ -248,6 +248,20 @@ fn a_pointer_not_in_nfc_is_refused_by_the_contract() {
     ] {
         let err = Contract::from_json(&document).expect_err("non-NFC pointer");
         assert_eq!(err.field, at);
+    }
+}
+
+#[test]
+fn a_pointer_that_can_never_address_an_array_item_is_refused() {
+    // Such a pointer always resolves to nothing, so every event would share one id.
+    for pointer in ["/items/-", "/items/01", "/items/-1", "/-", "/a/00/b"] {
+        let document = json!({"name": "c", "version": 1, "fields": [{"pointer": pointer}]});
+        let err = Contract::from_json(&document).expect_err(pointer);
+        assert_eq!(err.field, "fields[0].pointer", "{pointer}");
+    }
+    for pointer in ["/items/0", "/items/10", "/a-b", "/-x", "/0x1"] {
+        let document = json!({"name": "c", "version": 1, "fields": [{"pointer": pointer}]});
+        assert!(Contract::from_json(&document).is_ok(), "{pointer}");
     }
 }
 

@@ -59,7 +59,11 @@ pub(crate) async fn post_outcomes_batch(
     let mut valid = Vec::new();
     let mut positions = Vec::new();
     for (index, item) in items.iter().enumerate() {
-        match lookups.parse(&state, &tenant, item).await {
+        let parsed = match item {
+            Ok(item) => lookups.parse(&state, &tenant, item).await,
+            Err(err) => Err(err.clone()),
+        };
+        match parsed {
             Ok(outcome) => {
                 valid.push(outcome);
                 positions.push(index);

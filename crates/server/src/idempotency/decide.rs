@@ -35,14 +35,22 @@ pub fn decide(
     }
     let age_us = now_us.saturating_sub(record.reserved_at_us);
     if age_us < stale_after_us {
-        let remaining_us = stale_after_us - age_us;
         return Decision::InFlight {
-            retry_after_s: (remaining_us as u64).div_ceil(1_000_000),
+            retry_after_s: retry_after_s(age_us, stale_after_us - age_us),
         };
     }
     Decision::TakeOver {
         stale_owner: record.owner.clone(),
     }
+}
+
+/// How long an in-flight duplicate should wait: about as long again as the owner has
+/// already run (a request a few milliseconds old is likely done within a second), at
+/// least 1 s (the header's unit) and never past the moment the reservation may be taken
+/// over.
+fn retry_after_s(age_us: i64, remaining_us: i64) -> u64 {
+    let seconds = |us: i64| (us.max(0) as u64).div_ceil(1_000_000);
+    seconds(age_us).clamp(1, seconds(remaining_us).max(1))
 }
 
 #[cfg(test)]
@@ -80,7 +88,7 @@ mod tests {
         ));
         assert_eq!(
             decide(Some(&record("a", 0, false)), "a", 10_000_000, cutoff),
-            Decision::InFlight { retry_after_s: 20 }
+            Decision::InFlight { retry_after_s: 10 }
         );
         assert_eq!(
             decide(Some(&record("a", 0, false)), "a", 29_999_999, cutoff),
@@ -92,5 +100,27 @@ mod tests {
                 stale_owner: "owner-1".into()
             }
         );
+    }
+
+    #[test]
+    fn retry_after_grows_with_the_reservation_age_up_to_the_takeover() {
+        let cutoff = 30_000_000;
+        let cases = [
+            (2_000, 1),
+            (999_999, 1),
+            (1_500_000, 2),
+            (10_000_000, 10),
+            (20_000_000, 10),
+            (29_000_000, 1),
+        ];
+        for (age_us, expected_s) in cases {
+            assert_eq!(
+                decide(Some(&record("a", 0, false)), "a", age_us, cutoff),
+                Decision::InFlight {
+                    retry_after_s: expected_s
+                },
+                "age {age_us} µs"
+            );
+        }
     }
 }

@@ -73,7 +73,7 @@ pub(crate) async fn post_batch(
     let mut events = Vec::with_capacity(submitted);
     let mut positions = Vec::with_capacity(submitted);
     for (index, item) in items.into_iter().enumerate() {
-        match identify(&contract, item) {
+        match item.and_then(|item| identify(&contract, item)) {
             Ok(event) => {
                 events.push(event);
                 positions.push(index);

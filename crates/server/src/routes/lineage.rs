@@ -31,7 +31,10 @@ pub(crate) async fn post_event(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let value = read_document(&state, &headers, body).await?;
+    // OpenLineage clients are answered 400 for every invalid event (`docs/lineage.md`).
+    let value = read_document(&state, &headers, body).await.map_err(|err| {
+        err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
+    })?;
     let projected = identify_run_event(&value).map_err(bad_event)?;
     let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
     let row = RunEventRow {

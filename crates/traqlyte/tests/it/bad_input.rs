@@ -145,9 +145,35 @@ fn cases() -> Vec<Case> {
             "a number beyond the double range",
             one,
             b"{\"merchant_id\": \"m\", \"order_id\": \"o\", \"amount\": 1e999}".to_vec(),
+            S::UNPROCESSABLE_ENTITY,
+            "number_out_of_range",
+            Some("/amount"),
+        ),
+        case(
+            "a decimal with no exact double (it would merge with its neighbour)",
+            one,
+            b"{\"merchant_id\": \"m\", \"order_id\": \"o\", \"params\": {\"n\": 9007199254740993.0}}".to_vec(),
+            S::UNPROCESSABLE_ENTITY,
+            "number_out_of_range",
+            Some("/params/n"),
+        ),
+        case(
+            "a number below the smallest double (it would be taken as 0)",
+            one,
+            b"{\"merchant_id\": \"m\", \"order_id\": \"o\", \"note\": [1e-400]}".to_vec(),
+            S::UNPROCESSABLE_ENTITY,
+            "number_out_of_range",
+            Some("/note/0"),
+        ),
+        case(
+            "keys equal after Unicode normalisation",
+            one,
+            "{\"merchant_id\": \"m\", \"order_id\": \"o\", \"caf\u{e9}\": 1, \"cafe\u{301}\": 2}"
+                .as_bytes()
+                .to_vec(),
             S::BAD_REQUEST,
-            "malformed_json",
-            None,
+            "duplicate_key",
+            Some("/caf\u{e9}"),
         ),
         case(
             "an integer beyond 2^53",
@@ -188,6 +214,16 @@ fn cases() -> Vec<Case> {
             S::BAD_REQUEST,
             "duplicate_key",
             None,
+        ),
+        case(
+            "a contract pointer that can never address an array item",
+            "/contracts",
+            json!({"name": "c2", "version": 1, "fields": [{"pointer": "/items/-"}]})
+                .to_string()
+                .into_bytes(),
+            S::UNPROCESSABLE_ENTITY,
+            "invalid_contract",
+            Some("fields[0].pointer"),
         ),
         case(
             "an event time that is not RFC 3339",

@@ -11,6 +11,7 @@ mod helpers;
 mod idempotency;
 mod ingest;
 mod lineage;
+mod numbers;
 mod ol_client;
 mod supersessions;
 mod ui;

@@ -1,0 +1,300 @@
+//! Which JSON number literals the canonical form can hold without merging two values.
+//!
+//! RFC 8785 writes every number as the shortest round-trip form of an IEEE double, so two
+//! literals that round to the same double (`9007199254740993.0` and `9007199254740992.0`,
+//! or `1e-400` and `0`) would get one identity and the second event would be lost as a
+//! "duplicate". A literal is therefore accepted only when its exact decimal value equals
+//! the value of its canonical double's shortest round-trip form: `0.1`, `1.0` and `129.99`
+//! pass (their shortest forms are `0.1`, `1`, `129.99`), `9007199254740993.0` does not.
+//! Integers written without fraction or exponent keep the stricter I-JSON rule (RFC 7493
+//! §2.2): their magnitude is at most 2^53−1.
+
+use crate::canonical::EXACT_INTEGER_MAX;
+
+/// Why a number literal is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NumberFault {
+    /// Beyond the range of an IEEE double (`1e400`), or an integer literal beyond
+    /// ±(2^53−1).
+    OutOfRange,
+    /// Within range, but the nearest double's shortest form is a different number
+    /// (`9007199254740993.0`, `1e-400`, `10000000000000000.5`).
+    NotExact,
+}
+
+/// Judges one JSON number literal (as it appears in the document).
+pub fn check_literal(literal: &str) -> Result<(), NumberFault> {
+    let is_integer_syntax = !literal.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'));
+    let double: f64 = literal.parse().map_err(|_| NumberFault::OutOfRange)?;
+    if !double.is_finite() {
+        return Err(NumberFault::OutOfRange);
+    }
+    if is_integer_syntax && double.abs() > EXACT_INTEGER_MAX as f64 {
+        return Err(NumberFault::OutOfRange);
+    }
+    let shortest = ryu_js::Buffer::new().format(double).to_owned();
+    if Decimal::of(literal) == Decimal::of(&shortest) {
+        Ok(())
+    } else {
+        Err(NumberFault::NotExact)
+    }
+}
+
+/// A refused number found in a document: the RFC 6901 pointer of its place, the literal
+/// and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedNumber {
+    pub pointer: String,
+    pub literal: String,
+    pub fault: NumberFault,
+}
+
+/// The first number literal of `text` (a JSON document, valid at least up to that number)
+/// that [`check_literal`] refuses, with its pointer.
+pub fn first_refused(text: &str) -> Option<RefusedNumber> {
+    let mut first = None;
+    scan(text, &mut |refused| {
+        first = Some(refused);
+        false
+    });
+    first
+}
+
+/// Every number literal of the valid JSON document `text` that [`check_literal`]
+/// refuses, in document order.
+pub fn all_refused(text: &str) -> Vec<RefusedNumber> {
+    let mut all = Vec::new();
+    scan(text, &mut |refused| {
+        all.push(refused);
+        true
+    });
+    all
+}
+
+/// Calls `found` with each refused number in document order while it returns true.
+fn scan(text: &str, found: &mut dyn FnMut(RefusedNumber) -> bool) {
+    let bytes = text.as_bytes();
+    let mut frames: Vec<Frame> = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => {
+                let end = string_end(bytes, at);
+                if let Some(Frame::Object { key, expect_key }) = frames.last_mut() {
+                    if *expect_key {
+                        *key = (at, end);
+                        *expect_key = false;
+                    }
+                }
+                at = end;
+                continue;
+            }
+            b'{' => frames.push(Frame::Object {
+                key: (at, at),
+                expect_key: true,
+            }),
+            b'[' => frames.push(Frame::Array { index: 0 }),
+            b'}' | b']' => {
+                frames.pop();
+            }
+            b',' => match frames.last_mut() {
+                Some(Frame::Array { index }) => *index += 1,
+                Some(Frame::Object { expect_key, .. }) => *expect_key = true,
+                None => {}
+            },
+            b'-' | b'0'..=b'9' => {
+                let end = at
+                    + bytes[at..]
+                        .iter()
+                        .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                        .count();
+                let literal = &text[at..end];
+                if let Err(fault) = check_literal(literal) {
+                    let refused = RefusedNumber {
+                        pointer: pointer_of(text, &frames),
+                        literal: literal.to_string(),
+                        fault,
+                    };
+                    if !found(refused) {
+                        return;
+                    }
+                }
+                at = end;
+                continue;
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+}
+
+/// One open container while scanning: an object with the span of its current key (quotes
+/// included), or an array with the index of its current item.
+enum Frame {
+    Object {
+        key: (usize, usize),
+        expect_key: bool,
+    },
+    Array {
+        index: usize,
+    },
+}
+
+/// The offset just past the string literal that starts (with its quote) at `start`.
+fn string_end(bytes: &[u8], start: usize) -> usize {
+    let mut at = start + 1;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'\\' => at += 2,
+            b'"' => return at + 1,
+            _ => at += 1,
+        }
+    }
+    bytes.len()
+}
+
+fn pointer_of(text: &str, frames: &[Frame]) -> String {
+    let mut pointer = String::new();
+    for frame in frames {
+        pointer.push('/');
+        match frame {
+            Frame::Array { index } => pointer.push_str(&index.to_string()),
+            Frame::Object {
+                key: (from, to), ..
+            } => {
+                let key: String = serde_json::from_str(&text[*from..*to]).unwrap_or_default();
+                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+        }
+    }
+    pointer
+}
+
+/// A decimal number as its significant digits (no leading or trailing zeros) and the
+/// power of ten of the place just before the first digit: the value is
+/// `0.digits × 10^exponent`. Zero has no digits (and exponent 0), whatever its sign.
+#[derive(Debug, PartialEq, Eq)]
+struct Decimal {
+    digits: String,
+    exponent: i64,
+    negative: bool,
+}
+
+impl Decimal {
+    /// Reads a JSON or ECMAScript number literal (`-12.5e+3`); the exponent saturates,
+    /// which cannot make two different finite doubles' forms compare equal.
+    fn of(literal: &str) -> Decimal {
+        let (negative, unsigned) = match literal.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, literal),
+        };
+        let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+            Some(at) => (&unsigned[..at], parse_exponent(&unsigned[at + 1..])),
+            None => (unsigned, 0),
+        };
+        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let all: String = whole.chars().chain(fraction.chars()).collect();
+        let leading = all.bytes().take_while(|b| *b == b'0').count();
+        let digits = all[leading..].trim_end_matches('0').to_string();
+        if digits.is_empty() {
+            return Decimal {
+                digits,
+                exponent: 0,
+                negative: false,
+            };
+        }
+        let places = whole.len() as i64 - leading as i64;
+        Decimal {
+            digits,
+            exponent: exponent.saturating_add(places),
+            negative,
+        }
+    }
+}
+
+fn parse_exponent(text: &str) -> i64 {
+    let (negative, digits) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let magnitude = digits.bytes().fold(0i64, |acc, b| {
+        acc.saturating_mul(10)
+            .saturating_add(i64::from(b.wrapping_sub(b'0')))
+    });
+    if negative {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_judged_by_their_exact_decimal_value() {
+        let cases: &[(&str, Result<(), NumberFault>)] = &[
+            ("0", Ok(())),
+            ("-0", Ok(())),
+            ("0.0", Ok(())),
+            ("-0.0e5", Ok(())),
+            ("1.0", Ok(())),
+            ("0.1", Ok(())),
+            ("129.99", Ok(())),
+            ("1e16", Ok(())),
+            ("1E+16", Ok(())),
+            ("2.5e-7", Ok(())),
+            ("1.7976931348623157e308", Ok(())),
+            ("5e-324", Ok(())),
+            ("9007199254740991", Ok(())),
+            ("-9007199254740991", Ok(())),
+            ("9007199254740992", Err(NumberFault::OutOfRange)),
+            ("-9007199254740993", Err(NumberFault::OutOfRange)),
+            ("9007199254740993.0", Err(NumberFault::NotExact)),
+            ("10000000000000001.0", Err(NumberFault::NotExact)),
+            ("10000000000000000.5", Err(NumberFault::NotExact)),
+            ("0.30000000000000001", Err(NumberFault::NotExact)),
+            ("1e-400", Err(NumberFault::NotExact)),
+            ("-1e-99999999999999999999", Err(NumberFault::NotExact)),
+            ("1e400", Err(NumberFault::OutOfRange)),
+            ("-1.8e308", Err(NumberFault::OutOfRange)),
+        ];
+        for (literal, expected) in cases {
+            assert_eq!(check_literal(literal), *expected, "{literal}");
+        }
+    }
+
+    #[test]
+    fn the_first_refused_number_is_found_with_its_pointer() {
+        let cases: &[(&str, Option<&str>)] = &[
+            (r#"{"a": 1.5, "b": [1, 2]}"#, None),
+            (r#"{"a": 1.5, "b": [1, 1e-400]}"#, Some("/b/1")),
+            (
+                r#"{"x": "1e-400", "y": {"z~/": 9007199254740993.0}}"#,
+                Some("/y/z~0~1"),
+            ),
+            (
+                r#"{"k\"e,y": [{"a": 1}, {"b": 1e400}]}"#,
+                Some("/k\"e,y/1/b"),
+            ),
+            ("1e400", Some("")),
+            (
+                r#"[true, null, false, "a]", -9007199254740993]"#,
+                Some("/4"),
+            ),
+        ];
+        for (text, pointer) in cases {
+            let found = first_refused(text).map(|refused| refused.pointer);
+            assert_eq!(found.as_deref(), *pointer, "{text}");
+        }
+    }
+
+    #[test]
+    fn every_refused_number_of_a_batch_is_listed() {
+        let text = r#"[{"a": 1e-400}, {"a": 0.5}, {"a": [1, 9007199254740993.0, 2e-999]}]"#;
+        let pointers: Vec<String> = all_refused(text).into_iter().map(|r| r.pointer).collect();
+        assert_eq!(pointers, ["/0/a", "/2/a/1", "/2/a/2"]);
+    }
+}
