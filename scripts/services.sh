@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests talk to are running on loopback: PostgreSQL on
-# 127.0.0.1:5432 (user postgres, trust auth) and NATS with JetStream on 127.0.0.1:4222.
-# Starts them when stopped and installs them from Debian's packages when absent, along
-# with the tools the tests run (python3, chromium).
+# 127.0.0.1:5432 (user postgres, trust auth). Starts it when stopped and installs it from
+# Debian's packages when absent, along with the tools the tests run (python3, chromium).
+# Only what a test uses is brought up: NATS joins when the JetStream consumer exists.
 # Exits non-zero, loudly, when one cannot be brought up: tests must never skip.
 set -euo pipefail
 
 PG_PORT=5432
-NATS_PORT=4222
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
@@ -60,19 +59,8 @@ ensure_postgres() {
   return 1
 }
 
-ensure_nats() {
-  port_open "$NATS_PORT" && return 0
-  [ -x /usr/sbin/nats-server ] || apt_install nats-server
-  echo "starting NATS with JetStream" >&2
-  as_root mkdir -p /var/lib/nats-server
-  as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
-    -a 127.0.0.1 -p "$NATS_PORT" -js -sd /var/lib/nats-server -l /var/log/nats-server.log
-  wait_for_port "$NATS_PORT" NATS
-}
-
 ensure_postgres
-ensure_nats
 command -v python3 >/dev/null || apt_install python3
 # The web UI tests load pages in headless Chromium (Debian's package).
 command -v chromium >/dev/null || apt_install chromium
-echo "services ready: PostgreSQL 127.0.0.1:$PG_PORT, NATS 127.0.0.1:$NATS_PORT" >&2
+echo "services ready: PostgreSQL 127.0.0.1:$PG_PORT" >&2

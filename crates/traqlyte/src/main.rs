@@ -24,8 +24,13 @@ use traqlyte_server::ServerConfig;
 use traqlyte_store::{ApiKey, Store, StoreConfig};
 
 /// TraqLyte: at-least-once delivery in, exactly-once facts out.
+///
+/// An event platform for A/B experiments and data lineage: retries, refired beacons,
+/// replayed queues and double backfills become harmless (a unique constraint in the
+/// store), visible (counted per contract and arm) and never bias an experiment's lift.
+/// Start with `traqlyte demo`; run with `traqlyte serve` (SQLite by default).
 #[derive(Parser)]
-#[command(name = "traqlyte", version, about)]
+#[command(name = "traqlyte", version)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
@@ -320,8 +325,10 @@ fn redact(url: &str) -> String {
 fn init_logging(format: &str, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // Colour codes only for a person at a terminal, never in a log file or a pipe.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
