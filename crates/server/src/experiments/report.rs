@@ -153,8 +153,8 @@ struct Side {
     /// 95% interval of the arm's own value (normal approximation).
     value_ci: Option<(f64, f64)>,
     converters: u64,
-    stored_events: f64,
-    duplicates: f64,
+    stored_events: u64,
+    duplicates: u64,
     delta: Option<f64>,
     delta_value: Option<f64>,
     lift: Option<Lift>,
@@ -185,8 +185,10 @@ impl Side {
             naive_value: per_unit(naive_total),
             value_ci: value_interval(metric.kind, units, s),
             converters: s.units_with_events as u64,
-            stored_events: s.events,
-            duplicates: s.duplicates,
+            // Counts of rows, summed as floats alongside the values: whole numbers, answered
+            // as JSON integers like every count of the API.
+            stored_events: s.events.round() as u64,
+            duplicates: s.duplicates.round() as u64,
             delta,
             delta_value,
             lift: None,

@@ -5,12 +5,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use traqlyte_identity::openlineage::builtin_contract;
-use traqlyte_identity::{Contract, ContractName};
-use traqlyte_store::{RegisterOutcome, TenantId};
+use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName};
+use traqlyte_store::{CollisionRecord, RegisterOutcome, TenantId};
 
+use super::events::stored_payload;
 use crate::auth::Tenant;
 use crate::body::read_document;
 use crate::idempotency::Work;
@@ -98,9 +99,40 @@ pub(crate) async fn collisions(
         .store
         .collisions(&tenant, contract.name(), COLLISIONS_LISTED_MAX)
         .await?;
+    let collisions = rows
+        .iter()
+        .map(CollisionView::of)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Json(
-        json!({ "contract": contract.name(), "collisions": rows }),
+        json!({ "contract": contract.name(), "collisions": collisions }),
     ))
+}
+
+/// One logged collision as answered: both payloads as JSON values and the time as
+/// RFC 3339, like every stored payload and time of the API.
+#[derive(Serialize)]
+struct CollisionView<'a> {
+    collision_id: i64,
+    event_id: &'a str,
+    stored_fingerprint: &'a str,
+    incoming_fingerprint: &'a str,
+    stored_payload: Value,
+    incoming_payload: Value,
+    received_at: String,
+}
+
+impl<'a> CollisionView<'a> {
+    fn of(record: &'a CollisionRecord) -> Result<Self, ApiError> {
+        Ok(CollisionView {
+            collision_id: record.collision_id,
+            event_id: &record.event_id,
+            stored_fingerprint: &record.stored_fingerprint,
+            incoming_fingerprint: &record.incoming_fingerprint,
+            stored_payload: stored_payload(&record.stored_payload)?,
+            incoming_payload: stored_payload(&record.incoming_payload)?,
+            received_at: format_rfc3339_micros(record.received_at_us),
+        })
+    }
 }
 
 /// A built-in contract (for reading only: events of a built-in contract arrive through

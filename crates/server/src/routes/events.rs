@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
-use traqlyte_identity::{Contract, ContractName, Fingerprint};
+use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, Fingerprint};
 use traqlyte_store::{EventOutcome, NewEvent};
 
 use super::contracts::{load, VersionQuery};
@@ -151,7 +151,7 @@ pub(crate) async fn get_one(
         .event(&tenant, &contract, &event_id)
         .await?
         .ok_or_else(missing)?;
-    let payload: Value = serde_json::from_str(&stored.payload).map_err(ApiError::internal)?;
+    let payload = stored_payload(&stored.payload)?;
     // The newest correction, if any, is the event's current content.
     let history = state
         .store
@@ -159,10 +159,10 @@ pub(crate) async fn get_one(
         .await?;
     let mut supersessions = Vec::with_capacity(history.len());
     for s in &history {
-        let corrected: Value = serde_json::from_str(&s.payload).map_err(ApiError::internal)?;
         supersessions.push(json!({
             "fingerprint": s.fingerprint, "supersedes": s.supersedes, "reason": s.reason,
-            "superseded_at_us": s.superseded_at_us, "payload": corrected,
+            "superseded_at": format_rfc3339_micros(s.superseded_at_us),
+            "payload": stored_payload(&s.payload)?,
         }));
     }
     let current = supersessions
@@ -174,12 +174,17 @@ pub(crate) async fn get_one(
         "contract": name,
         "contract_version": stored.contract_version,
         "fingerprint": stored.fingerprint,
-        "occurred_at_us": stored.occurred_at_us,
-        "received_at_us": stored.received_at_us,
+        "occurred_at": stored.occurred_at_us.map(format_rfc3339_micros),
+        "received_at": format_rfc3339_micros(stored.received_at_us),
         "payload": payload,
         "current_payload": current,
         "supersessions": supersessions,
     })))
+}
+
+/// A payload the store holds as JSON text, answered as the JSON value it is.
+pub(crate) fn stored_payload(text: &str) -> Result<Value, ApiError> {
+    serde_json::from_str(text).map_err(ApiError::internal)
 }
 
 /// Identifies one parsed event under `contract`, keeping its payload as compact JSON.

@@ -330,7 +330,7 @@ mod tests {
         let lift = json!({"estimate": 0.1, "ci_low": -0.05, "ci_high": 0.25, "p_value": 0.2});
         let metric = |control: bool| {
             json!({"kind": "count", "window_hours": 24, "units": 10, "value": 1.0, "naive_value": 1.1,
-                "stored_events": 10.0, "duplicates": 1.0, "delta": 0.1, "delta_value": null,
+                "stored_events": 10, "duplicates": 1, "delta": 0.1, "delta_value": null,
                 "lift": if control { Value::Null } else { lift.clone() },
                 "naive_lift": if control { Value::Null } else { lift.clone() },
                 "predicted_naive_lift": if control { Value::Null } else { json!(0.12) }})

@@ -98,11 +98,17 @@ async fn a_collision_is_refused_logged_and_leaves_the_stored_row_unchanged(backe
     let log = app.get("/contracts/checkout_completed/collisions").await;
     let logged = &log.body["collisions"][0];
     assert_eq!(logged["event_id"], event_id.as_str());
-    let incoming: Value =
-        serde_json::from_str(logged["incoming_payload"].as_str().expect("payload")).expect("json");
-    let stored_payload: Value =
-        serde_json::from_str(logged["stored_payload"].as_str().expect("payload")).expect("json");
+    let incoming: Value = logged["incoming_payload"].clone();
+    let stored_payload: Value = logged["stored_payload"].clone();
     assert_eq!((incoming, stored_payload), (different, original));
+    // Times are RFC 3339 strings in every answer, payloads JSON values.
+    for time in [&logged["received_at"], &after.body["received_at"]] {
+        let text = time
+            .as_str()
+            .unwrap_or_else(|| panic!("not a string: {time}"));
+        traqlyte_identity::parse_rfc3339_micros(text).expect("RFC 3339");
+    }
+    assert_eq!(after.body["occurred_at"], "2026-11-29T10:00:00.000000Z");
     assert_eq!(app.checkout_stats().await, (1, 0, 1));
 }
 
