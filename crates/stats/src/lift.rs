@@ -1,11 +1,11 @@
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::dist;
 use crate::error::{Arm, StatsError};
 use crate::moments::Moments;
 
 /// A confidence level strictly between 0 and 1, such as 0.95 for a 95 % interval.
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ConfidenceLevel(f64);
 
@@ -102,7 +102,7 @@ impl Proportion {
 /// Every field is an `Option` so that a degenerate comparison serialises as `null` rather
 /// than NaN; the functions that build a `Lift` document when each field is `None`. The
 /// interval bounds are either both present or both absent.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Lift {
     estimate: Option<f64>,
     ci_low: Option<f64>,
@@ -110,7 +110,7 @@ pub struct Lift {
     p_value: Option<f64>,
     confidence_level: ConfidenceLevel,
     statistic: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     df: Option<f64>,
 }
 

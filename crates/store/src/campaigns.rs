@@ -6,70 +6,11 @@ use sqlx::Row;
 use crate::tx::{with_pool, with_tx, TxInner};
 use crate::{Store, StoreError, StoreTx, TenantId};
 
-/// An arm of a campaign and its integer weight.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Arm {
-    /// Unique within the campaign; the first arm is the control.
-    pub key: String,
-    /// Positive integer weight.
-    pub weight: u32,
-}
-
-/// How a metric aggregates outcomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MetricKind {
-    /// Distinct converting units / units.
-    Conversion,
-    /// Outcome events per unit.
-    Count,
-    /// Sum of outcome values per unit.
-    Sum,
-}
-
-/// A metric of a campaign.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MetricDef {
-    /// Unique within the campaign.
-    pub name: String,
-    /// Aggregation.
-    pub kind: MetricKind,
-    /// Outcomes count when they occur within this many hours of the unit's assignment.
-    pub window_hours: u32,
-}
-
-/// A validated campaign to create.
-#[derive(Debug, Clone)]
-pub struct NewCampaign {
-    pub key: String,
-    pub name: String,
-    pub arms: Vec<Arm>,
-    pub metrics: Vec<MetricDef>,
-}
-
-/// A stored campaign.
-#[derive(Debug, Clone, Serialize)]
-pub struct Campaign {
-    pub id: String,
-    pub key: String,
-    pub name: String,
-    pub arms: Vec<Arm>,
-    pub metrics: Vec<MetricDef>,
-    pub salt: String,
-    pub created_at_us: i64,
-}
-
-/// An immutable published version of a campaign.
-#[derive(Debug, Clone, Serialize)]
-pub struct CampaignVersion {
-    pub campaign_id: String,
-    pub version: i64,
-    pub arms: Vec<Arm>,
-    pub metrics: Vec<MetricDef>,
-    pub salt: String,
-    pub note: Option<String>,
-    pub published_at_us: i64,
-}
+// The campaign types are the pure experiments domain's; the store only reads and writes
+// them.
+pub use traqlyte_experiments::{
+    Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign,
+};
 
 const SELECT_CAMPAIGN: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
@@ -163,7 +104,7 @@ impl StoreTx {
         &mut self,
         tenant: &TenantId,
         campaign_id: &str,
-        arms: Option<&[Arm]>,
+        arms: Option<&Arms>,
         note: Option<&str>,
         now_us: i64,
     ) -> Result<Option<CampaignVersion>, StoreError> {
@@ -189,7 +130,7 @@ impl StoreTx {
         let published = CampaignVersion {
             campaign_id: base.id.clone(),
             version: last_number + 1,
-            arms: arms.map(<[Arm]>::to_vec).unwrap_or(last_arms),
+            arms: arms.cloned().unwrap_or(last_arms),
             metrics: base.metrics.clone(),
             salt: base.salt.clone(),
             note: note.map(str::to_string),

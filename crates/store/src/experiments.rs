@@ -61,30 +61,7 @@ pub enum OutcomeResult {
     Collision(StoredOutcome),
 }
 
-/// Sums over one arm's units for one metric and one window (event or arrival time).
-/// Per-unit values: `n` stored events, `v` stored value, `dn`/`dv` suppressed duplicates.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct WindowSums {
-    /// Units with at least one stored event in the window.
-    pub units_with_events: f64,
-    pub events: f64,
-    pub events_sq: f64,
-    pub value: f64,
-    pub value_sq: f64,
-    pub duplicates: f64,
-    pub duplicate_value: f64,
-    /// Σ (n + dn)², for the naive per-unit count's variance.
-    pub naive_events_sq: f64,
-    /// Σ (v + dv)², for the naive per-unit value's variance.
-    pub naive_value_sq: f64,
-}
-
-/// Aggregates of one metric in one arm.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MetricArmSums {
-    pub event_time: WindowSums,
-    pub arrival_time: WindowSums,
-}
+pub use traqlyte_experiments::{MetricArmSums, WindowSums};
 
 /// A metric and its window, for [`Store::report_sums`].
 #[derive(Debug, Clone)]

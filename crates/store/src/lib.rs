@@ -33,7 +33,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use traqlyte_identity::{Contract, ContractName};
 
 pub use bench::SeededExperiment;
-pub use campaigns::{Arm, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
+pub use campaigns::{Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
 pub use experiments::{
     Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,
 };

@@ -478,7 +478,7 @@ async fn report(args: ReportArgs) -> Result<()> {
     let new = traqlyte_store::NewCampaign {
         key: "bench".into(),
         name: "bench".into(),
-        arms: vec![
+        arms: traqlyte_store::Arms::try_from(vec![
             traqlyte_store::Arm {
                 key: "control".into(),
                 weight: 1,
@@ -487,7 +487,7 @@ async fn report(args: ReportArgs) -> Result<()> {
                 key: "treatment".into(),
                 weight: 1,
             },
-        ],
+        ])?,
         metrics: vec![
             traqlyte_store::MetricDef {
                 name: "purchase".into(),
@@ -548,10 +548,7 @@ async fn report(args: ReportArgs) -> Result<()> {
         let scanned = bench.store.bench_plain_scan(&tenant, &campaign.id).await?;
         scan_s.push(started.elapsed().as_secs_f64());
         if round == 0 {
-            let units: u64 = built["arms"]
-                .as_array()
-                .map(|arms| arms.iter().filter_map(|a| a["units"].as_u64()).sum())
-                .unwrap_or(0);
+            let units: u64 = built.arms.iter().map(|arm| arm.units).sum();
             let rows: i64 = scanned.iter().map(|(_, n, _)| n).sum();
             if units != args.units as u64 || rows != args.outcomes {
                 bail!(

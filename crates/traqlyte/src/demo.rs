@@ -9,7 +9,6 @@
 //! so a seed always produces the same figures; see [`unit_id_in_arm`] for how the arm
 //! split stays reproducible although each campaign gets a fresh random salt.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,11 +17,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Deserialize;
 use serde_json::{json, Value};
+use traqlyte_experiments::bucketing;
+use traqlyte_experiments::report::WindowReport;
+use traqlyte_experiments::Report;
 use traqlyte_identity::{format_rfc3339_micros, parse_rfc3339_micros};
-use traqlyte_server::experiments::bucketing;
 use traqlyte_server::ServerConfig;
+use traqlyte_stats::Lift;
 use traqlyte_store::{now_us, Arm, Store, StoreConfig};
 
 /// Options of `traqlyte demo`.
@@ -614,69 +615,17 @@ fn print_traffic(tally: &Tally, elapsed: Duration) {
     );
 }
 
-/// The parts of `GET /campaigns/{id}/report` the summary prints.
-#[derive(Deserialize)]
-struct Report {
-    srm: Srm,
-    arms: Vec<ReportArm>,
-    #[serde(default)]
-    verdicts: Vec<Verdict>,
+/// One arm's figures for `metric` on event time, from the typed report.
+fn metric<'a>(report: &'a Report, arm: ArmKey, metric: &str) -> Result<&'a WindowReport> {
+    report
+        .arm(arm.as_str())
+        .and_then(|a| a.metrics.get(metric))
+        .map(|m| &m.event_time)
+        .with_context(|| format!("the report has no {metric} for {}", arm.as_str()))
 }
 
-#[derive(Deserialize)]
-struct Srm {
-    p_value: Option<f64>,
-    flagged: bool,
-}
-
-#[derive(Deserialize)]
-struct ReportArm {
-    key: String,
-    units: u64,
-    metrics: BTreeMap<String, ReportMetric>,
-}
-
-#[derive(Deserialize)]
-struct ReportMetric {
-    value: Option<f64>,
-    naive_value: Option<f64>,
-    stored_events: f64,
-    duplicates: f64,
-    delta: Option<f64>,
-    delta_value: Option<f64>,
-    lift: Option<LiftFigures>,
-    naive_lift: Option<LiftFigures>,
-    predicted_naive_lift: Option<f64>,
-}
-
-#[derive(Deserialize, Clone, Copy)]
-struct LiftFigures {
-    estimate: Option<f64>,
-    ci_low: Option<f64>,
-    ci_high: Option<f64>,
-    p_value: Option<f64>,
-}
-
-#[derive(Deserialize)]
-struct Verdict {
-    message: String,
-}
-
-impl Report {
-    fn metric(&self, arm: ArmKey, metric: &str) -> Result<&ReportMetric> {
-        self.arms
-            .iter()
-            .find(|a| a.key == arm.as_str())
-            .and_then(|a| a.metrics.get(metric))
-            .with_context(|| format!("the report has no {metric} for {}", arm.as_str()))
-    }
-
-    fn units(&self, arm: ArmKey) -> u64 {
-        self.arms
-            .iter()
-            .find(|a| a.key == arm.as_str())
-            .map_or(0, |a| a.units)
-    }
+fn units(report: &Report, arm: ArmKey) -> u64 {
+    report.arm(arm.as_str()).map_or(0, |a| a.units)
 }
 
 /// How each metric is read, for the summary's headings.
@@ -700,8 +649,8 @@ fn print_summary(report: &Report, tally: &Tally, page: &str) -> Result<()> {
     println!();
     println!(
         "Report (GET /campaigns/{{id}}/report): {} users in control, {} in treatment; sample ratio {srm}",
-        group(report.units(ArmKey::Control)),
-        group(report.units(ArmKey::Treatment)),
+        group(units(report, ArmKey::Control)),
+        group(units(report, ArmKey::Treatment)),
     );
     for (name, reading) in METRICS {
         print_metric(report, name, reading)?;
@@ -743,7 +692,7 @@ fn print_metric(report: &Report, name: &str, reading: &str) -> Result<()> {
         "naive"
     );
     for arm in ARMS {
-        let m = report.metric(arm, name)?;
+        let m = metric(report, arm, name)?;
         let delta = if is_sum { m.delta_value } else { m.delta };
         let value = |v: Option<f64>| match v {
             Some(v) if is_sum => format!("{v:.2}"),
@@ -753,15 +702,15 @@ fn print_metric(report: &Report, name: &str, reading: &str) -> Result<()> {
         println!(
             "  {:<10} {:>7} {:>8} {:>11} {:>7} {:>13} {:>10}",
             arm.as_str(),
-            group(report.units(arm)),
-            group(m.stored_events as u64),
-            group(m.duplicates as u64),
+            group(units(report, arm)),
+            group(m.stored_events),
+            group(m.duplicates),
             delta.map_or_else(|| "n/a".to_string(), |d| format!("{:.1}%", d * 100.0)),
             value(m.value),
             value(m.naive_value),
         );
     }
-    let treatment = report.metric(ArmKey::Treatment, name)?;
+    let treatment = metric(report, ArmKey::Treatment, name)?;
     println!("  lift of treatment over control, 95% interval, two-sided p-value:");
     print_lift("deduplicated", treatment.lift);
     print_lift("naive", treatment.naive_lift);
@@ -772,44 +721,43 @@ fn print_metric(report: &Report, name: &str, reading: &str) -> Result<()> {
     Ok(())
 }
 
-fn print_lift(label: &str, lift: Option<LiftFigures>) {
+fn print_lift(label: &str, lift: Option<Lift>) {
     let Some(lift) = lift else {
         println!("    {label:<13} n/a");
         return;
     };
-    let significant = match lift.p_value {
+    let significant = match lift.p_value() {
         Some(p) if p < 0.05 => "SIGNIFICANT",
         Some(_) => "not significant",
         None => "",
     };
     println!(
         "    {label:<13} {:>7}  [{}, {}]  p = {:<8} {significant}",
-        percent(lift.estimate, 1),
-        percent(lift.ci_low, 1),
-        percent(lift.ci_high, 1),
-        p_text(lift.p_value),
+        percent(lift.estimate(), 1),
+        percent(lift.ci_low(), 1),
+        percent(lift.ci_high(), 1),
+        p_text(lift.p_value()),
     );
 }
 
 /// The key figures as one JSON object, for scripts and the demo's test.
 fn summary_json(report: &Report, tally: &Tally, args: &DemoArgs, page: &str) -> Result<Value> {
-    let purchase = report.metric(ArmKey::Treatment, "purchase")?;
-    let revenue = report.metric(ArmKey::Treatment, "revenue")?;
-    let lift = |l: Option<LiftFigures>, f: fn(&LiftFigures) -> Option<f64>| l.as_ref().and_then(f);
-    let estimate = |l: &LiftFigures| l.estimate;
-    let p_value = |l: &LiftFigures| l.p_value;
+    let purchase = metric(report, ArmKey::Treatment, "purchase")?;
+    let revenue = metric(report, ArmKey::Treatment, "revenue")?;
+    let lift = |l: Option<Lift>, f: fn(&Lift) -> Option<f64>| l.as_ref().and_then(f);
+    let (estimate, p_value) = (Lift::estimate, Lift::p_value);
     Ok(json!({
         "seed": args.seed,
         "users": args.users,
-        "units_control": report.units(ArmKey::Control),
-        "units_treatment": report.units(ArmKey::Treatment),
+        "units_control": units(report, ArmKey::Control),
+        "units_treatment": units(report, ArmKey::Treatment),
         "metric": "purchase",
         "deduped_lift": lift(purchase.lift, estimate),
         "deduped_p": lift(purchase.lift, p_value),
         "naive_lift": lift(purchase.naive_lift, estimate),
         "naive_p": lift(purchase.naive_lift, p_value),
         "predicted_naive_lift": purchase.predicted_naive_lift,
-        "delta_control": report.metric(ArmKey::Control, "purchase")?.delta,
+        "delta_control": metric(report, ArmKey::Control, "purchase")?.delta,
         "delta_treatment": purchase.delta,
         "revenue_deduped_p": lift(revenue.lift, p_value),
         "revenue_naive_p": lift(revenue.naive_lift, p_value),

@@ -6,7 +6,6 @@
 //! a retry gets the original answer byte for byte and is counted against its arm, so the
 //! report can show what a pipeline without dedupe would have concluded.
 
-pub mod bucketing;
 mod outcomes;
 pub mod report;
 
@@ -15,6 +14,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{json, Value};
+use traqlyte_experiments::bucketing;
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{now_us, Assignment};
 

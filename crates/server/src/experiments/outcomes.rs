@@ -10,7 +10,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
-use traqlyte_identity::{canonical, format_rfc3339_micros, parse_rfc3339_micros, sha256_hex};
+use traqlyte_experiments::outcome_fingerprint;
+use traqlyte_identity::{format_rfc3339_micros, parse_rfc3339_micros};
 use traqlyte_store::{
     now_us, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult, StoredOutcome, TenantId,
 };
@@ -175,8 +176,6 @@ impl Lookups {
                 format!("metric {metric:?} is a sum: value is required"),
             ));
         }
-        let fingerprint_doc =
-            json!({"metric": metric, "value": number, "occurred_at_us": occurred_at_us});
         Ok(NewOutcome {
             assignment,
             dedupe_key: dedupe_key.to_string(),
@@ -184,7 +183,7 @@ impl Lookups {
             value: number,
             occurred_at_us,
             window_us: i64::from(definition.window_hours) * 3_600_000_000,
-            fingerprint: sha256_hex(&canonical::jcs(&fingerprint_doc)),
+            fingerprint: outcome_fingerprint(metric, number, occurred_at_us),
             payload: value.to_string(),
         })
     }

@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 use traqlyte_identity::format_rfc3339_micros;
-use traqlyte_store::{now_us, Arm, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
+use traqlyte_store::{
+    now_us, Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign,
+};
 
 use crate::auth::Tenant;
 use crate::body::read_document;
@@ -92,7 +94,7 @@ pub(crate) async fn publish(
     let (note, arms) = parse_publish(&headers, body, &state, &campaign).await?;
     let mut tx = work.begin().await?;
     let version = tx
-        .publish_campaign(&tenant, &id, arms.as_deref(), note.as_deref(), now_us())
+        .publish_campaign(&tenant, &id, arms.as_ref(), note.as_deref(), now_us())
         .await?
         .ok_or_else(|| missing(&id))?;
     if state.config.test_publish_delay_ms > 0 {
@@ -224,7 +226,7 @@ fn list<'a>(
     Ok(items)
 }
 
-fn parse_arms(map: &Map<String, Value>) -> Result<Vec<Arm>, ApiError> {
+fn parse_arms(map: &Map<String, Value>) -> Result<Arms, ApiError> {
     let mut arms: Vec<Arm> = Vec::new();
     for (index, item) in list(map, "arms", ARMS_MIN, ARMS_MAX)?.iter().enumerate() {
         let at = format!("arms[{index}]");
@@ -242,7 +244,12 @@ fn parse_arms(map: &Map<String, Value>) -> Result<Vec<Arm>, ApiError> {
             weight: positive_integer(arm, &at, "weight", WEIGHT_MAX)?,
         });
     }
-    Ok(arms)
+    arms_of(arms)
+}
+
+/// The arms as the domain type (never empty; the first is the control).
+fn arms_of(arms: Vec<Arm>) -> Result<Arms, ApiError> {
+    Arms::try_from(arms).map_err(|err| invalid("arms", err.to_string()))
 }
 
 fn parse_metrics(map: &Map<String, Value>) -> Result<Vec<MetricDef>, ApiError> {
@@ -309,7 +316,7 @@ async fn parse_publish(
     body: Body,
     state: &AppState,
     campaign: &Campaign,
-) -> Result<(Option<String>, Option<Vec<Arm>>), ApiError> {
+) -> Result<(Option<String>, Option<Arms>), ApiError> {
     let bytes = crate::body::read_limited(headers, body, state.config.body_bytes_max).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok((None, None));
@@ -358,5 +365,5 @@ async fn parse_publish(
             ),
         ));
     }
-    Ok((note, Some(arms)))
+    Ok((note, Some(arms_of(arms)?)))
 }

@@ -1,8 +1,8 @@
 //! Deterministic bucketing of a unit into an arm: SHA-256 of the campaign's salt and the
 //! unit id, reduced modulo the total weight, mapped through the cumulative weights.
 
+use crate::Arm;
 use sha2::{Digest, Sha256};
-use traqlyte_store::Arm;
 
 /// The arm `unit_id` falls into under `arms` (in their order; weights positive).
 pub fn bucket<'a>(salt: &str, unit_id: &str, arms: &'a [Arm]) -> Option<&'a Arm> {

@@ -1,0 +1,505 @@
+//! The dedupe-aware campaign report, typed: per arm and metric, the deduplicated value
+//! and lift, what a pipeline without dedupe would have reported, the bias retries
+//! predict, and a plain-language verdict when the two conclusions differ.
+//!
+//! [`Report::compute`] is a pure function of what the store holds (the campaign, its
+//! versions, units per arm and version, per-arm sums, duplicates per hour); the handler
+//! serialises its result, the web page renders it and the demo deserialises it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_stats::{
+    mean_lift, predicted_naive_lift, proportion_lift, srm, ConfidenceLevel, Lift, Moments,
+    Proportion,
+};
+
+use crate::{Campaign, CampaignVersion, MetricArmSums, MetricDef, MetricKind, WindowSums};
+
+/// `GET /campaigns/{id}/report`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The campaign's id.
+    pub campaign_id: String,
+    /// The campaign's key.
+    pub key: String,
+    /// The campaign's name.
+    pub name: String,
+    /// How many versions were published.
+    pub versions: usize,
+    /// The confidence level of every interval (0.95).
+    pub confidence_level: f64,
+    /// The sample-ratio-mismatch check.
+    pub srm: SrmReport,
+    /// Every arm, the control first.
+    pub arms: Vec<ArmReport>,
+    /// Plain-language warnings: a sample ratio mismatch first, then every arm and
+    /// metric whose conclusion deduplication changes.
+    pub verdicts: Vec<Verdict>,
+    /// Duplicate deliveries suppressed per arrival hour and arm.
+    pub duplicates_over_time: Vec<DuplicateBucket>,
+}
+
+/// Observed units against the weights of the version each unit was assigned under.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SrmReport {
+    /// Pearson's statistic; `None` when it cannot be computed (one arm, no units).
+    pub chi_square: Option<f64>,
+    /// Degrees of freedom.
+    pub df: Option<u64>,
+    /// The p-value.
+    pub p_value: Option<f64>,
+    /// True when p < 0.001.
+    pub flagged: bool,
+    /// Expected units per arm, in the order of [`Report::arms`].
+    pub expected_units: Vec<f64>,
+}
+
+/// One arm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArmReport {
+    /// The arm's key.
+    pub key: String,
+    /// Whether it is the control.
+    pub control: bool,
+    /// Units assigned to it.
+    pub units: u64,
+    /// Each metric, by name.
+    pub metrics: BTreeMap<String, MetricReport>,
+}
+
+/// One metric in one arm: on event time, with the arrival-time figures beside.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricReport {
+    /// Figures with the window measured on event time (the report's answer).
+    #[serde(flatten)]
+    pub event_time: WindowReport,
+    /// The same figures with the window measured on arrival time.
+    pub arrival_time: WindowReport,
+}
+
+/// One arm's figures for one metric and one window, with lifts against the control.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowReport {
+    /// The metric's aggregation.
+    pub kind: MetricKind,
+    /// The metric's window.
+    pub window_hours: u32,
+    /// Units of the arm.
+    pub units: u64,
+    /// The deduplicated value: conversion rate, events per unit or value per unit.
+    pub value: Option<f64>,
+    /// The value with every delivery counted, as a pipeline without dedupe would.
+    pub naive_value: Option<f64>,
+    /// 95% interval of [`WindowReport::value`] (normal approximation).
+    pub value_ci: Option<Interval>,
+    /// Outcomes stored.
+    pub stored_events: u64,
+    /// Duplicate deliveries suppressed.
+    pub duplicates: u64,
+    /// Duplicate rate by count, δ = duplicates / stored.
+    pub delta: Option<f64>,
+    /// Duplicate rate by value.
+    pub delta_value: Option<f64>,
+    /// Deduplicated lift against the control (absent for the control).
+    pub lift: Option<Lift>,
+    /// Lift a pipeline without dedupe would have reported.
+    pub naive_lift: Option<Lift>,
+    /// `(1+L)(1+δT)/(1+δC) − 1`: the naive lift the duplicate rates predict.
+    pub predicted_naive_lift: Option<f64>,
+    /// Distinct converting units (conversion metrics only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converters: Option<u64>,
+}
+
+/// A confidence interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Lower bound.
+    pub low: f64,
+    /// Upper bound.
+    pub high: f64,
+}
+
+/// What a verdict is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// Units are not split as the weights say.
+    Srm,
+    /// Deduplication changes an arm's conclusion on a metric.
+    DedupeChangesConclusion,
+}
+
+/// A plain-language warning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// What it is about.
+    pub kind: VerdictKind,
+    /// The metric, for [`VerdictKind::DedupeChangesConclusion`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    /// The arm, for [`VerdictKind::DedupeChangesConclusion`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arm: Option<String>,
+    /// The sentence shown to people.
+    pub message: String,
+}
+
+/// Duplicates suppressed in one arrival hour for one arm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DuplicateBucket {
+    /// Start of the hour, RFC 3339.
+    pub bucket_start: String,
+    /// The arm.
+    pub arm: String,
+    /// Duplicate deliveries suppressed in it.
+    pub duplicates: u64,
+}
+
+/// What the store holds for one campaign's report.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportInput<'a> {
+    /// The campaign.
+    pub campaign: &'a Campaign,
+    /// Its published versions, oldest first (at least one).
+    pub versions: &'a [CampaignVersion],
+    /// `(version, arm, units)` assigned.
+    pub units_by_version: &'a [(i64, String, i64)],
+    /// Sums per `(metric, arm)`.
+    pub sums: &'a HashMap<(String, String), MetricArmSums>,
+    /// `(hour start in µs, arm, duplicates)`.
+    pub duplicates_over_time: &'a [(i64, String, i64)],
+}
+
+impl Report {
+    /// Computes the report from what the store holds.
+    pub fn compute(input: ReportInput<'_>) -> Report {
+        let campaign = input.campaign;
+        let units = units_per_arm(campaign, input.units_by_version);
+        let srm = srm_report(campaign, input.versions, input.units_by_version, &units);
+        let control = &campaign.arms.control().key;
+        let mut arms = Vec::with_capacity(campaign.arms.len());
+        let mut verdicts = Vec::new();
+        for arm in campaign.arms.iter() {
+            let mut metrics = BTreeMap::new();
+            for metric in &campaign.metrics {
+                let sums_of = |key: &str| {
+                    input
+                        .sums
+                        .get(&(metric.name.clone(), key.to_string()))
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                let (mine, theirs) = (sums_of(&arm.key), sums_of(control));
+                let is_control = arm.key == *control;
+                let side = |s: &WindowSums, c: &WindowSums| {
+                    Side::compute(metric, units[&arm.key], s, units[control], c, is_control)
+                };
+                let event = side(&mine.event_time, &theirs.event_time);
+                let arrival = side(&mine.arrival_time, &theirs.arrival_time);
+                verdicts.extend(event.verdict(metric, &arm.key));
+                let entry = MetricReport {
+                    event_time: event.into_report(metric),
+                    arrival_time: arrival.into_report(metric),
+                };
+                metrics.insert(metric.name.clone(), entry);
+            }
+            arms.push(ArmReport {
+                key: arm.key.clone(),
+                control: arm.key == *control,
+                units: units[&arm.key],
+                metrics,
+            });
+        }
+        if srm.flagged {
+            verdicts.insert(0, Verdict {
+                kind: VerdictKind::Srm,
+                metric: None,
+                arm: None,
+                message: "Sample ratio mismatch: units are not split as the weights say (p < 0.001). Fix the assignment path before trusting any lift.".into(),
+            });
+        }
+        let duplicates_over_time = input
+            .duplicates_over_time
+            .iter()
+            .map(|(bucket, arm, n)| DuplicateBucket {
+                bucket_start: format_rfc3339_micros(*bucket),
+                arm: arm.clone(),
+                duplicates: u64::try_from(*n).unwrap_or(0),
+            })
+            .collect();
+        Report {
+            campaign_id: campaign.id.clone(),
+            key: campaign.key.clone(),
+            name: campaign.name.clone(),
+            versions: input.versions.len(),
+            confidence_level: ConfidenceLevel::default().get(),
+            srm,
+            arms,
+            verdicts,
+            duplicates_over_time,
+        }
+    }
+
+    /// The control arm's report (the first).
+    pub fn control(&self) -> Option<&ArmReport> {
+        self.arms.iter().find(|arm| arm.control)
+    }
+
+    /// The arm with `key`.
+    pub fn arm(&self, key: &str) -> Option<&ArmReport> {
+        self.arms.iter().find(|arm| arm.key == key)
+    }
+}
+
+fn units_per_arm(campaign: &Campaign, by_version: &[(i64, String, i64)]) -> HashMap<String, u64> {
+    let mut units: HashMap<String, u64> =
+        campaign.arms.iter().map(|a| (a.key.clone(), 0)).collect();
+    for (_, arm, n) in by_version {
+        *units.entry(arm.clone()).or_default() += u64::try_from(*n).unwrap_or(0);
+    }
+    units
+}
+
+/// Chi-square of observed units against the weights of the version each unit was
+/// assigned under (a mixture when weights changed between versions).
+fn srm_report(
+    campaign: &Campaign,
+    versions: &[CampaignVersion],
+    by_version: &[(i64, String, i64)],
+    units: &HashMap<String, u64>,
+) -> SrmReport {
+    let mut expected: HashMap<&str, f64> = HashMap::new();
+    for version in versions {
+        let assigned: i64 = by_version
+            .iter()
+            .filter(|(v, _, _)| *v == version.version)
+            .map(|(_, _, n)| n)
+            .sum();
+        let total_weight: f64 = version.arms.iter().map(|a| f64::from(a.weight)).sum();
+        for arm in version.arms.iter() {
+            *expected.entry(arm.key.as_str()).or_default() +=
+                assigned as f64 * f64::from(arm.weight) / total_weight;
+        }
+    }
+    let observed: Vec<u64> = campaign.arms.iter().map(|a| units[&a.key]).collect();
+    let expected_units: Vec<f64> = campaign
+        .arms
+        .iter()
+        .map(|a| expected.get(a.key.as_str()).copied().unwrap_or(0.0))
+        .collect();
+    match srm(&observed, &expected_units) {
+        Ok(result) => SrmReport {
+            chi_square: Some(result.chi_square()),
+            df: Some(result.df()),
+            p_value: Some(result.p_value()),
+            flagged: result.flagged(),
+            expected_units,
+        },
+        Err(_) => SrmReport {
+            chi_square: None,
+            df: None,
+            p_value: None,
+            flagged: false,
+            expected_units,
+        },
+    }
+}
+
+/// One arm's figures for one metric and one window, with lifts against the control.
+struct Side {
+    units: u64,
+    value: Option<f64>,
+    naive_value: Option<f64>,
+    value_ci: Option<(f64, f64)>,
+    converters: u64,
+    stored_events: u64,
+    duplicates: u64,
+    delta: Option<f64>,
+    delta_value: Option<f64>,
+    lift: Option<Lift>,
+    naive_lift: Option<Lift>,
+    predicted_naive_lift: Option<f64>,
+}
+
+impl Side {
+    fn compute(
+        metric: &MetricDef,
+        units: u64,
+        s: &WindowSums,
+        control_units: u64,
+        c: &WindowSums,
+        is_control: bool,
+    ) -> Side {
+        let per_unit = |total: f64| (units > 0).then(|| total / units as f64);
+        let (value, naive_total) = match metric.kind {
+            MetricKind::Conversion => (per_unit(s.units_with_events), s.events + s.duplicates),
+            MetricKind::Count => (per_unit(s.events), s.events + s.duplicates),
+            MetricKind::Sum => (per_unit(s.value), s.value + s.duplicate_value),
+        };
+        let mut side = Side {
+            units,
+            value,
+            naive_value: per_unit(naive_total),
+            value_ci: value_interval(metric.kind, units, s),
+            converters: s.units_with_events as u64,
+            // Counts of rows, summed as floats alongside the values: whole numbers,
+            // answered as JSON integers like every count of the API.
+            stored_events: s.events.round() as u64,
+            duplicates: s.duplicates.round() as u64,
+            delta: (s.events > 0.0).then(|| s.duplicates / s.events),
+            delta_value: (s.value != 0.0).then(|| s.duplicate_value / s.value),
+            lift: None,
+            naive_lift: None,
+            predicted_naive_lift: None,
+        };
+        if !is_control {
+            side.lift = deduped_lift(metric.kind, units, s, control_units, c);
+            side.naive_lift = naive_lift(metric.kind, units, s, control_units, c);
+            let rate = |sums: &WindowSums| match metric.kind {
+                MetricKind::Sum => (sums.value != 0.0).then(|| sums.duplicate_value / sums.value),
+                _ => (sums.events > 0.0).then(|| sums.duplicates / sums.events),
+            };
+            side.predicted_naive_lift =
+                match (side.lift.and_then(|l| l.estimate()), rate(s), rate(c)) {
+                    (Some(l), Some(dt), Some(dc)) => predicted_naive_lift(l, dt, dc).ok(),
+                    _ => None,
+                };
+        }
+        side
+    }
+
+    fn into_report(self, metric: &MetricDef) -> WindowReport {
+        WindowReport {
+            kind: metric.kind,
+            window_hours: metric.window_hours,
+            units: self.units,
+            value: self.value,
+            naive_value: self.naive_value,
+            value_ci: self.value_ci.map(|(low, high)| Interval { low, high }),
+            stored_events: self.stored_events,
+            duplicates: self.duplicates,
+            delta: self.delta,
+            delta_value: self.delta_value,
+            lift: self.lift,
+            naive_lift: self.naive_lift,
+            predicted_naive_lift: self.predicted_naive_lift,
+            converters: (metric.kind == MetricKind::Conversion).then_some(self.converters),
+        }
+    }
+
+    /// A sentence when deduplication changes the conclusion for this arm.
+    fn verdict(&self, metric: &MetricDef, arm: &str) -> Option<Verdict> {
+        let (lift, naive) = (self.lift?, self.naive_lift?);
+        let pct = |l: &Lift| {
+            l.estimate()
+                .map(|e| format!("{:+.1}%", e * 100.0))
+                .unwrap_or_else(|| "n/a".into())
+        };
+        let p = |l: &Lift| {
+            l.p_value()
+                .map(|p| format!("p = {p:.3}"))
+                .unwrap_or_else(|| "p n/a".into())
+        };
+        let message = match (naive.is_significant(), lift.is_significant()) {
+            (true, false) => format!(
+                "Retry noise alone would have produced a significant {} lift in {} for {arm} ({}); deduplicated, the lift is {} ({}), not significant.",
+                pct(&naive), metric.name, p(&naive), pct(&lift), p(&lift)
+            ),
+            (false, true) => format!(
+                "Duplicates would have hidden a real effect: deduplicated, {arm} shows a significant {} lift in {} ({}), while the naive pipeline saw {} ({}).",
+                pct(&lift), metric.name, p(&lift), pct(&naive), p(&naive)
+            ),
+            (true, true) if lift.estimate()?.signum() != naive.estimate()?.signum() => format!(
+                "Duplicates flip the sign of {}'s lift for {arm}: naive {} vs deduplicated {}.",
+                metric.name, pct(&naive), pct(&lift)
+            ),
+            _ => return None,
+        };
+        Some(Verdict {
+            kind: VerdictKind::DedupeChangesConclusion,
+            metric: Some(metric.name.clone()),
+            arm: Some(arm.to_string()),
+            message,
+        })
+    }
+}
+
+fn deduped_lift(
+    kind: MetricKind,
+    units_t: u64,
+    t: &WindowSums,
+    units_c: u64,
+    c: &WindowSums,
+) -> Option<Lift> {
+    let level = ConfidenceLevel::default();
+    match kind {
+        MetricKind::Conversion => {
+            let control = Proportion::new(c.units_with_events as u64, units_c).ok()?;
+            let treatment = Proportion::new(t.units_with_events as u64, units_t).ok()?;
+            Some(proportion_lift(control, treatment, level))
+        }
+        MetricKind::Count => moments_lift(
+            (units_c, c.events, c.events_sq),
+            (units_t, t.events, t.events_sq),
+        ),
+        MetricKind::Sum => moments_lift(
+            (units_c, c.value, c.value_sq),
+            (units_t, t.value, t.value_sq),
+        ),
+    }
+}
+
+/// What a pipeline that keeps every delivery would have computed: per-unit totals with
+/// duplicates included (events for conversion and count metrics, value for sums).
+fn naive_lift(
+    kind: MetricKind,
+    units_t: u64,
+    t: &WindowSums,
+    units_c: u64,
+    c: &WindowSums,
+) -> Option<Lift> {
+    match kind {
+        MetricKind::Conversion | MetricKind::Count => moments_lift(
+            (units_c, c.events + c.duplicates, c.naive_events_sq),
+            (units_t, t.events + t.duplicates, t.naive_events_sq),
+        ),
+        MetricKind::Sum => moments_lift(
+            (units_c, c.value + c.duplicate_value, c.naive_value_sq),
+            (units_t, t.value + t.duplicate_value, t.naive_value_sq),
+        ),
+    }
+}
+
+fn moments_lift(control: (u64, f64, f64), treatment: (u64, f64, f64)) -> Option<Lift> {
+    let c = Moments::from_totals(control.0, control.1, control.2).ok()?;
+    let t = Moments::from_totals(treatment.0, treatment.1, treatment.2).ok()?;
+    mean_lift(&c, &t, ConfidenceLevel::default()).ok()
+}
+
+/// z for a two-sided 95% normal interval.
+const Z_95: f64 = 1.959_963_984_540_054;
+
+/// The arm's own value with a 95% normal-approximation interval: `p ± z·√(p(1−p)/n)` for
+/// conversion rates, `mean ± z·s/√n` of the per-unit totals for count and sum metrics.
+fn value_interval(kind: MetricKind, units: u64, s: &WindowSums) -> Option<(f64, f64)> {
+    let (centre, variance_of_mean) = match kind {
+        MetricKind::Conversion => {
+            let p = Proportion::new(s.units_with_events as u64, units)
+                .ok()?
+                .rate();
+            (p, p * (1.0 - p) / units as f64)
+        }
+        MetricKind::Count => per_unit_moments(units, s.events, s.events_sq)?,
+        MetricKind::Sum => per_unit_moments(units, s.value, s.value_sq)?,
+    };
+    let half = Z_95 * variance_of_mean.sqrt();
+    half.is_finite().then_some((centre - half, centre + half))
+}
+
+fn per_unit_moments(units: u64, sum: f64, sum_sq: f64) -> Option<(f64, f64)> {
+    let moments = Moments::from_totals(units, sum, sum_sq).ok()?;
+    Some((moments.mean()?, moments.variance_of_mean()?))
+}

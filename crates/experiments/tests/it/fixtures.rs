@@ -1,0 +1,79 @@
+//! Recorded constants, re-derived by hand in Python when they were frozen
+//! (`sha256(JCS({"metric","occurred_at_us","value"}))`, `"asg_" + sha256(campaign + "\n" +
+//! unit)[:32]`, `int(sha256(salt + ":" + unit)[:8]) % total weight`).
+
+use traqlyte_experiments::bucketing::{assignment_id, bucket};
+use traqlyte_experiments::{outcome_fingerprint, Arm};
+
+#[test]
+fn outcome_fingerprints_are_frozen() {
+    let cases: &[(&str, Option<f64>, i64, &str)] = &[
+        (
+            "purchase",
+            None,
+            1_795_953_600_000_000,
+            "d04633799d58d8633f779c954450c00ec14febfa9a4777d535a5a6609249f67f",
+        ),
+        (
+            "revenue",
+            Some(129.99),
+            1_795_953_600_000_000,
+            "162b0ec89a438e20f0f3f7e2eb5084e7032fbb9e24702876bdd49118ca8751ee",
+        ),
+        (
+            "revenue",
+            Some(0.1),
+            0,
+            "cc68bec6f6fc18e85af96dc3f3b4ddf448d6be79db6d2d18bc47305fb0f6f175",
+        ),
+    ];
+    for (metric, value, at, expected) in cases {
+        assert_eq!(
+            outcome_fingerprint(metric, *value, *at),
+            *expected,
+            "{metric}"
+        );
+    }
+}
+
+#[test]
+fn assignment_ids_and_buckets_are_frozen() {
+    let arms = vec![
+        Arm {
+            key: "control".into(),
+            weight: 1,
+        },
+        Arm {
+            key: "treatment".into(),
+            weight: 1,
+        },
+    ];
+    let cases: &[(&str, &str, &str, &str, &str)] = &[
+        (
+            "cmp_1",
+            "salt-a",
+            "user-1",
+            "asg_ae91d74e83c8d6f362465e4df0b9a968",
+            "control",
+        ),
+        (
+            "cmp_1",
+            "salt-a",
+            "user-2",
+            "asg_820160afb7871b641adba29a26e7ca97",
+            "treatment",
+        ),
+        (
+            "cmp_2",
+            "salt-b",
+            "user-1",
+            "asg_eac1458637e16b2154370c7b13effb29",
+            "treatment",
+        ),
+    ];
+    for (campaign, salt, unit, id, arm) in cases {
+        assert_eq!(assignment_id(campaign, unit), *id);
+        let placed = bucket(salt, unit, &arms).map(|a| a.key.as_str());
+        assert_eq!(placed, Some(*arm), "{salt} {unit}");
+    }
+}

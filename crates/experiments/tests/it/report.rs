@@ -1,0 +1,118 @@
+use std::collections::HashMap;
+
+use serde_json::json;
+use traqlyte_experiments::report::{ReportInput, VerdictKind};
+use traqlyte_experiments::{
+    Arm, Arms, Campaign, CampaignVersion, MetricArmSums, MetricDef, MetricKind, Report, WindowSums,
+};
+
+fn campaign() -> Campaign {
+    let arms = Arms::try_from(vec![
+        Arm {
+            key: "control".into(),
+            weight: 1,
+        },
+        Arm {
+            key: "treatment".into(),
+            weight: 1,
+        },
+    ])
+    .expect("arms");
+    Campaign {
+        id: "cmp_1".into(),
+        key: "checkout".into(),
+        name: "Checkout".into(),
+        arms,
+        metrics: vec![MetricDef {
+            name: "purchase".into(),
+            kind: MetricKind::Conversion,
+            window_hours: 24,
+        }],
+        salt: "s".into(),
+        created_at_us: 0,
+    }
+}
+
+/// `converters` of `units` converted once each, with `duplicates` re-deliveries.
+fn sums(converters: f64, duplicates: f64) -> MetricArmSums {
+    let window = WindowSums {
+        units_with_events: converters,
+        events: converters,
+        events_sq: converters,
+        duplicates,
+        // Each duplicate adds one event to a distinct converting unit: (1 + 1)².
+        naive_events_sq: converters + 3.0 * duplicates,
+        ..WindowSums::default()
+    };
+    MetricArmSums {
+        event_time: window.clone(),
+        arrival_time: window,
+    }
+}
+
+fn report(control: MetricArmSums, treatment: MetricArmSums) -> Report {
+    let campaign = campaign();
+    let versions = vec![CampaignVersion {
+        campaign_id: campaign.id.clone(),
+        version: 1,
+        arms: campaign.arms.clone(),
+        metrics: campaign.metrics.clone(),
+        salt: "s".into(),
+        note: None,
+        published_at_us: 0,
+    }];
+    let units = vec![
+        (1, "control".to_string(), 10_000),
+        (1, "treatment".to_string(), 10_000),
+    ];
+    let sums = HashMap::from([
+        (("purchase".to_string(), "control".to_string()), control),
+        (("purchase".to_string(), "treatment".to_string()), treatment),
+    ]);
+    Report::compute(ReportInput {
+        campaign: &campaign,
+        versions: &versions,
+        units_by_version: &units,
+        sums: &sums,
+        duplicates_over_time: &[(3_600_000_000, "treatment".to_string(), 7)],
+    })
+}
+
+#[test]
+fn retry_noise_that_alone_makes_a_lift_significant_is_called_out() {
+    // Equal conversion; treatment's client re-sent 10% of its purchases.
+    let report = report(sums(2_500.0, 50.0), sums(2_500.0, 250.0));
+    let treatment = &report.arm("treatment").expect("arm").metrics["purchase"];
+    let lift = treatment.event_time.lift.expect("lift");
+    assert!(!lift.is_significant(), "deduplicated: no effect");
+    assert!(treatment
+        .event_time
+        .naive_lift
+        .expect("naive")
+        .is_significant());
+    assert_eq!(report.verdicts.len(), 1);
+    assert_eq!(
+        report.verdicts[0].kind,
+        VerdictKind::DedupeChangesConclusion
+    );
+    assert_eq!(report.control().map(|a| a.key.as_str()), Some("control"));
+}
+
+#[test]
+fn the_report_serialises_counts_as_integers_and_reads_back_equal() {
+    let report = report(sums(2_500.0, 50.0), sums(2_600.0, 250.0));
+    let value = serde_json::to_value(&report).expect("json");
+    let purchase = &value["arms"][1]["metrics"]["purchase"];
+    assert_eq!(purchase["stored_events"], json!(2_600));
+    assert_eq!(purchase["duplicates"], json!(250));
+    assert_eq!(purchase["converters"], json!(2_600));
+    assert_eq!(purchase["arrival_time"]["duplicates"], json!(250));
+    assert!(purchase["arrival_time"].get("arrival_time").is_none());
+    assert_eq!(value["arms"][0]["metrics"]["purchase"]["lift"], json!(null));
+    assert_eq!(
+        value["duplicates_over_time"],
+        json!([{"bucket_start": "1970-01-01T01:00:00.000000Z", "arm": "treatment", "duplicates": 7}])
+    );
+    let read_back: Report = serde_json::from_value(value).expect("typed");
+    assert_eq!(read_back, report);
+}
