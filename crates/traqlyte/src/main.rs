@@ -245,7 +245,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let on_bound = |address| {
         tracing::info!(%address, "listening");
-        println!("traqlyte listening on http://{address}");
+        println!("traqlyte listening on http://{address} (web UI: http://{address}/ui)");
     };
     traqlyte_server::serve(store, config, on_bound, shutdown_signal())
         .await

@@ -55,7 +55,9 @@ const DEFAULT_PAGE: &str = "/ui/campaigns";
 /// The UI's routes, merged into the API's route table.
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
+        .route("/", get(landing))
         .route("/ui", get(|| async { see_other(DEFAULT_PAGE) }))
+        .route("/ui/", get(|| async { see_other(DEFAULT_PAGE) }))
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", post(logout))
         .route("/ui/tokens", post(mint_login_token))
@@ -63,6 +65,12 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ui/campaigns/{id}", get(campaign_page))
         // The API disables axum's default body limit; the login form needs a small one.
         .layer(DefaultBodyLimit::max(FORM_BYTES_MAX))
+}
+
+/// `GET /`: what this server is and where to go from here, for a person who opens the
+/// address `serve` printed.
+async fn landing() -> Response {
+    html_response(StatusCode::OK, pages::landing())
 }
 
 /// The tenant of a request that carries a live session cookie.

@@ -27,6 +27,24 @@ pub(crate) fn login(next: &str, message: Option<&str>) -> String {
     page("Log in", false, &body)
 }
 
+/// The landing page at `/`.
+pub(crate) fn landing() -> String {
+    let body = "<section><h1>TraqLyte</h1>\
+         <p>At-least-once delivery in, exactly-once facts out: an event platform for A/B \
+         experiments and data lineage that stores every retried, refired or replayed event \
+         once, counts what it suppressed, and keeps duplicates out of an experiment's lift.</p>\
+         <ul>\
+         <li><a href=\"/ui/campaigns\">Campaign reports</a> (web UI; log in with an API key)</li>\
+         <li><a href=\"/healthz\">Health</a> (<code>GET /healthz</code>)</li>\
+         <li>The HTTP API: <code>docs/api.md</code> in the repository; error and value \
+         conventions, idempotency keys, identity contracts and OpenLineage ingestion are in \
+         <code>docs/</code> beside it</li>\
+         </ul>\
+         <p class=\"meta\">Every API route takes <code>Authorization: Bearer &lt;api key&gt;</code>; \
+         <code>traqlyte tenant create NAME</code> prints one.</p></section>";
+    page("Welcome", false, body)
+}
+
 /// An error page with a status line and a message.
 pub(crate) fn error(status: u16, message: &str) -> String {
     let body = format!(

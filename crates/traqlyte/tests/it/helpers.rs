@@ -190,10 +190,10 @@ impl ServerProcess {
         std::io::BufReader::new(stdout)
             .read_line(&mut line)
             .expect("read the address");
+        // "traqlyte listening on http://… (web UI: http://…/ui)": the first address.
         let address = line
-            .trim()
-            .rsplit(' ')
-            .next()
+            .split_whitespace()
+            .find(|word| word.starts_with("http://"))
             .unwrap_or_default()
             .to_string();
         assert!(address.starts_with("http://"), "serve printed {line:?}");

@@ -16,6 +16,7 @@ use crate::on_both_backends;
 on_both_backends!(
     the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report,
     pages_need_a_session_that_only_the_form_or_a_single_use_link_starts,
+    the_root_says_what_this_is_and_both_ui_spellings_lead_in,
 );
 
 const HOSTILE_NAME: &str = "Checkout <script>alert(1)</script> & \"friends\"";
@@ -230,6 +231,25 @@ fn check_shown(element: &Element, expected: &Value, what: &str) {
         (shown - expected * scale).abs() <= tolerance,
         "{what}: {text} shown for {expected}"
     );
+}
+
+async fn the_root_says_what_this_is_and_both_ui_spellings_lead_in(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let client = Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .expect("client");
+    let root = client.get(app.url("/")).send().await.expect("get /");
+    assert_eq!(root.status(), StatusCode::OK);
+    let text = root.text().await.expect("text");
+    for link in ["href=\"/ui/campaigns\"", "href=\"/healthz\"", "docs/api.md"] {
+        assert!(text.contains(link), "the landing page lacks {link}");
+    }
+    for path in ["/ui", "/ui/"] {
+        let answer = client.get(app.url(path)).send().await.expect("get");
+        assert_eq!(answer.status(), StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(location(&answer), "/ui/campaigns", "{path}");
+    }
 }
 
 async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(backend: Backend) {
