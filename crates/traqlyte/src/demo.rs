@@ -33,9 +33,10 @@ pub struct DemoArgs {
     /// name must contain "demo" (a guard against wiping a real database).
     #[arg(long, default_value = "traqlyte-demo.db")]
     database: PathBuf,
-    /// Address to serve on (port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    listen: String,
+    /// Address to serve on (port 0 picks a free port). Without it the demo takes
+    /// 127.0.0.1:8080, or a free port when 8080 is taken (by `traqlyte serve`, say).
+    #[arg(long)]
+    listen: Option<String>,
     /// Seed of the simulation: the same seed gives the same figures.
     #[arg(long, default_value_t = SEED_DEFAULT)]
     seed: u64,
@@ -74,6 +75,8 @@ const WINDOW_HOURS: u32 = 24;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 
 const ARMS: [ArmKey; 2] = [ArmKey::Control, ArmKey::Treatment];
+/// Where the demo serves unless told otherwise: `serve`'s own default.
+const LISTEN_PREFERRED: &str = "127.0.0.1:8080";
 
 /// Runs the demo; unless `--no-serve`, keeps serving until `shutdown` completes.
 pub async fn run(
@@ -81,14 +84,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     // Fail on a taken port before the database file is deleted, not after.
-    std::net::TcpListener::bind(&args.listen).with_context(|| {
-        format!(
-            "listen on {} (pass --listen 127.0.0.1:0 for any free port)",
-            args.listen
-        )
-    })?;
+    let listen = choose_listen(args.listen.as_deref(), LISTEN_PREFERRED)?;
     recreate_database(&args.database)?;
-    let server = Server::start(&args).await?;
+    let server = Server::start(&args, &listen).await?;
     let (_, key) = server
         .store
         .create_tenant("TraqLyte demo")
@@ -112,18 +110,40 @@ pub async fn run(
         .get(&format!("/campaigns/{}/report", campaign.id))
         .await?;
     let page = format!("{}/ui/campaigns/{}", server.address, campaign.id);
-    print_summary(&report, &tally, &page)?;
+    print_summary(&report, &tally)?;
     if args.json {
         println!("{}", summary_json(&report, &tally, &args, &page)?);
     }
     // The client's idle keep-alive connections would otherwise delay the graceful shutdown.
     drop(api);
     if args.no_serve {
+        println!("The server stopped (--no-serve); run the demo without it to browse the report's web page.");
         return server.stop().await;
     }
+    println!();
+    println!("See it on the web page: {page}  (log in with the API key above)");
     println!("Serving {} until Ctrl-C.", server.address);
     shutdown.await;
     server.stop().await
+}
+
+/// The address to serve on: the one given (which must be free), else 127.0.0.1:8080, else
+/// (when `traqlyte serve` or anything else holds 8080) a free port, said aloud.
+fn choose_listen(given: Option<&str>, preferred: &str) -> Result<String> {
+    if let Some(address) = given {
+        std::net::TcpListener::bind(address).with_context(|| {
+            format!("listen on {address} (pass --listen 127.0.0.1:0 for any free port)")
+        })?;
+        return Ok(address.to_string());
+    }
+    match std::net::TcpListener::bind(preferred) {
+        Ok(_) => Ok(preferred.to_string()),
+        Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => {
+            println!("{preferred} is taken (is `traqlyte serve` running?): the demo takes a free port instead.");
+            Ok("127.0.0.1:0".to_string())
+        }
+        Err(err) => Err(err).with_context(|| format!("listen on {preferred}")),
+    }
 }
 
 /// The two arms of the demo campaign; the first is the control.
@@ -188,7 +208,7 @@ struct Server {
 }
 
 impl Server {
-    async fn start(args: &DemoArgs) -> Result<Server> {
+    async fn start(args: &DemoArgs, listen: &str) -> Result<Server> {
         let url = args
             .database
             .to_str()
@@ -200,7 +220,7 @@ impl Server {
             .with_context(|| format!("open {url}"))?;
         store.migrate().await.context("apply migrations")?;
         let server_config = ServerConfig {
-            listen: args.listen.clone(),
+            listen: listen.to_string(),
             ..ServerConfig::default()
         };
         let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
@@ -222,7 +242,7 @@ impl Server {
                 Ok(Err(err)) => err.to_string(),
                 _ => "the server stopped".to_string(),
             };
-            bail!("listen on {}: {cause}", args.listen);
+            bail!("listen on {listen}: {cause}");
         };
         Ok(Server {
             store,
@@ -479,7 +499,7 @@ impl Tally {
 async fn simulate(api: &Api, campaign: &DemoCampaign, args: &DemoArgs) -> Result<Arc<Tally>> {
     println!();
     println!(
-        "Simulating {} users with no true effect. Their client loses the reply to {:.0}% of requests in control and {:.0}% in treatment, and retries each with the same dedupe_key.",
+        "Simulating {} users with no true effect. Their client loses the reply to {:.0}% of requests in control and {:.0}% in treatment, and re-sends each with the same dedupe_key.",
         group(args.users as u64),
         REPLY_LOSS_CONTROL * 100.0,
         REPLY_LOSS_TREATMENT * 100.0
@@ -599,7 +619,7 @@ fn check_batch_answer(answer: &Value, attempt: u32, tally: &Tally) -> Result<()>
 fn print_traffic(tally: &Tally, elapsed: Duration) {
     let retries: u64 = tally.retries.iter().map(Tally::get).sum();
     println!(
-        "  sent {} HTTP requests in {:.1} s: {} assignments, {} outcome batches of which {} were retries ({} in control, {} in treatment)",
+        "  sent {} HTTP requests in {:.1} s: {} assignments and {} outcome batches, of which {} were re-sent after a lost reply ({} in control, {} in treatment)",
         group(tally.requests()),
         elapsed.as_secs_f64(),
         group(Tally::get(&tally.assignments)),
@@ -608,10 +628,14 @@ fn print_traffic(tally: &Tally, elapsed: Duration) {
         group(Tally::get(&tally.retries[0])),
         group(Tally::get(&tally.retries[1])),
     );
+    // Each batch carries one outcome of each metric, so every re-sent batch brings the
+    // store one duplicate per metric to suppress.
+    let suppressed = Tally::get(&tally.duplicates);
     println!(
-        "  the server stored {} outcomes and answered {} re-deliveries as duplicates",
+        "  the store inserted {} outcomes and suppressed {} duplicates ({} per metric: purchase and revenue)",
         group(Tally::get(&tally.inserted)),
-        group(Tally::get(&tally.duplicates)),
+        group(suppressed),
+        group(suppressed / 2),
     );
 }
 
@@ -632,15 +656,15 @@ fn units(report: &Report, arm: ArmKey) -> u64 {
 const METRICS: [(&str, &str); 2] = [
     (
         "purchase",
-        "conversion. Deduplicated: share of users who bought. Naive: purchase events per user, re-deliveries included",
+        "conversion. Deduplicated: share of users who bought. Naive: purchase events per user, re-sent ones included",
     ),
     (
         "revenue",
-        "sum. Deduplicated: revenue per user. Naive: revenue per user, re-delivered values included",
+        "sum. Deduplicated: revenue per user. Naive: revenue per user, re-sent values included",
     ),
 ];
 
-fn print_summary(report: &Report, tally: &Tally, page: &str) -> Result<()> {
+fn print_summary(report: &Report, tally: &Tally) -> Result<()> {
     let srm = match report.srm.p_value {
         Some(p) if report.srm.flagged => format!("MISMATCH (p = {})", p_text(Some(p))),
         Some(p) => format!("ok (p = {})", p_text(Some(p))),
@@ -658,7 +682,7 @@ fn print_summary(report: &Report, tally: &Tally, page: &str) -> Result<()> {
     let expected = |p: f64| p / (1.0 - p);
     println!();
     println!(
-        "A client that loses a reply with probability p re-delivers p/(1-p) times per request on average: δ ≈ {:.1}% in control and {:.1}% in treatment ({} re-deliveries in all).",
+        "A client that loses a reply with probability p re-sends p/(1-p) times per request on average: δ (suppressed duplicates / stored) ≈ {:.1}% in control and {:.1}% in treatment; the store suppressed {} duplicates in all, over both metrics.",
         expected(REPLY_LOSS_CONTROL) * 100.0,
         expected(REPLY_LOSS_TREATMENT) * 100.0,
         group(Tally::get(&tally.duplicates)),
@@ -672,8 +696,6 @@ fn print_summary(report: &Report, tally: &Tally, page: &str) -> Result<()> {
             println!("  - {}", verdict.message);
         }
     }
-    println!();
-    println!("See it on the web page: {page}  (log in with the API key above)");
     Ok(())
 }
 
@@ -686,7 +708,7 @@ fn print_metric(report: &Report, name: &str, reading: &str) -> Result<()> {
         "arm",
         "users",
         "stored",
-        "duplicates",
+        "suppressed",
         if is_sum { "δ value" } else { "δ" },
         "deduplicated",
         "naive"
@@ -802,6 +824,19 @@ fn group(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_taken_default_port_falls_back_to_a_free_one_but_a_given_one_fails() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let taken = holder.local_addr().expect("address").to_string();
+        assert_eq!(
+            choose_listen(None, &taken).expect("fallback"),
+            "127.0.0.1:0"
+        );
+        assert!(choose_listen(Some(&taken), &taken).is_err());
+        drop(holder);
+        assert_eq!(choose_listen(None, &taken).expect("free again"), taken);
+    }
 
     #[test]
     fn group_inserts_thousands_separators() {

@@ -109,7 +109,7 @@ pub(crate) fn report(report: &Value) -> String {
         body.push_str(&metric_section(&metric, arms));
     }
     body.push_str(&format!(
-        "<section><h2>Duplicates over time</h2><p class=\"meta\">Duplicate deliveries suppressed per arrival hour (UTC), by arm.</p>{}<div class=\"chart\">{}</div></section>",
+        "<section><h2>Suppressed duplicates over time</h2><p class=\"meta\">Duplicates the store suppressed per arrival hour (UTC), by arm, summed over all metrics (each re-sent delivery of an outcome is one).</p>{}<div class=\"chart\">{}</div></section>",
         legend(&arm_keys),
         charts::duplicates_over_time(
             &arm_keys,
@@ -312,7 +312,7 @@ fn metric_section(metric: &str, arms: &[Value]) -> String {
          <div class=\"chart\"><h3>{value_label} per arm, with 95% interval</h3>{values_chart}</div>\
          <div class=\"chart\"><h3>Lift with 95% interval</h3><p class=\"legend\"><span class=\"swatch\" style=\"background:#1f5fbf\"></span>deduplicated<span class=\"swatch\" style=\"background:#e07b00\"></span>naive (every delivery counted)<span class=\"swatch\" style=\"border:1.5px solid #5b6475\"></span>predicted naive</p>{chart}</div>\
          <h3>Naive vs deduplicated: what a pipeline without dedupe would have reported</h3>\
-         <div class=\"scroll\"><table><thead><tr><th>Arm</th><th class=\"num\">Stored events</th><th class=\"num\">Duplicates</th><th class=\"num\">δ by count</th><th class=\"num\">δ by value</th><th class=\"num\">Naive value</th><th class=\"num\">Naive lift</th><th class=\"num\">95% CI</th><th class=\"num\">p-value</th><th class=\"num\">Dedup. lift</th><th class=\"num\">Predicted naive</th></tr></thead><tbody>{naive}</tbody></table></div>\
+         <div class=\"scroll\"><table><thead><tr><th>Arm</th><th class=\"num\">Stored events</th><th class=\"num\">Suppressed duplicates</th><th class=\"num\">δ by count</th><th class=\"num\">δ by value</th><th class=\"num\">Naive value</th><th class=\"num\">Naive lift</th><th class=\"num\">95% CI</th><th class=\"num\">p-value</th><th class=\"num\">Dedup. lift</th><th class=\"num\">Predicted naive</th></tr></thead><tbody>{naive}</tbody></table></div>\
          <p class=\"meta\">δ = duplicates / stored events. Predicted naive lift = (1 + L)(1 + δ<sub>T</sub>)/(1 + δ<sub>C</sub>) − 1: the bias retries alone explain.</p></section>",
         m = esc(metric),
         kind = esc(kind),
