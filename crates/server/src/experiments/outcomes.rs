@@ -112,6 +112,11 @@ impl Lookups {
         let map = value.as_object().ok_or_else(|| {
             ApiError::unprocessable("not_an_object", "an outcome must be a JSON object")
         })?;
+        // Before any lookup: binding a NUL fails on PostgreSQL, reads included.
+        if let Some(field) = crate::routes::text::find_nul(value) {
+            let rule = crate::routes::text::NUL_RULE;
+            return Err(invalid(&field, format!("{field} is invalid: {rule}")));
+        }
         let allowed = [
             "assignment_id",
             "dedupe_key",
