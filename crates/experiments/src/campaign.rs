@@ -152,7 +152,9 @@ pub struct CampaignVersion {
 }
 
 /// Aggregates of one metric in one arm and one window (event or arrival time), summed
-/// over units by the store.
+/// over units by the store. The four value sums are infinite when some unit's value is
+/// out of range (only rows stored before outcome values were bounded; the store's
+/// `UNIT_VALUE_ABS_MAX`): see [`WindowSums::values_finite`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WindowSums {
     /// Units with at least one stored event in the window.
@@ -173,6 +175,20 @@ pub struct WindowSums {
     pub naive_events_sq: f64,
     /// Σ (v + dv)², for the naive per-unit value's variance.
     pub naive_value_sq: f64,
+}
+
+impl WindowSums {
+    /// True when the value sums are usable (finite).
+    pub fn values_finite(&self) -> bool {
+        [
+            self.value,
+            self.value_sq,
+            self.duplicate_value,
+            self.naive_value_sq,
+        ]
+        .iter()
+        .all(|x| x.is_finite())
+    }
 }
 
 /// Aggregates of one metric in one arm.

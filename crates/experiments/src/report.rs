@@ -333,16 +333,21 @@ impl Side {
         c: &WindowSums,
         is_control: bool,
     ) -> Side {
+        // Value sums are infinite only for rows stored before values were bounded; their
+        // figures are unavailable (`null`) and never reach the statistics, which take
+        // finite numbers only.
+        let values_ok = s.values_finite();
         let per_unit = |total: f64| (units > 0).then(|| total / units as f64);
         let (value, naive_total) = match metric.kind {
             MetricKind::Conversion => (per_unit(s.units_with_events), s.events + s.duplicates),
             MetricKind::Count => (per_unit(s.events), s.events + s.duplicates),
+            MetricKind::Sum if !values_ok => (None, f64::NAN),
             MetricKind::Sum => (per_unit(s.value), s.value + s.duplicate_value),
         };
         let mut side = Side {
             units,
             value,
-            naive_value: per_unit(naive_total),
+            naive_value: per_unit(naive_total).filter(|v| v.is_finite()),
             value_ci: value_interval(metric.kind, units, s),
             converters: s.units_with_events as u64,
             // Counts of rows, summed as floats alongside the values: whole numbers,
@@ -350,12 +355,13 @@ impl Side {
             stored_events: s.events.round() as u64,
             duplicates: s.duplicates.round() as u64,
             delta: (s.events > 0.0).then(|| s.duplicates / s.events),
-            delta_value: (s.value != 0.0).then(|| s.duplicate_value / s.value),
+            delta_value: (values_ok && s.value != 0.0).then(|| s.duplicate_value / s.value),
             lift: None,
             naive_lift: None,
             predicted_naive_lift: None,
         };
-        if !is_control {
+        let sum_unavailable = metric.kind == MetricKind::Sum && !(values_ok && c.values_finite());
+        if !is_control && !sum_unavailable {
             side.lift = deduped_lift(metric.kind, units, s, control_units, c);
             side.naive_lift = naive_lift(metric.kind, units, s, control_units, c);
             let rate = |sums: &WindowSums| match metric.kind {
@@ -493,6 +499,7 @@ fn value_interval(kind: MetricKind, units: u64, s: &WindowSums) -> Option<(f64, 
             (p, p * (1.0 - p) / units as f64)
         }
         MetricKind::Count => per_unit_moments(units, s.events, s.events_sq)?,
+        MetricKind::Sum if !s.values_finite() => return None,
         MetricKind::Sum => per_unit_moments(units, s.value, s.value_sq)?,
     };
     let half = Z_95 * variance_of_mean.sqrt();

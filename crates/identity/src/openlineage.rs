@@ -55,6 +55,26 @@ pub const RUN_OBSERVATION_FACETS: [&str; 8] = [
 pub const JOB_DESCRIPTION_FACETS: [&str; 5] =
     ["documentation", "jobType", "ownership", "tags", "lineage"];
 
+/// Largest `namespace` of a job or dataset, in UTF-8 bytes after NFC normalisation.
+pub const NAMESPACE_BYTES_MAX: usize = 1_024;
+
+/// Largest `name` of a job or dataset, in UTF-8 bytes after NFC normalisation.
+pub const NAME_BYTES_MAX: usize = 1_024;
+
+/// Largest `facets.version.datasetVersion` of a dataset, in UTF-8 bytes after NFC
+/// normalisation.
+pub const DATASET_VERSION_BYTES_MAX: usize = 256;
+
+// Why these limits: the graph tables key rows on these strings (e.g. the primary key
+// `(tenant_id, run_id, namespace, name, version)` of `lineage_run_inputs`), and a
+// PostgreSQL B-tree entry holds at most 2,704 bytes, so a longer name failed the insert
+// (a 500 the client retried forever) while SQLite stored it. Bounding the names keeps the
+// widest key (1,024 + 1,024 + 256 + a 36-byte run id + the tenant id + headers, about
+// 2,400 bytes even when incompressible) inside the limit on both backends, with no
+// schema change; indexing digests instead would have meant rewriting every graph table
+// and query. Real namespaces (`postgres://host:5432`, `s3://bucket`) and names (table
+// names, file paths) are far shorter.
+
 const EVENT_TYPES: [&str; 6] = ["START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"];
 const METADATA_KEYS: [&str; 2] = ["_producer", "_schemaURL"];
 const TOP_LEVEL_METADATA: [&str; 3] = ["eventTime", "producer", "schemaURL"];
@@ -243,8 +263,16 @@ fn project(content: &Value) -> Result<RunEventIdentity, OpenLineageError> {
     Ok(RunEventIdentity {
         run_id,
         event_type,
-        job_namespace: required_str(content, &["job", "namespace"])?,
-        job_name: required_str(content, &["job", "name"])?,
+        job_namespace: graph_text(
+            "job.namespace",
+            required_str(content, &["job", "namespace"])?,
+            NAMESPACE_BYTES_MAX,
+        )?,
+        job_name: graph_text(
+            "job.name",
+            required_str(content, &["job", "name"])?,
+            NAME_BYTES_MAX,
+        )?,
         inputs: datasets(content, "inputs")?,
         outputs: datasets(content, "outputs")?,
         parameters_digest: parameters_digest(content)?,
@@ -380,10 +408,40 @@ fn dataset(item: &Value, at: &str) -> Result<DatasetRef, OpenLineageError> {
             })
         }
     };
+    let version = version
+        .map(|v| {
+            let at = format!("{at}.facets.version.datasetVersion");
+            graph_text(&at, v, DATASET_VERSION_BYTES_MAX)
+        })
+        .transpose()?;
     Ok(DatasetRef {
-        namespace: field("namespace")?,
-        name: field("name")?,
+        namespace: graph_text(
+            &format!("{at}.namespace"),
+            field("namespace")?,
+            NAMESPACE_BYTES_MAX,
+        )?,
+        name: graph_text(&format!("{at}.name"), field("name")?, NAME_BYTES_MAX)?,
         version,
+    })
+}
+
+/// A string the lineage graph stores as text and keys rows on: no NUL (PostgreSQL's
+/// `text` cannot hold it) and at most `bytes_max` UTF-8 bytes (see
+/// [`NAMESPACE_BYTES_MAX`] for why).
+fn graph_text(field: &str, text: String, bytes_max: usize) -> Result<String, OpenLineageError> {
+    let reason = if text.contains('\0') {
+        "may not contain the NUL character (U+0000)".to_string()
+    } else if text.len() > bytes_max {
+        format!(
+            "is {} bytes long; at most {bytes_max} bytes are accepted",
+            text.len()
+        )
+    } else {
+        return Ok(text);
+    };
+    Err(OpenLineageError::Invalid {
+        field: field.to_string(),
+        reason,
     })
 }
 

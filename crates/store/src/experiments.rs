@@ -20,6 +20,23 @@ pub struct Assignment {
     pub assigned_at_us: i64,
 }
 
+/// Largest accepted `|value|` of an outcome (1e15: a trillion currency units with three
+/// decimals to spare, and every integer up to it is exact in a double).
+///
+/// Why it keeps every sum finite: per-unit sums are built from at most 2^63 rows (the
+/// `BIGINT` counts beside them), so `|Σ value| ≤ 2^63 · 1e15 < 1e35`, and the report's
+/// largest term, a sum over units of squared per-unit totals, stays below
+/// `(2^64 · 1e15)² < 1e69` (duplicates included), far inside `f64::MAX ≈ 1.8e308`. Without
+/// the bound one value near 1.7e308 overflowed PostgreSQL's `double precision` arithmetic
+/// (an error, so a 500) and made SQLite's sums infinite. The server refuses larger values.
+pub const OUTCOME_VALUE_ABS_MAX: f64 = 1e15;
+
+/// Per-unit value sums beyond this are taken as out of range by the report's aggregate
+/// (its value figures become unavailable instead of failing the query). Data accepted
+/// under [`OUTCOME_VALUE_ABS_MAX`] never gets near it (see there); only rows stored before
+/// the bound existed can. Squares of it summed over 2^64 units stay finite (< 1e220).
+pub const UNIT_VALUE_ABS_MAX: f64 = 1e100;
+
 /// A validated outcome to record.
 #[derive(Debug, Clone)]
 pub struct NewOutcome {
@@ -112,6 +129,10 @@ impl StoreTx {
     ) -> Result<Vec<OutcomeResult>, StoreError> {
         let mut results = Vec::with_capacity(outcomes.len());
         for outcome in outcomes {
+            debug_assert!(
+                !matches!(outcome.value, Some(v) if v.abs() > OUTCOME_VALUE_ABS_MAX),
+                "outcome values are bounded at the edge"
+            );
             results.push(self.record_outcome(tenant, outcome, now_us).await?);
         }
         Ok(results)
@@ -343,10 +364,13 @@ impl Store {
             let mut out = HashMap::new();
             for row in rows {
                 let f = |i: usize| -> Result<f64, StoreError> { Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(0.0)) };
+                // A value column is NULL only when a per-unit value is out of range (see
+                // `per_arm_columns`): read as infinite, which the report shows as unavailable.
+                let v = |i: usize| -> Result<f64, StoreError> { Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(f64::INFINITY)) };
                 let window = |base: usize| -> Result<WindowSums, StoreError> {
                     Ok(WindowSums {
-                        units_with_events: f(base)?, events: f(base + 1)?, events_sq: f(base + 2)?, value: f(base + 3)?, value_sq: f(base + 4)?,
-                        duplicates: f(base + 5)?, duplicate_value: f(base + 6)?, naive_events_sq: f(base + 7)?, naive_value_sq: f(base + 8)?,
+                        units_with_events: f(base)?, events: f(base + 1)?, events_sq: f(base + 2)?, value: v(base + 3)?, value_sq: v(base + 4)?,
+                        duplicates: f(base + 5)?, duplicate_value: v(base + 6)?, naive_events_sq: f(base + 7)?, naive_value_sq: v(base + 8)?,
                     })
                 };
                 let key: (String, String) = (row.try_get(0)?, row.try_get(1)?);
@@ -358,19 +382,39 @@ impl Store {
 }
 
 /// Per-arm sums over per-unit rows (`ev_*`/`ar_*` columns), both windows.
+///
+/// The value columns are guarded so that no stored row can make the aggregate fail: a
+/// per-unit value beyond [`UNIT_VALUE_ABS_MAX`] (only possible in rows stored before
+/// values were bounded) is left out of the arithmetic, and the column is `NULL` for the
+/// whole arm, which [`Store::report_sums`] reads as an infinite (unavailable) sum. Without
+/// the guard PostgreSQL raised "value out of range: overflow" (a 500, for good) where
+/// SQLite summed to infinity; now both give the same answer.
 fn per_arm_columns() -> String {
     let per_arm = |p: &str| {
         let d = |e: String| format!("CAST(SUM({e}) AS DOUBLE PRECISION)");
+        let guarded = |e: String, parts: &[String]| {
+            let out_of_range: Vec<String> = parts
+                .iter()
+                .map(|x| format!("ABS({x}) > {UNIT_VALUE_ABS_MAX:e}"))
+                .collect();
+            let any = out_of_range.join(" OR ");
+            format!(
+                "CASE WHEN SUM(CASE WHEN {any} THEN 1 ELSE 0 END) > 0 THEN NULL ELSE {} END",
+                d(format!("CASE WHEN {any} THEN 0 ELSE {e} END"))
+            )
+        };
+        let (v, dv) = (format!("{p}_v"), format!("{p}_dv"));
+        let both = [v.clone(), dv.clone()];
         [
             d(format!("CASE WHEN {p}_n > 0 THEN 1 ELSE 0 END")),
             d(format!("{p}_n")),
             d(format!("{p}_n * {p}_n")),
-            d(format!("{p}_v")),
-            d(format!("{p}_v * {p}_v")),
+            guarded(v.clone(), &both),
+            guarded(format!("{v} * {v}"), &both),
             d(format!("{p}_dn")),
-            d(format!("{p}_dv")),
+            guarded(dv.clone(), &both),
             d(format!("({p}_n + {p}_dn) * ({p}_n + {p}_dn)")),
-            d(format!("({p}_v + {p}_dv) * ({p}_v + {p}_dv)")),
+            guarded(format!("({v} + {dv}) * ({v} + {dv})"), &both),
         ]
         .join(", ")
     };

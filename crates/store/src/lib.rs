@@ -36,6 +36,7 @@ pub use bench::SeededExperiment;
 pub use campaigns::{Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
 pub use experiments::{
     Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,
+    OUTCOME_VALUE_ABS_MAX, UNIT_VALUE_ABS_MAX,
 };
 pub use idempotency::{KeyRecord, StoredResponse};
 pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, WalkLimits};

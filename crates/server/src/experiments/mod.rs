@@ -45,6 +45,11 @@ pub(crate) async fn assign(
     let invalid = |field: &str, message: &str| {
         ApiError::unprocessable("invalid_assignment", message.to_string()).with_field(field)
     };
+    // Checked before any lookup: binding a NUL fails on PostgreSQL, reads included.
+    if let Some(field) = crate::routes::text::find_nul(&value) {
+        let message = format!("{field} is invalid: {}", crate::routes::text::NUL_RULE);
+        return Err(invalid(&field, &message));
+    }
     let campaign_id = text("campaign_id").ok_or_else(|| {
         invalid(
             "campaign_id",

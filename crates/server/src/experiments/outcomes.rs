@@ -14,6 +14,7 @@ use traqlyte_experiments::outcome_fingerprint;
 use traqlyte_identity::{format_rfc3339_micros, parse_rfc3339_micros};
 use traqlyte_store::{
     now_us, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult, StoredOutcome, TenantId,
+    OUTCOME_VALUE_ABS_MAX,
 };
 
 use crate::auth::Tenant;
@@ -117,6 +118,11 @@ impl Lookups {
         let map = value.as_object().ok_or_else(|| {
             ApiError::unprocessable("not_an_object", "an outcome must be a JSON object")
         })?;
+        // Before any lookup: binding a NUL fails on PostgreSQL, reads included.
+        if let Some(field) = crate::routes::text::find_nul(value) {
+            let rule = crate::routes::text::NUL_RULE;
+            return Err(invalid(&field, format!("{field} is invalid: {rule}")));
+        }
         let allowed = [
             "assignment_id",
             "dedupe_key",
@@ -148,7 +154,7 @@ impl Lookups {
         })?;
         let number = match map.get("value") {
             None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => n.as_f64(),
+            Some(Value::Number(n)) => Some(bounded_value(n.as_f64())?),
             Some(_) => return Err(invalid("value", "value must be a number")),
         };
         let assignment = self.assignment(state, tenant, assignment_id).await?;
@@ -227,6 +233,19 @@ impl Lookups {
 
 fn invalid(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::unprocessable("invalid_outcome", message).with_field(field)
+}
+
+/// A value within ±[`OUTCOME_VALUE_ABS_MAX`], the bound that keeps every per-unit and
+/// per-arm sum finite on both backends (see the constant).
+fn bounded_value(number: Option<f64>) -> Result<f64, ApiError> {
+    number
+        .filter(|v| v.is_finite() && v.abs() <= OUTCOME_VALUE_ABS_MAX)
+        .ok_or_else(|| {
+            invalid(
+                "value",
+                format!("value must be a number from -{OUTCOME_VALUE_ABS_MAX:e} to {OUTCOME_VALUE_ABS_MAX:e}"),
+            )
+        })
 }
 
 fn required_text<'a>(map: &'a Map<String, Value>, key: &str) -> Result<&'a str, ApiError> {

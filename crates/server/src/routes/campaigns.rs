@@ -133,6 +133,17 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
     ApiError::unprocessable("invalid_campaign", message).with_field(field)
 }
 
+/// Every string of a campaign or publish body is stored as text: none may hold NUL.
+fn no_nul(value: &Value) -> Result<(), ApiError> {
+    match super::text::find_nul(value) {
+        Some(field) => Err(invalid(
+            &field,
+            format!("{field} is invalid: {}", super::text::NUL_RULE),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn object<'a>(value: &'a Value, at: &str) -> Result<&'a Map<String, Value>, ApiError> {
     value.as_object().ok_or_else(|| {
         invalid(
@@ -288,6 +299,7 @@ fn parse_metrics(map: &Map<String, Value>) -> Result<Vec<MetricDef>, ApiError> {
 /// Validates a `POST /campaigns` body.
 fn parse_campaign(value: &Value) -> Result<NewCampaign, ApiError> {
     let map = object(value, "")?;
+    no_nul(value)?;
     only_fields(map, "", &["key", "name", "arms", "metrics"])?;
     let key = identifier(map, "", "key", KEY_CHARS_MAX)?;
     let name = map
@@ -323,6 +335,7 @@ async fn parse_publish(
     }
     let value = traqlyte_identity::json::parse(&bytes, state.config.json_depth_max)?;
     let map = object(&value, "")?;
+    no_nul(&value)?;
     only_fields(map, "", &["note", "arms"])?;
     let note = match map.get("note") {
         None | Some(Value::Null) => None,

@@ -7,6 +7,7 @@ mod events;
 mod health;
 mod lineage;
 mod supersessions;
+pub(crate) mod text;
 
 use axum::body::to_bytes;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -73,6 +74,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/lineage/descendants", get(lineage::descendants))
         .route("/lineage/stats", get(lineage::stats))
         .fallback(not_found)
+        // First layer: it runs after routing (so path parameters have their names) and
+        // before any handler or extractor binds a parameter to a query.
+        .layer(middleware::from_fn(text::reject_nul_parameters))
         // Handlers read bodies themselves under per-route limits (see `body`).
         .layer(DefaultBodyLimit::disable())
         // Inside the JSON-error rewrite, so a timeout is answered `{"error":{…}}` too.

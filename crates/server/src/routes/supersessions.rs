@@ -99,6 +99,11 @@ fn parse_body(value: Value) -> Result<(Value, Option<String>), ApiError> {
     }
     let reason = match map.remove("reason") {
         None | Some(Value::Null) => None,
+        // The reason is stored as text; the event is stored as JSON, where NUL is escaped.
+        Some(Value::String(text)) if text.contains('\0') => {
+            let message = format!("reason is invalid: {}", super::text::NUL_RULE);
+            return Err(invalid("reason", &message));
+        }
         Some(Value::String(text)) if text.chars().count() <= REASON_CHARS_MAX => Some(text),
         Some(_) => {
             return Err(invalid(

@@ -333,6 +333,12 @@ fn html_response(status: StatusCode, body: String) -> Response {
     response
 }
 
+/// An [`ApiError`] answered as the UI answers errors: an HTML page with the same status
+/// (used by middleware that refuses a UI request before its handler runs).
+pub(crate) fn error_response(err: ApiError) -> Response {
+    UiError(err).into_response()
+}
+
 /// An [`ApiError`] answered as an HTML page with the same status. A 5xx keeps its
 /// internal cause for the logging middleware and shows only the opaque message.
 struct UiError(ApiError);

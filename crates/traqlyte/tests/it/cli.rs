@@ -31,9 +31,14 @@ mod tempfile_path {
     pub struct TempFile(pub std::path::PathBuf);
 
     impl TempFile {
+        /// Each call gets its own file: tests run in parallel in one process, and one
+        /// test's drop must not remove the file another is reading.
         pub fn with_contents(name: &str, contents: &str) -> TempFile {
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let path =
-                std::env::temp_dir().join(format!("traqlyte_it_{}_{name}", std::process::id()));
+                std::env::temp_dir().join(format!("traqlyte_it_{}_{n}_{name}", std::process::id()));
             std::fs::write(&path, contents).expect("write temp file");
             TempFile(path)
         }
@@ -132,7 +137,11 @@ async fn serve_migrates_an_empty_sqlite_file_and_answers_health_checks() {
     BufReader::new(child.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("read address");
-    let address = line.trim().rsplit(' ').next().expect("address").to_string();
+    let address = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .expect("address")
+        .to_string();
     let health: serde_json::Value = reqwest::get(format!("{address}/healthz"))
         .await
         .expect("get")

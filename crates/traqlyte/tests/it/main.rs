@@ -8,6 +8,7 @@ mod contracts;
 mod demo;
 mod experiments;
 mod helpers;
+mod hostile_text;
 mod idempotency;
 mod ingest;
 mod lineage;
