@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use traqlyte_identity::{format_rfc3339_micros, parse_rfc3339_micros};
 use traqlyte_server::experiments::bucketing;
 use traqlyte_server::ServerConfig;
-use traqlyte_store::{now_us, Arm, Store, StoreConfig};
+use traqlyte_store::{now_us, Arm, Store, StoreConfig, TenantName};
 
 /// Options of `traqlyte demo`.
 #[derive(Args)]
@@ -90,7 +90,7 @@ pub async fn run(
     let server = Server::start(&args).await?;
     let (_, key) = server
         .store
-        .create_tenant("TraqLyte demo")
+        .create_tenant(&TenantName::parse("TraqLyte demo").map_err(anyhow::Error::msg)?)
         .await
         .context("create the demo tenant")?;
     let api = Api::new(&server.address, key.expose())?;
