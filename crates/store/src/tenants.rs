@@ -341,3 +341,61 @@ where
         revoked_at_us: row.try_get(2)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_names_are_trimmed_and_bounded() {
+        let long = "x".repeat(TenantName::CHARS_MAX + 1);
+        let table: &[(&str, Option<&str>)] = &[
+            ("acme", Some("acme")),
+            ("  Acme Corp  ", Some("Acme Corp")),
+            ("", None),
+            ("   ", None),
+            ("a\nb", None),
+            ("a\u{7}", None),
+            (&long, None),
+        ];
+        for (input, expected) in table {
+            let parsed = TenantName::parse(input).ok();
+            assert_eq!(
+                parsed.as_ref().map(TenantName::as_str),
+                *expected,
+                "{input:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_selector_is_a_whole_key_or_a_prefix() {
+        let key = ApiKey::generate();
+        let prefix = KeyPrefix::of(&key);
+        assert_eq!(prefix.to_string(), key.expose()[..12]);
+        assert!(matches!(
+            KeySelector::parse(key.expose()),
+            Some(KeySelector::Key(_))
+        ));
+        for text in [
+            prefix.to_string(),
+            prefix.hex().to_string(),
+            prefix.to_string().to_uppercase().replace("TLK_", "tlk_"),
+        ] {
+            match KeySelector::parse(&text) {
+                Some(KeySelector::Prefix(p)) => assert_eq!(p, prefix, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        for text in [
+            "",
+            "tlk_",
+            "tlk_1234567",
+            "tlk_123456789",
+            "tlk_1234567g",
+            "abc",
+        ] {
+            assert!(KeySelector::parse(text).is_none(), "{text}");
+        }
+    }
+}
