@@ -10,6 +10,7 @@ mod experiments;
 mod helpers;
 mod idempotency;
 mod ingest;
+mod keys;
 mod lineage;
 mod numbers;
 mod ol_client;
