@@ -595,3 +595,32 @@ impl Drop for TokenFile {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+#[test]
+fn serve_refuses_a_short_admin_token_and_one_shaped_like_a_tenant_key() {
+    let tenant_key = format!("tlk_{}", "0".repeat(48));
+    for (token, says) in [
+        ("short", "shorter than"),
+        (tenant_key.as_str(), "tenant API key"),
+        (
+            "a token with spaces in it, long enough to pass",
+            "printable ASCII",
+        ),
+    ] {
+        let file = TokenFile::new(token);
+        let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-token-file",
+                file.path(),
+            ])
+            .args(["--database-url", "sqlite::memory:"])
+            .output()
+            .expect("run traqlyte");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{token}: {output:?}");
+        assert!(stderr.contains(says), "{token}: {stderr}");
+    }
+}
