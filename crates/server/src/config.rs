@@ -30,6 +30,9 @@ pub struct ServerConfig {
     pub lineage_depth_max: u32,
     /// Most nodes one lineage query returns; a larger graph is cut and marked `truncated`.
     pub lineage_nodes_max: usize,
+    /// The token `/admin/…` routes require (`Authorization: Bearer <token>`); `None`
+    /// disables them (404 `admin_disabled`).
+    pub admin_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -47,6 +50,7 @@ impl Default for ServerConfig {
             test_publish_delay_ms: 0,
             lineage_depth_max: 100,
             lineage_nodes_max: 10_000,
+            admin_token: None,
         }
     }
 }

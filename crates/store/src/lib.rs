@@ -8,7 +8,8 @@
 //! equal means a retry (counted), different means a collision (logged, nothing
 //! overwritten). See [`plan`] for that pure comparison.
 //!
-//! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`ApiKey`], [`NewEvent`],
+//! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`TenantName`], [`ApiKey`],
+//! [`KeyPrefix`] (tenants and key lifecycle: [`tenants`]), [`NewEvent`],
 //! [`EventOutcome`], [`ContractStats`], [`UiToken`]; lineage (OpenLineage run events and
 //! their graph): [`RunEventRow`], [`NodeRef`], [`Walk`].
 
@@ -25,6 +26,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 pub mod supersessions;
+pub mod tenants;
 mod tx;
 pub mod ui_tokens;
 
@@ -45,6 +47,7 @@ pub use model::{
     TenantId,
 };
 pub use supersessions::{SupersedeOutcome, Supersession};
+pub use tenants::{ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
 pub use tx::StoreTx;
 pub use ui_tokens::{UiToken, UiTokenKind};
 
@@ -130,32 +133,6 @@ impl Store {
     /// Checks that the database answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         tx::with_pool!(self, reader, pool, q => sqlx::query(&q("SELECT 1")).execute(pool).await.map(|_| ()).map_err(StoreError::from))
-    }
-
-    /// Creates a tenant and its first API key; the key is returned once and only its
-    /// hash is stored.
-    pub async fn create_tenant(&self, name: &str) -> Result<(TenantId, ApiKey), StoreError> {
-        let tenant = TenantId::generate();
-        let key = ApiKey::generate();
-        let mut tx = self.begin().await?;
-        let now = now_us();
-        tx::with_tx!(tx, conn, q => {
-            sqlx::query(&q("INSERT INTO tenants (tenant_id, name, created_at_us) VALUES ($1, $2, $3)"))
-                .bind(tenant.as_str()).bind(name).bind(now).execute(&mut *conn).await?;
-            sqlx::query(&q("INSERT INTO api_keys (key_hash, tenant_id, created_at_us) VALUES ($1, $2, $3)"))
-                .bind(key.hash()).bind(tenant.as_str()).bind(now).execute(&mut *conn).await?;
-        });
-        tx.commit().await?;
-        Ok((tenant, key))
-    }
-
-    /// The tenant an API key belongs to, if any.
-    pub async fn tenant_for_key(&self, key: &ApiKey) -> Result<Option<TenantId>, StoreError> {
-        tx::with_pool!(self, reader, pool, q => {
-            let row: Option<String> = sqlx::query_scalar(&q("SELECT tenant_id FROM api_keys WHERE key_hash = $1"))
-                .bind(key.hash()).fetch_optional(pool).await?;
-            Ok(row.map(TenantId::from_stored))
-        })
     }
 
     /// Registers a contract in its own transaction; see [`StoreTx::register_contract`].

@@ -53,6 +53,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0007_supersessions.sql"),
         postgres: include_str!("../migrations/postgres/0007_supersessions.sql"),
     },
+    Migration {
+        version: 8,
+        name: "key_lifecycle",
+        sqlite: include_str!("../migrations/sqlite/0008_key_lifecycle.sql"),
+        postgres: include_str!("../migrations/postgres/0008_key_lifecycle.sql"),
+    },
 ];
 
 pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -34,7 +34,7 @@ impl std::fmt::Display for TenantId {
 pub struct ApiKey(String);
 
 impl ApiKey {
-    const PREFIX: &'static str = "tlk_";
+    pub(crate) const PREFIX: &'static str = "tlk_";
     const HEX_LEN: usize = 48;
 
     pub(crate) fn generate() -> ApiKey {

@@ -16,7 +16,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use traqlyte_identity::Contract;
 use traqlyte_server::ServerConfig;
-use traqlyte_store::{NewEvent, Store, StoreConfig, TenantId};
+use traqlyte_store::{NewEvent, Store, StoreConfig, TenantId, TenantName};
 
 /// Benchmarks.
 #[derive(Subcommand)]
@@ -115,6 +115,12 @@ impl Rng {
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// A tenant name no earlier round or run on the same database has taken (tenant names
+/// are unique), e.g. `bench http 1764540000123456`.
+pub(crate) fn bench_tenant_name(what: &str) -> Result<TenantName> {
+    TenantName::parse(&format!("{what} {}", traqlyte_store::now_us())).map_err(anyhow::Error::msg)
 }
 
 fn bench_contract() -> Value {
@@ -251,12 +257,18 @@ async fn ingest(args: IngestArgs) -> Result<()> {
         .build()?;
     let (mut http_rates, mut raw_rates) = (Vec::new(), Vec::new());
     for round in 0..args.rounds.max(1) {
-        let (http_tenant, key) = bench.store.create_tenant("bench http").await?;
+        let (http_tenant, key) = bench
+            .store
+            .create_tenant(&bench_tenant_name("bench http")?)
+            .await?;
         bench
             .store
             .register_contract(&http_tenant, &contract)
             .await?;
-        let (raw_tenant, _) = bench.store.create_tenant("bench raw").await?;
+        let (raw_tenant, _) = bench
+            .store
+            .create_tenant(&bench_tenant_name("bench raw")?)
+            .await?;
         let http = || {
             http_round(
                 &client,
@@ -393,7 +405,10 @@ fn median(values: &mut [f64]) -> f64 {
 
 async fn publish(args: PublishArgs) -> Result<()> {
     let bench = start(&args.database_url, args.concurrency).await?;
-    let (_, key) = bench.store.create_tenant("bench publish").await?;
+    let (_, key) = bench
+        .store
+        .create_tenant(&bench_tenant_name("bench publish")?)
+        .await?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
@@ -474,7 +489,10 @@ async fn send_publish(
 
 async fn report(args: ReportArgs) -> Result<()> {
     let bench = start(&args.database_url, 4).await?;
-    let (tenant, _) = bench.store.create_tenant("bench report").await?;
+    let (tenant, _) = bench
+        .store
+        .create_tenant(&bench_tenant_name("bench report")?)
+        .await?;
     let new = traqlyte_store::NewCampaign {
         key: "bench".into(),
         name: "bench".into(),

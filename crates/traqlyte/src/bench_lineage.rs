@@ -192,7 +192,9 @@ pub async fn graph(args: GraphArgs) -> Result<()> {
     config.pool_connections_max = 8;
     let store = Store::connect(&config).await.context("connect")?;
     store.migrate().await.context("migrate")?;
-    let (tenant, _) = store.create_tenant("bench").await?;
+    let (tenant, _) = store
+        .create_tenant(&crate::bench::bench_tenant_name("bench lineage")?)
+        .await?;
     let started = Instant::now();
     load_graph(&store, &tenant, &args).await?;
     let load_s = started.elapsed().as_secs_f64();

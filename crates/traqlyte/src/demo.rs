@@ -24,7 +24,7 @@ use traqlyte_experiments::Report;
 use traqlyte_identity::{format_rfc3339_micros, parse_rfc3339_micros};
 use traqlyte_server::ServerConfig;
 use traqlyte_stats::Lift;
-use traqlyte_store::{now_us, Arm, Store, StoreConfig};
+use traqlyte_store::{now_us, Arm, Store, StoreConfig, TenantName};
 
 /// Options of `traqlyte demo`.
 #[derive(Args)]
@@ -89,7 +89,7 @@ pub async fn run(
     let server = Server::start(&args, &listen).await?;
     let (_, key) = server
         .store
-        .create_tenant("TraqLyte demo")
+        .create_tenant(&TenantName::parse("TraqLyte demo").map_err(anyhow::Error::msg)?)
         .await
         .context("create the demo tenant")?;
     let api = Api::new(&server.address, key.expose())?;

@@ -10,6 +10,7 @@ mod bench;
 mod bench_lineage;
 mod demo;
 mod fire;
+mod tenants;
 
 use std::io::Read;
 use std::path::Path;
@@ -50,7 +51,10 @@ enum Command {
     Migrate(DbArgs),
     /// Manage tenants.
     #[command(subcommand)]
-    Tenant(TenantCommand),
+    Tenant(tenants::TenantCommand),
+    /// Manage a tenant's API keys: create, list (by prefix), revoke.
+    #[command(subcommand)]
+    Key(tenants::KeyCommand),
     /// Inspect identity contracts.
     #[command(subcommand)]
     Contracts(ContractsCommand),
@@ -115,17 +119,11 @@ struct ServeArgs {
     /// Test-only: the publish handler sleeps this long inside its transaction.
     #[arg(long, default_value_t = 0, hide = true)]
     test_publish_delay_ms: u64,
-}
-
-#[derive(Subcommand)]
-enum TenantCommand {
-    /// Create a tenant; prints its new API key alone on stdout (shown once).
-    Create {
-        /// A name for people.
-        name: String,
-        #[command(flatten)]
-        db: DbArgs,
-    },
+    /// A file holding the admin token that `/admin/…` routes require as
+    /// `Authorization: Bearer <token>` (at least 32 printable characters). Without it the
+    /// admin routes answer 404 admin_disabled.
+    #[arg(long, env = "TRAQLYTE_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -195,17 +193,8 @@ async fn run(command: Command) -> Result<()> {
             tracing::info!(backend = store.backend_name(), applied = ?applied, "migrations applied");
             Ok(())
         }
-        Command::Tenant(TenantCommand::Create { name, db }) => {
-            let store = connect(&db, 2).await?;
-            store.migrate().await.context("apply migrations")?;
-            let (tenant, key) = store
-                .create_tenant(&name)
-                .await
-                .context("create the tenant")?;
-            tracing::info!(tenant = %tenant, name, "tenant created");
-            println!("{}", key.expose());
-            Ok(())
-        }
+        Command::Tenant(command) => tenants::run_tenant(command).await,
+        Command::Key(command) => tenants::run_key(command).await,
         Command::Contracts(ContractsCommand::Show { contract, source }) => {
             print!("{}", resolve_contract(&contract, &source).await?.describe());
             Ok(())
@@ -226,6 +215,12 @@ async fn run(command: Command) -> Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
+    // Read before connecting, so a bad token file fails fast.
+    let admin_token = args
+        .admin_token_file
+        .as_deref()
+        .map(tenants::read_admin_token)
+        .transpose()?;
     let store = connect(&args.db, args.pool_connections_max).await?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
@@ -242,6 +237,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         test_publish_delay_ms: args.test_publish_delay_ms,
         lineage_depth_max: args.lineage_depth_max,
         lineage_nodes_max: args.lineage_nodes_max,
+        admin_token,
     };
     let on_bound = |address| {
         tracing::info!(%address, "listening");

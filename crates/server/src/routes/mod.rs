@@ -1,6 +1,7 @@
 //! The route table and the cross-cutting middleware: JSON for every error, and logging
 //! of errors with their causes.
 
+mod admin;
 mod campaigns;
 mod contracts;
 mod events;
@@ -66,6 +67,7 @@ pub(crate) fn router(state: AppState) -> Router {
             idempotent(post(supersessions::supersede)),
         )
         .merge(crate::ui::router())
+        .merge(admin::router(state.clone()))
         .route(
             "/api/v1/lineage",
             post(lineage::post_event).get(lineage::graph),

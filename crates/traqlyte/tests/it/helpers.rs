@@ -134,7 +134,10 @@ pub async fn spawn_app_with(backend: Backend, mut config: ServerConfig) -> TestA
         .await
         .expect("connect");
     store.migrate().await.expect("migrate");
-    let (_, key) = store.create_tenant("test tenant").await.expect("tenant");
+    let (_, key) = store
+        .create_tenant(&tenant_name("test tenant"))
+        .await
+        .expect("tenant");
     config.listen = "127.0.0.1:0".to_string();
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
     let server_store = store.clone();
@@ -296,7 +299,7 @@ impl TestApp {
     pub async fn other_tenant_key(&self) -> String {
         let (_, key) = self
             .store
-            .create_tenant("other tenant")
+            .create_tenant(&tenant_name("other tenant"))
             .await
             .expect("tenant");
         key.expose().to_string()
@@ -393,4 +396,9 @@ pub fn checkout_event(order: &str) -> Value {
         "occurred_at": "2026-11-29T10:00:00Z", "sent_at": "2026-11-29T10:00:01Z", "attempt": 1,
         "note": "content outside the identity"
     })
+}
+
+/// A tenant name for tests.
+pub fn tenant_name(text: &str) -> traqlyte_store::TenantName {
+    traqlyte_store::TenantName::parse(text).expect("a valid tenant name")
 }

@@ -11,6 +11,7 @@ mod helpers;
 mod hostile_text;
 mod idempotency;
 mod ingest;
+mod keys;
 mod lineage;
 mod numbers;
 mod ol_client;

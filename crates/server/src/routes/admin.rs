@@ -1,0 +1,290 @@
+//! `/admin/…`: tenants and their API keys over HTTP, for the operator holding the admin
+//! token configured at start (`ServerConfig::admin_token`). Without a token the routes
+//! answer `404 admin_disabled`: there is nothing a caller could send to be let in, and a
+//! 401 would suggest there is.
+//!
+//! These routes do not go through the transport idempotency layer: it stores each
+//! response to replay it, and the creating routes answer a new API key, which must be
+//! shown once and never stored in clear. They are safe to retry without it: a retried
+//! `POST /admin/tenants` gets `409 tenant_exists` (names are unique), a retried key
+//! creation adds a second key (listed, revocable), and revoking twice answers the first
+//! revocation. A request carrying an idempotency key is refused, so no client believes
+//! it is protected.
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::header::{AUTHORIZATION, CACHE_CONTROL};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_store::{ApiKey, ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
+
+use crate::body::read_document;
+use crate::{ApiError, AppState};
+
+/// The admin routes, each behind the admin token.
+pub(crate) fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/admin/tenants", get(list_tenants).post(create_tenant))
+        .route(
+            "/admin/tenants/{name}/keys",
+            get(list_keys).post(create_key),
+        )
+        .route("/admin/tenants/{name}/keys/{prefix}", delete(revoke_key))
+        .route_layer(middleware::from_fn_with_state(state, require_admin))
+}
+
+/// `GET /admin/tenants` → `{"tenants":[…]}` by name.
+async fn list_tenants(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let tenants = state.store.tenants().await?;
+    Ok(Json(
+        json!({ "tenants": tenants.iter().map(tenant_json).collect::<Vec<_>>() }),
+    ))
+}
+
+/// `POST /admin/tenants {"name"}` → 201 with the tenant, its first key's listing and the
+/// key itself (`api_key`, shown once).
+async fn create_tenant(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let value = read_document(&state, &headers, body).await?;
+    let name = parse_new_tenant(&value)?;
+    let (tenant_id, key) = state.store.create_tenant(&name).await?;
+    tracing::info!(tenant = %tenant_id, name = %name, "tenant created by admin");
+    let tenant = state
+        .store
+        .tenant_by_name(&TenantName::parse(tenant_id.as_str()).map_err(ApiError::internal)?)
+        .await?
+        .ok_or_else(|| ApiError::internal("a tenant just created cannot be read back"))?;
+    let body = json!({
+        "tenant": tenant_json(&tenant),
+        "key": key_json(&first_key_info(&key, tenant.created_at_us)),
+        "api_key": key.expose(),
+    });
+    Ok(secret_created(body))
+}
+
+/// `GET /admin/tenants/{name}/keys` → the tenant and its keys by prefix, oldest first.
+async fn list_keys(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = find_tenant(&state, &name).await?;
+    let keys = state.store.api_keys(&tenant.tenant_id).await?;
+    Ok(Json(json!({
+        "tenant": tenant_json(&tenant),
+        "keys": keys.iter().map(key_json).collect::<Vec<_>>(),
+    })))
+}
+
+/// `POST /admin/tenants/{name}/keys` → 201 with the new key's listing and the key itself
+/// (`api_key`, shown once). The body, if any, is ignored.
+async fn create_key(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let tenant = find_tenant(&state, &name).await?;
+    let (key, info) = state.store.create_api_key(&tenant.tenant_id).await?;
+    tracing::info!(tenant = %tenant.tenant_id, prefix = %prefix_text(&info), "key created by admin");
+    Ok(secret_created(
+        json!({ "key": key_json(&info), "api_key": key.expose() }),
+    ))
+}
+
+/// `DELETE /admin/tenants/{name}/keys/{prefix}` → 200 with the revoked key's listing.
+/// Only a prefix is accepted: a key never travels in a URL.
+async fn revoke_key(
+    State(state): State<AppState>,
+    Path((name, prefix)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(prefix) = KeyPrefix::parse(&prefix) else {
+        let message = if ApiKey::parse(&prefix).is_some() {
+            "this is a whole API key: name it by its prefix (tlk_ and 8 hex digits), never put a key in a URL; consider that key exposed"
+        } else {
+            "a key prefix is tlk_ and 8 hex digits, as GET /admin/tenants/{name}/keys lists it"
+        };
+        return Err(
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_key_prefix", message)
+                .with_field("prefix"),
+        );
+    };
+    let tenant = find_tenant(&state, &name).await?;
+    let revoked = state
+        .store
+        .revoke_api_key(&tenant.tenant_id, &KeySelector::Prefix(prefix.clone()))
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(
+                "key_not_found",
+                format!("tenant {:?} has no key {prefix}", tenant.name),
+            )
+        })?;
+    tracing::info!(tenant = %tenant.tenant_id, prefix = %prefix, "key revoked by admin");
+    Ok(Json(json!({ "key": key_json(&revoked) })))
+}
+
+/// Lets a request through only with the configured admin token; see the module docs.
+async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match admit(state.config.admin_token.as_deref(), &request) {
+        Ok(()) => next.run(request).await,
+        Err(err) => err.into_response(),
+    }
+}
+
+fn admit(configured: Option<&str>, request: &Request) -> Result<(), ApiError> {
+    let Some(expected) = configured.filter(|t| !t.is_empty()) else {
+        return Err(ApiError::not_found(
+            "admin_disabled",
+            "the admin routes are disabled; start the server with --admin-token-file",
+        ));
+    };
+    let header = request.headers().get(AUTHORIZATION).ok_or_else(|| {
+        ApiError::unauthorized(
+            "missing Authorization header; send `Authorization: Bearer <admin token>`",
+        )
+    })?;
+    let token = header
+        .to_str()
+        .ok()
+        .and_then(|t| {
+            t.strip_prefix("Bearer ")
+                .or_else(|| t.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .ok_or_else(|| ApiError::unauthorized("Authorization must be `Bearer <admin token>`"))?;
+    if !same_secret(token, expected) {
+        // The admin token can never have a tenant key's shape (refused at start), so this
+        // says nothing about whether the tenant key exists.
+        let message = if token.starts_with("tlk_") {
+            "a tenant API key is not an admin token"
+        } else {
+            "wrong admin token"
+        };
+        return Err(ApiError::unauthorized(message));
+    }
+    let mutating = request.method() != Method::GET && request.method() != Method::HEAD;
+    let headers = request.headers();
+    let has_idempotency_key = headers.contains_key(crate::idempotency::HEADER)
+        || headers.contains_key(crate::idempotency::STANDARD_HEADER);
+    if mutating && has_idempotency_key {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency_not_supported",
+            "admin routes do not store responses (they would hold new API keys in clear); send the request without an idempotency key (a retried tenant creation answers 409 tenant_exists)",
+        ));
+    }
+    Ok(())
+}
+
+/// Compares two secrets in time that depends on neither: both are hashed to 32 bytes
+/// first (hiding the length too), then every byte is compared.
+fn same_secret(given: &str, expected: &str) -> bool {
+    let a = Sha256::digest(given.as_bytes());
+    let b = Sha256::digest(expected.as_bytes());
+    let difference = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(difference) == 0
+}
+
+/// `{"name"}` with a valid name and nothing else.
+fn parse_new_tenant(value: &Value) -> Result<TenantName, ApiError> {
+    let invalid = |message: String| ApiError::unprocessable("invalid_tenant", message);
+    let map = value
+        .as_object()
+        .ok_or_else(|| invalid("send a JSON object {\"name\": \"…\"}".to_string()))?;
+    if let Some(unknown) = map.keys().find(|k| k.as_str() != "name") {
+        return Err(
+            invalid(format!("unknown field {unknown:?}; send {{\"name\"}} only"))
+                .with_field(unknown.clone()),
+        );
+    }
+    let text = map
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("name is required: a string".to_string()).with_field("name"))?;
+    TenantName::parse(text).map_err(|message| invalid(message).with_field("name"))
+}
+
+async fn find_tenant(state: &AppState, name: &str) -> Result<TenantRecord, ApiError> {
+    let missing = || {
+        ApiError::not_found(
+            "tenant_not_found",
+            format!("no tenant named {name:?}; GET /admin/tenants lists them"),
+        )
+    };
+    let parsed = TenantName::parse(name).map_err(|_| missing())?;
+    state
+        .store
+        .tenant_by_name(&parsed)
+        .await?
+        .ok_or_else(missing)
+}
+
+/// The listing of a tenant's first key, created in the tenant's own transaction.
+fn first_key_info(key: &ApiKey, created_at_us: i64) -> ApiKeyInfo {
+    ApiKeyInfo {
+        prefix: Some(KeyPrefix::of(key)),
+        created_at_us,
+        revoked_at_us: None,
+    }
+}
+
+/// 201 with a body that holds a secret: never cached by anything between.
+fn secret_created(body: Value) -> Response {
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn tenant_json(tenant: &TenantRecord) -> Value {
+    json!({
+        "tenant_id": tenant.tenant_id.as_str(),
+        "name": tenant.name,
+        "created_at": format_rfc3339_micros(tenant.created_at_us),
+        "active_keys": tenant.active_keys,
+    })
+}
+
+fn key_json(key: &ApiKeyInfo) -> Value {
+    json!({
+        "prefix": key.prefix.as_ref().map(ToString::to_string),
+        "created_at": format_rfc3339_micros(key.created_at_us),
+        "revoked_at": key.revoked_at_us.map(format_rfc3339_micros),
+    })
+}
+
+fn prefix_text(key: &ApiKeyInfo) -> String {
+    key.prefix
+        .as_ref()
+        .map_or_else(|| "none".to_string(), ToString::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_secret;
+
+    #[test]
+    fn secrets_match_only_when_equal() {
+        let token = "admin-token-0123456789abcdef0123456789";
+        assert!(same_secret(token, token));
+        for other in [
+            "",
+            "admin",
+            "admin-token-0123456789abcdef012345678",
+            "admin-token-0123456789abcdef01234567890",
+        ] {
+            assert!(!same_secret(other, token), "{other:?}");
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! Tenants and their API keys: creation, listing, several keys per tenant, revocation.
+//!
+//! Only a key's SHA-256 and a short non-secret prefix ([`KeyPrefix`], the first 8 hex
+//! digits after `tlk_`) are stored. Revoking marks the row (`revoked_at_us`) and keeps it
+//! for audit; authentication reads the row on every request, so a revocation is refused
+//! by every process from its next request on.
+//!
+//! Tenant names are unique for tenants created by this code: [`Store::create_tenant`]
+//! checks and inserts under one lock (`BEGIN IMMEDIATE` on SQLite, an advisory
+//! transaction lock on PostgreSQL). There is no unique index on the name because
+//! databases from before it may hold duplicates, which [`Store::tenant_by_name`] refuses
+//! as ambiguous instead of picking one.
+
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::model::ApiKey;
+use crate::tx::{with_pool, with_tx};
+use crate::{now_us, Store, StoreError, StoreTx, TenantId};
+
+/// A tenant's name as people type it: 1–128 characters, no control characters, without
+/// surrounding whitespace (trimmed by [`TenantName::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantName(String);
+
+impl TenantName {
+    /// The longest name accepted, in characters.
+    pub const CHARS_MAX: usize = 128;
+
+    /// Trims and checks a name; the error says what is wrong, for people.
+    pub fn parse(text: &str) -> Result<TenantName, String> {
+        let name = text.trim();
+        if name.is_empty() {
+            return Err("a tenant name must not be empty".to_string());
+        }
+        if name.chars().count() > Self::CHARS_MAX {
+            return Err(format!(
+                "a tenant name is at most {} characters",
+                Self::CHARS_MAX
+            ));
+        }
+        if name.chars().any(char::is_control) {
+            return Err("a tenant name must not contain control characters".to_string());
+        }
+        Ok(TenantName(name.to_string()))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TenantName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The non-secret part of an API key that names it in lists and revocations: the first
+/// 8 hex digits after `tlk_` (32 of the key's 192 random bits, leaving 160 secret).
+/// Shown as `tlk_1a2b3c4d`; unique per tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPrefix(String);
+
+impl KeyPrefix {
+    /// Hex digits kept.
+    pub const HEX_LEN: usize = 8;
+
+    /// Accepts `tlk_1a2b3c4d` or `1a2b3c4d` (hex digits, any case).
+    pub fn parse(text: &str) -> Option<KeyPrefix> {
+        let hex = text.strip_prefix(ApiKey::PREFIX).unwrap_or(text);
+        let ok = hex.len() == Self::HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit());
+        ok.then(|| KeyPrefix(hex.to_ascii_lowercase()))
+    }
+
+    /// The prefix of a key.
+    pub fn of(key: &ApiKey) -> KeyPrefix {
+        let hex = &key.expose()[ApiKey::PREFIX.len()..];
+        KeyPrefix(hex[..Self::HEX_LEN].to_string())
+    }
+
+    /// The stored hex digits, without `tlk_`.
+    pub fn hex(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for KeyPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", ApiKey::PREFIX, self.0)
+    }
+}
+
+/// Which key a revocation names: the whole secret (found by hash), or its prefix.
+#[derive(Debug, Clone)]
+pub enum KeySelector {
+    /// The full key; the only way to name a key created before prefixes were stored.
+    Key(ApiKey),
+    /// The key's prefix.
+    Prefix(KeyPrefix),
+}
+
+impl KeySelector {
+    /// A full key if `text` is one, else a prefix; `None` when it is neither.
+    pub fn parse(text: &str) -> Option<KeySelector> {
+        let text = text.trim();
+        ApiKey::parse(text)
+            .map(KeySelector::Key)
+            .or_else(|| KeyPrefix::parse(text).map(KeySelector::Prefix))
+    }
+}
+
+/// A tenant as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRecord {
+    /// Its id.
+    pub tenant_id: TenantId,
+    /// Its name (as stored; older rows may predate [`TenantName`]'s rules).
+    pub name: String,
+    /// When it was created.
+    pub created_at_us: i64,
+    /// Keys not revoked.
+    pub active_keys: i64,
+}
+
+/// An API key as listed: never the key itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyInfo {
+    /// Its prefix; `None` for a key created before prefixes were stored.
+    pub prefix: Option<KeyPrefix>,
+    /// When it was created.
+    pub created_at_us: i64,
+    /// When it was revoked; `None` while it works.
+    pub revoked_at_us: Option<i64>,
+}
+
+/// Most tenants one listing returns.
+pub const TENANTS_LIST_MAX: i64 = 10_000;
+/// Most keys one tenant's listing returns (revoked ones included, newest kept).
+pub const KEYS_LIST_MAX: i64 = 1_000;
+/// Fresh keys tried when a new key's prefix is already taken in its tenant (one chance
+/// in 2^32 per existing key, so a second attempt is already rare).
+const KEY_ATTEMPTS_MAX: usize = 4;
+/// PostgreSQL advisory lock that serialises tenant creation, so two processes cannot
+/// both find a name free and insert it.
+const PG_TENANT_NAME_LOCK: i64 = 0x0074_6e61_6d65_0001; // "tname" in ASCII, then 1
+
+const SELECT_TENANTS: &str = "SELECT t.tenant_id, t.name, t.created_at_us,
+       (SELECT COUNT(*) FROM api_keys k WHERE k.tenant_id = t.tenant_id AND k.revoked_at_us IS NULL)
+     FROM tenants t";
+const SELECT_KEY_COLUMNS: &str = "SELECT key_prefix, created_at_us, revoked_at_us FROM api_keys";
+
+impl Store {
+    /// Creates a tenant and its first API key; the key is returned once and only its
+    /// hash and prefix are stored. A name already used by a tenant (or equal to a
+    /// tenant's id) is [`StoreError::Conflict`] `tenant_exists`.
+    pub async fn create_tenant(&self, name: &TenantName) -> Result<(TenantId, ApiKey), StoreError> {
+        let tenant = TenantId::generate();
+        let mut tx = self.begin().await?;
+        let now = now_us();
+        let postgres = matches!(tx.inner, crate::tx::TxInner::Postgres(_));
+        let taken: i64 = with_tx!(tx, conn, q => {
+            if postgres {
+                sqlx::query(&q("SELECT pg_advisory_xact_lock($1)")).bind(PG_TENANT_NAME_LOCK).execute(&mut *conn).await?;
+            }
+            sqlx::query_scalar(&q("SELECT COUNT(*) FROM tenants WHERE name = $1 OR tenant_id = $1"))
+                .bind(name.as_str()).fetch_one(&mut *conn).await?
+        });
+        if taken > 0 {
+            return Err(StoreError::Conflict {
+                code: "tenant_exists",
+                message: format!(
+                    "a tenant named {:?} exists already; tenant names are unique",
+                    name.as_str()
+                ),
+            });
+        }
+        with_tx!(tx, conn, q => {
+            sqlx::query(&q("INSERT INTO tenants (tenant_id, name, created_at_us) VALUES ($1, $2, $3)"))
+                .bind(tenant.as_str()).bind(name.as_str()).bind(now).execute(&mut *conn).await?;
+        });
+        let (key, _) = tx.insert_api_key(&tenant, now).await?;
+        tx.commit().await?;
+        Ok((tenant, key))
+    }
+
+    /// Every tenant, by name (at most [`TENANTS_LIST_MAX`]).
+    pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        let sql = format!("{SELECT_TENANTS} ORDER BY t.name, t.created_at_us LIMIT $1");
+        with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q(&sql)).bind(TENANTS_LIST_MAX).fetch_all(pool).await?;
+            rows.iter().map(tenant_row).collect()
+        })
+    }
+
+    /// The tenant named `name`, or whose id is `name`; `None` when there is none. Two
+    /// matches (tenants of one name from before names were unique) are
+    /// [`StoreError::Conflict`] `tenant_name_ambiguous`, naming their ids.
+    pub async fn tenant_by_name(
+        &self,
+        name: &TenantName,
+    ) -> Result<Option<TenantRecord>, StoreError> {
+        let sql = format!("{SELECT_TENANTS} WHERE t.name = $1 OR t.tenant_id = $1 ORDER BY t.created_at_us LIMIT 10");
+        let found = with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q(&sql)).bind(name.as_str()).fetch_all(pool).await?;
+            rows.iter().map(tenant_row).collect::<Result<Vec<_>, StoreError>>()
+        })?;
+        match found.len() {
+            0 | 1 => Ok(found.into_iter().next()),
+            _ => {
+                let ids: Vec<&str> = found.iter().map(|t| t.tenant_id.as_str()).collect();
+                Err(StoreError::Conflict {
+                    code: "tenant_name_ambiguous",
+                    message: format!(
+                        "{:?} names several tenants ({}); name one by its id instead",
+                        name.as_str(),
+                        ids.join(", ")
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Adds an API key to a tenant; the key is returned once.
+    pub async fn create_api_key(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<(ApiKey, ApiKeyInfo), StoreError> {
+        let mut tx = self.begin().await?;
+        let created = tx.insert_api_key(tenant, now_us()).await?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    /// A tenant's keys, oldest first (at most [`KEYS_LIST_MAX`], the newest kept).
+    pub async fn api_keys(&self, tenant: &TenantId) -> Result<Vec<ApiKeyInfo>, StoreError> {
+        let sql = format!("SELECT * FROM ({SELECT_KEY_COLUMNS} WHERE tenant_id = $1 ORDER BY created_at_us DESC, key_prefix DESC LIMIT $2) newest ORDER BY created_at_us, key_prefix");
+        with_pool!(self, reader, pool, q => {
+            let rows = sqlx::query(&q(&sql)).bind(tenant.as_str()).bind(KEYS_LIST_MAX).fetch_all(pool).await?;
+            rows.iter().map(key_row).collect()
+        })
+    }
+
+    /// Revokes one of a tenant's keys by marking its row; authentication refuses it from
+    /// the next request on, in every process. Revoking a revoked key changes nothing and
+    /// answers the first revocation. `None` when the tenant has no such key.
+    pub async fn revoke_api_key(
+        &self,
+        tenant: &TenantId,
+        key: &KeySelector,
+    ) -> Result<Option<ApiKeyInfo>, StoreError> {
+        let (column, value) = match key {
+            KeySelector::Key(key) => ("key_hash", key.hash()),
+            KeySelector::Prefix(prefix) => ("key_prefix", prefix.hex().to_string()),
+        };
+        let update = format!(
+            "UPDATE api_keys SET revoked_at_us = $3
+             WHERE tenant_id = $1 AND {column} = $2 AND revoked_at_us IS NULL"
+        );
+        let select = format!("{SELECT_KEY_COLUMNS} WHERE tenant_id = $1 AND {column} = $2");
+        let mut tx = self.begin().await?;
+        let row = with_tx!(tx, conn, q => {
+            sqlx::query(&q(&update)).bind(tenant.as_str()).bind(&value).bind(now_us()).execute(&mut *conn).await?;
+            let row = sqlx::query(&q(&select)).bind(tenant.as_str()).bind(&value).fetch_optional(&mut *conn).await?;
+            row.as_ref().map(key_row).transpose()?
+        });
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// The tenant a working (not revoked) API key belongs to, if any. Read from the
+    /// database on every call, never cached, so a revocation holds at once everywhere.
+    pub async fn tenant_for_key(&self, key: &ApiKey) -> Result<Option<TenantId>, StoreError> {
+        with_pool!(self, reader, pool, q => {
+            let row: Option<String> = sqlx::query_scalar(&q("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_us IS NULL"))
+                .bind(key.hash()).fetch_optional(pool).await?;
+            Ok(row.map(TenantId::from_stored))
+        })
+    }
+}
+
+impl StoreTx {
+    /// Inserts a fresh key with its prefix, drawing another key in the rare case the
+    /// prefix is taken in this tenant.
+    async fn insert_api_key(
+        &mut self,
+        tenant: &TenantId,
+        now: i64,
+    ) -> Result<(ApiKey, ApiKeyInfo), StoreError> {
+        for _ in 0..KEY_ATTEMPTS_MAX {
+            let key = ApiKey::generate();
+            let prefix = KeyPrefix::of(&key);
+            let inserted = with_tx!(self, conn, q => {
+                sqlx::query(&q("INSERT INTO api_keys (key_hash, tenant_id, created_at_us, key_prefix)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"))
+                    .bind(key.hash()).bind(tenant.as_str()).bind(now).bind(prefix.hex())
+                    .execute(&mut *conn).await?.rows_affected()
+            });
+            if inserted == 1 {
+                let info = ApiKeyInfo {
+                    prefix: Some(prefix),
+                    created_at_us: now,
+                    revoked_at_us: None,
+                };
+                return Ok((key, info));
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "{KEY_ATTEMPTS_MAX} fresh keys in a row collided with existing ones; the random source is suspect"
+        )))
+    }
+}
+
+fn tenant_row<'r, R>(row: &'r R) -> Result<TenantRecord, StoreError>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(TenantRecord {
+        tenant_id: TenantId::from_stored(row.try_get(0)?),
+        name: row.try_get(1)?,
+        created_at_us: row.try_get(2)?,
+        active_keys: row.try_get(3)?,
+    })
+}
+
+fn key_row<'r, R>(row: &'r R) -> Result<ApiKeyInfo, StoreError>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let prefix: Option<String> = row.try_get(0)?;
+    Ok(ApiKeyInfo {
+        prefix: prefix.map(KeyPrefix),
+        created_at_us: row.try_get(1)?,
+        revoked_at_us: row.try_get(2)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_names_are_trimmed_and_bounded() {
+        let long = "x".repeat(TenantName::CHARS_MAX + 1);
+        let table: &[(&str, Option<&str>)] = &[
+            ("acme", Some("acme")),
+            ("  Acme Corp  ", Some("Acme Corp")),
+            ("", None),
+            ("   ", None),
+            ("a\nb", None),
+            ("a\u{7}", None),
+            (&long, None),
+        ];
+        for (input, expected) in table {
+            let parsed = TenantName::parse(input).ok();
+            assert_eq!(
+                parsed.as_ref().map(TenantName::as_str),
+                *expected,
+                "{input:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_selector_is_a_whole_key_or_a_prefix() {
+        let key = ApiKey::generate();
+        let prefix = KeyPrefix::of(&key);
+        assert_eq!(prefix.to_string(), key.expose()[..12]);
+        assert!(matches!(
+            KeySelector::parse(key.expose()),
+            Some(KeySelector::Key(_))
+        ));
+        for text in [
+            prefix.to_string(),
+            prefix.hex().to_string(),
+            prefix.to_string().to_uppercase().replace("TLK_", "tlk_"),
+        ] {
+            match KeySelector::parse(&text) {
+                Some(KeySelector::Prefix(p)) => assert_eq!(p, prefix, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        for text in [
+            "",
+            "tlk_",
+            "tlk_1234567",
+            "tlk_123456789",
+            "tlk_1234567g",
+            "abc",
+        ] {
+            assert!(KeySelector::parse(text).is_none(), "{text}");
+        }
+    }
+}

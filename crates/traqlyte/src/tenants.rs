@@ -1,0 +1,223 @@
+//! `traqlyte tenant …` and `traqlyte key …`: tenants and their API keys, straight on the
+//! database (no server needed), and the admin token `serve --admin-token-file` reads.
+//!
+//! Secrets go to stdout alone (one line), so `KEY=$(traqlyte key create --tenant acme)`
+//! works; everything else a person reads is tab-separated lines.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_store::{ApiKeyInfo, KeySelector, Store, TenantName, TenantRecord};
+
+use crate::{connect, DbArgs};
+
+/// The shortest admin token accepted, in characters (e.g. `openssl rand -hex 32` gives 64).
+const ADMIN_TOKEN_CHARS_MIN: usize = 32;
+
+#[derive(Subcommand)]
+pub(crate) enum TenantCommand {
+    /// Create a tenant; prints its new API key alone on stdout (shown once). Names are
+    /// unique.
+    Create {
+        /// A name for people.
+        name: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// List tenants, one per line: id, name, created at, active keys (tab-separated).
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum KeyCommand {
+    /// Add an API key to a tenant; prints the key alone on stdout (shown once).
+    Create {
+        /// The tenant's name (or id).
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// List a tenant's keys, oldest first, one per line: prefix, created at, and
+    /// `active` or `revoked <time>` (tab-separated). Never the keys themselves.
+    List {
+        /// The tenant's name (or id).
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Revoke a key: every server refuses it from its next request on. The row is kept.
+    Revoke {
+        /// The tenant's name (or id).
+        #[arg(long)]
+        tenant: String,
+        /// The key's prefix as listed (`tlk_1a2b3c4d`), or the whole key (the only way
+        /// to name a key created before prefixes were stored).
+        key_or_prefix: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+/// Runs a `tenant` subcommand.
+pub(crate) async fn run_tenant(command: TenantCommand) -> Result<()> {
+    match command {
+        TenantCommand::Create { name, db } => {
+            let name = TenantName::parse(&name).map_err(anyhow::Error::msg)?;
+            let store = open(&db).await?;
+            let (tenant, key) = store
+                .create_tenant(&name)
+                .await
+                .context("create the tenant")?;
+            tracing::info!(tenant = %tenant, name = %name, "tenant created");
+            println!("{}", key.expose());
+        }
+        TenantCommand::List { db } => {
+            let store = open(&db).await?;
+            for tenant in store.tenants().await.context("list tenants")? {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    tenant.tenant_id,
+                    tenant.name,
+                    format_rfc3339_micros(tenant.created_at_us),
+                    tenant.active_keys
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a `key` subcommand.
+pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
+    match command {
+        KeyCommand::Create { tenant, db } => {
+            let store = open(&db).await?;
+            let tenant = find(&store, &tenant).await?;
+            let (key, info) = store
+                .create_api_key(&tenant.tenant_id)
+                .await
+                .context("create the key")?;
+            tracing::info!(tenant = %tenant.tenant_id, prefix = %describe_prefix(&info), "key created");
+            println!("{}", key.expose());
+        }
+        KeyCommand::List { tenant, db } => {
+            let store = open(&db).await?;
+            let tenant = find(&store, &tenant).await?;
+            let keys = store
+                .api_keys(&tenant.tenant_id)
+                .await
+                .context("list keys")?;
+            for key in keys {
+                println!(
+                    "{}\t{}\t{}",
+                    describe_prefix(&key),
+                    format_rfc3339_micros(key.created_at_us),
+                    describe_state(&key)
+                );
+            }
+        }
+        KeyCommand::Revoke {
+            tenant,
+            key_or_prefix,
+            db,
+        } => {
+            let selector = KeySelector::parse(&key_or_prefix).context(
+                "name the key by its prefix as `key list` shows it (tlk_ and 8 hex digits) or give the whole key",
+            )?;
+            let store = open(&db).await?;
+            let tenant = find(&store, &tenant).await?;
+            let Some(key) = store
+                .revoke_api_key(&tenant.tenant_id, &selector)
+                .await
+                .context("revoke the key")?
+            else {
+                bail!(
+                    "tenant {:?} has no key {key_or_prefix:?}; `traqlyte key list --tenant {}` shows its keys",
+                    tenant.name,
+                    tenant.tenant_id
+                );
+            };
+            tracing::info!(tenant = %tenant.tenant_id, prefix = %describe_prefix(&key), "key revoked");
+            println!("{}\t{}", describe_prefix(&key), describe_state(&key));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the admin token of `serve --admin-token-file`: the file's content without
+/// surrounding whitespace. Refuses a short token, one that cannot travel in a header,
+/// and one shaped like a tenant key, so a tenant key can never be the admin token.
+pub(crate) fn read_admin_token(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("read the admin token file {}", path.display()))?;
+    let token = text.trim();
+    if token.chars().count() < ADMIN_TOKEN_CHARS_MIN {
+        bail!(
+            "the admin token in {} is shorter than {ADMIN_TOKEN_CHARS_MIN} characters; make one with `openssl rand -hex 32`",
+            path.display()
+        );
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!(
+            "the admin token in {} must be printable ASCII without spaces (it travels in an HTTP header)",
+            path.display()
+        );
+    }
+    if token.starts_with("tlk_") {
+        bail!(
+            "the admin token in {} looks like a tenant API key (tlk_…); an admin token must not be one",
+            path.display()
+        );
+    }
+    warn_if_readable_by_others(path);
+    Ok(token.to_string())
+}
+
+#[cfg(unix)]
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), "the admin token file is readable by other users; chmod 600 it");
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_readable_by_others(_path: &Path) {}
+
+async fn open(db: &DbArgs) -> Result<Store> {
+    let store = connect(db, 2).await?;
+    store.migrate().await.context("apply migrations")?;
+    Ok(store)
+}
+
+/// The tenant named (or with the id) `name`, or an error that says what to do.
+async fn find(store: &Store, name: &str) -> Result<TenantRecord> {
+    let parsed = TenantName::parse(name).map_err(anyhow::Error::msg)?;
+    store
+        .tenant_by_name(&parsed)
+        .await?
+        .with_context(|| format!("no tenant named {name:?}; `traqlyte tenant list` shows them"))
+}
+
+fn describe_prefix(key: &ApiKeyInfo) -> String {
+    key.prefix.as_ref().map_or_else(
+        || "(created before prefixes)".to_string(),
+        ToString::to_string,
+    )
+}
+
+fn describe_state(key: &ApiKeyInfo) -> String {
+    match key.revoked_at_us {
+        Some(at) => format!("revoked {}", format_rfc3339_micros(at)),
+        None => "active".to_string(),
+    }
+}

@@ -1,0 +1,626 @@
+//! Tenants and their API keys: several keys per tenant, listing by prefix, revocation
+//! that every server process honours at once, the admin routes and the CLI.
+
+use std::process::{Command, Output};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use traqlyte_server::ServerConfig;
+
+use crate::helpers::{spawn_app, spawn_app_with, Answer, Backend, ServerProcess, TestApp, TestDb};
+
+const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789abcdef0123456789";
+
+crate::on_both_backends!(
+    several_keys_of_one_tenant_all_work,
+    creating_a_tenant_over_http_answers_its_first_key_once,
+    the_key_list_shows_prefixes_and_never_the_keys,
+    a_key_revoked_through_one_server_process_is_refused_at_once_by_another,
+    revoking_a_key_twice_answers_the_first_revocation,
+    admin_routes_refuse_no_token_a_wrong_token_and_a_tenant_key,
+    admin_routes_are_not_found_without_a_configured_token,
+    bad_admin_input_gets_a_clear_error_and_writes_nothing,
+    the_cli_creates_lists_and_revokes_keys_by_prefix,
+    the_cli_refuses_unknown_empty_and_taken_tenant_names,
+    the_cli_refuses_an_ambiguous_tenant_name_and_accepts_the_id,
+);
+
+async fn admin_app(backend: Backend) -> TestApp {
+    let config = ServerConfig {
+        admin_token: Some(ADMIN_TOKEN.to_string()),
+        ..ServerConfig::default()
+    };
+    spawn_app_with(backend, config).await
+}
+
+/// An admin request to the app at `base` with `token` (`None`: no Authorization header).
+async fn admin_at(
+    app: &TestApp,
+    base: &str,
+    token: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Answer {
+    let mut request = app.client.request(method, format!("{base}{path}"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    app.send(request).await
+}
+
+async fn admin(app: &TestApp, method: Method, path: &str, body: Option<Value>) -> Answer {
+    admin_at(app, &app.address, Some(ADMIN_TOKEN), method, path, body).await
+}
+
+/// `GET /stats` with `key` against `base`: the status says whether the key works.
+async fn stats_status(app: &TestApp, base: &str, key: &str) -> StatusCode {
+    app.client
+        .get(format!("{base}/stats"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .expect("request sent")
+        .status()
+}
+
+async fn new_key(app: &TestApp, tenant: &str) -> String {
+    let answer = admin(
+        app,
+        Method::POST,
+        &format!("/admin/tenants/{tenant}/keys"),
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    answer.body["api_key"]
+        .as_str()
+        .expect("api_key")
+        .to_string()
+}
+
+fn prefix_of(key: &str) -> &str {
+    &key[..12]
+}
+
+async fn several_keys_of_one_tenant_all_work(backend: Backend) {
+    let app = admin_app(backend).await;
+    let second = new_key(&app, "test tenant").await;
+    let third = new_key(&app, "test tenant").await;
+    assert_ne!(second, third);
+    for key in [&app.key, &second, &third] {
+        assert_eq!(stats_status(&app, &app.address, key).await, StatusCode::OK);
+    }
+    let listed = admin(&app, Method::GET, "/admin/tenants", None).await;
+    assert_eq!(
+        listed.body["tenants"][0]["active_keys"],
+        json!(3),
+        "{}",
+        listed.body
+    );
+}
+
+async fn creating_a_tenant_over_http_answers_its_first_key_once(backend: Backend) {
+    let app = admin_app(backend).await;
+    let response = app
+        .client
+        .post(app.url("/admin/tenants"))
+        .bearer_auth(ADMIN_TOKEN)
+        .body(json!({"name": "acme"}).to_string())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert_eq!(
+        response
+            .headers()
+            .get("cache-control")
+            .map(|v| v.as_bytes()),
+        Some(&b"no-store"[..])
+    );
+    let body: Value = response.json().await.expect("JSON");
+    let key = body["api_key"].as_str().expect("api_key").to_string();
+    assert_eq!(body["tenant"]["name"], "acme");
+    assert_eq!(body["tenant"]["active_keys"], json!(1));
+    assert_eq!(body["key"]["prefix"], json!(prefix_of(&key)));
+    assert_eq!(body["key"]["revoked_at"], Value::Null);
+    assert_eq!(stats_status(&app, &app.address, &key).await, StatusCode::OK);
+    // The key is never shown again.
+    let keys = admin(&app, Method::GET, "/admin/tenants/acme/keys", None).await;
+    assert!(!keys.body.to_string().contains(&key), "{}", keys.body);
+}
+
+async fn the_key_list_shows_prefixes_and_never_the_keys(backend: Backend) {
+    let app = admin_app(backend).await;
+    let second = new_key(&app, "test tenant").await;
+    let answer = admin(&app, Method::GET, "/admin/tenants/test tenant/keys", None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let text = answer.body.to_string();
+    for key in [&app.key, &second] {
+        assert!(!text.contains(key.as_str()), "a key leaked: {text}");
+        assert!(text.contains(prefix_of(key)), "{text}");
+    }
+    let keys = answer.body["keys"].as_array().expect("keys");
+    assert_eq!(keys.len(), 2);
+    // Oldest first.
+    assert_eq!(keys[0]["prefix"], json!(prefix_of(&app.key)));
+    assert_eq!(keys[1]["prefix"], json!(prefix_of(&second)));
+    assert_eq!(answer.body["tenant"]["name"], "test tenant");
+}
+
+async fn a_key_revoked_through_one_server_process_is_refused_at_once_by_another(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let token_file = TokenFile::new(ADMIN_TOKEN);
+    let flags = ["--admin-token-file", token_file.path()];
+    let one = ServerProcess::start(app.database_url(), &flags);
+    let other = ServerProcess::start(app.database_url(), &flags);
+    let created = admin_at(
+        &app,
+        &one.address,
+        Some(ADMIN_TOKEN),
+        Method::POST,
+        "/admin/tenants/test tenant/keys",
+        None,
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let key = created.body["api_key"].as_str().expect("api_key");
+    // The other process has already authenticated the key (and would hold it in any
+    // cache it had) before the revocation.
+    assert_eq!(
+        stats_status(&app, &other.address, key).await,
+        StatusCode::OK
+    );
+    let revoked = admin_at(
+        &app,
+        &one.address,
+        Some(ADMIN_TOKEN),
+        Method::DELETE,
+        &format!("/admin/tenants/test tenant/keys/{}", prefix_of(key)),
+        None,
+    )
+    .await;
+    assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+    assert!(
+        revoked.body["key"]["revoked_at"].is_string(),
+        "{}",
+        revoked.body
+    );
+    assert_eq!(
+        stats_status(&app, &other.address, key).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        stats_status(&app, &one.address, key).await,
+        StatusCode::UNAUTHORIZED
+    );
+    // The tenant's other key is untouched.
+    assert_eq!(
+        stats_status(&app, &other.address, &app.key).await,
+        StatusCode::OK
+    );
+}
+
+async fn revoking_a_key_twice_answers_the_first_revocation(backend: Backend) {
+    let app = admin_app(backend).await;
+    let path = format!("/admin/tenants/test tenant/keys/{}", prefix_of(&app.key));
+    let first = admin(&app, Method::DELETE, &path, None).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let second = admin(&app, Method::DELETE, &path, None).await;
+    assert_eq!(second.status, StatusCode::OK, "{}", second.body);
+    assert_eq!(first.body, second.body);
+    assert_eq!(
+        stats_status(&app, &app.address, &app.key).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let listed = admin(&app, Method::GET, "/admin/tenants", None).await;
+    assert_eq!(listed.body["tenants"][0]["active_keys"], json!(0));
+}
+
+async fn admin_routes_refuse_no_token_a_wrong_token_and_a_tenant_key(backend: Backend) {
+    let app = admin_app(backend).await;
+    let base = app.address.clone();
+    let wrong = "admin-token-for-tests-0123456789abcdef012345678X";
+    for token in [None, Some(wrong), Some(app.key.as_str())] {
+        for (method, path, body) in [
+            (Method::GET, "/admin/tenants", None),
+            (
+                Method::POST,
+                "/admin/tenants",
+                Some(json!({"name": "intruder"})),
+            ),
+            (Method::GET, "/admin/tenants/test tenant/keys", None),
+            (Method::POST, "/admin/tenants/test tenant/keys", None),
+        ] {
+            let answer = admin_at(&app, &base, token, method.clone(), path, body).await;
+            assert_eq!(
+                (answer.status, answer.code()),
+                (StatusCode::UNAUTHORIZED, "unauthorized"),
+                "{method} {path} with {token:?}: {}",
+                answer.body
+            );
+        }
+    }
+    let revoke = format!("/admin/tenants/test tenant/keys/{}", prefix_of(&app.key));
+    let answer = admin_at(&app, &base, Some(&app.key), Method::DELETE, &revoke, None).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        answer.body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("tenant API key"),
+        "{}",
+        answer.body
+    );
+    // Nothing was written: one tenant, its one key still working.
+    let tenants = app.store.tenants().await.expect("tenants");
+    assert_eq!(tenants.len(), 1);
+    assert_eq!(tenants[0].active_keys, 1);
+    assert_eq!(stats_status(&app, &base, &app.key).await, StatusCode::OK);
+}
+
+async fn admin_routes_are_not_found_without_a_configured_token(backend: Backend) {
+    let app = spawn_app(backend).await;
+    for token in [None, Some(ADMIN_TOKEN), Some(app.key.as_str())] {
+        let answer = admin_at(
+            &app,
+            &app.address,
+            token,
+            Method::GET,
+            "/admin/tenants",
+            None,
+        )
+        .await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::NOT_FOUND, "admin_disabled")
+        );
+    }
+}
+
+async fn bad_admin_input_gets_a_clear_error_and_writes_nothing(backend: Backend) {
+    let app = admin_app(backend).await;
+    let cases: Vec<(Method, String, Option<Value>, StatusCode, &str)> = vec![
+        (
+            Method::POST,
+            "/admin/tenants".into(),
+            Some(json!({"name": ""})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_tenant",
+        ),
+        (
+            Method::POST,
+            "/admin/tenants".into(),
+            Some(json!({"name": "   "})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_tenant",
+        ),
+        (
+            Method::POST,
+            "/admin/tenants".into(),
+            Some(json!({})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_tenant",
+        ),
+        (
+            Method::POST,
+            "/admin/tenants".into(),
+            Some(json!({"name": 7})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_tenant",
+        ),
+        (
+            Method::POST,
+            "/admin/tenants".into(),
+            Some(json!({"name": "a", "plan": "gold"})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_tenant",
+        ),
+        (
+            Method::POST,
+            "/admin/tenants".into(),
+            Some(json!({"name": "test tenant"})),
+            StatusCode::CONFLICT,
+            "tenant_exists",
+        ),
+        (
+            Method::POST,
+            "/admin/tenants".into(),
+            None,
+            StatusCode::BAD_REQUEST,
+            "empty_body",
+        ),
+        (
+            Method::GET,
+            "/admin/tenants/nobody/keys".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "tenant_not_found",
+        ),
+        (
+            Method::POST,
+            "/admin/tenants/nobody/keys".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "tenant_not_found",
+        ),
+        (
+            Method::DELETE,
+            "/admin/tenants/nobody/keys/tlk_00000000".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "tenant_not_found",
+        ),
+        (
+            Method::DELETE,
+            "/admin/tenants/test tenant/keys/tlk_00000000".into(),
+            None,
+            StatusCode::NOT_FOUND,
+            "key_not_found",
+        ),
+        (
+            Method::DELETE,
+            "/admin/tenants/test tenant/keys/tlk_xyz".into(),
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_key_prefix",
+        ),
+    ];
+    for (method, path, body, status, code) in cases {
+        let answer = admin(&app, method.clone(), &path, body.clone()).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (status, code),
+            "{method} {path} {body:?}: {}",
+            answer.body
+        );
+        assert!(answer.body["error"]["message"].is_string());
+    }
+    // A retry protected by an idempotency key would store the new key in clear: refused.
+    let refused = app
+        .send(
+            app.client
+                .post(app.url("/admin/tenants"))
+                .bearer_auth(ADMIN_TOKEN)
+                .header("Idempotency-Key", "k1")
+                .body(json!({"name": "acme"}).to_string()),
+        )
+        .await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::BAD_REQUEST, "idempotency_not_supported")
+    );
+    let tenants = app.store.tenants().await.expect("tenants");
+    assert_eq!(tenants.len(), 1, "{tenants:?}");
+    let keys = app
+        .store
+        .api_keys(&tenants[0].tenant_id)
+        .await
+        .expect("keys");
+    assert_eq!(keys.len(), 1);
+    assert_eq!(keys[0].revoked_at_us, None);
+}
+
+async fn the_cli_creates_lists_and_revokes_keys_by_prefix(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let first = single_line(traqlyte(&["tenant", "create", "acme"], &db));
+    let second = single_line(traqlyte(&["key", "create", "--tenant", "acme"], &db));
+    for key in [&first, &second] {
+        assert!(key.starts_with("tlk_") && key.len() == 52, "{key}");
+    }
+    let listed = stdout(traqlyte(&["key", "list", "--tenant", "acme"], &db));
+    assert!(
+        !listed.contains(&first) && !listed.contains(&second),
+        "{listed}"
+    );
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(
+        lines[0].starts_with(&format!("{}\t", prefix_of(&first))),
+        "{listed}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{}\t", prefix_of(&second))),
+        "{listed}"
+    );
+    assert!(lines.iter().all(|l| l.ends_with("\tactive")), "{listed}");
+
+    let revoked = stdout(traqlyte(
+        &["key", "revoke", "--tenant", "acme", prefix_of(&first)],
+        &db,
+    ));
+    assert!(revoked.contains("revoked"), "{revoked}");
+    // The whole key names it too, and a second revocation changes nothing.
+    let again = stdout(traqlyte(
+        &["key", "revoke", "--tenant", "acme", &first],
+        &db,
+    ));
+    assert_eq!(again, revoked);
+    let listed = stdout(traqlyte(&["key", "list", "--tenant", "acme"], &db));
+    assert!(
+        listed
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains("\trevoked "),
+        "{listed}"
+    );
+    let tenants = stdout(traqlyte(&["tenant", "list"], &db));
+    let row: Vec<&str> = tenants.trim_end().split('\t').collect();
+    assert_eq!((row[1], row[3]), ("acme", "1"), "{tenants}");
+
+    let store = traqlyte_store::Store::connect(&traqlyte_store::StoreConfig::new(&db.url))
+        .await
+        .expect("connect");
+    for (key, works) in [(&first, false), (&second, true)] {
+        let key = traqlyte_store::ApiKey::parse(key).expect("key");
+        let tenant = store.tenant_for_key(&key).await.expect("lookup");
+        assert_eq!(tenant.is_some(), works);
+    }
+}
+
+async fn the_cli_refuses_unknown_empty_and_taken_tenant_names(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    single_line(traqlyte(&["tenant", "create", "acme"], &db));
+    for (args, says) in [
+        (vec!["tenant", "create", "acme"], "exists already"),
+        (vec!["tenant", "create", "  "], "must not be empty"),
+        (
+            vec!["key", "create", "--tenant", "nobody"],
+            "no tenant named",
+        ),
+        (vec!["key", "list", "--tenant", "nobody"], "no tenant named"),
+        (
+            vec!["key", "revoke", "--tenant", "acme", "tlk_00000000"],
+            "has no key",
+        ),
+        (
+            vec!["key", "revoke", "--tenant", "acme", "not-a-key"],
+            "prefix",
+        ),
+    ] {
+        let output = traqlyte(&args, &db);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        assert!(output.stdout.is_empty(), "{args:?} printed {output:?}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let tenants = stdout(traqlyte(&["tenant", "list"], &db));
+    assert_eq!(tenants.lines().count(), 1, "{tenants}");
+    let keys = stdout(traqlyte(&["key", "list", "--tenant", "acme"], &db));
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+    assert!(keys.trim_end().ends_with("\tactive"), "{keys}");
+}
+
+async fn the_cli_refuses_an_ambiguous_tenant_name_and_accepts_the_id(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    single_line(traqlyte(&["tenant", "create", "acme"], &db));
+    // A database from before names were unique may hold two tenants of one name.
+    let store = traqlyte_store::Store::connect(&traqlyte_store::StoreConfig::new(&db.url))
+        .await
+        .expect("connect");
+    insert_legacy_tenant(&db.url, "tn_0123456789abcdef", "acme").await;
+    let output = traqlyte(&["key", "create", "--tenant", "acme"], &db);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && output.stdout.is_empty());
+    assert!(
+        stderr.contains("several tenants") && stderr.contains("tn_0123456789abcdef"),
+        "{stderr}"
+    );
+    let key = single_line(traqlyte(
+        &["key", "create", "--tenant", "tn_0123456789abcdef"],
+        &db,
+    ));
+    let parsed = traqlyte_store::ApiKey::parse(&key).expect("key");
+    let tenant = store.tenant_for_key(&parsed).await.expect("lookup");
+    assert_eq!(
+        tenant.map(|t| t.to_string()).as_deref(),
+        Some("tn_0123456789abcdef")
+    );
+}
+
+/// Writes a tenant row directly, as an older version could have.
+async fn insert_legacy_tenant(url: &str, tenant_id: &str, name: &str) {
+    use sqlx::Connection;
+    let sql = "INSERT INTO tenants (tenant_id, name, created_at_us) VALUES ($1, $2, 0)";
+    if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+        sqlx::query(sql)
+            .bind(tenant_id)
+            .bind(name)
+            .execute(&mut conn)
+            .await
+            .expect("insert");
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
+            .await
+            .expect("connect");
+        sqlx::query(&sql.replace('$', "?"))
+            .bind(tenant_id)
+            .bind(name)
+            .execute(&mut conn)
+            .await
+            .expect("insert");
+    }
+}
+
+fn traqlyte(args: &[&str], db: &TestDb) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(args)
+        .args(["--database-url", &db.url])
+        .output()
+        .expect("run traqlyte")
+}
+
+fn stdout(output: Output) -> String {
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).expect("utf-8")
+}
+
+/// The one line a command printed (a new key).
+fn single_line(output: Output) -> String {
+    let text = stdout(output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    lines[0].to_string()
+}
+
+/// The admin token in a file, removed on drop.
+struct TokenFile(std::path::PathBuf);
+
+impl TokenFile {
+    fn new(token: &str) -> TokenFile {
+        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "traqlyte_it_{}_{n}_admin_token",
+            std::process::id()
+        ));
+        std::fs::write(&path, format!("{token}\n")).expect("write token file");
+        TokenFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn serve_refuses_a_short_admin_token_and_one_shaped_like_a_tenant_key() {
+    let tenant_key = format!("tlk_{}", "0".repeat(48));
+    for (token, says) in [
+        ("short", "shorter than"),
+        (tenant_key.as_str(), "tenant API key"),
+        (
+            "a token with spaces in it, long enough to pass",
+            "printable ASCII",
+        ),
+    ] {
+        let file = TokenFile::new(token);
+        let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-token-file",
+                file.path(),
+            ])
+            .args(["--database-url", "sqlite::memory:"])
+            .output()
+            .expect("run traqlyte");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{token}: {output:?}");
+        assert!(stderr.contains(says), "{token}: {stderr}");
+    }
+}
