@@ -12,7 +12,8 @@
 //! - `Serving` (the router has the request): no deadline here; the router's
 //!   `TimeoutLayer` bounds the handler (`request_timeout_ms`);
 //! - `Flushing` (the response body ended, its last bytes may still be in hyper's buffer):
-//!   closed `idle_timeout_ms` later, so a client that never reads its answer is let go;
+//!   closed after `idle_timeout_ms` without any byte written, so a client that stops
+//!   reading its answer is let go while a slow one that keeps reading is not;
 //! - `Rejecting` (hyper refused the request head): our JSON answer is written, then the
 //!   rest of what the client sends is read and dropped until it closes, for at most
 //!   `header_read_timeout_ms`.
@@ -245,7 +246,8 @@ enum Phase {
     ReadingHead { since: Instant },
     /// `open` requests handed to the router whose response bodies have not ended.
     Serving { open: u32 },
-    /// The last response body ended at `since`; hyper may still be writing its tail.
+    /// The last response body ended; hyper may still be writing its tail. `since` is
+    /// when the body ended or, later, when the last byte of it reached the socket.
     Flushing { since: Instant },
     /// hyper refused a head at `since`; our JSON answer replaces its own.
     Rejecting { since: Instant },
@@ -288,7 +290,17 @@ impl Phase {
         }
     }
 
-    /// Everything hyper had buffered reached the socket.
+    /// Some bytes of a response reached the socket.
+    fn on_written(self, now: Instant) -> Phase {
+        match self {
+            Phase::Flushing { .. } => Phase::Flushing { since: now },
+            other => other,
+        }
+    }
+
+    /// Everything hyper had buffered reached the socket. (Bytes of a pipelined next
+    /// request read meanwhile then count as idle, not as a head being read: its bound
+    /// is the idle one, still bounded.)
     fn on_flushed(self, now: Instant) -> Phase {
         match self {
             Phase::Flushing { .. } => Phase::Idle { since: now },
@@ -471,6 +483,14 @@ impl<S: AsyncWrite + Unpin> Watched<S> {
         Some(total)
     }
 
+    /// Reports progress writing a response (a slow reader is not an idle one).
+    fn wrote(&self, written: usize) {
+        if written > 0 {
+            let now = Instant::now();
+            self.tracker.update(|phase| phase.on_written(now));
+        }
+    }
+
     /// Writes what is left of our answer to a refused head.
     fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.answer_written < self.answer.len() {
@@ -511,7 +531,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         let this = self.get_mut();
         match this.intercept(buf, buf.len()) {
             Some(taken) => Poll::Ready(Ok(taken)),
-            None => Pin::new(&mut this.inner).poll_write(cx, buf),
+            None => {
+                let written = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
+                this.wrote(written);
+                Poll::Ready(Ok(written))
+            }
         }
     }
 
@@ -528,7 +552,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         let total = bufs.iter().map(|b| b.len()).sum();
         match this.intercept(first, total) {
             Some(taken) => Poll::Ready(Ok(taken)),
-            None => Pin::new(&mut this.inner).poll_write_vectored(cx, bufs),
+            None => {
+                let written = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
+                this.wrote(written);
+                Poll::Ready(Ok(written))
+            }
         }
     }
 
@@ -666,9 +694,16 @@ mod tests {
         // Body bytes do not end `Serving`; a flush before the body ended neither.
         assert_eq!(serving.on_read(t2), serving);
         assert_eq!(serving.on_flushed(t2), serving);
+        // Writes while serving do not matter; while flushing they push the deadline.
+        assert_eq!(serving.on_written(t2), serving);
         let flushing = serving.on_response_done(t2);
         assert_eq!(flushing, Phase::Flushing { since: t2 });
+        assert_eq!(flushing.on_written(t3), Phase::Flushing { since: t3 });
         assert_eq!(flushing.on_flushed(t3), Phase::Idle { since: t3 });
+        assert_eq!(
+            Phase::Idle { since: t3 }.on_written(t3),
+            Phase::Idle { since: t3 }
+        );
     }
 
     #[test]
