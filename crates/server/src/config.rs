@@ -33,6 +33,16 @@ pub struct ServerConfig {
     /// The token `/admin/…` routes require (`Authorization: Bearer <token>`); `None`
     /// disables them (404 `admin_disabled`).
     pub admin_token: Option<String>,
+    /// A request head (request line and headers) not complete this long after its first
+    /// byte arrived closes the connection: a client trickling header bytes cannot hold it.
+    pub header_read_timeout_ms: u64,
+    /// A connection with no request in flight and no byte of the next request received
+    /// for this long is closed (keep-alive idle, or a client that connects and sends
+    /// nothing, or one that stops reading its response).
+    pub idle_timeout_ms: u64,
+    /// Most connections served at once; at the cap the server stops accepting until one
+    /// closes, so new clients wait in the kernel's listen backlog (see `listener`).
+    pub connections_max: usize,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +61,9 @@ impl Default for ServerConfig {
             lineage_depth_max: 100,
             lineage_nodes_max: 10_000,
             admin_token: None,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            connections_max: 10_000,
         }
     }
 }

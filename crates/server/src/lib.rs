@@ -5,7 +5,8 @@
 //!
 //! Handlers parse at the edge ([`body`], [`auth`]), hand domain types to the identity core
 //! and the store, and never write SQL. Main items: [`ServerConfig`], [`AppState`],
-//! [`router`], [`serve`], [`ApiError`].
+//! [`router`], [`serve`], [`ApiError`]. Connections (the accept loop, its cap and
+//! timeouts, JSON for hyper's own rejections) are `listener`'s.
 
 pub mod auth;
 pub mod body;
@@ -13,6 +14,7 @@ mod config;
 mod error;
 pub mod experiments;
 pub mod idempotency;
+mod listener;
 mod routes;
 pub mod ui;
 
@@ -25,6 +27,7 @@ use traqlyte_store::Store;
 
 pub use config::ServerConfig;
 pub use error::ApiError;
+pub use listener::{connections_max_within, files_reserved, FILES_RESERVED_BASE};
 
 /// Shared state of every handler.
 #[derive(Clone)]
@@ -40,8 +43,10 @@ pub fn router(state: AppState) -> Router {
     routes::router(state)
 }
 
-/// Binds `config.listen` and serves until `shutdown` completes. Calls `on_bound` with the
-/// bound address (useful with port 0) before accepting connections.
+/// Binds `config.listen` and serves until `shutdown` completes, then lets requests in
+/// flight finish. Calls `on_bound` with the bound address (useful with port 0) before
+/// accepting connections. At most `config.connections_max` connections are served at
+/// once; `header_read_timeout_ms` and `idle_timeout_ms` close stuck ones.
 pub async fn serve(
     store: Store,
     config: ServerConfig,
@@ -51,15 +56,14 @@ pub async fn serve(
     let listener = TcpListener::bind(&config.listen).await?;
     let address = listener.local_addr()?;
     on_bound(address);
+    let limits = listener::Limits::from_config(&config);
     let state = AppState {
         store,
         config: Arc::new(config),
     };
     let purge = tokio::spawn(purge_idempotency_keys(state.clone()));
     let roll_up = tokio::spawn(roll_up_tallies(state.clone()));
-    let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let served = listener::serve(listener, router(state), limits, shutdown).await;
     purge.abort();
     roll_up.abort();
     served

@@ -116,6 +116,18 @@ struct ServeArgs {
     /// A request taking longer than this (body and handling) is answered 408.
     #[arg(long, default_value_t = 30_000)]
     request_timeout_ms: u64,
+    /// A request head (request line and headers) not complete this long after its first
+    /// byte closes the connection.
+    #[arg(long, default_value_t = 10_000)]
+    header_read_timeout_ms: u64,
+    /// A connection with no request in flight and no byte of the next one for this long
+    /// is closed (keep-alive idle, silent, or not reading its response).
+    #[arg(long, default_value_t = 60_000)]
+    idle_timeout_ms: u64,
+    /// Most client connections served at once; beyond, new ones wait in the listen
+    /// backlog. Lowered at start to fit under the open-file limit.
+    #[arg(long, default_value_t = 10_000)]
+    connections_max: usize,
     /// Test-only: the publish handler sleeps this long inside its transaction.
     #[arg(long, default_value_t = 0, hide = true)]
     test_publish_delay_ms: u64,
@@ -221,6 +233,20 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .as_deref()
         .map(tenants::read_admin_token)
         .transpose()?;
+    let open_files_max = raise_open_files_limit();
+    let connections_max = traqlyte_server::connections_max_within(
+        open_files_max,
+        traqlyte_server::files_reserved(args.pool_connections_max),
+        args.connections_max,
+    );
+    if connections_max < args.connections_max {
+        tracing::warn!(
+            requested = args.connections_max,
+            connections_max,
+            open_files_max,
+            "connection cap lowered to fit under the open-file limit"
+        );
+    }
     let store = connect(&args.db, args.pool_connections_max).await?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
@@ -238,6 +264,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
         lineage_depth_max: args.lineage_depth_max,
         lineage_nodes_max: args.lineage_nodes_max,
         admin_token,
+        header_read_timeout_ms: args.header_read_timeout_ms,
+        idle_timeout_ms: args.idle_timeout_ms,
+        connections_max,
     };
     let on_bound = |address| {
         tracing::info!(%address, "listening");
@@ -246,6 +275,30 @@ async fn serve(args: ServeArgs) -> Result<()> {
     traqlyte_server::serve(store, config, on_bound, shutdown_signal())
         .await
         .context("serve HTTP")
+}
+
+/// Raises the open-file soft limit to the hard limit and returns the soft limit now in
+/// force. Each client connection is a file descriptor, and distributions often start
+/// processes with a soft limit of 1,024 under a hard one far higher; a failure leaves the
+/// limit as it was (the connection cap is then fitted under that).
+fn raise_open_files_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(open_files_max) => {
+            tracing::debug!(open_files_max, "open-file limit raised to the hard limit");
+            open_files_max
+        }
+        Err(err) => {
+            // The limit unread too: assume the common default rather than none.
+            #[cfg(unix)]
+            let current = rlimit::Resource::NOFILE
+                .get()
+                .map_or(1_024, |(soft, _)| soft);
+            #[cfg(not(unix))]
+            let current = u64::MAX;
+            tracing::warn!(error = %err, open_files_max = current, "could not raise the open-file limit");
+            current
+        }
+    }
 }
 
 async fn identify(args: IdArgs) -> Result<()> {

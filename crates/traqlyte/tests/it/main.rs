@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod cli;
+mod connections;
 mod contracts;
 mod demo;
 mod experiments;

@@ -1,0 +1,282 @@
+//! Connections over raw sockets: stuck and idle connections are closed by their
+//! deadlines, the connection cap holds new connections back until a slot frees, and the
+//! requests hyper refuses by itself are answered in the JSON error shape.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use traqlyte_server::ServerConfig;
+
+use crate::helpers::{spawn_app_with, Backend, TestApp};
+
+crate::on_both_backends!(
+    a_connection_trickling_its_headers_is_closed_after_the_header_read_timeout,
+    an_idle_keep_alive_connection_is_closed_after_the_idle_timeout,
+    at_the_connection_cap_new_connections_wait_until_one_closes,
+    requests_hyper_refuses_are_answered_in_the_json_error_shape,
+);
+
+/// Long enough that a test never waits for it; short enough to notice a mistake.
+const LONG_MS: u64 = 60_000;
+/// How long a deadline of 300 ms may take to close a connection on a loaded machine.
+const CLOSED_WITHIN: Duration = Duration::from_secs(5);
+
+async fn app(backend: Backend, tweak: impl FnOnce(&mut ServerConfig)) -> TestApp {
+    let mut config = ServerConfig::default();
+    tweak(&mut config);
+    spawn_app_with(backend, config).await
+}
+
+async fn connect(app: &TestApp) -> TcpStream {
+    let address = app.address.trim_start_matches("http://");
+    TcpStream::connect(address).await.expect("connect")
+}
+
+/// Whether the server closed `stream` (end of file or reset) within `wait`; bytes the
+/// server sends meanwhile are read and dropped.
+async fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Sends a keep-alive `GET /healthz` and reads its whole response; returns the status.
+async fn get_healthz(stream: &mut TcpStream) -> u16 {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("write the request");
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(CLOSED_WITHIN, stream.read(&mut buf))
+            .await
+            .expect("a response in time")
+            .expect("read");
+        assert!(n > 0, "closed before answering: {received:?}");
+        received.extend_from_slice(&buf[..n]);
+        if let Some((head, body)) = split_head(&received) {
+            let length = header(&head, "content-length")
+                .and_then(|v| v.parse::<usize>().ok())
+                .expect("a content-length");
+            if body.len() >= length {
+                return status_of(&head);
+            }
+        }
+    }
+}
+
+fn split_head(bytes: &[u8]) -> Option<(String, Vec<u8>)> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    Some((head, bytes[end + 4..].to_vec()))
+}
+
+fn status_of(head: &str) -> u16 {
+    head.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"))
+}
+
+fn header(head: &str, name: &str) -> Option<String> {
+    head.lines().skip(1).find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| value.trim().to_string())
+    })
+}
+
+async fn a_connection_trickling_its_headers_is_closed_after_the_header_read_timeout(
+    backend: Backend,
+) {
+    let app = app(backend, |c| {
+        c.header_read_timeout_ms = 300;
+        c.idle_timeout_ms = LONG_MS;
+    })
+    .await;
+    let mut stream = connect(&app).await;
+    let started = Instant::now();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
+        .await
+        .expect("write the request line");
+    // One header byte every 50 ms: the head is never complete, the client never silent.
+    let mut closed_after = None;
+    for byte in b"X-Slow: ".iter().cycle().take(200) {
+        if stream.write_all(&[*byte]).await.is_err()
+            || closed_within(&mut stream, Duration::from_millis(50)).await
+        {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+    }
+    let closed_after = closed_after.expect("the trickling connection was never closed");
+    assert!(
+        closed_after >= Duration::from_millis(250),
+        "closed at once ({closed_after:?}), not by the header-read timeout"
+    );
+    assert!(
+        closed_after < CLOSED_WITHIN,
+        "closed after {closed_after:?}"
+    );
+}
+
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(backend: Backend) {
+    let app = app(backend, |c| {
+        c.header_read_timeout_ms = LONG_MS;
+        c.idle_timeout_ms = 300;
+    })
+    .await;
+    let mut stream = connect(&app).await;
+    assert_eq!(get_healthz(&mut stream).await, 200);
+    // Kept alive: a second request on the same connection before the deadline is served.
+    assert!(!closed_within(&mut stream, Duration::from_millis(100)).await);
+    assert_eq!(get_healthz(&mut stream).await, 200);
+    let idle_since = Instant::now();
+    assert!(
+        !closed_within(&mut stream, Duration::from_millis(150)).await,
+        "closed at once, not by the idle timeout"
+    );
+    assert!(
+        closed_within(&mut stream, CLOSED_WITHIN).await,
+        "the idle connection was never closed"
+    );
+    assert!(idle_since.elapsed() >= Duration::from_millis(250));
+
+    // A client that connects and never sends a byte is idle too.
+    let mut silent = connect(&app).await;
+    assert!(!closed_within(&mut silent, Duration::from_millis(150)).await);
+    assert!(closed_within(&mut silent, CLOSED_WITHIN).await);
+}
+
+async fn at_the_connection_cap_new_connections_wait_until_one_closes(backend: Backend) {
+    let app = app(backend, |c| c.connections_max = 2).await;
+    let mut first = connect(&app).await;
+    let mut second = connect(&app).await;
+    assert_eq!(get_healthz(&mut first).await, 200);
+    assert_eq!(get_healthz(&mut second).await, 200);
+
+    // The kernel completes the handshake (listen backlog), but nobody serves it yet.
+    let mut third = connect(&app).await;
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("write the request");
+    let mut buf = [0u8; 1024];
+    let early = tokio::time::timeout(Duration::from_millis(500), third.read(&mut buf)).await;
+    assert!(
+        early.is_err(),
+        "a connection over the cap was served: {early:?}"
+    );
+
+    // A slot frees: the waiting connection is served, its request not lost.
+    drop(first);
+    let n = tokio::time::timeout(CLOSED_WITHIN, third.read(&mut buf))
+        .await
+        .expect("served once a slot freed")
+        .expect("read");
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+
+    // And the server is reachable for any new client once connections close.
+    drop(second);
+    drop(third);
+    let health = app
+        .client
+        .get(format!("{}/healthz", app.address))
+        .timeout(CLOSED_WITHIN)
+        .send()
+        .await
+        .expect("reachable after the cap");
+    assert_eq!(health.status(), 200);
+}
+
+async fn requests_hyper_refuses_are_answered_in_the_json_error_shape(backend: Backend) {
+    let app = app(backend, |_| {}).await;
+    let many_headers: String = (0..1_000).map(|i| format!("X-Header-{i}: v\r\n")).collect();
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        (
+            "a control character in a header value",
+            b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Bad: a\x01b\r\n\r\n".to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "two different Content-Length headers",
+            b"POST /contracts HTTP/1.1\r\nHost: test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"
+                .to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "1,000 headers",
+            format!("GET /healthz HTTP/1.1\r\nHost: test\r\n{many_headers}\r\n").into_bytes(),
+            431,
+            "headers_too_large",
+        ),
+        (
+            "a 600 KB header",
+            format!("GET /healthz HTTP/1.1\r\nHost: test\r\nX-Big: {}\r\n\r\n", "a".repeat(600_000))
+                .into_bytes(),
+            431,
+            "headers_too_large",
+        ),
+        (
+            "a 70 KB request target",
+            format!("GET /{} HTTP/1.1\r\nHost: test\r\n\r\n", "a".repeat(70_000)).into_bytes(),
+            414,
+            "uri_too_long",
+        ),
+        (
+            "a malformed request line",
+            b"GET\x01/ HTTP/1.1\r\nHost: test\r\n\r\n".to_vec(),
+            400,
+            "bad_request",
+        ),
+    ];
+    for (what, request, status, code) in cases {
+        let mut stream = connect(&app).await;
+        let (mut reader, mut writer) = stream.split();
+        // Write while reading: the server may answer before it read the whole request.
+        let write = async {
+            let _ = writer.write_all(&request).await;
+        };
+        let read = async {
+            let mut received = Vec::new();
+            let _ = reader.read_to_end(&mut received).await;
+            received
+        };
+        let ((), received) =
+            tokio::time::timeout(CLOSED_WITHIN, async { tokio::join!(write, read) })
+                .await
+                .unwrap_or_else(|_| panic!("{what}: no complete answer in time"));
+        let (head, body) = split_head(&received)
+            .unwrap_or_else(|| panic!("{what}: no response head in {received:?}"));
+        assert_eq!(status_of(&head), status, "{what}: {head}");
+        assert_eq!(
+            header(&head, "content-type").as_deref(),
+            Some("application/json"),
+            "{what}: {head}"
+        );
+        let json: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|err| panic!("{what}: body is not JSON ({err}): {body:?}"));
+        assert_eq!(json["error"]["code"], code, "{what}: {json}");
+        assert!(json["error"]["message"].is_string(), "{what}: {json}");
+    }
+    // The server still serves well-formed requests.
+    let mut stream = connect(&app).await;
+    assert_eq!(get_healthz(&mut stream).await, 200);
+}
