@@ -67,11 +67,17 @@ pub enum ArrayMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FieldType {
+    /// A JSON string.
     String,
+    /// Any JSON number.
     Number,
+    /// A JSON number without a fractional part.
     Integer,
+    /// `true` or `false`.
     Boolean,
+    /// A JSON object.
     Object,
+    /// A JSON array.
     Array,
 }
 

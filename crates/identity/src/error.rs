@@ -8,15 +8,24 @@ use thiserror::Error;
 pub enum IdentityError {
     /// The event body is not a JSON object.
     #[error("the event must be a JSON object, got {found}")]
-    NotAnObject { found: &'static str },
+    NotAnObject {
+        /// The JSON type that was found.
+        found: &'static str,
+    },
     /// A field marked `"required": true` in the contract is absent.
     #[error("required field {field} is missing")]
-    MissingRequired { field: String },
+    MissingRequired {
+        /// The pointer (or name) of the offending field.
+        field: String,
+    },
     /// A field has a JSON type its contract rule cannot apply to.
     #[error("field {field} must be {expected}, got {found}")]
     WrongType {
+        /// The pointer (or name) of the offending field.
         field: String,
+        /// What the rule expects.
         expected: &'static str,
+        /// The JSON type that was found.
         found: &'static str,
     },
     /// Two object keys become equal after Unicode NFC normalisation; `field` is the
@@ -24,13 +33,26 @@ pub enum IdentityError {
     #[error(
         "the object holding {field} has two keys that are equal after NFC normalisation: {key:?}"
     )]
-    DuplicateKeyAfterNormalization { field: String, key: String },
+    DuplicateKeyAfterNormalization {
+        /// The pointer (or name) of the offending field.
+        field: String,
+        /// The clashing key, normalised.
+        key: String,
+    },
     /// An integer outside ±(2^53−1), which RFC 8785 numbers (IEEE doubles) cannot hold exactly.
     #[error("number at {field} is outside ±(2^53-1), the exact integer range of JSON numbers (RFC 8785, I-JSON); send it as a string")]
-    NumberOutOfRange { field: String },
+    NumberOutOfRange {
+        /// The pointer (or name) of the offending field.
+        field: String,
+    },
     /// The `occurred_at` field is not an RFC 3339 timestamp with an offset.
     #[error("field {field} must be an RFC 3339 timestamp with a UTC offset (e.g. 2026-11-29T12:00:00Z): {reason}")]
-    InvalidTimestamp { field: String, reason: String },
+    InvalidTimestamp {
+        /// The pointer (or name) of the offending field.
+        field: String,
+        /// Why the value is not acceptable.
+        reason: String,
+    },
 }
 
 impl IdentityError {

@@ -20,22 +20,39 @@ pub const DEPTH_MAX_CEILING: usize = 120;
 pub enum ParseError {
     /// The bytes are not UTF-8.
     #[error("body is not valid UTF-8 (first invalid byte at offset {offset})")]
-    InvalidUtf8 { offset: usize },
+    InvalidUtf8 {
+        /// Byte offset of the first invalid byte.
+        offset: usize,
+    },
     /// `NaN`, `Infinity` or `-Infinity` appear where a value is expected.
     #[error("NaN and Infinity are not JSON numbers (line {line}, column {column})")]
-    NonFiniteNumber { line: usize, column: usize },
+    NonFiniteNumber {
+        /// Line of the error (1-based; 0 when unknown).
+        line: usize,
+        /// Column of the error (1-based; 0 when unknown).
+        column: usize,
+    },
     /// Arrays/objects nested deeper than the configured limit.
     #[error("JSON nesting is deeper than the limit of {depth_max} levels")]
-    TooDeep { depth_max: usize },
+    TooDeep {
+        /// The nesting limit in force.
+        depth_max: usize,
+    },
     /// An object repeats a key.
     #[error("object has the key {key:?} twice; duplicate keys are ambiguous (RFC 8259, I-JSON)")]
-    DuplicateKey { key: String },
+    DuplicateKey {
+        /// The clashing key, normalised.
+        key: String,
+    },
     /// A number the canonical form cannot hold without merging it with another value
     /// (see [`crate::number`]); `field` is its RFC 6901 pointer.
     #[error("{}", number_message(field, literal, *fault))]
     NumberOutOfRange {
+        /// The pointer (or name) of the offending field.
         field: String,
+        /// The number as written in the document.
         literal: String,
+        /// Which rule the number breaks.
         fault: NumberFault,
     },
     /// Any other syntax error, as reported by the parser.

@@ -10,8 +10,10 @@
 //!
 //! Main types: [`Contract`], [`ContractName`], [`EventId`], [`Fingerprint`],
 //! [`Identified`]; parsing with limits lives in [`json`], the canonical form in
-//! [`canonical`], RFC 6901 pointers in [`pointer`], and the built-in OpenLineage RunEvent
+//! [`canonical`], RFC 6901 pointers in [`pointer`](mod@pointer), and the built-in OpenLineage RunEvent
 //! contract with its projection and run-id helper in [`openlineage`].
+
+#![deny(missing_docs)]
 
 pub mod canonical;
 mod contract;

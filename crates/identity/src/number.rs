@@ -44,8 +44,11 @@ pub fn check_literal(literal: &str) -> Result<(), NumberFault> {
 /// and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedNumber {
+    /// RFC 6901 pointer of the number in the document.
     pub pointer: String,
+    /// The number as written.
     pub literal: String,
+    /// Which rule it breaks.
     pub fault: NumberFault,
 }
 
@@ -132,6 +135,7 @@ fn scan(text: &str, found: &mut dyn FnMut(RefusedNumber) -> bool) {
 /// included), or an array with the index of its current item.
 enum Frame {
     Object {
+        /// The clashing key, normalised.
         key: (usize, usize),
         expect_key: bool,
     },

@@ -85,20 +85,34 @@ const TOP_LEVEL_METADATA: [&str; 3] = ["eventTime", "producer", "schemaURL"];
 pub enum OpenLineageError {
     /// A field the spec requires is absent (or `null`).
     #[error("required field {field} is missing")]
-    Missing { field: String },
+    Missing {
+        /// The pointer (or name) of the offending field.
+        field: String,
+    },
     /// A field has the wrong JSON type.
     #[error("field {field} must be {expected}, got {found}")]
     WrongType {
+        /// The pointer (or name) of the offending field.
         field: String,
+        /// What the rule expects.
         expected: &'static str,
+        /// The JSON type that was found.
         found: &'static str,
     },
     /// A field has the right type but a value the spec does not allow.
     #[error("field {field} is invalid: {reason}")]
-    Invalid { field: String, reason: String },
+    Invalid {
+        /// The pointer (or name) of the offending field.
+        field: String,
+        /// Why the value is not acceptable.
+        reason: String,
+    },
     /// A DatasetEvent or JobEvent: accepted by the spec, not stored by this release.
     #[error("{kind} is not stored by this server: only RunEvents (with run.runId) are accepted; send static dataset or job metadata as part of a RunEvent")]
-    UnsupportedKind { kind: &'static str },
+    UnsupportedKind {
+        /// The kind of event that was sent.
+        kind: &'static str,
+    },
     /// The body breaks a canonical-form rule (NFC key clash, integer out of range).
     #[error(transparent)]
     Canonical(#[from] IdentityError),

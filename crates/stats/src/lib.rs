@@ -16,6 +16,8 @@
 //! number bound for JSON is finite or `null`. The formulas are written out in
 //! `docs/statistics.md`.
 
+#![deny(missing_docs)]
+
 mod dedupe;
 mod dist;
 mod error;
