@@ -24,6 +24,15 @@ fn main() {
         "parse      {:.2} us",
         t.elapsed().as_secs_f64() * 1e6 / n as f64
     );
+    // The exactness scan `parse` runs on any body holding a float (this one has 123.455).
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(traqlyte_identity::number::first_refused(&text));
+    }
+    println!(
+        "number scan {:.2} us (part of parse)",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
     let t = Instant::now();
     for _ in 0..n {
         std::hint::black_box(serde_json::from_str::<serde_json::Value>(&text).unwrap());

@@ -24,6 +24,15 @@ pub enum NumberFault {
 
 /// Judges one JSON number literal (as it appears in the document).
 pub fn check_literal(literal: &str) -> Result<(), NumberFault> {
+    if obviously_exact(literal) {
+        return Ok(());
+    }
+    full_check(literal)
+}
+
+/// The definition itself: compare the literal's exact decimal value with its canonical
+/// double's shortest form.
+fn full_check(literal: &str) -> Result<(), NumberFault> {
     let is_integer_syntax = !literal.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'));
     let double: f64 = literal.parse().map_err(|_| NumberFault::OutOfRange)?;
     if !double.is_finite() {
@@ -38,6 +47,49 @@ pub fn check_literal(literal: &str) -> Result<(), NumberFault> {
     } else {
         Err(NumberFault::NotExact)
     }
+}
+
+/// Most significant digits of a decimal that always survives the trip through a double:
+/// DBL_DIG. Two different decimals of at most 15 significant digits never round to one
+/// double (each comes back from its double when printed to 15 digits), so the shortest
+/// round-trip form of that double is the literal's own value.
+const EXACT_DIGITS_MAX: usize = 15;
+/// Decimal exponents safely inside the normal range of doubles (no subnormals, no
+/// overflow), where the DBL_DIG guarantee holds.
+const EXACT_EXPONENT_ABS_MAX: i64 = 290;
+/// Longest mantissa (digits and point) the fast path takes: 10^±(290 + 17) is inside the
+/// normal range of doubles (2.2e-308 to 1.8e308).
+const MANTISSA_BYTES_MAX: usize = 17;
+
+/// The common case without parsing or allocating: at most [`EXACT_DIGITS_MAX`]
+/// significant digits and a moderate exponent (`129.99`, `1.0`, `42`, `2.5e-7`). Measured
+/// (`examples/identify_speed.rs`): the full check made the exactness scan cost two thirds
+/// of a checkout event's parse; this keeps typical numbers to one pass over their bytes.
+fn obviously_exact(literal: &str) -> bool {
+    let unsigned = literal.strip_prefix('-').unwrap_or(literal);
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => (&unsigned[..at], parse_exponent(&unsigned[at + 1..])),
+        None => (unsigned, 0),
+    };
+    if mantissa.len() == unsigned.len() && !mantissa.contains('.') {
+        // Integer syntax: 15 digits stay below 2^53−1 (I-JSON's range).
+        return unsigned.len() <= EXACT_DIGITS_MAX;
+    }
+    // A short mantissa moves the magnitude by at most its length, so with the exponent
+    // bounded the value stays in the normal range.
+    if mantissa.len() > MANTISSA_BYTES_MAX || exponent.abs() > EXACT_EXPONENT_ABS_MAX {
+        return false;
+    }
+    // Significant digits: from the first non-zero digit to the last non-zero one.
+    let (mut digits, mut trailing_zeros) = (0usize, 0usize);
+    for byte in mantissa.bytes().filter(u8::is_ascii_digit) {
+        if digits == 0 && byte == b'0' {
+            continue;
+        }
+        digits += 1;
+        trailing_zeros = if byte == b'0' { trailing_zeros + 1 } else { 0 };
+    }
+    digits - trailing_zeros <= EXACT_DIGITS_MAX
 }
 
 /// A refused number found in a document: the RFC 6901 pointer of its place, the literal
@@ -263,11 +315,22 @@ mod tests {
             ("1e-400", Err(NumberFault::NotExact)),
             ("-1e-99999999999999999999", Err(NumberFault::NotExact)),
             ("1e400", Err(NumberFault::OutOfRange)),
+            ("10000000000000000", Err(NumberFault::OutOfRange)),
+            ("999999999999999", Ok(())),
+            ("0.000000000000001e-290", Ok(())),
+            ("123456789012345e290", Ok(())),
             ("-1.8e308", Err(NumberFault::OutOfRange)),
         ];
         for (literal, expected) in cases {
             assert_eq!(check_literal(literal), *expected, "{literal}");
         }
+        // Magnitudes written out in full, without an exponent.
+        let tiny = format!("0.{}1", "0".repeat(400));
+        assert_eq!(check_literal(&tiny), Err(NumberFault::NotExact));
+        let huge = format!("1{}.0", "0".repeat(400));
+        assert_eq!(check_literal(&huge), Err(NumberFault::OutOfRange));
+        let long_but_exact = format!("0.{}1", "0".repeat(20));
+        assert_eq!(check_literal(&long_but_exact), Ok(()));
     }
 
     #[test]
@@ -292,6 +355,40 @@ mod tests {
         for (text, pointer) in cases {
             let found = first_refused(text).map(|refused| refused.pointer);
             assert_eq!(found.as_deref(), *pointer, "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_fast_path_never_accepts_what_the_definition_refuses(
+            negative: bool,
+            whole in "[0-9]{0,12}",
+            fraction in proptest::option::of("[0-9]{0,12}"),
+            exponent in proptest::option::of(-330i32..330),
+        ) {
+            let whole = if whole.is_empty() { "0".to_string() } else { whole };
+            let mut literal = format!("{}{whole}", if negative { "-" } else { "" });
+            if let Some(fraction) = fraction.filter(|f| !f.is_empty()) {
+                literal.push('.');
+                literal.push_str(&fraction);
+            }
+            if let Some(exponent) = exponent {
+                literal.push_str(&format!("e{exponent}"));
+            }
+            if obviously_exact(&literal) {
+                proptest::prop_assert_eq!(full_check(&literal), Ok(()), "{}", literal);
+            }
+        }
+
+        #[test]
+        fn every_double_written_in_its_shortest_form_is_accepted(bits: u64) {
+            let double = f64::from_bits(bits);
+            proptest::prop_assume!(double.is_finite());
+            let literal = ryu_js::Buffer::new().format(double).to_string();
+            // Integers past 2^53 written without fraction fall under the I-JSON rule.
+            let integer_syntax = !literal.contains(['.', 'e']);
+            proptest::prop_assume!(!integer_syntax || double.abs() <= EXACT_INTEGER_MAX as f64);
+            proptest::prop_assert_eq!(check_literal(&literal), Ok(()), "{}", literal);
         }
     }
 
