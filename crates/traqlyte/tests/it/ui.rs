@@ -197,7 +197,8 @@ fn check_srm_verdicts_and_duplicates(report: &Value, elements: &[Element]) {
 }
 
 /// The element's raw value equals the report's, and its text is that value rounded to
-/// the precision shown (a percentage when it ends with `%`).
+/// the precision shown (a percentage when it ends with `%`, events per unit when it says
+/// so).
 fn check_shown(element: &Element, expected: &Value, what: &str) {
     let raw: Value = element
         .attr("data-value")
@@ -217,6 +218,8 @@ fn check_shown(element: &Element, expected: &Value, what: &str) {
         assert!(expected < bound, "{what}: {expected} shown as {text}");
         return;
     }
+    // A naive "conversion" counts every delivery: it is shown as events per unit.
+    let text = text.strip_suffix(" events/unit").unwrap_or(text);
     let (number, scale) = match text.strip_suffix('%') {
         Some(n) => (n, 100.0),
         None => (text, 1.0),
