@@ -1,16 +1,22 @@
 //! SVG charts rendered on the server: no script, no external asset. Each chart is a
-//! pure function of report JSON, drawn on a fixed `viewBox` that scales to its box.
+//! pure function of the typed report, written with `maud` like the pages (so arm and
+//! metric names are escaped by type here too), on a fixed `viewBox` that scales to its
+//! box.
 
-use serde_json::Value;
+use maud::{html, Markup};
+use traqlyte_experiments::report::{DuplicateBucket, WindowReport};
+use traqlyte_stats::Lift;
 
-use super::html::{esc, Format, Source};
+use super::html::{json_text, Format, Px, Source};
 
 /// Colours of the arms, in the campaign's arm order (cycled beyond eight arms).
 pub(crate) const ARM_COLOURS: [&str; 8] = [
     "#1f5fbf", "#e07b00", "#2e9d5b", "#9c3fbf", "#c23b3b", "#00838f", "#6d6d6d", "#b08900",
 ];
-const DEDUPED_COLOUR: &str = "#1f5fbf";
-const NAIVE_COLOUR: &str = "#e07b00";
+/// The deduplicated figures' colour, in charts and legends.
+pub(crate) const DEDUPED_COLOUR: &str = "#1f5fbf";
+/// The naive figures' colour, in charts and legends.
+pub(crate) const NAIVE_COLOUR: &str = "#e07b00";
 const PREDICTED_COLOUR: &str = "#5b6475";
 
 const WIDTH: f64 = 640.0;
@@ -29,128 +35,157 @@ pub(crate) fn arm_colour(index: usize) -> &'static str {
 /// One treatment arm's lifts for one metric, as the report holds them.
 pub(crate) struct LiftRow<'a> {
     pub arm: &'a str,
-    pub lift: &'a Value,
-    pub naive_lift: &'a Value,
-    pub predicted_naive_lift: &'a Value,
+    pub lift: Option<Lift>,
+    pub naive_lift: Option<Lift>,
+    pub predicted_naive_lift: Option<f64>,
+}
+
+/// An estimate with its interval, as a whisker draws it.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    estimate: Option<f64>,
+    ci: Option<(f64, f64)>,
+}
+
+impl Point {
+    fn of_lift(lift: Option<Lift>) -> Point {
+        Point {
+            estimate: lift.and_then(|l| l.estimate()),
+            ci: lift.and_then(|l| l.ci()),
+        }
+    }
+
+    fn numbers(&self) -> impl Iterator<Item = f64> {
+        let (low, high) = self.ci.unzip();
+        [self.estimate, low, high].into_iter().flatten()
+    }
 }
 
 /// Horizontal whiskers: for every treatment arm, the deduplicated lift and the naive lift
 /// with their confidence intervals around a zero line, and the predicted naive lift as
 /// a tick on the naive row. An interval that does not cross zero is significant.
-pub(crate) fn lift_whiskers(metric: &str, rows: &[LiftRow<'_>]) -> String {
+pub(crate) fn lift_whiskers(metric: &str, rows: &[LiftRow<'_>]) -> Markup {
     let numbers = rows.iter().flat_map(|r| {
-        [r.lift, r.naive_lift]
-            .into_iter()
-            .flat_map(|l| [&l["estimate"], &l["ci_low"], &l["ci_high"]])
-            .chain([r.predicted_naive_lift])
-            .filter_map(Value::as_f64)
+        let (lift, naive) = (Point::of_lift(r.lift), Point::of_lift(r.naive_lift));
+        lift.numbers()
+            .chain(naive.numbers())
+            .chain(r.predicted_naive_lift)
+            .collect::<Vec<_>>()
     });
     let scale = Scale::covering(numbers.chain([0.0]), LABEL_WIDTH, WIDTH - RIGHT_MARGIN);
     let height = rows.len() as f64 * 2.0 * ROW_HEIGHT + AXIS_HEIGHT + 8.0;
     let plot_bottom = height - AXIS_HEIGHT;
-    let mut svg = format!(
-        "<svg viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-label=\"Lift of {m} with {level} intervals\" data-chart=\"lift\" data-metric=\"{m}\">",
-        m = esc(metric),
-        level = "95%",
-    );
-    svg.push_str(&scale.axis(4.0, plot_bottom, Format::SignedPercent));
-    let zero = scale.x(0.0);
-    svg.push_str(&format!(
-        "<line x1=\"{zero:.1}\" y1=\"4\" x2=\"{zero:.1}\" y2=\"{plot_bottom:.1}\" stroke=\"#1d2330\" stroke-width=\"1\"/>"
-    ));
-    for (index, row) in rows.iter().enumerate() {
-        let top = 4.0 + index as f64 * 2.0 * ROW_HEIGHT;
-        let deduped = Whisker {
-            metric,
-            arm: row.arm,
-            label: "deduplicated",
-            field: "chart.lift",
-            colour: DEDUPED_COLOUR,
-            format: Format::SignedPercent,
-        };
-        svg.push_str(&deduped.draw(&scale, top + ROW_HEIGHT / 2.0, row.lift));
-        let naive = Whisker {
-            label: "naive",
-            field: "chart.naive_lift",
-            colour: NAIVE_COLOUR,
-            ..deduped
-        };
-        let y = top + ROW_HEIGHT * 1.5;
-        svg.push_str(&naive.draw(&scale, y, row.naive_lift));
-        if let Some(p) = row.predicted_naive_lift.as_f64() {
-            let x = scale.x(p);
-            let source = Source {
-                metric: Some(metric),
-                arm: Some(row.arm),
-                field: "chart.predicted_naive_lift",
-            };
-            svg.push_str(&format!(
-                "<path d=\"M{x:.1} {a:.1} L{r:.1} {y:.1} L{x:.1} {b:.1} L{l:.1} {y:.1} Z\" fill=\"none\" stroke=\"{PREDICTED_COLOUR}\" stroke-width=\"1.5\"{attrs}><title>predicted naive lift {text}</title></path>",
-                a = y - 6.0,
-                b = y + 6.0,
-                l = x - 6.0,
-                r = x + 6.0,
-                attrs = source.attributes(row.predicted_naive_lift),
-                text = Format::SignedPercent.number(p),
-            ));
+    let zero = Px(scale.x(0.0));
+    html! {
+        svg viewBox={ "0 0 " (WIDTH) " " (height) } role="img"
+            aria-label={ "Lift of " (metric) " with 95% intervals" }
+            data-chart="lift" data-metric=(metric) {
+            (scale.axis(4.0, plot_bottom, Format::SignedPercent))
+            line x1=(zero) y1="4" x2=(zero) y2=(Px(plot_bottom)) stroke="#1d2330" stroke-width="1" {}
+            @for (index, row) in rows.iter().enumerate() {
+                @let top = 4.0 + index as f64 * 2.0 * ROW_HEIGHT;
+                @let deduped = Whisker {
+                    metric,
+                    arm: row.arm,
+                    label: "deduplicated",
+                    field: "chart.lift",
+                    colour: DEDUPED_COLOUR,
+                    format: Format::SignedPercent,
+                };
+                @let naive = Whisker {
+                    label: "naive",
+                    field: "chart.naive_lift",
+                    colour: NAIVE_COLOUR,
+                    ..deduped
+                };
+                @let y = top + ROW_HEIGHT * 1.5;
+                (deduped.draw(&scale, top + ROW_HEIGHT / 2.0, Point::of_lift(row.lift)))
+                (naive.draw(&scale, y, Point::of_lift(row.naive_lift)))
+                @if let Some(p) = row.predicted_naive_lift {
+                    (predicted_tick(&scale, metric, row.arm, y, p))
+                }
+            }
         }
     }
-    svg.push_str("</svg>");
-    svg
+}
+
+/// A diamond on the naive row where the duplicate rates predict the naive lift.
+fn predicted_tick(scale: &Scale, metric: &str, arm: &str, y: f64, p: f64) -> Markup {
+    let x = scale.x(p);
+    let d = format!(
+        "M{x:.1} {a:.1} L{r:.1} {y:.1} L{x:.1} {b:.1} L{l:.1} {y:.1} Z",
+        a = y - 6.0,
+        b = y + 6.0,
+        l = x - 6.0,
+        r = x + 6.0,
+    );
+    html! {
+        path d=(d) fill="none" stroke=(PREDICTED_COLOUR) stroke-width="1.5"
+            data-metric=(metric) data-arm=(arm) data-field="chart.predicted_naive_lift"
+            data-value=(json_text(&p)) {
+            title { "predicted naive lift " (Format::SignedPercent.number(p)) }
+        }
+    }
 }
 
 /// Per-arm whiskers: every arm's own deduplicated value with its 95% interval, and its
 /// naive value (every delivery counted) as a second row, on one axis so arms compare at a
-/// glance. `arms` pairs each arm key with its metric object from the report.
-pub(crate) fn value_whiskers(metric: &str, format: Format, arms: &[(&str, &Value)]) -> String {
-    let rows: Vec<(&str, Value, Value)> = arms
+/// glance. `format` is the value's, `naive_format` the naive value's (a naive
+/// "conversion" is events per unit, not a rate).
+pub(crate) fn value_whiskers(
+    metric: &str,
+    format: Format,
+    naive_format: Format,
+    arms: &[(&str, &WindowReport)],
+) -> Markup {
+    let rows: Vec<(&str, Point, Point)> = arms
         .iter()
         .map(|(arm, m)| {
-            let own = serde_json::json!({"estimate": m["value"], "ci_low": m["value_ci"]["low"], "ci_high": m["value_ci"]["high"]});
-            let naive = serde_json::json!({"estimate": m["naive_value"], "ci_low": null, "ci_high": null});
+            let own = Point {
+                estimate: m.value,
+                ci: m.value_ci.map(|i| (i.low, i.high)),
+            };
+            let naive = Point {
+                estimate: m.naive_value,
+                ci: None,
+            };
             (*arm, own, naive)
         })
         .collect();
-    let numbers = rows.iter().flat_map(|(_, own, naive)| {
-        [
-            &own["estimate"],
-            &own["ci_low"],
-            &own["ci_high"],
-            &naive["estimate"],
-        ]
-        .into_iter()
-        .filter_map(Value::as_f64)
-    });
+    let numbers = rows
+        .iter()
+        .flat_map(|(_, own, naive)| own.numbers().chain(naive.numbers()).collect::<Vec<_>>());
     let scale = Scale::covering(numbers, LABEL_WIDTH, WIDTH - RIGHT_MARGIN);
     let height = rows.len() as f64 * 2.0 * ROW_HEIGHT + AXIS_HEIGHT + 8.0;
     let plot_bottom = height - AXIS_HEIGHT;
-    let mut svg = format!(
-        "<svg viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-label=\"{m} per arm with 95% intervals\" data-chart=\"value\" data-metric=\"{m}\">",
-        m = esc(metric),
-    );
-    svg.push_str(&scale.axis(4.0, plot_bottom, format));
-    for (index, (arm, own, naive)) in rows.iter().enumerate() {
-        let top = 4.0 + index as f64 * 2.0 * ROW_HEIGHT;
-        // The same two colours as the lift chart: deduplicated blue, naive orange.
-        let deduped = Whisker {
-            metric,
-            arm,
-            label: "deduplicated",
-            field: "chart.value",
-            colour: DEDUPED_COLOUR,
-            format,
-        };
-        svg.push_str(&deduped.draw(&scale, top + ROW_HEIGHT / 2.0, own));
-        let naive_whisker = Whisker {
-            label: "naive",
-            field: "chart.naive_value",
-            colour: NAIVE_COLOUR,
-            ..deduped
-        };
-        svg.push_str(&naive_whisker.draw(&scale, top + ROW_HEIGHT * 1.5, naive));
+    html! {
+        svg viewBox={ "0 0 " (WIDTH) " " (height) } role="img"
+            aria-label={ (metric) " per arm with 95% intervals" }
+            data-chart="value" data-metric=(metric) {
+            (scale.axis(4.0, plot_bottom, format))
+            @for (index, (arm, own, naive)) in rows.iter().enumerate() {
+                @let top = 4.0 + index as f64 * 2.0 * ROW_HEIGHT;
+                // The same two colours as the lift chart: deduplicated blue, naive orange.
+                @let deduped = Whisker {
+                    metric,
+                    arm,
+                    label: "deduplicated",
+                    field: "chart.value",
+                    colour: DEDUPED_COLOUR,
+                    format,
+                };
+                @let naive_whisker = Whisker {
+                    label: "naive",
+                    field: "chart.naive_value",
+                    colour: NAIVE_COLOUR,
+                    format: naive_format,
+                    ..deduped
+                };
+                (deduped.draw(&scale, top + ROW_HEIGHT / 2.0, *own))
+                (naive_whisker.draw(&scale, top + ROW_HEIGHT * 1.5, *naive))
+            }
+        }
     }
-    svg.push_str("</svg>");
-    svg
 }
 
 #[derive(Clone, Copy)]
@@ -164,132 +199,103 @@ struct Whisker<'a> {
 }
 
 impl Whisker<'_> {
-    fn draw(&self, scale: &Scale, y: f64, lift: &Value) -> String {
-        let mut out = format!(
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} · {}</text>",
-            LABEL_WIDTH - 10.0,
-            y + 4.0,
-            esc(self.arm),
-            self.label
-        );
-        let (estimate, low, high) = (
-            lift["estimate"].as_f64(),
-            lift["ci_low"].as_f64(),
-            lift["ci_high"].as_f64(),
-        );
-        if let (Some(low), Some(high)) = (low, high) {
-            let (x1, x2) = (scale.x(low), scale.x(high));
-            out.push_str(&format!(
-                "<path d=\"M{x1:.1} {a:.1} V{b:.1} M{x1:.1} {y:.1} H{x2:.1} M{x2:.1} {a:.1} V{b:.1}\" stroke=\"{c}\" stroke-width=\"2\" fill=\"none\"/>",
-                a = y - 6.0,
-                b = y + 6.0,
-                c = self.colour
-            ));
-        }
-        match estimate {
-            Some(e) => {
-                let source = Source {
-                    metric: Some(self.metric),
-                    arm: Some(self.arm),
-                    field: self.field,
-                };
-                out.push_str(&format!(
-                    "<circle cx=\"{:.1}\" cy=\"{y:.1}\" r=\"5\" fill=\"{}\"{}><title>{} {} [{}, {}]</title></circle>",
-                    scale.x(e),
-                    self.colour,
-                    source.attributes(&lift["estimate"]),
-                    self.label,
-                    self.format.number(e),
-                    self.format.apply(&lift["ci_low"]),
-                    self.format.apply(&lift["ci_high"]),
-                ));
+    fn draw(&self, scale: &Scale, y: f64, point: Point) -> Markup {
+        let source = Source {
+            metric: Some(self.metric),
+            arm: Some(self.arm),
+            field: self.field,
+        };
+        let (low, high) = point.ci.unzip();
+        html! {
+            text x=(Px(LABEL_WIDTH - 10.0)) y=(Px(y + 4.0)) text-anchor="end" {
+                (self.arm) " · " (self.label)
             }
-            None => out.push_str(&format!(
-                "<text x=\"{:.1}\" y=\"{:.1}\">not defined</text>",
-                LABEL_WIDTH + 6.0,
-                y + 4.0
-            )),
+            @if let Some((low, high)) = point.ci {
+                @let (x1, x2) = (scale.x(low), scale.x(high));
+                path d=(format!(
+                    "M{x1:.1} {a:.1} V{b:.1} M{x1:.1} {y:.1} H{x2:.1} M{x2:.1} {a:.1} V{b:.1}",
+                    a = y - 6.0,
+                    b = y + 6.0,
+                )) stroke=(self.colour) stroke-width="2" fill="none" {}
+            }
+            @match point.estimate {
+                Some(e) => {
+                    circle cx=(Px(scale.x(e))) cy=(Px(y)) r="5" fill=(self.colour)
+                        data-metric=[source.metric] data-arm=[source.arm]
+                        data-field=(source.field) data-value=(json_text(&e)) {
+                        title {
+                            (self.label) " " (self.format.number(e))
+                            @if point.ci.is_some() {
+                                " [" (self.format.opt(low)) ", " (self.format.opt(high)) "]"
+                            }
+                        }
+                    }
+                }
+                None => {
+                    text x=(Px(LABEL_WIDTH + 6.0)) y=(Px(y + 4.0)) { "not defined" }
+                }
+            }
         }
-        out
     }
 }
 
 /// Suppressed duplicates per arrival hour, one bar per arm in each hour.
-pub(crate) fn duplicates_over_time(arms: &[&str], points: &[Value]) -> String {
+pub(crate) fn duplicates_over_time(arms: &[&str], points: &[DuplicateBucket]) -> Markup {
     let mut buckets: Vec<&str> = Vec::new();
     for point in points {
-        if let Some(start) = point["bucket_start"].as_str() {
-            if buckets.last() != Some(&start) {
-                buckets.push(start);
-            }
+        if buckets.last() != Some(&point.bucket_start.as_str()) {
+            buckets.push(&point.bucket_start);
         }
     }
     if buckets.is_empty() {
-        return "<p class=\"meta\" data-chart=\"duplicates\">No duplicate deliveries suppressed yet.</p>".to_string();
+        return html! {
+            p.meta data-chart="duplicates" { "No duplicate deliveries suppressed yet." }
+        };
     }
     let (left, right, top, height) = (56.0, WIDTH - RIGHT_MARGIN, 8.0, 260.0);
     let bottom = height - AXIS_HEIGHT - 6.0;
     let max = points
         .iter()
-        .filter_map(|p| p["duplicates"].as_f64())
+        .map(|p| p.duplicates as f64)
         .fold(1.0_f64, f64::max);
     let y_scale = Scale::covering([0.0, max], bottom, top);
-    let mut svg = format!(
-        "<svg viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-label=\"Duplicate deliveries per hour and arm\" data-chart=\"duplicates\">"
-    );
-    for tick in y_scale.ticks() {
-        let y = y_scale.x(tick);
-        svg.push_str(&format!(
-            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{right}\" y2=\"{y:.1}\" stroke=\"#dde1e8\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            left - 6.0,
-            y + 4.0,
-            Format::Count.number(tick)
-        ));
-    }
     let band = (right - left) / buckets.len() as f64;
     let bar = (band * 0.8 / arms.len().max(1) as f64).clamp(1.0, BAR_WIDTH_MAX);
     let group = bar * arms.len() as f64;
     let label_every = buckets.len().div_ceil(6);
-    for (index, start) in buckets.iter().enumerate() {
-        let x0 = left + index as f64 * band + (band - group) / 2.0;
-        for (arm_index, arm) in arms.iter().enumerate() {
-            let found = points.iter().find(|p| {
-                p["bucket_start"].as_str() == Some(start) && p["arm"].as_str() == Some(arm)
-            });
-            let Some(count) = found.map(|p| &p["duplicates"]) else {
-                continue;
-            };
-            let y = y_scale.x(count.as_f64().unwrap_or(0.0));
-            let source = Source {
-                metric: None,
-                arm: Some(arm),
-                field: "chart.duplicates",
-            };
-            svg.push_str(&format!(
-                "<rect x=\"{:.1}\" y=\"{y:.1}\" width=\"{bar:.1}\" height=\"{:.1}\" fill=\"{}\" data-bucket=\"{}\"{}><title>{} · {} UTC: {}</title></rect>",
-                x0 + arm_index as f64 * bar,
-                (bottom - y).max(0.0),
-                arm_colour(arm_index),
-                esc(start),
-                source.attributes(count),
-                esc(arm),
-                esc(&hour_label(start)),
-                Format::Count.apply(count),
-            ));
-        }
-        if index % label_every == 0 {
-            svg.push_str(&format!(
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                x0 + group / 2.0,
-                bottom + 18.0,
-                esc(&hour_label(start))
-            ));
+    html! {
+        svg viewBox={ "0 0 " (WIDTH) " " (height) } role="img"
+            aria-label="Duplicate deliveries per hour and arm" data-chart="duplicates" {
+            @for tick in y_scale.ticks() {
+                @let y = y_scale.x(tick);
+                line x1=(left) y1=(Px(y)) x2=(right) y2=(Px(y)) stroke="#dde1e8" {}
+                text x=(Px(left - 6.0)) y=(Px(y + 4.0)) text-anchor="end" { (Format::Count.number(tick)) }
+            }
+            @for (index, start) in buckets.iter().enumerate() {
+                @let x0 = left + index as f64 * band + (band - group) / 2.0;
+                @for (arm_index, arm) in arms.iter().enumerate() {
+                    @if let Some(found) = points.iter().find(|p| p.bucket_start == *start && p.arm == *arm) {
+                        @let y = y_scale.x(found.duplicates as f64);
+                        rect x=(Px(x0 + arm_index as f64 * bar)) y=(Px(y)) width=(Px(bar))
+                            height=(Px((bottom - y).max(0.0))) fill=(arm_colour(arm_index))
+                            data-bucket=(start) data-arm=(arm) data-field="chart.duplicates"
+                            data-value=(found.duplicates) {
+                            title {
+                                (arm) " · " (hour_label(start)) " UTC: "
+                                (Format::Count.number(found.duplicates as f64))
+                            }
+                        }
+                    }
+                }
+                @if index % label_every == 0 {
+                    text x=(Px(x0 + group / 2.0)) y=(Px(bottom + 18.0)) text-anchor="middle" {
+                        (hour_label(start))
+                    }
+                }
+            }
+            line x1=(left) y1=(Px(bottom)) x2=(right) y2=(Px(bottom)) stroke="#1d2330" {}
         }
     }
-    svg.push_str(&format!(
-        "<line x1=\"{left}\" y1=\"{bottom:.1}\" x2=\"{right}\" y2=\"{bottom:.1}\" stroke=\"#1d2330\"/></svg>"
-    ));
-    svg
 }
 
 /// `2026-11-29T10:00:00.000000Z` → `2026-11-29 10:00`.
@@ -355,23 +361,20 @@ impl Scale {
     }
 
     /// A horizontal axis with grid lines from `top` to `bottom`, labels below.
-    fn axis(&self, top: f64, bottom: f64, format: Format) -> String {
-        let mut out = String::new();
-        for tick in self.ticks() {
-            let x = self.x(tick);
-            out.push_str(&format!(
-                "<line x1=\"{x:.1}\" y1=\"{top:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\" stroke=\"#dde1e8\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                bottom + 18.0,
-                format.number(tick)
-            ));
+    fn axis(&self, top: f64, bottom: f64, format: Format) -> Markup {
+        html! {
+            @for tick in self.ticks() {
+                @let x = Px(self.x(tick));
+                line x1=(x) y1=(Px(top)) x2=(x) y2=(Px(bottom)) stroke="#dde1e8" {}
+                text x=(x) y=(Px(bottom + 18.0)) text-anchor="middle" { (format.number(tick)) }
+            }
         }
-        out
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use traqlyte_stats::{proportion_lift, ConfidenceLevel, Proportion};
 
     use super::*;
 
@@ -386,21 +389,45 @@ mod tests {
 
     #[test]
     fn whiskers_escape_arm_names_and_survive_missing_lifts() {
-        let lift = json!({"estimate": 0.1, "ci_low": -0.05, "ci_high": 0.25, "p_value": 0.2});
+        let lift = proportion_lift(
+            Proportion::new(10, 100).unwrap(),
+            Proportion::new(12, 100).unwrap(),
+            ConfidenceLevel::default(),
+        );
         let rows = [LiftRow {
             arm: "<b>t</b>",
-            lift: &lift,
-            naive_lift: &Value::Null,
-            predicted_naive_lift: &Value::Null,
+            lift: Some(lift),
+            naive_lift: None,
+            predicted_naive_lift: None,
         }];
-        let svg = lift_whiskers("m\"x", &rows);
+        let svg = lift_whiskers("m\"x", &rows).into_string();
         assert!(!svg.contains("<b>"), "{svg}");
         assert!(svg.contains("&lt;b&gt;t&lt;/b&gt;"));
+        assert!(svg.contains("data-metric=\"m&quot;x\""));
         assert!(svg.contains("not defined"));
+        // Empty SVG elements are closed explicitly: `<line>` is not void in HTML's SVG.
+        assert!(!svg.contains("/>") && svg.contains("</line>"), "{svg}");
     }
 
     #[test]
     fn no_duplicates_is_said_in_words() {
-        assert!(duplicates_over_time(&["c"], &[]).contains("No duplicate"));
+        assert!(duplicates_over_time(&["c"], &[])
+            .into_string()
+            .contains("No duplicate"));
+    }
+
+    #[test]
+    fn duplicate_bars_carry_their_counts() {
+        let points = [DuplicateBucket {
+            bucket_start: "2026-11-29T10:00:00.000000Z".into(),
+            arm: "t<".into(),
+            duplicates: 7,
+        }];
+        let svg = duplicates_over_time(&["c", "t<"], &points).into_string();
+        assert!(
+            svg.contains("data-arm=\"t&lt;\" data-field=\"chart.duplicates\" data-value=\"7\""),
+            "{svg}"
+        );
+        assert!(svg.contains("2026-11-29 10:00"));
     }
 }

@@ -1,30 +1,16 @@
-//! HTML building blocks: escaping, deterministic number formats, the page layout.
+//! HTML building blocks: deterministic number formats, the `data-*` provenance of every
+//! number, and the page layout.
 //!
-//! Plain `format!` with one escaping helper ([`esc`]) rather than `maud` or `askama`: the
-//! UI is four small pages, the user-controlled strings are few and known (campaign
-//! names and keys, arm keys, metric names, verdict sentences that embed them), and every
-//! one of them goes through [`esc`] at the point it is interpolated. That costs no
-//! dependency and no proc-macro build time; numbers are formatted here into ASCII that
-//! needs no escaping. Defence in depth: pages are served with a CSP that forbids every
-//! script (`ui::html_response`), so a missed escape could not execute code.
+//! Markup is written with `maud`: the templates are checked at compile time and every
+//! value interpolated into them is escaped by its type (a `&str` or `String` is text, so
+//! a campaign name, arm key, metric name or verdict sentence can never become markup).
+//! Nothing on the pages is escaped by hand. The one `PreEscaped` is [`STYLE`], a
+//! constant without interpolation. Defence in depth: pages are served with a CSP that
+//! forbids every script (`ui::html_response`), so even a template bug could not execute
+//! code.
 
-use serde_json::Value;
-
-/// Escapes text for HTML element content and double- or single-quoted attributes.
-pub(crate) fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use maud::{html, Markup, PreEscaped, Render, DOCTYPE};
+use serde::Serialize;
 
 /// Percent-encodes a query-string component (RFC 3986 unreserved characters kept).
 pub(crate) fn url_component(text: &str) -> String {
@@ -39,11 +25,10 @@ pub(crate) fn url_component(text: &str) -> String {
     out
 }
 
-/// What a missing (`null`) number is shown as.
+/// What a missing number is shown as.
 pub(crate) const MISSING: &str = "—";
 
-/// The deterministic text formats of every number on the pages. Each takes the JSON
-/// value the report holds, so the page shows exactly the report's numbers.
+/// The deterministic text formats of every number on the pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
     /// A relative lift as a signed percentage with two decimals: `+1.23%`.
@@ -54,18 +39,21 @@ pub(crate) enum Format {
     PValue,
     /// A per-unit value with four decimals: `0.1234`.
     Decimal,
-    /// A count, rounded to an integer, thousands separated by commas: `12,345`.
+    /// Deliveries per unit with two decimals and the unit: `1.03 events/unit`. A naive
+    /// "conversion" counts every delivery, so it is a rate of events, not of units, and
+    /// can exceed one: a percentage would read as more than 100% of units converting.
+    EventsPerUnit,
+    /// A count, rounded to an integer, thousands separated by commas: `12,345`. Also
+    /// expected counts (the exact value stays in `data-value`).
     Count,
-    /// An expected count, one decimal, thousands separated: `1,234.5`.
-    Expected,
 }
 
 impl Format {
-    /// The text for a JSON value; [`MISSING`] for `null` or anything not a number.
-    pub(crate) fn apply(self, value: &Value) -> String {
-        match value.as_f64() {
-            Some(x) => self.number(x),
-            None => MISSING.to_string(),
+    /// The text for an optional number; [`MISSING`] for `None` or a non-finite one.
+    pub(crate) fn opt(self, value: Option<f64>) -> String {
+        match value {
+            Some(x) if x.is_finite() => self.number(x),
+            _ => MISSING.to_string(),
         }
     }
 
@@ -77,35 +65,39 @@ impl Format {
             Format::PValue if x < 0.0001 => "< 0.0001".to_string(),
             Format::PValue => format!("{x:.4}"),
             Format::Decimal => format!("{x:.4}"),
+            Format::EventsPerUnit => format!("{x:.2} events/unit"),
             Format::Count => group_thousands(&format!("{x:.0}")),
-            Format::Expected => group_thousands(&format!("{x:.1}")),
         }
     }
 }
 
-/// Commas between thousands of the integer part of a formatted number.
+/// Commas between thousands of a formatted integer.
 fn group_thousands(number: &str) -> String {
-    let (sign, unsigned) = match number.strip_prefix('-') {
+    let (sign, digits) = match number.strip_prefix('-') {
         Some(rest) => ("-", rest),
         None => ("", number),
     };
-    let (digits, fraction) = match unsigned.split_once('.') {
-        Some((digits, fraction)) => (digits, format!(".{fraction}")),
-        None => (unsigned, String::new()),
-    };
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    out.push_str(sign);
     for (index, c) in digits.chars().enumerate() {
         if index > 0 && (digits.len() - index) % 3 == 0 {
             out.push(',');
         }
         out.push(c);
     }
-    format!("{sign}{out}{fraction}")
+    out
 }
 
-/// Where a number on the page comes from, written as `data-*` attributes so a test (or
-/// a scraper) can compare the shown text with the raw value: `data-metric`, `data-arm`,
-/// `data-field`, and `data-value` holding the report's JSON text of the value.
+/// A number as the JSON report writes it: the text of `data-value`, so a test (or a
+/// scraper) can compare the page with `GET /campaigns/{id}/report` exactly. `null` for
+/// `None`; serde_json's float text, which is the API's.
+pub(crate) fn json_text<T: Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
+}
+
+/// Where a number on the page comes from, written as `data-*` attributes: `data-metric`,
+/// `data-arm`, `data-field` (the report's field path, e.g. `lift.ci_low`), and
+/// `data-value` holding the report's JSON text of the value.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Source<'a> {
     pub metric: Option<&'a str>,
@@ -114,51 +106,75 @@ pub(crate) struct Source<'a> {
 }
 
 impl Source<'_> {
-    /// The attributes, escaped, with a leading space.
-    pub(crate) fn attributes(&self, value: &Value) -> String {
-        let mut out = String::new();
-        if let Some(metric) = self.metric {
-            out.push_str(&format!(" data-metric=\"{}\"", esc(metric)));
+    /// A table cell showing `value` in `format`; `label` names the column on narrow
+    /// screens, where the table's rows are stacked as cards.
+    pub(crate) fn cell(&self, label: &str, value: Option<f64>, format: Format) -> Markup {
+        html! {
+            td.num data-label=(label) data-metric=[self.metric] data-arm=[self.arm]
+                data-field=(self.field) data-value=(json_text(&value)) { (format.opt(value)) }
         }
-        if let Some(arm) = self.arm {
-            out.push_str(&format!(" data-arm=\"{}\"", esc(arm)));
+    }
+
+    /// An inline number.
+    pub(crate) fn span(&self, value: Option<f64>, format: Format) -> Markup {
+        html! {
+            span data-metric=[self.metric] data-arm=[self.arm] data-field=(self.field)
+                data-value=(json_text(&value)) { (format.opt(value)) }
         }
-        out.push_str(&format!(
-            " data-field=\"{}\" data-value=\"{}\"",
-            esc(self.field),
-            esc(&value.to_string())
-        ));
-        out
+    }
+
+    /// A count cell (an integer of the report).
+    pub(crate) fn count_cell(&self, label: &str, value: u64) -> Markup {
+        html! {
+            td.num data-label=(label) data-metric=[self.metric] data-arm=[self.arm]
+                data-field=(self.field) data-value=(value) { (Format::Count.number(value as f64)) }
+        }
     }
 }
 
-/// A table cell holding one number, with its source attributes.
-pub(crate) fn number_cell(source: Source<'_>, value: &Value, format: Format) -> String {
-    format!(
-        "<td class=\"num\"{}>{}</td>",
-        source.attributes(value),
-        format.apply(value)
-    )
+/// A pixel coordinate, written with one decimal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Px(pub f64);
+
+impl Render for Px {
+    fn render_to(&self, buffer: &mut String) {
+        buffer.push_str(&format!("{:.1}", self.0));
+    }
 }
 
 /// A whole page: the layout around `body`, with the inline style sheet.
-pub(crate) fn page(title: &str, logged_in: bool, body: &str) -> String {
-    let nav = if logged_in {
-        "<nav><a href=\"/ui/campaigns\">Campaigns</a>\
-         <form method=\"post\" action=\"/ui/logout\"><button type=\"submit\">Log out</button></form></nav>"
-    } else {
-        ""
-    };
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{title} · TraqLyte</title><style>{STYLE}</style></head>\
-         <body><header><a class=\"brand\" href=\"/ui/campaigns\">TraqLyte</a>{nav}</header>\
-         <main>{body}</main></body></html>\n",
-        title = esc(title),
-    )
+pub(crate) fn page(title: &str, logged_in: bool, body: Markup) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · TraqLyte" }
+                // A constant without interpolation: nothing user-controlled passes here.
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    a.brand href="/ui/campaigns" { "TraqLyte" }
+                    @if logged_in {
+                        nav {
+                            a href="/ui/campaigns" { "Campaigns" }
+                            form method="post" action="/ui/logout" {
+                                button type="submit" { "Log out" }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+    .into_string()
 }
 
+/// Narrow screens (a phone is 360–430 px wide): below this, tables marked `.cards` stack
+/// each row as a card of label/value lines instead of scrolling sideways.
 const STYLE: &str = "
 :root{--ink:#1d2330;--muted:#5b6475;--line:#dde1e8;--bg:#f6f7f9;--accent:#1f5fbf;--warn:#b3261e;--ok:#1e7d3a}
 *{box-sizing:border-box}
@@ -168,15 +184,16 @@ header .brand{font-weight:700;color:var(--ink);text-decoration:none}
 nav{display:flex;gap:1rem;align-items:center}
 nav form{margin:0}
 main{max-width:1280px;margin:0 auto;padding:1.5rem}
-h1{font-size:1.6rem;margin:.2rem 0}
-h2{font-size:1.25rem;margin:0 0 .5rem}
+h1{font-size:1.6rem;margin:.2rem 0;overflow-wrap:anywhere}
+h2{font-size:1.25rem;margin:0 0 .5rem;overflow-wrap:anywhere}
 h3{font-size:1rem;margin:1rem 0 .4rem;color:var(--muted)}
-.meta{color:var(--muted);margin:.2rem 0 1rem}
+.meta{color:var(--muted);margin:.2rem 0 1rem;overflow-wrap:anywhere}
 section{background:#fff;border:1px solid var(--line);border-radius:8px;padding:1rem 1.25rem;margin:0 0 1.25rem}
 .scroll{overflow-x:auto}
-table{border-collapse:collapse;width:100%;font-size:.95rem}
-th,td{padding:.35rem .55rem;border-bottom:1px solid var(--line);text-align:left;white-space:nowrap}
-th{font-weight:600;color:var(--muted);font-size:.85rem}
+table{border-collapse:collapse;width:100%;font-size:.9rem}
+th,td{padding:.35rem .45rem;border-bottom:1px solid var(--line);text-align:left}
+td{white-space:nowrap}
+th{font-weight:600;color:var(--muted);font-size:.8rem;vertical-align:bottom}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 td.ctl{text-align:center;color:var(--muted)}
 .verdict{border-left:4px solid var(--warn);background:#fdf1f0;padding:.6rem .9rem;margin:.4rem 0;border-radius:4px}
@@ -189,46 +206,82 @@ svg{width:100%;height:auto;display:block}
 svg text{font:12px system-ui,sans-serif;fill:var(--muted)}
 .legend{font-size:.85rem;color:var(--muted)}
 .swatch{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin:0 .3rem 0 .8rem;vertical-align:-1px}
+.swatch.ring{border:1.5px solid #5b6475}
 form.login{display:flex;flex-direction:column;gap:.6rem;max-width:32rem}
 input[type=password]{font:inherit;padding:.45rem .6rem;border:1px solid var(--line);border-radius:6px}
 button{font:inherit;padding:.35rem .9rem;border:1px solid var(--accent);background:var(--accent);color:#fff;border-radius:6px;cursor:pointer}
 nav button{background:#fff;color:var(--accent)}
 .error{color:var(--warn)}
 a{color:var(--accent)}
+@media (max-width:720px){
+header{padding:.5rem .75rem}
+main{padding:.75rem}
+section{padding:.75rem}
+table.cards thead{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
+table.cards,table.cards tbody,table.cards tr,table.cards td{display:block;width:100%}
+table.cards tr{border:1px solid var(--line);border-radius:6px;margin:0 0 .6rem;padding:.2rem .5rem}
+table.cards td{border:0;padding:.15rem 0;text-align:right;white-space:normal;overflow-wrap:anywhere}
+table.cards td::before{content:attr(data-label);float:left;margin-right:.75rem;color:var(--muted);font-weight:600;text-align:left}
+table.cards td.head{text-align:left;font-weight:700}
+table.cards td.ctl{text-align:right}
+}
 ";
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-
-    #[test]
-    fn escaping_neutralises_markup_in_text_and_attributes() {
-        assert_eq!(
-            esc("<script>alert('x')</script> & \"q\""),
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
-        );
-    }
 
     #[test]
     fn numbers_have_one_text_each() {
         let cases = [
-            (Format::SignedPercent, json!(0.012345), "+1.23%"),
-            (Format::SignedPercent, json!(-0.5), "-50.00%"),
-            (Format::Percent, json!(0.1), "10.00%"),
-            (Format::PValue, json!(0.04999), "0.0500"),
-            (Format::PValue, json!(0.00001), "< 0.0001"),
-            (Format::Decimal, json!(1.5), "1.5000"),
-            (Format::Count, json!(1234567.0), "1,234,567"),
-            (Format::Count, json!(999), "999"),
-            (Format::Count, json!(-1000), "-1,000"),
-            (Format::Expected, json!(1234.56), "1,234.6"),
-            (Format::Decimal, Value::Null, MISSING),
+            (Format::SignedPercent, Some(0.012345), "+1.23%"),
+            (Format::SignedPercent, Some(-0.5), "-50.00%"),
+            (Format::Percent, Some(0.1), "10.00%"),
+            (Format::PValue, Some(0.04999), "0.0500"),
+            (Format::PValue, Some(0.00001), "< 0.0001"),
+            (Format::Decimal, Some(1.5), "1.5000"),
+            (Format::EventsPerUnit, Some(1.0333), "1.03 events/unit"),
+            (Format::Count, Some(1234567.0), "1,234,567"),
+            (Format::Count, Some(999.0), "999"),
+            (Format::Count, Some(-1000.0), "-1,000"),
+            (Format::Count, Some(149.5001), "150"),
+            (Format::Decimal, None, MISSING),
+            (Format::Decimal, Some(f64::NAN), MISSING),
         ];
         for (format, value, text) in cases {
-            assert_eq!(format.apply(&value), text, "{format:?} {value}");
+            assert_eq!(format.opt(value), text, "{format:?} {value:?}");
         }
+    }
+
+    #[test]
+    fn data_values_are_the_json_text_of_the_report() {
+        assert_eq!(json_text(&Some(0.1_f64)), "0.1");
+        assert_eq!(json_text(&Some(1.0_f64)), "1.0");
+        assert_eq!(json_text(&None::<f64>), "null");
+        let source = Source {
+            metric: Some("m\"<"),
+            arm: None,
+            field: "value",
+        };
+        let cell = source
+            .cell("Value", Some(0.25), Format::Percent)
+            .into_string();
+        assert_eq!(
+            cell,
+            "<td class=\"num\" data-label=\"Value\" data-metric=\"m&quot;&lt;\" data-field=\"value\" data-value=\"0.25\">25.00%</td>"
+        );
+    }
+
+    #[test]
+    fn the_style_sheet_cannot_close_its_element() {
+        assert!(!STYLE.contains('<'), "STYLE is emitted unescaped");
+    }
+
+    #[test]
+    fn titles_are_text() {
+        let html = page("<b>x</b>", false, html! { p { "body" } });
+        assert!(html.contains("<title>&lt;b&gt;x&lt;/b&gt; · TraqLyte</title>"));
+        assert!(html.starts_with("<!DOCTYPE html>"));
     }
 
     #[test]

@@ -215,10 +215,7 @@ async fn campaign_page(
     Path(id): Path<String>,
 ) -> Result<Response, UiError> {
     let report = crate::experiments::report::build(&state.store, &session.tenant, &id).await?;
-    // The page still reads the report's JSON form (the very bytes of the API answer); its
-    // move to the typed `Report` comes with the template engine.
-    let json = serde_json::to_value(&report).map_err(ApiError::internal)?;
-    Ok(html_response(StatusCode::OK, pages::report(&json)))
+    Ok(html_response(StatusCode::OK, pages::report(&report)))
 }
 
 async fn start_session(

@@ -1,5 +1,6 @@
 //! The web UI: login by form or single-use link, redirects without a session, and the
-//! campaign page loaded in headless Chromium, whose numbers must match the JSON report.
+//! campaign page loaded in headless Chromium, whose numbers must match the JSON report
+//! and whose naive-vs-deduplicated tables must fit a laptop and a phone window.
 //! Chromium is required (`scripts/services.sh` installs Debian's `chromium`): a missing
 //! browser fails these tests, it never skips them.
 
@@ -17,10 +18,14 @@ on_both_backends!(
     the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report,
     pages_need_a_session_that_only_the_form_or_a_single_use_link_starts,
     the_root_says_what_this_is_and_both_ui_spellings_lead_in,
+    the_naive_vs_deduplicated_tables_fit_a_laptop_and_a_phone_without_sideways_scrolling,
 );
 
 const HOSTILE_NAME: &str = "Checkout <script>alert(1)</script> & \"friends\"";
 const UNITS: usize = 300;
+/// A laptop window (the widest the page's main column gets) and a phone's viewport.
+const LAPTOP: (u32, u32) = (1280, 900);
+const PHONE: (u32, u32) = (390, 844);
 
 async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -37,7 +42,7 @@ async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(back
         "the API key is never in a URL"
     );
     let url = app.url(&format!("{login_path}&next=/ui/campaigns/{campaign}"));
-    let dom = dump_dom(&url).await;
+    let dom = dump_dom(&url, LAPTOP).await;
 
     assert!(
         dom.contains("data-field=\"name\""),
@@ -51,6 +56,155 @@ async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(back
     assert_eq!(name.map(|e| e.text.as_str()), Some(HOSTILE_NAME));
     check_metrics(&report, &elements);
     check_srm_verdicts_and_duplicates(&report, &elements);
+}
+
+/// The page's layout is measured in Chromium at each width. The page itself runs no
+/// script (its CSP is `default-src 'none'`), so the test puts the exact HTML the server
+/// sent into an `<iframe srcdoc>` of the width and height under test, in a harness page
+/// loaded from a file, whose one script measures the frame once it has loaded and writes
+/// the result into the harness's DOM, which `--dump-dom` returns. The frame, not the
+/// window, sets the viewport because headless Chromium keeps windows at least 500 px
+/// wide. Markup and style sheet are the server's; only the measurement is the test's.
+async fn the_naive_vs_deduplicated_tables_fit_a_laptop_and_a_phone_without_sideways_scrolling(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let campaign = campaign_with_data(&app).await;
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await.body;
+    let html = page_with_session(&app, &format!("/ui/campaigns/{campaign}")).await;
+    let srcdoc = html.replace('&', "&amp;").replace('"', "&quot;");
+    let dir = tempdir("traqlyte_layout");
+
+    for (width, height) in [LAPTOP, PHONE] {
+        let harness = format!(
+            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>body{{margin:0}}iframe{{border:0;display:block}}</style></head>\
+             <body><iframe id=\"page\" width=\"{width}\" height=\"{height}\" srcdoc=\"{srcdoc}\"></iframe>{LAYOUT_PROBE}</body></html>"
+        );
+        let file = dir.join(format!("report_{width}.html"));
+        std::fs::write(&file, harness).expect("write the harness");
+        let url = format!("file://{}", file.display());
+        let dom = dump_dom(&url, (width + 100, height + 100)).await;
+        let layout = layout_of(&dom);
+        let what = format!("at {width}x{height}");
+        assert_eq!(
+            layout["inner_width"],
+            json!(width),
+            "{what}: the viewport is the frame: {layout}"
+        );
+        assert!(
+            layout["page_scroll_width"].as_f64() <= layout["client_width"].as_f64(),
+            "{what}: the page scrolls sideways: {layout}"
+        );
+        let tables = layout["tables"].as_array().expect("tables");
+        assert_eq!(
+            tables.len(),
+            3,
+            "{what}: a naive table per metric: {layout}"
+        );
+        // Narrow, the rows are stacked: every value has its column's name beside it.
+        let stacked = width < 720;
+        for table in tables {
+            let metric = table["metric"].as_str().unwrap_or("?");
+            assert!(
+                table["box_scroll_width"].as_f64() <= table["box_client_width"].as_f64(),
+                "{what}: {metric}'s naive table overflows its box: {table}"
+            );
+            assert!(table["cells"].as_u64() >= Some(2 * 9), "{what}: {table}");
+            assert_eq!(table["hidden"], 0, "{what}: {metric} hides cells: {table}");
+            assert_eq!(
+                table["outside"], 0,
+                "{what}: {metric} cells off screen: {table}"
+            );
+            let expected = if stacked {
+                table["cells"].as_u64()
+            } else {
+                Some(0)
+            };
+            assert_eq!(
+                table["labelled"].as_u64(),
+                expected,
+                "{what}: labels {table}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // The numbers the probe measured are the report's: the same page, read by its data
+    // attributes, at the laptop width (the other test loads it through the login link).
+    let elements = parse_elements(&html);
+    check_metrics(&report, &elements);
+}
+
+/// The measuring script, run in the harness: once the frame has loaded, for each
+/// naive-vs-deduplicated table its box's scroll and client widths, and how many of its
+/// cells are hidden (no box), outside the frame's viewport, or labelled by the stacked
+/// layout's `::before`; the page's own scroll width. Written as JSON into
+/// `<pre id="layout">` of the harness.
+const LAYOUT_PROBE: &str = r#"<script>
+(function () {
+  var frame = document.getElementById('page'), done = false;
+  function measure() {
+    var doc = frame.contentDocument, win = frame.contentWindow;
+    if (done || !doc || doc.readyState !== 'complete' || !doc.querySelector('main')) return;
+    done = true;
+    var root = doc.documentElement, vw = root.clientWidth, tables = [];
+    doc.querySelectorAll('table[data-table="naive"]').forEach(function (t) {
+      var box = t.parentElement, cells = t.querySelectorAll('td'), hidden = 0, outside = 0, labelled = 0;
+      cells.forEach(function (c) {
+        var r = c.getBoundingClientRect();
+        if (r.width === 0 || r.height === 0) hidden++;
+        if (r.left < -0.5 || r.right > vw + 0.5) outside++;
+        var label = win.getComputedStyle(c, '::before').content;
+        if (label && label !== 'none' && label !== 'normal' && label !== '""') labelled++;
+      });
+      tables.push({metric: t.closest('section').getAttribute('data-metric'),
+        box_scroll_width: box.scrollWidth, box_client_width: box.clientWidth,
+        cells: cells.length, hidden: hidden, outside: outside, labelled: labelled});
+    });
+    var out = document.createElement('pre');
+    out.id = 'layout';
+    out.textContent = JSON.stringify({inner_width: win.innerWidth, client_width: vw,
+      page_scroll_width: root.scrollWidth, tables: tables});
+    document.body.appendChild(out);
+  }
+  frame.addEventListener('load', measure);
+  measure();
+})();
+</script>"#;
+
+/// The measurement the probe wrote into the dumped DOM.
+fn layout_of(dom: &str) -> Value {
+    let start = dom
+        .find("<pre id=\"layout\">")
+        .unwrap_or_else(|| panic!("the layout probe did not run: {dom}"))
+        + "<pre id=\"layout\">".len();
+    let end = start
+        + dom[start..]
+            .find("</pre>")
+            .expect("end of the probe's output");
+    serde_json::from_str(&decode(&dom[start..end])).expect("the probe's JSON")
+}
+
+/// The HTML of a UI page as the server sends it, fetched with a session started by a
+/// single-use login link.
+async fn page_with_session(app: &TestApp, path: &str) -> String {
+    let client = Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .expect("client");
+    let token = app.post_json("/ui/tokens", &json!({})).await;
+    let link = app.url(token.body["login_path"].as_str().expect("login_path"));
+    let login = client.get(&link).send().await.expect("login");
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let cookie = login.headers()["set-cookie"].to_str().expect("ascii");
+    let session = cookie.split(';').next().expect("pair").to_string();
+    let page = client
+        .get(app.url(path))
+        .header("cookie", session)
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(page.status(), StatusCode::OK);
+    page.text().await.expect("html")
 }
 
 fn check_metrics(report: &Value, elements: &[Element]) {
@@ -197,7 +351,8 @@ fn check_srm_verdicts_and_duplicates(report: &Value, elements: &[Element]) {
 }
 
 /// The element's raw value equals the report's, and its text is that value rounded to
-/// the precision shown (a percentage when it ends with `%`).
+/// the precision shown (a percentage when it ends with `%`, events per unit when it says
+/// so).
 fn check_shown(element: &Element, expected: &Value, what: &str) {
     let raw: Value = element
         .attr("data-value")
@@ -217,6 +372,8 @@ fn check_shown(element: &Element, expected: &Value, what: &str) {
         assert!(expected < bound, "{what}: {expected} shown as {text}");
         return;
     }
+    // A naive "conversion" counts every delivery: it is shown as events per unit.
+    let text = text.strip_suffix(" events/unit").unwrap_or(text);
     let (number, scale) = match text.strip_suffix('%') {
         Some(n) => (n, 100.0),
         None => (text, 1.0),
@@ -473,8 +630,9 @@ async fn campaign_with_data(app: &TestApp) -> String {
     campaign
 }
 
-/// Loads `url` in headless Chromium and returns the serialised DOM after load.
-async fn dump_dom(url: &str) -> String {
+/// Loads `url` in headless Chromium with a `width`×`height` window and returns the
+/// serialised DOM after load.
+async fn dump_dom(url: &str, (width, height): (u32, u32)) -> String {
     let browser =
         std::env::var("TRAQLYTE_TEST_CHROMIUM").unwrap_or_else(|_| "chromium".to_string());
     let profile = tempdir("traqlyte_chromium");
@@ -490,6 +648,7 @@ async fn dump_dom(url: &str) -> String {
             "--disable-component-update",
             "--disable-sync",
             &format!("--user-data-dir={}", profile.display()),
+            &format!("--window-size={width},{height}"),
             "--dump-dom",
             url,
         ])
