@@ -24,9 +24,47 @@ pub enum ArmsError {
     /// The list is empty: a campaign needs at least its control.
     #[error("a campaign needs at least one arm; the first is the control")]
     Empty,
+    /// New arms ([`Arms::new`]) number fewer than [`Arms::COUNT_MIN`] or more than
+    /// [`Arms::COUNT_MAX`].
+    #[error(
+        "arms must have {}-{} entries, got {got}",
+        Arms::COUNT_MIN,
+        Arms::COUNT_MAX
+    )]
+    Count {
+        /// How many were given.
+        got: usize,
+    },
+    /// The arm at `index` repeats the key of an earlier one.
+    #[error("arm key {key:?} appears twice; arm keys are unique")]
+    DuplicateKey {
+        /// The position of the second arm with this key.
+        index: usize,
+        /// The repeated key.
+        key: String,
+    },
 }
 
 impl Arms {
+    /// Fewest arms of a new campaign or version: the control and one treatment.
+    pub const COUNT_MIN: usize = 2;
+    /// Most arms of a new campaign or version.
+    pub const COUNT_MAX: usize = 20;
+
+    /// The arms of a new campaign or version: [`Arms::COUNT_MIN`] to [`Arms::COUNT_MAX`]
+    /// arms with unique keys, the first the control. (`TryFrom<Vec<Arm>>`, which stored
+    /// versions are read with, only requires a control.)
+    pub fn new(arms: Vec<Arm>) -> Result<Arms, ArmsError> {
+        if !(Self::COUNT_MIN..=Self::COUNT_MAX).contains(&arms.len()) {
+            return Err(ArmsError::Count { got: arms.len() });
+        }
+        if let Some(index) = first_repeat(arms.iter().map(|a| a.key.as_str())) {
+            let key = arms[index].key.clone();
+            return Err(ArmsError::DuplicateKey { index, key });
+        }
+        Arms::try_from(arms)
+    }
+
     /// The control arm (the first one given).
     pub fn control(&self) -> &Arm {
         &self.0[0]
@@ -98,6 +136,59 @@ pub struct MetricDef {
     pub kind: MetricKind,
     /// Outcomes count when they occur within this many hours of the unit's assignment.
     pub window_hours: u32,
+}
+
+/// The metrics of a new campaign: at most [`Metrics::COUNT_MAX`], names unique. It
+/// becomes the `Vec<MetricDef>` of [`NewCampaign`] through [`Metrics::into_vec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metrics(Vec<MetricDef>);
+
+/// Why a list of metrics is not a valid [`Metrics`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MetricsError {
+    /// More than [`Metrics::COUNT_MAX`] metrics.
+    #[error("metrics must have 0-{} entries, got {got}", Metrics::COUNT_MAX)]
+    Count {
+        /// How many were given.
+        got: usize,
+    },
+    /// The metric at `index` repeats the name of an earlier one.
+    #[error("metric {name:?} appears twice; metric names are unique")]
+    DuplicateName {
+        /// The position of the second metric with this name.
+        index: usize,
+        /// The repeated name.
+        name: String,
+    },
+}
+
+impl Metrics {
+    /// Most metrics of a campaign.
+    pub const COUNT_MAX: usize = 50;
+
+    /// Checks the count and that names are unique.
+    pub fn new(metrics: Vec<MetricDef>) -> Result<Metrics, MetricsError> {
+        if metrics.len() > Self::COUNT_MAX {
+            return Err(MetricsError::Count { got: metrics.len() });
+        }
+        if let Some(index) = first_repeat(metrics.iter().map(|m| m.name.as_str())) {
+            let name = metrics[index].name.clone();
+            return Err(MetricsError::DuplicateName { index, name });
+        }
+        Ok(Metrics(metrics))
+    }
+
+    /// The metrics, in their order.
+    pub fn into_vec(self) -> Vec<MetricDef> {
+        self.0
+    }
+}
+
+/// The position of the first key equal to an earlier one.
+fn first_repeat<'a>(keys: impl Iterator<Item = &'a str>) -> Option<usize> {
+    let mut seen = std::collections::HashSet::new();
+    keys.enumerate()
+        .find_map(|(index, key)| (!seen.insert(key)).then_some(index))
 }
 
 /// A validated campaign to create.
@@ -218,6 +309,60 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&arms).expect("json"),
             r#"[{"key":"control","weight":1},{"key":"treatment","weight":3}]"#
+        );
+    }
+
+    fn arm(key: &str) -> Arm {
+        Arm {
+            key: key.into(),
+            weight: 1,
+        }
+    }
+
+    #[test]
+    fn new_arms_number_two_to_twenty_with_unique_keys() {
+        let keys = |n: usize| (0..n).map(|i| arm(&format!("a{i}"))).collect::<Vec<_>>();
+        let cases = [
+            (keys(2), Ok(2)),
+            (keys(20), Ok(20)),
+            (keys(1), Err(ArmsError::Count { got: 1 })),
+            (keys(21), Err(ArmsError::Count { got: 21 })),
+            (Vec::new(), Err(ArmsError::Count { got: 0 })),
+            (
+                vec![arm("a"), arm("b"), arm("a")],
+                Err(ArmsError::DuplicateKey {
+                    index: 2,
+                    key: "a".into(),
+                }),
+            ),
+        ];
+        for (arms, expected) in cases {
+            assert_eq!(Arms::new(arms).map(|a| a.len()), expected);
+        }
+        let control = Arms::new(vec![arm("c"), arm("t")]).expect("arms");
+        assert!(control.is_control("c"));
+    }
+
+    #[test]
+    fn metrics_number_at_most_fifty_with_unique_names() {
+        let metric = |name: &str| MetricDef {
+            name: name.into(),
+            kind: MetricKind::Count,
+            window_hours: 1,
+        };
+        let named = |n: usize| (0..n).map(|i| metric(&format!("m{i}"))).collect::<Vec<_>>();
+        assert_eq!(Metrics::new(Vec::new()).map(|m| m.into_vec().len()), Ok(0));
+        assert_eq!(Metrics::new(named(50)).map(|m| m.into_vec().len()), Ok(50));
+        assert_eq!(
+            Metrics::new(named(51)),
+            Err(MetricsError::Count { got: 51 })
+        );
+        assert_eq!(
+            Metrics::new(vec![metric("x"), metric("x")]),
+            Err(MetricsError::DuplicateName {
+                index: 1,
+                name: "x".into()
+            })
         );
     }
 }

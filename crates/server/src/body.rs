@@ -9,6 +9,8 @@ use traqlyte_identity::json;
 
 use crate::{ApiError, AppState};
 
+pub(crate) mod typed;
+
 /// How much of an oversized body is read and thrown away so the client, still sending,
 /// gets its 413 instead of a broken pipe. Beyond this the connection is simply closed.
 const OVERSIZE_DRAIN_BYTES_MAX: u64 = 32 * 1024 * 1024;

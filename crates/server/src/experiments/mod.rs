@@ -13,19 +13,30 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
+use serde::Deserialize;
 use serde_json::{json, Value};
-use traqlyte_experiments::bucketing;
+use traqlyte_experiments::{bucketing, UnitId};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{now_us, Assignment};
 
 use crate::auth::Tenant;
 use crate::body::read_document;
+use crate::body::typed::{parse, Id};
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
 pub(crate) use outcomes::{post_outcome, post_outcomes_batch};
 
-const UNIT_ID_BYTES_MAX: usize = 256;
+/// A `POST /assignments` body.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a JSON object {\"campaign_id\", \"unit_id\"}"
+)]
+struct AssignmentBody {
+    campaign_id: Id,
+    unit_id: UnitId,
+}
 
 /// `POST /assignments` `{"campaign_id","unit_id"}` → the unit's (first) assignment.
 pub(crate) async fn assign(
@@ -36,29 +47,13 @@ pub(crate) async fn assign(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let value = read_document(&state, &headers, body).await?;
-    let text = |key: &str| {
-        value
-            .get(key)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    let invalid = |field: &str, message: &str| {
-        ApiError::unprocessable("invalid_assignment", message.to_string()).with_field(field)
-    };
-    // Checked before any lookup: binding a NUL fails on PostgreSQL, reads included.
-    if let Some(field) = crate::routes::text::find_nul(&value) {
-        let message = format!("{field} is invalid: {}", crate::routes::text::NUL_RULE);
-        return Err(invalid(&field, &message));
-    }
-    let campaign_id = text("campaign_id").ok_or_else(|| {
-        invalid(
-            "campaign_id",
-            "campaign_id is required and must be a non-empty string",
-        )
-    })?;
-    let unit_id = text("unit_id")
-        .filter(|u| u.len() <= UNIT_ID_BYTES_MAX)
-        .ok_or_else(|| invalid("unit_id", "unit_id is required: a string of 1-256 bytes"))?;
+    // Parsed before any lookup: binding a NUL fails on PostgreSQL, reads included.
+    let AssignmentBody {
+        campaign_id,
+        unit_id,
+    } = parse(&value).map_err(|r| r.unprocessable("invalid_assignment"))?;
+    let campaign_id = campaign_id.as_str();
+    let unit_id = unit_id.as_str();
     let campaign = state
         .store
         .campaign(&tenant, campaign_id)

@@ -9,19 +9,19 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
-use traqlyte_experiments::outcome_fingerprint;
-use traqlyte_identity::{format_rfc3339_micros, parse_rfc3339_micros};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use traqlyte_experiments::{outcome_fingerprint, DedupeKey, MetricName, OccurredAt, OutcomeValue};
+use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
     now_us, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult, StoredOutcome, TenantId,
-    OUTCOME_VALUE_ABS_MAX,
 };
 
 use crate::auth::Tenant;
+use crate::body::typed::{parse, Id};
 use crate::body::{read_batch, read_document};
 use crate::{ApiError, AppState};
 
-const DEDUPE_KEY_CHARS_MAX: usize = 512;
 /// Header telling a client whether its outcome was new; the body is the same either way.
 const DEDUPE_HEADER: &str = "x-tl-dedupe";
 
@@ -100,6 +100,20 @@ pub(crate) async fn post_outcomes_batch(
     })))
 }
 
+/// An outcome: the body of `POST /outcome`, an item of `POST /outcomes/batch`.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a JSON object {\"assignment_id\", \"dedupe_key\", \"metric\", \"value\", \"occurred_at\"}"
+)]
+struct OutcomeBody {
+    assignment_id: Id,
+    dedupe_key: DedupeKey,
+    metric: MetricName,
+    value: Option<OutcomeValue>,
+    occurred_at: OccurredAt,
+}
+
 /// Assignments and campaigns looked up once per request.
 #[derive(Default)]
 struct Lookups {
@@ -115,48 +129,23 @@ impl Lookups {
         tenant: &TenantId,
         value: &Value,
     ) -> Result<NewOutcome, ApiError> {
-        let map = value.as_object().ok_or_else(|| {
-            ApiError::unprocessable("not_an_object", "an outcome must be a JSON object")
-        })?;
-        // Before any lookup: binding a NUL fails on PostgreSQL, reads included.
-        if let Some(field) = crate::routes::text::find_nul(value) {
-            let rule = crate::routes::text::NUL_RULE;
-            return Err(invalid(&field, format!("{field} is invalid: {rule}")));
-        }
-        let allowed = [
-            "assignment_id",
-            "dedupe_key",
-            "metric",
-            "value",
-            "occurred_at",
-        ];
-        if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            return Err(invalid(
-                key,
-                format!("unknown field {key:?}; allowed: {}", allowed.join(", ")),
+        if !value.is_object() {
+            return Err(ApiError::unprocessable(
+                "not_an_object",
+                "an outcome must be a JSON object",
             ));
         }
-        let assignment_id = required_text(map, "assignment_id")?;
-        let dedupe_key = required_text(map, "dedupe_key")?;
-        if dedupe_key.chars().count() > DEDUPE_KEY_CHARS_MAX {
-            return Err(invalid(
-                "dedupe_key",
-                format!("dedupe_key is 1-{DEDUPE_KEY_CHARS_MAX} characters"),
-            ));
-        }
-        let metric = required_text(map, "metric")?;
-        let occurred_at = required_text(map, "occurred_at")?;
-        let occurred_at_us = parse_rfc3339_micros(occurred_at).map_err(|reason| {
-            invalid(
-                "occurred_at",
-                format!("occurred_at must be an RFC 3339 timestamp with an offset: {reason}"),
-            )
-        })?;
-        let number = match map.get("value") {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => Some(bounded_value(n.as_f64())?),
-            Some(_) => return Err(invalid("value", "value must be a number")),
-        };
+        // Parsed before any lookup: binding a NUL fails on PostgreSQL, reads included.
+        let OutcomeBody {
+            assignment_id,
+            dedupe_key,
+            metric,
+            value: number,
+            occurred_at,
+        } = parse(value).map_err(|r| r.unprocessable("invalid_outcome"))?;
+        let (assignment_id, metric) = (assignment_id.as_str(), metric.as_str());
+        let number = number.map(OutcomeValue::get);
+        let occurred_at_us = occurred_at.micros();
         let assignment = self.assignment(state, tenant, assignment_id).await?;
         let campaign = self
             .campaign(state, tenant, &assignment.campaign_id)
@@ -184,7 +173,7 @@ impl Lookups {
         }
         Ok(NewOutcome {
             assignment,
-            dedupe_key: dedupe_key.to_string(),
+            dedupe_key: dedupe_key.into_string(),
             metric: metric.to_string(),
             value: number,
             occurred_at_us,
@@ -235,31 +224,6 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::unprocessable("invalid_outcome", message).with_field(field)
 }
 
-/// A value within ±[`OUTCOME_VALUE_ABS_MAX`], the bound that keeps every per-unit and
-/// per-arm sum finite on both backends (see the constant).
-fn bounded_value(number: Option<f64>) -> Result<f64, ApiError> {
-    number
-        .filter(|v| v.is_finite() && v.abs() <= OUTCOME_VALUE_ABS_MAX)
-        .ok_or_else(|| {
-            invalid(
-                "value",
-                format!("value must be a number from -{OUTCOME_VALUE_ABS_MAX:e} to {OUTCOME_VALUE_ABS_MAX:e}"),
-            )
-        })
-}
-
-fn required_text<'a>(map: &'a Map<String, Value>, key: &str) -> Result<&'a str, ApiError> {
-    map.get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| {
-            invalid(
-                key,
-                format!("{key} is required and must be a non-empty string"),
-            )
-        })
-}
-
 /// The answer to every delivery of an outcome: rendered from the stored row only.
 fn outcome_json(stored: &StoredOutcome) -> Value {
     json!({
@@ -288,4 +252,17 @@ fn collision(stored: &StoredOutcome) -> ApiError {
         ),
     )
     .with_detail("stored", outcome_json(stored))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_outcome_value_bound_is_the_stores() {
+        // The store keeps its own constant (it bounds the sums it computes); the newtype
+        // that enforces the bound at the edge must agree with it.
+        assert_eq!(
+            traqlyte_experiments::OutcomeValue::ABS_MAX,
+            traqlyte_store::OUTCOME_VALUE_ABS_MAX
+        );
+    }
 }

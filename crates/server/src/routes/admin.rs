@@ -19,12 +19,14 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{ApiKey, ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
 
 use crate::body::read_document;
+use crate::body::typed::parse;
 use crate::{ApiError, AppState};
 
 /// The admin routes, each behind the admin token.
@@ -195,23 +197,38 @@ fn same_secret(given: &str, expected: &str) -> bool {
     std::hint::black_box(difference) == 0
 }
 
-/// `{"name"}` with a valid name and nothing else.
-fn parse_new_tenant(value: &Value) -> Result<TenantName, ApiError> {
-    let invalid = |message: String| ApiError::unprocessable("invalid_tenant", message);
-    let map = value
-        .as_object()
-        .ok_or_else(|| invalid("send a JSON object {\"name\": \"…\"}".to_string()))?;
-    if let Some(unknown) = map.keys().find(|k| k.as_str() != "name") {
-        return Err(
-            invalid(format!("unknown field {unknown:?}; send {{\"name\"}} only"))
-                .with_field(unknown.clone()),
-        );
+/// A `POST /admin/tenants` body: `{"name"}` and nothing else.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a JSON object {\"name\": \"…\"}")]
+struct NewTenantBody {
+    name: NameField,
+}
+
+/// A tenant name read from a body, checked by [`TenantName::parse`].
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct NameField(TenantName);
+
+impl TryFrom<String> for NameField {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        TenantName::parse(&text)
+            .map(NameField)
+            .map_err(|reason| format!("is invalid: {reason}"))
     }
-    let text = map
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid("name is required: a string".to_string()).with_field("name"))?;
-    TenantName::parse(text).map_err(|message| invalid(message).with_field("name"))
+}
+
+/// `{"name"}` with a valid name and nothing else. The body itself has no field name:
+/// its refusal carries none, as before.
+fn parse_new_tenant(value: &Value) -> Result<TenantName, ApiError> {
+    match parse::<NewTenantBody>(value) {
+        Ok(body) => Ok(body.name.0),
+        Err(refusal) if refusal.field.is_empty() => {
+            Err(ApiError::unprocessable("invalid_tenant", refusal.message))
+        }
+        Err(refusal) => Err(refusal.unprocessable("invalid_tenant")),
+    }
 }
 
 async fn find_tenant(state: &AppState, name: &str) -> Result<TenantRecord, ApiError> {

@@ -8,7 +8,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use traqlyte_experiments::{
+    ArmKey, ArmsError, CampaignKey, CampaignName, MetricName, Metrics, MetricsError, RuleError,
+    VersionNote, Weight, WindowHours,
+};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
     now_us, Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign,
@@ -16,17 +21,9 @@ use traqlyte_store::{
 
 use crate::auth::Tenant;
 use crate::body::read_document;
+use crate::body::typed::{parse, Objects};
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
-
-const ARMS_MIN: usize = 2;
-const ARMS_MAX: usize = 20;
-const METRICS_MAX: usize = 50;
-const WEIGHT_MAX: u64 = 1_000_000;
-const WINDOW_HOURS_MAX: u64 = 24 * 366;
-const KEY_CHARS_MAX: usize = 128;
-const NAME_CHARS_MAX: usize = 256;
-const NOTE_CHARS_MAX: usize = 2_000;
 
 /// `POST /campaigns` → 201 with the campaign.
 pub(crate) async fn create(
@@ -133,191 +130,97 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
     ApiError::unprocessable("invalid_campaign", message).with_field(field)
 }
 
-/// Every string of a campaign or publish body is stored as text: none may hold NUL.
-fn no_nul(value: &Value) -> Result<(), ApiError> {
-    match super::text::find_nul(value) {
-        Some(field) => Err(invalid(
-            &field,
-            format!("{field} is invalid: {}", super::text::NUL_RULE),
-        )),
-        None => Ok(()),
+/// A `POST /campaigns` body.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a JSON object {\"key\", \"name\", \"arms\", \"metrics\"}"
+)]
+struct CampaignBody {
+    key: CampaignKey,
+    name: CampaignName,
+    arms: Objects<ArmBody>,
+    metrics: Objects<MetricBody>,
+}
+
+/// An arm of a campaign or publish body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a JSON object {\"key\", \"weight\"}")]
+struct ArmBody {
+    key: ArmKey,
+    weight: Weight,
+}
+
+/// A metric of a campaign body.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a JSON object {\"name\", \"kind\", \"window_hours\"}"
+)]
+struct MetricBody {
+    name: MetricName,
+    kind: Kind,
+    window_hours: WindowHours,
+}
+
+/// A metric kind as the API spells it. Read from a string only: `MetricKind`'s own
+/// `Deserialize` (for stored versions) would also take `{"sum": null}`.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Kind(MetricKind);
+
+impl TryFrom<String> for Kind {
+    type Error = RuleError;
+
+    fn try_from(text: String) -> Result<Self, RuleError> {
+        MetricKind::parse(&text).map(Kind)
     }
 }
 
-fn object<'a>(value: &'a Value, at: &str) -> Result<&'a Map<String, Value>, ApiError> {
-    value.as_object().ok_or_else(|| {
-        invalid(
-            at,
-            format!(
-                "{} must be a JSON object",
-                if at.is_empty() { "the body" } else { at }
-            ),
-        )
+/// A `POST /campaigns/{id}/publish` body (the body is optional).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a JSON object {\"note\", \"arms\"}")]
+struct PublishBody {
+    note: Option<VersionNote>,
+    arms: Option<Objects<ArmBody>>,
+}
+
+/// The arms as the domain type: 2-20, keys unique, the first the control.
+fn arms_of(given: Objects<ArmBody>) -> Result<Arms, ApiError> {
+    let arms = given.0.into_iter().map(|arm| Arm {
+        key: arm.key.into_string(),
+        weight: arm.weight.get(),
+    });
+    Arms::new(arms.collect()).map_err(|err| match &err {
+        ArmsError::DuplicateKey { index, .. } => {
+            invalid(format!("arms[{index}].key"), err.to_string())
+        }
+        ArmsError::Empty | ArmsError::Count { .. } => invalid("arms", err.to_string()),
     })
 }
 
-fn only_fields(map: &Map<String, Value>, at: &str, allowed: &[&str]) -> Result<(), ApiError> {
-    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(key) => Err(invalid(
-            join(at, key),
-            format!("unknown field {key:?}; allowed: {}", allowed.join(", ")),
-        )),
-        None => Ok(()),
-    }
-}
-
-fn join(at: &str, key: &str) -> String {
-    if at.is_empty() {
-        key.to_string()
-    } else {
-        format!("{at}.{key}")
-    }
-}
-
-fn identifier(
-    map: &Map<String, Value>,
-    at: &str,
-    key: &str,
-    chars_max: usize,
-) -> Result<String, ApiError> {
-    let field = join(at, key);
-    let text = map
-        .get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid(&field, format!("{field} is required and must be a string")))?;
-    let ok = !text.is_empty()
-        && text.len() <= chars_max
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
-    if !ok {
-        return Err(invalid(
-            &field,
-            format!("{field} must be 1-{chars_max} characters of A-Z a-z 0-9 _ . -"),
-        ));
-    }
-    Ok(text.to_string())
-}
-
-fn positive_integer(
-    map: &Map<String, Value>,
-    at: &str,
-    key: &str,
-    max: u64,
-) -> Result<u32, ApiError> {
-    let field = join(at, key);
-    map.get(key)
-        .and_then(Value::as_u64)
-        .filter(|n| (1..=max).contains(n))
-        .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| {
-            invalid(
-                &field,
-                format!("{field} must be a positive integer up to {max}"),
-            )
-        })
-}
-
-fn list<'a>(
-    map: &'a Map<String, Value>,
-    key: &str,
-    min: usize,
-    max: usize,
-) -> Result<&'a Vec<Value>, ApiError> {
-    let items = map
-        .get(key)
-        .and_then(Value::as_array)
-        .ok_or_else(|| invalid(key, format!("{key} is required and must be an array")))?;
-    if items.len() < min || items.len() > max {
-        return Err(invalid(
-            key,
-            format!("{key} must have {min}-{max} entries, got {}", items.len()),
-        ));
-    }
-    Ok(items)
-}
-
-fn parse_arms(map: &Map<String, Value>) -> Result<Arms, ApiError> {
-    let mut arms: Vec<Arm> = Vec::new();
-    for (index, item) in list(map, "arms", ARMS_MIN, ARMS_MAX)?.iter().enumerate() {
-        let at = format!("arms[{index}]");
-        let arm = object(item, &at)?;
-        only_fields(arm, &at, &["key", "weight"])?;
-        let key = identifier(arm, &at, "key", KEY_CHARS_MAX)?;
-        if arms.iter().any(|a| a.key == key) {
-            return Err(invalid(
-                format!("{at}.key"),
-                format!("arm key {key:?} appears twice; arm keys are unique"),
-            ));
+fn metrics_of(given: Objects<MetricBody>) -> Result<Metrics, ApiError> {
+    let metrics = given.0.into_iter().map(|metric| MetricDef {
+        name: metric.name.into_string(),
+        kind: metric.kind.0,
+        window_hours: metric.window_hours.get(),
+    });
+    Metrics::new(metrics.collect()).map_err(|err| match &err {
+        MetricsError::DuplicateName { index, .. } => {
+            invalid(format!("metrics[{index}].name"), err.to_string())
         }
-        arms.push(Arm {
-            key,
-            weight: positive_integer(arm, &at, "weight", WEIGHT_MAX)?,
-        });
-    }
-    arms_of(arms)
-}
-
-/// The arms as the domain type (never empty; the first is the control).
-fn arms_of(arms: Vec<Arm>) -> Result<Arms, ApiError> {
-    Arms::try_from(arms).map_err(|err| invalid("arms", err.to_string()))
-}
-
-fn parse_metrics(map: &Map<String, Value>) -> Result<Vec<MetricDef>, ApiError> {
-    let mut metrics: Vec<MetricDef> = Vec::new();
-    for (index, item) in list(map, "metrics", 0, METRICS_MAX)?.iter().enumerate() {
-        let at = format!("metrics[{index}]");
-        let metric = object(item, &at)?;
-        only_fields(metric, &at, &["name", "kind", "window_hours"])?;
-        let name = identifier(metric, &at, "name", KEY_CHARS_MAX)?;
-        if metrics.iter().any(|m| m.name == name) {
-            return Err(invalid(
-                format!("{at}.name"),
-                format!("metric {name:?} appears twice; metric names are unique"),
-            ));
-        }
-        let kind = match metric.get("kind").and_then(Value::as_str) {
-            Some("conversion") => MetricKind::Conversion,
-            Some("count") => MetricKind::Count,
-            Some("sum") => MetricKind::Sum,
-            _ => {
-                return Err(invalid(
-                    format!("{at}.kind"),
-                    format!("{at}.kind must be one of conversion, count, sum"),
-                ))
-            }
-        };
-        metrics.push(MetricDef {
-            name,
-            kind,
-            window_hours: positive_integer(metric, &at, "window_hours", WINDOW_HOURS_MAX)?,
-        });
-    }
-    Ok(metrics)
+        MetricsError::Count { .. } => invalid("metrics", err.to_string()),
+    })
 }
 
 /// Validates a `POST /campaigns` body.
 fn parse_campaign(value: &Value) -> Result<NewCampaign, ApiError> {
-    let map = object(value, "")?;
-    no_nul(value)?;
-    only_fields(map, "", &["key", "name", "arms", "metrics"])?;
-    let key = identifier(map, "", "key", KEY_CHARS_MAX)?;
-    let name = map
-        .get("name")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .unwrap_or("");
-    if name.is_empty() || name.chars().count() > NAME_CHARS_MAX {
-        return Err(invalid(
-            "name",
-            format!("name is required: a string of 1-{NAME_CHARS_MAX} characters"),
-        ));
-    }
+    let body: CampaignBody = parse(value).map_err(|r| r.unprocessable("invalid_campaign"))?;
     Ok(NewCampaign {
-        key,
-        name: name.to_string(),
-        arms: parse_arms(map)?,
-        metrics: parse_metrics(map)?,
+        key: body.key.into_string(),
+        name: body.name.trimmed().to_string(),
+        arms: arms_of(body.arms)?,
+        metrics: metrics_of(body.metrics)?.into_vec(),
     })
 }
 
@@ -334,23 +237,12 @@ async fn parse_publish(
         return Ok((None, None));
     }
     let value = traqlyte_identity::json::parse(&bytes, state.config.json_depth_max)?;
-    let map = object(&value, "")?;
-    no_nul(&value)?;
-    only_fields(map, "", &["note", "arms"])?;
-    let note = match map.get("note") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(text)) if text.chars().count() <= NOTE_CHARS_MAX => Some(text.clone()),
-        Some(_) => {
-            return Err(invalid(
-                "note",
-                format!("note must be a string of at most {NOTE_CHARS_MAX} characters"),
-            ))
-        }
-    };
-    if !map.contains_key("arms") {
+    let body: PublishBody = parse(&value).map_err(|r| r.unprocessable("invalid_campaign"))?;
+    let note = body.note.map(VersionNote::into_string);
+    let Some(given) = body.arms else {
         return Ok((note, None));
-    }
-    let given = parse_arms(map)?;
+    };
+    let given = arms_of(given)?;
     let mut arms = Vec::with_capacity(campaign.arms.len());
     for arm in &campaign.arms {
         let weight = given.iter().find(|g| g.key == arm.key).map(|g| g.weight);
@@ -378,5 +270,6 @@ async fn parse_publish(
             ),
         ));
     }
-    Ok((note, Some(arms_of(arms)?)))
+    let arms = Arms::try_from(arms).map_err(|err| invalid("arms", err.to_string()))?;
+    Ok((note, Some(arms)))
 }

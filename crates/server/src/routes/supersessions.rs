@@ -7,7 +7,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use traqlyte_experiments::RuleError;
 use traqlyte_identity::ContractName;
 use traqlyte_store::{now_us, SupersedeOutcome};
 
@@ -15,6 +17,7 @@ use super::contracts::load;
 use super::events::identify;
 use crate::auth::Tenant;
 use crate::body::read_document;
+use crate::body::typed::parse;
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
@@ -30,7 +33,7 @@ pub(crate) async fn supersede(
     body: Body,
 ) -> Result<Response, ApiError> {
     let value = read_document(&state, &headers, body).await?;
-    let (event, reason) = parse_body(value)?;
+    let (event, reason) = parse_body(&value)?;
     let missing = || {
         ApiError::not_found(
             "event_not_found",
@@ -84,39 +87,39 @@ pub(crate) async fn supersede(
     })
 }
 
-fn parse_body(value: Value) -> Result<(Value, Option<String>), ApiError> {
-    let invalid = |field: &str, message: &str| {
-        ApiError::unprocessable("invalid_supersession", message.to_string()).with_field(field)
-    };
-    let Value::Object(mut map) = value else {
-        return Err(invalid(
-            "",
-            "the body must be a JSON object {\"event\": {…}, \"reason\": \"…\"}",
-        ));
-    };
-    if let Some(key) = map.keys().find(|k| *k != "event" && *k != "reason") {
-        return Err(invalid(key, "unknown field; allowed: event, reason"));
-    }
-    let reason = match map.remove("reason") {
-        None | Some(Value::Null) => None,
-        // The reason is stored as text; the event is stored as JSON, where NUL is escaped.
-        Some(Value::String(text)) if text.contains('\0') => {
-            let message = format!("reason is invalid: {}", super::text::NUL_RULE);
-            return Err(invalid("reason", &message));
+/// A `POST /events/{contract}/{event_id}/supersessions` body.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a JSON object {\"event\": {…}, \"reason\": \"…\"}"
+)]
+struct SupersessionBody {
+    /// The corrected event, stored as JSON (where NUL is escaped, so it may hold one).
+    event: Map<String, Value>,
+    reason: Option<Reason>,
+}
+
+/// Why an event was corrected: at most 2,000 characters, stored as text (no NUL).
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Reason(String);
+
+impl TryFrom<String> for Reason {
+    type Error = RuleError;
+
+    fn try_from(text: String) -> Result<Self, RuleError> {
+        if text.contains('\0') {
+            return Err(RuleError::Nul);
         }
-        Some(Value::String(text)) if text.chars().count() <= REASON_CHARS_MAX => Some(text),
-        Some(_) => {
-            return Err(invalid(
-                "reason",
-                "reason must be a string of at most 2000 characters",
-            ))
+        if text.chars().count() > REASON_CHARS_MAX {
+            return Err(RuleError::Broken("a string of at most 2000 characters"));
         }
-    };
-    match map.remove("event") {
-        Some(event @ Value::Object(_)) => Ok((event, reason)),
-        _ => Err(invalid(
-            "event",
-            "event is required: the corrected event, a JSON object",
-        )),
+        Ok(Reason(text))
     }
+}
+
+fn parse_body(value: &Value) -> Result<(Value, Option<String>), ApiError> {
+    let body: SupersessionBody =
+        parse(value).map_err(|r| r.unprocessable("invalid_supersession"))?;
+    Ok((Value::Object(body.event), body.reason.map(|r| r.0)))
 }

@@ -7,10 +7,13 @@
 //! at the edge with a 4xx that names the field makes both answer the same, before any
 //! store query runs (a lookup binding a NUL fails on PostgreSQL just like a write).
 //!
-//! Two entry points: [`find_nul`] for JSON bodies whose strings are stored as text
-//! (campaigns, publish notes, assignments, outcomes, supersession reasons), answered with
-//! each route's own error code; and the [`reject_nul_parameters`] middleware for path
-//! segments and query values (after percent-decoding, so `%00` counts), which applies to
+//! Two places enforce it. In JSON bodies whose strings are stored as text (campaigns,
+//! publish notes, assignments, outcomes, supersession reasons, tenant names) every string
+//! field is a newtype that refuses NUL in its constructor (`traqlyte_experiments`'
+//! values, `body::typed::Id`, the supersession `Reason`), and every body refuses unknown
+//! fields, so no string reaches the store unchecked; the refusal is each route's own
+//! error code naming the field. For path segments and query values (after
+//! percent-decoding, so `%00` counts) the [`reject_nul_parameters`] middleware applies to
 //! every route, present and future. Event payloads are exempt on purpose: they are stored
 //! as serialised JSON, where NUL is the six-character escape `\u0000`, which both
 //! backends store unchanged.
@@ -20,40 +23,10 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
+// The rule as error messages state it: the same words the body newtypes use.
+use traqlyte_experiments::NUL_RULE;
 
 use crate::ApiError;
-
-/// The rule, as error messages state it.
-pub(crate) const NUL_RULE: &str = "text may not contain the NUL character (U+0000)";
-
-/// The first place in `value` where a string or an object key contains NUL, spelled like
-/// the API's field names (`name`, `arms[0].key`, `[2]` for an array item at the top).
-/// `None` when the document has none.
-pub(crate) fn find_nul(value: &Value) -> Option<String> {
-    match value {
-        Value::String(text) => text.contains('\0').then(String::new),
-        Value::Array(items) => items.iter().enumerate().find_map(|(index, item)| {
-            find_nul(item).map(|rest| join(&format!("[{index}]"), &rest))
-        }),
-        Value::Object(map) => map.iter().find_map(|(key, item)| {
-            if key.contains('\0') {
-                return Some(key.clone());
-            }
-            find_nul(item).map(|rest| join(key, &rest))
-        }),
-        Value::Null | Value::Bool(_) | Value::Number(_) => None,
-    }
-}
-
-/// `key` followed by the path below it (`arms` + `[0].key`, `arms` + `` → `arms`).
-fn join(head: &str, rest: &str) -> String {
-    if rest.is_empty() || rest.starts_with('[') {
-        format!("{head}{rest}")
-    } else {
-        format!("{head}.{rest}")
-    }
-}
 
 /// Middleware (applied to every route, after routing so path parameters have names):
 /// a path segment or a query parameter (name or value) that holds NUL once
@@ -95,30 +68,4 @@ async fn nul_parameter(parts: &mut Parts) -> Option<String> {
         .into_iter()
         .find(|(name, value)| name.contains('\0') || value.contains('\0'))
         .map(|(name, _)| name)
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::find_nul;
-
-    #[test]
-    fn nul_is_found_where_the_api_names_fields() {
-        let cases = [
-            (json!({"name": "ok", "note": null}), None),
-            (json!({"name": "a\u{0}b"}), Some("name")),
-            (
-                json!({"arms": [{"key": "a"}, {"key": "\u{0}"}]}),
-                Some("arms[1].key"),
-            ),
-            (json!({"a\u{0}": 1}), Some("a\u{0}")),
-            (json!([1, {"x": ["", "\u{0}"]}]), Some("[1].x[1]")),
-            (json!("\u{0}"), Some("")),
-            (json!({"text": "\\u0000 spelled out is fine"}), None),
-        ];
-        for (value, expected) in cases {
-            assert_eq!(find_nul(&value).as_deref(), expected, "{value}");
-        }
-    }
 }
