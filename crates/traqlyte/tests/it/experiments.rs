@@ -297,12 +297,7 @@ async fn invalid_outcomes_are_refused_naming_the_field(backend: Backend) {
             &json!([good, with("metric", json!("unknown")), good]),
         )
         .await;
-    let statuses: Vec<&str> = batch.body["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|r| r["status"].as_str().unwrap_or("?"))
-        .collect();
+    let statuses = batch.item_statuses();
     assert_eq!(statuses, ["inserted", "rejected", "duplicate"]);
 }
 

@@ -281,6 +281,19 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The `status` of each item of a batch answer, in order.
+    pub fn item_statuses(&self) -> Vec<&str> {
+        self.body["results"]
+            .as_array()
+            .map(|results| {
+                results
+                    .iter()
+                    .map(|r| r["status"].as_str().unwrap_or("?"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// `error.code` of an error body.
     pub fn code(&self) -> &str {
         self.body["error"]["code"]

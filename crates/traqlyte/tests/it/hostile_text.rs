@@ -66,6 +66,11 @@ async fn published_campaign(app: &TestApp, key: &str) -> String {
 }
 
 async fn assignment(app: &TestApp, campaign: &str, unit: &str) -> String {
+    assign(app, campaign, unit).await.0
+}
+
+/// `(assignment_id, arm)` of a unit (sticky: asking again answers the same).
+async fn assign(app: &TestApp, campaign: &str, unit: &str) -> (String, String) {
     let answer = app
         .post_json(
             "/assignments",
@@ -73,10 +78,8 @@ async fn assignment(app: &TestApp, campaign: &str, unit: &str) -> String {
         )
         .await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-    answer.body["assignment_id"]
-        .as_str()
-        .expect("id")
-        .to_string()
+    let text = |key: &str| answer.body[key].as_str().expect(key).to_string();
+    (text("assignment_id"), text("arm"))
 }
 
 fn outcome(assignment: &str, key: &str, value: Value) -> Value {
@@ -221,16 +224,7 @@ async fn a_batch_rejects_only_its_items_with_nul_or_out_of_range_values(backend:
         ),
         (Some(2), Some(4))
     );
-    let arm_of_unit = app
-        .post_json(
-            "/assignments",
-            &json!({"campaign_id": campaign, "unit_id": "u"}),
-        )
-        .await
-        .body["arm"]
-        .as_str()
-        .expect("arm")
-        .to_string();
+    let arm_of_unit = assign(&app, &campaign, "u").await.1;
     assert_eq!(
         revenue(&app, &campaign, &arm_of_unit).await,
         (json!(2), json!(12.0))
@@ -517,16 +511,7 @@ async fn outcome_values_beyond_the_bound_are_refused_and_sums_at_it_stay_finite(
     let app = spawn_app(backend).await;
     let campaign = published_campaign(&app, "k").await;
     let unit = assignment(&app, &campaign, "u").await;
-    let arm = app
-        .post_json(
-            "/assignments",
-            &json!({"campaign_id": campaign, "unit_id": "u"}),
-        )
-        .await
-        .body["arm"]
-        .as_str()
-        .expect("arm")
-        .to_string();
+    let arm = assign(&app, &campaign, "u").await.1;
     for value in [
         json!(1.7e308),
         json!(-1.7e308),
@@ -599,16 +584,7 @@ async fn a_report_over_out_of_range_values_stored_before_the_bound_answers_witho
         .await;
     assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
     store_legacy_sum(&app, backend, 1.7e308).await;
-    let arm = app
-        .post_json(
-            "/assignments",
-            &json!({"campaign_id": campaign, "unit_id": "u"}),
-        )
-        .await
-        .body["arm"]
-        .as_str()
-        .expect("arm")
-        .to_string();
+    let arm = assign(&app, &campaign, "u").await.1;
     let report = app.get(&format!("/campaigns/{campaign}/report")).await;
     assert_eq!(report.status, StatusCode::OK, "{}", report.body);
     let arms = report.body["arms"].as_array().expect("arms");

@@ -131,12 +131,7 @@ async fn a_batch_judges_each_item_and_stores_the_valid_ones(backend: Backend) {
         .post_json("/events/checkout_completed/batch", &batch)
         .await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-    let statuses: Vec<&str> = answer.body["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|r| r["status"].as_str().unwrap_or("?"))
-        .collect();
+    let statuses = answer.item_statuses();
     assert_eq!(
         statuses,
         [

@@ -80,12 +80,7 @@ async fn a_batch_refuses_only_the_item_with_an_inexact_number(backend: Backend) 
         .post_raw("/events/checkout_completed/batch", batch)
         .await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-    let statuses: Vec<&str> = answer.body["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|r| r["status"].as_str().unwrap_or(""))
-        .collect();
+    let statuses = answer.item_statuses();
     assert_eq!(statuses, ["inserted", "rejected", "inserted"]);
     let error = &answer.body["results"][1]["error"];
     assert_eq!(error["code"], "number_out_of_range");
