@@ -6,10 +6,6 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod bench;
-mod bench_lineage;
-mod demo;
-mod fire;
 mod tenants;
 
 use std::io::Read;
@@ -23,6 +19,7 @@ use traqlyte_identity::openlineage::{
 use traqlyte_identity::{Contract, ContractName};
 use traqlyte_server::ServerConfig;
 use traqlyte_store::{ApiKey, Store, StoreConfig};
+use traqlyte_tools::{bench, demo, fire};
 
 /// TraqLyte: at-least-once delivery in, exactly-once facts out.
 ///
