@@ -106,9 +106,9 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &str,
     ) -> Result<Vec<(String, i64, Option<f64>)>, StoreError> {
-        crate::tx::with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q("SELECT arm, COUNT(*), CAST(SUM(value) AS DOUBLE PRECISION) FROM outcomes
-                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY arm"))
+        crate::tx::with_pool!(self, reader, pool => {
+            let rows = sqlx::query("SELECT arm, COUNT(*), CAST(SUM(value) AS DOUBLE PRECISION) FROM outcomes
+                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY arm")
                 .bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
             use sqlx::Row;
             rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()

@@ -31,8 +31,8 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &str,
     ) -> Result<Option<Campaign>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let row = sqlx::query(&q(SELECT_CAMPAIGN)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(pool).await?;
+        with_pool!(self, reader, pool => {
+            let row = sqlx::query(SELECT_CAMPAIGN).bind(tenant.as_str()).bind(campaign_id).fetch_optional(pool).await?;
             row.map(|r| campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).transpose()
         })
     }
@@ -43,8 +43,8 @@ impl Store {
         tenant: &TenantId,
         rows_max: i64,
     ) -> Result<Vec<Campaign>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(SELECT_CAMPAIGNS)).bind(tenant.as_str()).bind(rows_max).fetch_all(pool).await?;
+        with_pool!(self, reader, pool => {
+            let rows = sqlx::query(SELECT_CAMPAIGNS).bind(tenant.as_str()).bind(rows_max).fetch_all(pool).await?;
             rows.iter().map(|r| campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).collect()
         })
     }
@@ -55,8 +55,8 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &str,
     ) -> Result<Vec<CampaignVersion>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(SELECT_VERSIONS)).bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
+        with_pool!(self, reader, pool => {
+            let rows = sqlx::query(SELECT_VERSIONS).bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
             rows.iter().map(|r| version(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).collect()
         })
     }
@@ -81,9 +81,9 @@ impl StoreTx {
         };
         let arms = to_json(&created.arms)?;
         let metrics = to_json(&created.metrics)?;
-        let inserted = with_tx!(self, conn, q => {
-            sqlx::query(&q("INSERT INTO campaigns (tenant_id, campaign_id, campaign_key, name, arms, metrics, salt, created_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"))
+        let inserted = with_tx!(self, conn => {
+            sqlx::query("INSERT INTO campaigns (tenant_id, campaign_id, campaign_key, name, arms, metrics, salt, created_at_us)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING")
                 .bind(tenant.as_str()).bind(&created.id).bind(&created.key).bind(&created.name)
                 .bind(&arms).bind(&metrics).bind(&created.salt).bind(now_us)
                 .execute(&mut *conn).await?.rows_affected()
@@ -114,11 +114,11 @@ impl StoreTx {
             ""
         };
         let select = format!("{SELECT_CAMPAIGN}{lock}");
-        let found = with_tx!(self, conn, q => {
-            let row = sqlx::query(&q(&select)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
+        let found = with_tx!(self, conn => {
+            let row = sqlx::query(&select).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
             let Some(r) = row else { return Ok(None) };
             let base = campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)?;
-            let latest = sqlx::query(&q(SELECT_LATEST_VERSION)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
+            let latest = sqlx::query(SELECT_LATEST_VERSION).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
             let latest: Option<(i64, String)> = latest.map(|r| Ok::<_, StoreError>((r.try_get(0)?, r.try_get(1)?))).transpose()?;
             (base, latest)
         });
@@ -137,9 +137,9 @@ impl StoreTx {
             published_at_us: now_us,
         };
         let (arms_json, metrics_json) = (to_json(&published.arms)?, to_json(&published.metrics)?);
-        with_tx!(self, conn, q => {
-            sqlx::query(&q("INSERT INTO campaign_versions (tenant_id, campaign_id, version, arms, metrics, salt, note, published_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"))
+        with_tx!(self, conn => {
+            sqlx::query("INSERT INTO campaign_versions (tenant_id, campaign_id, version, arms, metrics, salt, note, published_at_us)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
                 .bind(tenant.as_str()).bind(campaign_id).bind(published.version as i32).bind(&arms_json).bind(&metrics_json)
                 .bind(&published.salt).bind(&published.note).bind(now_us)
                 .execute(&mut *conn).await?;

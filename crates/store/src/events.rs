@@ -284,7 +284,7 @@ impl StoreTx {
         contract: &str,
         id: &str,
     ) -> Result<String, StoreError> {
-        with_tx!(self, conn, q => Ok(sqlx::query_scalar(&q("SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3"))
+        with_tx!(self, conn => Ok(sqlx::query_scalar("SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3")
             .bind(tenant.as_str()).bind(contract).bind(id).fetch_one(&mut *conn).await?))
     }
 
@@ -296,7 +296,7 @@ impl StoreTx {
         now: i64,
     ) -> Result<(), StoreError> {
         for c in collisions {
-            with_tx!(self, conn, q => sqlx::query(&q(crate::sql::INSERT_COLLISION))
+            with_tx!(self, conn => sqlx::query(crate::sql::INSERT_COLLISION)
                 .bind(tenant.as_str()).bind(contract.name().as_str()).bind(c.event.identified.event_id.as_str()).bind(i64::from(contract.version()))
                 .bind(&c.stored_fingerprint).bind(c.event.identified.fingerprint.as_str())
                 .bind(&c.stored_payload).bind(&c.event.payload).bind(now)
@@ -314,7 +314,7 @@ impl StoreTx {
         duplicates: i64,
         collisions: i64,
     ) -> Result<(), StoreError> {
-        with_tx!(self, conn, q => sqlx::query(&q(crate::sql::INSERT_TALLY))
+        with_tx!(self, conn => sqlx::query(crate::sql::INSERT_TALLY)
             .bind(tenant.as_str()).bind(contract).bind(now).bind(inserted).bind(duplicates).bind(collisions)
             .execute(&mut *conn).await.map(|_| ())?);
         Ok(())
@@ -370,6 +370,6 @@ impl Store {
 
     /// Rows in the tally table (for tests and operators).
     pub async fn tally_rows(&self) -> Result<i64, StoreError> {
-        crate::tx::with_pool!(self, reader, pool, q => Ok(sqlx::query_scalar(&q("SELECT COUNT(*) FROM event_tallies")).fetch_one(pool).await?))
+        crate::tx::with_pool!(self, reader, pool => Ok(sqlx::query_scalar("SELECT COUNT(*) FROM event_tallies").fetch_one(pool).await?))
     }
 }

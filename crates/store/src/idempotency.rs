@@ -43,8 +43,8 @@ impl Store {
         key: &str,
     ) -> Result<Option<KeyRecord>, StoreError> {
         // SQLite readers see every committed row (WAL), so lookups never queue behind the writer.
-        with_pool!(self, reader, pool, q => {
-            let row = sqlx::query(&q(SELECT_KEY)).bind(tenant.as_str()).bind(key).fetch_optional(pool).await?;
+        with_pool!(self, reader, pool => {
+            let row = sqlx::query(SELECT_KEY).bind(tenant.as_str()).bind(key).fetch_optional(pool).await?;
             row.map(|row| {
                 let status: Option<i64> = row.try_get(3)?;
                 let headers: Option<String> = row.try_get(4)?;
@@ -63,9 +63,9 @@ impl Store {
         owner: &str,
         now_us: i64,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, writer, pool, q => {
-            let done = sqlx::query(&q("INSERT INTO idempotency_keys (tenant_id, idem_key, checksum, owner, reserved_at_us)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING"))
+        with_pool!(self, writer, pool => {
+            let done = sqlx::query("INSERT INTO idempotency_keys (tenant_id, idem_key, checksum, owner, reserved_at_us)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
                 .bind(tenant.as_str()).bind(key).bind(checksum).bind(owner).bind(now_us)
                 .execute(pool).await?;
             Ok(done.rows_affected() == 1)
@@ -82,9 +82,9 @@ impl Store {
         new_owner: &str,
         now_us: i64,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, writer, pool, q => {
-            let done = sqlx::query(&q("UPDATE idempotency_keys SET owner = $4, reserved_at_us = $5
-                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL"))
+        with_pool!(self, writer, pool => {
+            let done = sqlx::query("UPDATE idempotency_keys SET owner = $4, reserved_at_us = $5
+                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
                 .bind(tenant.as_str()).bind(key).bind(stale_owner).bind(new_owner).bind(now_us)
                 .execute(pool).await?;
             Ok(done.rows_affected() == 1)
@@ -99,8 +99,8 @@ impl Store {
         key: &str,
         owner: &str,
     ) -> Result<(), StoreError> {
-        with_pool!(self, writer, pool, q => {
-            sqlx::query(&q("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL"))
+        with_pool!(self, writer, pool => {
+            sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
                 .bind(tenant.as_str()).bind(key).bind(owner).execute(pool).await?;
             Ok(())
         })
@@ -108,8 +108,8 @@ impl Store {
 
     /// Deletes keys reserved before `before_us`; returns how many.
     pub async fn idempotency_purge(&self, before_us: i64) -> Result<u64, StoreError> {
-        with_pool!(self, writer, pool, q => {
-            let done = sqlx::query(&q("DELETE FROM idempotency_keys WHERE reserved_at_us < $1")).bind(before_us).execute(pool).await?;
+        with_pool!(self, writer, pool => {
+            let done = sqlx::query("DELETE FROM idempotency_keys WHERE reserved_at_us < $1").bind(before_us).execute(pool).await?;
             Ok(done.rows_affected())
         })
     }
@@ -129,9 +129,9 @@ impl StoreTx {
     ) -> Result<bool, StoreError> {
         let headers = serde_json::to_string(&response.headers)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        with_tx!(self, conn, q => {
-            let done = sqlx::query(&q("UPDATE idempotency_keys SET status = $4, headers = $5, body = $6, completed_at_us = $7
-                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL"))
+        with_tx!(self, conn => {
+            let done = sqlx::query("UPDATE idempotency_keys SET status = $4, headers = $5, body = $6, completed_at_us = $7
+                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
                 .bind(tenant.as_str()).bind(key).bind(owner)
                 .bind(i64::from(response.status)).bind(&headers).bind(&response.body).bind(now_us)
                 .execute(&mut *conn).await?;

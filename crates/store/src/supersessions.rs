@@ -46,23 +46,23 @@ impl StoreTx {
     ) -> Result<Option<SupersedeOutcome>, StoreError> {
         let event_id = corrected.identified.event_id.as_str();
         let fingerprint = corrected.identified.fingerprint.as_str();
-        let original: Option<String> = with_tx!(self, conn, q => sqlx::query_scalar(&q("SELECT fingerprint FROM events
-             WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3"))
+        let original: Option<String> = with_tx!(self, conn => sqlx::query_scalar("SELECT fingerprint FROM events
+             WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3")
             .bind(tenant.as_str()).bind(contract).bind(event_id).fetch_optional(&mut *conn).await?);
         let Some(original) = original else {
             return Ok(None);
         };
-        let history: Vec<(String, i64)> = with_tx!(self, conn, q => {
-            let rows = sqlx::query(&q(SELECT_SUPERSESSIONS)).bind(tenant.as_str()).bind(contract).bind(event_id).fetch_all(&mut *conn).await?;
+        let history: Vec<(String, i64)> = with_tx!(self, conn => {
+            let rows = sqlx::query(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id).fetch_all(&mut *conn).await?;
             rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(4)?))).collect::<Result<Vec<_>, StoreError>>()?
         });
         let current = history.last().map(|(f, _)| f.clone()).unwrap_or(original);
         if current == fingerprint || history.iter().any(|(f, _)| f == fingerprint) {
             return Ok(Some(SupersedeOutcome::Unchanged));
         }
-        let inserted = with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO event_supersessions
+        let inserted = with_tx!(self, conn => sqlx::query("INSERT INTO event_supersessions
              (tenant_id, contract_name, event_id, fingerprint, supersedes, payload, reason, superseded_at_us)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"))
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING")
             .bind(tenant.as_str()).bind(contract).bind(event_id).bind(fingerprint).bind(&current)
             .bind(&corrected.payload).bind(reason).bind(now_us)
             .execute(&mut *conn).await?.rows_affected());
@@ -84,9 +84,9 @@ impl StoreTx {
     ) -> Result<Vec<(String, String)>, StoreError> {
         let mut found = Vec::new();
         for id in ids {
-            with_tx!(self, conn, q => {
-                let rows = sqlx::query(&q("SELECT event_id, fingerprint FROM event_supersessions
-                     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3"))
+            with_tx!(self, conn => {
+                let rows = sqlx::query("SELECT event_id, fingerprint FROM event_supersessions
+                     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3")
                     .bind(tenant.as_str()).bind(contract).bind(id).fetch_all(&mut *conn).await?;
                 for row in rows {
                     found.push((row.try_get(0)?, row.try_get(1)?));
@@ -105,8 +105,8 @@ impl Store {
         contract: &str,
         event_id: &str,
     ) -> Result<Vec<Supersession>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(SELECT_SUPERSESSIONS)).bind(tenant.as_str()).bind(contract).bind(event_id).fetch_all(pool).await?;
+        with_pool!(self, reader, pool => {
+            let rows = sqlx::query(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id).fetch_all(pool).await?;
             rows.iter()
                 .map(|r| Ok(Supersession { fingerprint: r.try_get(0)?, supersedes: r.try_get(1)?, reason: r.try_get(2)?, payload: r.try_get(3)?, superseded_at_us: r.try_get(4)? }))
                 .collect()

@@ -7,11 +7,6 @@ use super::{level_sql, Direction, NodeKind};
 use crate::sqlite::SqliteStore;
 use crate::{StoreError, TenantId};
 
-/// `$1` → `?1`: SQLite's numbered parameter syntax.
-fn q(text: &str) -> String {
-    text.replace('$', "?")
-}
-
 impl SqliteStore {
     pub(crate) async fn level(
         &self,
@@ -25,10 +20,8 @@ impl SqliteStore {
         let pairs =
             serde_json::to_string(frontier).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let frontier_sql =
-            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)";
-        // Placeholders become `?N` before the frontier goes in: its JSON paths keep `$`.
-        let text =
-            q(&level_sql(kind, direction, "FRONTIER", "$3")).replace("FRONTIER", frontier_sql);
+            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($2)";
+        let text = level_sql(kind, direction, frontier_sql, "$3");
         let rows = sqlx::query(&text)
             .bind(tenant.as_str())
             .bind(pairs)

@@ -4,4 +4,5 @@
 
 mod db;
 mod migrate;
+mod placeholders;
 mod plan;
