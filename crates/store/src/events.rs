@@ -192,7 +192,7 @@ impl StoreTx {
                         .fetch_all(&mut **conn)
                         .await?
                         .iter()
-                        .map(|row| row.try_get(0))
+                        .map(|row| row.try_get("event_id"))
                         .collect::<Result<_, _>>()?;
                 } else {
                     count = query.execute(&mut **conn).await?.rows_affected();
@@ -218,7 +218,7 @@ impl StoreTx {
                     }
                     if returning {
                         for row in query.fetch_all(&mut **conn).await? {
-                            ids.push(row.try_get(0)?);
+                            ids.push(row.try_get("event_id")?);
                         }
                     } else {
                         count += query.execute(&mut **conn).await?.rows_affected();
@@ -249,29 +249,22 @@ impl StoreTx {
                 // transactions our insert waited for.
                 // One primary-key probe per id, whatever the table's statistics say (a generic
                 // plan for `event_id = ANY($3)` scanned the tenant's whole key range).
-                let rows = sqlx::query(PG_SELECT_FINGERPRINTS)
+                let rows: Vec<(String, Option<String>)> = sqlx::query_as(PG_SELECT_FINGERPRINTS)
                     .bind(tenant.as_str())
                     .bind(contract)
                     .bind(ids)
                     .fetch_all(&mut **conn)
                     .await?;
-                for row in rows {
-                    let fingerprint: Option<String> = row.try_get(1)?;
-                    if let Some(fingerprint) = fingerprint {
-                        found.push((row.try_get(0)?, fingerprint));
-                    }
-                }
+                found.extend(rows.into_iter().filter_map(|(id, f)| Some((id, f?))));
             }
             TxInner::Sqlite(conn) => {
                 for chunk in ids.chunks(SQLITE_ROWS_PER_STATEMENT) {
                     let sql = format!("SELECT event_id, fingerprint FROM events WHERE tenant_id = ? AND contract_name = ? AND event_id IN ({})", vec!["?"; chunk.len()].join(","));
-                    let mut query = sqlx::query(&sql).bind(tenant.as_str()).bind(contract);
+                    let mut query = sqlx::query_as(&sql).bind(tenant.as_str()).bind(contract);
                     for id in chunk {
                         query = query.bind(*id);
                     }
-                    for row in query.fetch_all(&mut **conn).await? {
-                        found.push((row.try_get(0)?, row.try_get(1)?));
-                    }
+                    found.extend(query.fetch_all(&mut **conn).await?);
                 }
             }
         }

@@ -10,7 +10,7 @@ use crate::tx::{with_pool, with_tx};
 use crate::{Store, StoreError, StoreTx, TenantId};
 
 /// A unit's assignment to an arm. Never updated once written.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Assignment {
     pub assignment_id: String,
     pub campaign_id: String,
@@ -54,7 +54,7 @@ pub struct NewOutcome {
 }
 
 /// A stored outcome: the answer to every delivery of it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct StoredOutcome {
     pub assignment_id: String,
     pub dedupe_key: String,
@@ -98,6 +98,22 @@ const BUMP_UNIT_METRICS: &str = "INSERT INTO unit_metrics
 
 const OUTCOME_COLUMNS: &str = "assignment_id, dedupe_key, campaign_id, arm, metric, value, occurred_at_us, received_at_us, fingerprint";
 
+const SELECT_UNIT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
+       CAST(version AS BIGINT) AS version, assigned_at_us
+     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3";
+
+const SELECT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
+       CAST(version AS BIGINT) AS version, assigned_at_us
+     FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
+
+const SELECT_UNITS_BY_VERSION: &str = "SELECT CAST(version AS BIGINT), arm, COUNT(*)
+     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY version, arm";
+
+const SELECT_DUPLICATES_OVER_TIME: &str =
+    "SELECT (arrived_at_us / $3) * $3 AS bucket, arm, COUNT(*)
+     FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2
+     GROUP BY bucket, arm ORDER BY bucket, arm LIMIT $4";
+
 impl StoreTx {
     /// Inserts the assignment unless the unit already has one; returns the stored one
     /// (the first assignment always wins: sticky).
@@ -112,11 +128,8 @@ impl StoreTx {
                 .bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id).bind(&proposed.assignment_id)
                 .bind(&proposed.arm).bind(proposed.version as i32).bind(proposed.assigned_at_us)
                 .execute(&mut *conn).await?;
-            let row = sqlx::query("SELECT assignment_id, campaign_id, unit_id, arm, CAST(version AS BIGINT), assigned_at_us
-                 FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3")
-                .bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id)
-                .fetch_one(&mut *conn).await?;
-            assignment(&row)
+            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id);
+            Ok(query.fetch_one(&mut *conn).await?)
         })
     }
 
@@ -237,12 +250,8 @@ impl StoreTx {
     ) -> Result<StoredOutcome, StoreError> {
         let sql = format!("SELECT {OUTCOME_COLUMNS} FROM outcomes WHERE tenant_id = $1 AND assignment_id = $2 AND dedupe_key = $3");
         with_tx!(self, conn => {
-            let row = sqlx::query(&sql).bind(tenant.as_str()).bind(assignment_id).bind(dedupe_key).fetch_one(&mut *conn).await?;
-            Ok::<_, StoreError>(StoredOutcome {
-                assignment_id: row.try_get(0)?, dedupe_key: row.try_get(1)?, campaign_id: row.try_get(2)?, arm: row.try_get(3)?,
-                metric: row.try_get(4)?, value: row.try_get(5)?, occurred_at_us: row.try_get(6)?, received_at_us: row.try_get(7)?,
-                fingerprint: row.try_get(8)?,
-            })
+            let query = sqlx::query_as(&sql).bind(tenant.as_str()).bind(assignment_id).bind(dedupe_key);
+            Ok(query.fetch_one(&mut *conn).await?)
         })
     }
 }
@@ -255,10 +264,8 @@ impl Store {
         assignment_id: &str,
     ) -> Result<Option<Assignment>, StoreError> {
         with_pool!(self, reader, pool => {
-            let row = sqlx::query("SELECT assignment_id, campaign_id, unit_id, arm, CAST(version AS BIGINT), assigned_at_us
-                 FROM assignments WHERE tenant_id = $1 AND assignment_id = $2")
-                .bind(tenant.as_str()).bind(assignment_id).fetch_optional(pool).await?;
-            row.as_ref().map(assignment).transpose()
+            let query = sqlx::query_as(SELECT_ASSIGNMENT).bind(tenant.as_str()).bind(assignment_id);
+            Ok(query.fetch_optional(pool).await?)
         })
     }
 
@@ -269,10 +276,8 @@ impl Store {
         campaign_id: &str,
     ) -> Result<Vec<(i64, String, i64)>, StoreError> {
         with_pool!(self, reader, pool => {
-            let rows = sqlx::query("SELECT CAST(version AS BIGINT), arm, COUNT(*) FROM assignments
-                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY version, arm")
-                .bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
-            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+            let query = sqlx::query_as(SELECT_UNITS_BY_VERSION).bind(tenant.as_str()).bind(campaign_id);
+            Ok(query.fetch_all(pool).await?)
         })
     }
 
@@ -285,10 +290,8 @@ impl Store {
         rows_max: i64,
     ) -> Result<Vec<(i64, String, i64)>, StoreError> {
         with_pool!(self, reader, pool => {
-            let rows = sqlx::query("SELECT (arrived_at_us / $3) * $3 AS bucket, arm, COUNT(*) FROM outcome_duplicates
-                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY bucket, arm ORDER BY bucket, arm LIMIT $4")
-                .bind(tenant.as_str()).bind(campaign_id).bind(bucket_us).bind(rows_max).fetch_all(pool).await?;
-            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME).bind(tenant.as_str()).bind(campaign_id).bind(bucket_us).bind(rows_max);
+            Ok(query.fetch_all(pool).await?)
         })
     }
 
@@ -456,21 +459,4 @@ fn per_unit_sql(metrics: &[MetricWindow]) -> String {
         source("outcomes", 1, "received_at_us"),
         source("outcome_duplicates", 0, "arrived_at_us"),
     )
-}
-
-fn assignment<R>(row: &R) -> Result<Assignment, StoreError>
-where
-    R: Row,
-    usize: sqlx::ColumnIndex<R>,
-    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    Ok(Assignment {
-        assignment_id: row.try_get(0)?,
-        campaign_id: row.try_get(1)?,
-        unit_id: row.try_get(2)?,
-        arm: row.try_get(3)?,
-        version: row.try_get(4)?,
-        assigned_at_us: row.try_get(5)?,
-    })
 }

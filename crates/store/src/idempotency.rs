@@ -2,8 +2,6 @@
 //! in flight, stale) are made by the server's idempotency layer from these rows; the
 //! guarantees come from the primary key `(tenant_id, idem_key)` and the `owner` token.
 
-use sqlx::Row;
-
 use crate::tx::{with_pool, with_tx};
 use crate::{Store, StoreError, StoreTx, TenantId};
 
@@ -32,7 +30,7 @@ pub struct KeyRecord {
 }
 
 const SELECT_KEY: &str =
-    "SELECT checksum, owner, reserved_at_us, CAST(status AS BIGINT), headers, body
+    "SELECT checksum, owner, reserved_at_us, CAST(status AS BIGINT) AS status, headers, body
      FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2";
 
 impl Store {
@@ -44,13 +42,8 @@ impl Store {
     ) -> Result<Option<KeyRecord>, StoreError> {
         // SQLite readers see every committed row (WAL), so lookups never queue behind the writer.
         with_pool!(self, reader, pool => {
-            let row = sqlx::query(SELECT_KEY).bind(tenant.as_str()).bind(key).fetch_optional(pool).await?;
-            row.map(|row| {
-                let status: Option<i64> = row.try_get(3)?;
-                let headers: Option<String> = row.try_get(4)?;
-                let body: Option<Vec<u8>> = row.try_get(5)?;
-                record(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, status, headers, body)
-            }).transpose()
+            let row: Option<KeyRow> = sqlx::query_as(SELECT_KEY).bind(tenant.as_str()).bind(key).fetch_optional(pool).await?;
+            row.map(KeyRecord::try_from).transpose()
         })
     }
 
@@ -140,33 +133,40 @@ impl StoreTx {
     }
 }
 
-fn record(
+#[derive(sqlx::FromRow)]
+struct KeyRow {
     checksum: String,
     owner: String,
     reserved_at_us: i64,
     status: Option<i64>,
     headers: Option<String>,
     body: Option<Vec<u8>>,
-) -> Result<KeyRecord, StoreError> {
-    let response = match status {
-        None => None,
-        Some(status) => {
-            let status = u16::try_from(status)
-                .map_err(|_| StoreError::Corrupt(format!("idempotent status {status}")))?;
-            let headers: Vec<(String, String)> =
-                serde_json::from_str(headers.as_deref().unwrap_or("[]"))
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            Some(StoredResponse {
-                status,
-                headers,
-                body: body.unwrap_or_default(),
-            })
-        }
-    };
-    Ok(KeyRecord {
-        checksum,
-        owner,
-        reserved_at_us,
-        response,
-    })
+}
+
+impl TryFrom<KeyRow> for KeyRecord {
+    type Error = StoreError;
+
+    fn try_from(row: KeyRow) -> Result<Self, StoreError> {
+        let response = match row.status {
+            None => None,
+            Some(status) => {
+                let status = u16::try_from(status)
+                    .map_err(|_| StoreError::Corrupt(format!("idempotent status {status}")))?;
+                let headers: Vec<(String, String)> =
+                    serde_json::from_str(row.headers.as_deref().unwrap_or("[]"))
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                Some(StoredResponse {
+                    status,
+                    headers,
+                    body: row.body.unwrap_or_default(),
+                })
+            }
+        };
+        Ok(KeyRecord {
+            checksum: row.checksum,
+            owner: row.owner,
+            reserved_at_us: row.reserved_at_us,
+            response,
+        })
+    }
 }

@@ -173,8 +173,8 @@ impl Store {
     /// Per-contract counts of stored events, suppressed duplicates and collisions.
     pub async fn stats(&self, tenant: &TenantId) -> Result<Vec<ContractStats>, StoreError> {
         tx::with_pool!(self, reader, pool => {
-            let rows = sqlx::query(sql::SELECT_STATS).bind(tenant.as_str()).fetch_all(pool).await?;
-            rows.iter().map(sql::stats_row).collect()
+            let query = sqlx::query_as(sql::SELECT_STATS).bind(tenant.as_str());
+            Ok(query.fetch_all(pool).await?)
         })
     }
 
@@ -186,9 +186,8 @@ impl Store {
         event_id: &str,
     ) -> Result<Option<StoredEvent>, StoreError> {
         tx::with_pool!(self, reader, pool => {
-            let row = sqlx::query(sql::SELECT_EVENT).bind(tenant.as_str()).bind(contract.as_str()).bind(event_id)
-                .fetch_optional(pool).await?;
-            row.as_ref().map(sql::event_row).transpose()
+            let query = sqlx::query_as(sql::SELECT_EVENT).bind(tenant.as_str()).bind(contract.as_str()).bind(event_id);
+            Ok(query.fetch_optional(pool).await?)
         })
     }
 
@@ -200,9 +199,8 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<CollisionRecord>, StoreError> {
         tx::with_pool!(self, reader, pool => {
-            let rows = sqlx::query(sql::SELECT_COLLISIONS).bind(tenant.as_str()).bind(contract.as_str()).bind(i64::from(limit))
-                .fetch_all(pool).await?;
-            rows.iter().map(sql::collision_row).collect()
+            let query = sqlx::query_as(sql::SELECT_COLLISIONS).bind(tenant.as_str()).bind(contract.as_str()).bind(i64::from(limit));
+            Ok(query.fetch_all(pool).await?)
         })
     }
 }

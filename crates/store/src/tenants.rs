@@ -11,8 +11,6 @@
 //! databases from before it may hold duplicates, which [`Store::tenant_by_name`] refuses
 //! as ambiguous instead of picking one.
 
-use sqlx::{ColumnIndex, Decode, Row, Type};
-
 use crate::model::ApiKey;
 use crate::tx::{with_pool, with_tx};
 use crate::{now_us, Store, StoreError, StoreTx, TenantId};
@@ -147,6 +145,7 @@ const PG_TENANT_NAME_LOCK: i64 = 0x0074_6e61_6d65_0001; // "tname" in ASCII, the
 
 const SELECT_TENANTS: &str = "SELECT t.tenant_id, t.name, t.created_at_us,
        (SELECT COUNT(*) FROM api_keys k WHERE k.tenant_id = t.tenant_id AND k.revoked_at_us IS NULL)
+         AS active_keys
      FROM tenants t";
 const SELECT_KEY_COLUMNS: &str = "SELECT key_prefix, created_at_us, revoked_at_us FROM api_keys";
 
@@ -188,8 +187,8 @@ impl Store {
     pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
         let sql = format!("{SELECT_TENANTS} ORDER BY t.name, t.created_at_us LIMIT $1");
         with_pool!(self, reader, pool => {
-            let rows = sqlx::query(&sql).bind(TENANTS_LIST_MAX).fetch_all(pool).await?;
-            rows.iter().map(tenant_row).collect()
+            let rows: Vec<TenantRow> = sqlx::query_as(&sql).bind(TENANTS_LIST_MAX).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(TenantRecord::from).collect())
         })
     }
 
@@ -202,8 +201,8 @@ impl Store {
     ) -> Result<Option<TenantRecord>, StoreError> {
         let sql = format!("{SELECT_TENANTS} WHERE t.name = $1 OR t.tenant_id = $1 ORDER BY t.created_at_us LIMIT 10");
         let found = with_pool!(self, reader, pool => {
-            let rows = sqlx::query(&sql).bind(name.as_str()).fetch_all(pool).await?;
-            rows.iter().map(tenant_row).collect::<Result<Vec<_>, StoreError>>()
+            let rows: Vec<TenantRow> = sqlx::query_as(&sql).bind(name.as_str()).fetch_all(pool).await?;
+            Ok::<_, StoreError>(rows.into_iter().map(TenantRecord::from).collect::<Vec<_>>())
         })?;
         match found.len() {
             0 | 1 => Ok(found.into_iter().next()),
@@ -236,8 +235,8 @@ impl Store {
     pub async fn api_keys(&self, tenant: &TenantId) -> Result<Vec<ApiKeyInfo>, StoreError> {
         let sql = format!("SELECT * FROM ({SELECT_KEY_COLUMNS} WHERE tenant_id = $1 ORDER BY created_at_us DESC, key_prefix DESC LIMIT $2) newest ORDER BY created_at_us, key_prefix");
         with_pool!(self, reader, pool => {
-            let rows = sqlx::query(&sql).bind(tenant.as_str()).bind(KEYS_LIST_MAX).fetch_all(pool).await?;
-            rows.iter().map(key_row).collect()
+            let rows: Vec<KeyRow> = sqlx::query_as(&sql).bind(tenant.as_str()).bind(KEYS_LIST_MAX).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(ApiKeyInfo::from).collect())
         })
     }
 
@@ -261,8 +260,8 @@ impl Store {
         let mut tx = self.begin().await?;
         let row = with_tx!(tx, conn => {
             sqlx::query(&update).bind(tenant.as_str()).bind(&value).bind(now_us()).execute(&mut *conn).await?;
-            let row = sqlx::query(&select).bind(tenant.as_str()).bind(&value).fetch_optional(&mut *conn).await?;
-            row.as_ref().map(key_row).transpose()?
+            let row: Option<KeyRow> = sqlx::query_as(&select).bind(tenant.as_str()).bind(&value).fetch_optional(&mut *conn).await?;
+            row.map(ApiKeyInfo::from)
         });
         tx.commit().await?;
         Ok(row)
@@ -311,35 +310,40 @@ impl StoreTx {
     }
 }
 
-fn tenant_row<'r, R>(row: &'r R) -> Result<TenantRecord, StoreError>
-where
-    R: Row,
-    usize: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    Ok(TenantRecord {
-        tenant_id: TenantId::from_stored(row.try_get(0)?),
-        name: row.try_get(1)?,
-        created_at_us: row.try_get(2)?,
-        active_keys: row.try_get(3)?,
-    })
+#[derive(sqlx::FromRow)]
+struct TenantRow {
+    tenant_id: String,
+    name: String,
+    created_at_us: i64,
+    active_keys: i64,
 }
 
-fn key_row<'r, R>(row: &'r R) -> Result<ApiKeyInfo, StoreError>
-where
-    R: Row,
-    usize: ColumnIndex<R>,
-    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-    Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let prefix: Option<String> = row.try_get(0)?;
-    Ok(ApiKeyInfo {
-        prefix: prefix.map(KeyPrefix),
-        created_at_us: row.try_get(1)?,
-        revoked_at_us: row.try_get(2)?,
-    })
+impl From<TenantRow> for TenantRecord {
+    fn from(row: TenantRow) -> Self {
+        TenantRecord {
+            tenant_id: TenantId::from_stored(row.tenant_id),
+            name: row.name,
+            created_at_us: row.created_at_us,
+            active_keys: row.active_keys,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    key_prefix: Option<String>,
+    created_at_us: i64,
+    revoked_at_us: Option<i64>,
+}
+
+impl From<KeyRow> for ApiKeyInfo {
+    fn from(row: KeyRow) -> Self {
+        ApiKeyInfo {
+            prefix: row.key_prefix.map(KeyPrefix),
+            created_at_us: row.created_at_us,
+            revoked_at_us: row.revoked_at_us,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
 //! Lineage on SQLite: the single writer connection serialises transactions
 //! (`BEGIN IMMEDIATE`), so the event rows and their graph rows commit together.
 
-use sqlx::Row;
-
 use super::{level_sql, Direction, NodeKind};
 use crate::sqlite::SqliteStore;
 use crate::{StoreError, TenantId};
@@ -22,21 +20,12 @@ impl SqliteStore {
         let frontier_sql =
             "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($2)";
         let text = level_sql(kind, direction, frontier_sql, "$3");
-        let rows = sqlx::query(&text)
+        let rows = sqlx::query_as(&text)
             .bind(tenant.as_str())
             .bind(pairs)
             .bind(limit)
             .fetch_all(&self.reader)
             .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get(0)?,
-                    row.try_get(1)?,
-                    row.try_get(2)?,
-                    row.try_get(3)?,
-                ))
-            })
-            .collect()
+        Ok(rows)
     }
 }
