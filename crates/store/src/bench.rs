@@ -106,12 +106,12 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &str,
     ) -> Result<Vec<(String, i64, Option<f64>)>, StoreError> {
-        crate::tx::with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q("SELECT arm, COUNT(*), CAST(SUM(value) AS DOUBLE PRECISION) FROM outcomes
-                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY arm"))
-                .bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
-            use sqlx::Row;
-            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+        crate::tx::with_pool!(self, reader, pool => {
+            let query = sqlx::query_as(PLAIN_SCAN).bind(tenant.as_str()).bind(campaign_id);
+            Ok(query.fetch_all(pool).await?)
         })
     }
 }
+
+const PLAIN_SCAN: &str = "SELECT arm, COUNT(*), CAST(SUM(value) AS DOUBLE PRECISION) FROM outcomes
+     WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY arm";

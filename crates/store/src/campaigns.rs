@@ -1,10 +1,8 @@
 //! Campaigns (experiments) and their immutable published versions.
 
-use serde::{Deserialize, Serialize};
-use sqlx::Row;
-
 use crate::tx::{with_pool, with_tx, TxInner};
 use crate::{Store, StoreError, StoreTx, TenantId};
+use serde::{Deserialize, Serialize};
 
 // The campaign types are the pure experiments domain's; the store only reads and writes
 // them.
@@ -16,13 +14,20 @@ const SELECT_CAMPAIGN: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = $1 AND campaign_id = $2";
 const SELECT_VERSIONS: &str =
-    "SELECT campaign_id, CAST(version AS BIGINT), arms, metrics, salt, note, published_at_us
+    "SELECT campaign_id, CAST(version AS BIGINT) AS version, arms, metrics, salt, note,
+       published_at_us
      FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version";
 const SELECT_CAMPAIGNS: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = $1 ORDER BY created_at_us DESC, campaign_id LIMIT $2";
 const SELECT_LATEST_VERSION: &str = "SELECT CAST(version AS BIGINT), arms FROM campaign_versions
      WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version DESC LIMIT 1";
+const INSERT_CAMPAIGN: &str = "INSERT INTO campaigns
+     (tenant_id, campaign_id, campaign_key, name, arms, metrics, salt, created_at_us)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+const INSERT_VERSION: &str = "INSERT INTO campaign_versions
+     (tenant_id, campaign_id, version, arms, metrics, salt, note, published_at_us)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
 impl Store {
     /// A tenant's campaign.
@@ -31,9 +36,9 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &str,
     ) -> Result<Option<Campaign>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let row = sqlx::query(&q(SELECT_CAMPAIGN)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(pool).await?;
-            row.map(|r| campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).transpose()
+        with_pool!(self, reader, pool => {
+            let row: Option<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGN).bind(tenant.as_str()).bind(campaign_id).fetch_optional(pool).await?;
+            row.map(Campaign::try_from).transpose()
         })
     }
 
@@ -43,9 +48,9 @@ impl Store {
         tenant: &TenantId,
         rows_max: i64,
     ) -> Result<Vec<Campaign>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(SELECT_CAMPAIGNS)).bind(tenant.as_str()).bind(rows_max).fetch_all(pool).await?;
-            rows.iter().map(|r| campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).collect()
+        with_pool!(self, reader, pool => {
+            let rows: Vec<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGNS).bind(tenant.as_str()).bind(rows_max).fetch_all(pool).await?;
+            rows.into_iter().map(Campaign::try_from).collect()
         })
     }
 
@@ -55,9 +60,9 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &str,
     ) -> Result<Vec<CampaignVersion>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(SELECT_VERSIONS)).bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
-            rows.iter().map(|r| version(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)).collect()
+        with_pool!(self, reader, pool => {
+            let rows: Vec<VersionRow> = sqlx::query_as(SELECT_VERSIONS).bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
+            rows.into_iter().map(CampaignVersion::try_from).collect()
         })
     }
 }
@@ -81,9 +86,8 @@ impl StoreTx {
         };
         let arms = to_json(&created.arms)?;
         let metrics = to_json(&created.metrics)?;
-        let inserted = with_tx!(self, conn, q => {
-            sqlx::query(&q("INSERT INTO campaigns (tenant_id, campaign_id, campaign_key, name, arms, metrics, salt, created_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"))
+        let inserted = with_tx!(self, conn => {
+            sqlx::query(INSERT_CAMPAIGN)
                 .bind(tenant.as_str()).bind(&created.id).bind(&created.key).bind(&created.name)
                 .bind(&arms).bind(&metrics).bind(&created.salt).bind(now_us)
                 .execute(&mut *conn).await?.rows_affected()
@@ -114,13 +118,11 @@ impl StoreTx {
             ""
         };
         let select = format!("{SELECT_CAMPAIGN}{lock}");
-        let found = with_tx!(self, conn, q => {
-            let row = sqlx::query(&q(&select)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
-            let Some(r) = row else { return Ok(None) };
-            let base = campaign(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)?;
-            let latest = sqlx::query(&q(SELECT_LATEST_VERSION)).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
-            let latest: Option<(i64, String)> = latest.map(|r| Ok::<_, StoreError>((r.try_get(0)?, r.try_get(1)?))).transpose()?;
-            (base, latest)
+        let found = with_tx!(self, conn => {
+            let row: Option<CampaignRow> = sqlx::query_as(&select).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
+            let Some(base) = row else { return Ok(None) };
+            let latest: Option<(i64, String)> = sqlx::query_as(SELECT_LATEST_VERSION).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
+            (Campaign::try_from(base)?, latest)
         });
         let (base, latest) = found;
         let (last_number, last_arms) = match latest {
@@ -137,9 +139,8 @@ impl StoreTx {
             published_at_us: now_us,
         };
         let (arms_json, metrics_json) = (to_json(&published.arms)?, to_json(&published.metrics)?);
-        with_tx!(self, conn, q => {
-            sqlx::query(&q("INSERT INTO campaign_versions (tenant_id, campaign_id, version, arms, metrics, salt, note, published_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"))
+        with_tx!(self, conn => {
+            sqlx::query(INSERT_VERSION)
                 .bind(tenant.as_str()).bind(campaign_id).bind(published.version as i32).bind(&arms_json).bind(&metrics_json)
                 .bind(&published.salt).bind(&published.note).bind(now_us)
                 .execute(&mut *conn).await?;
@@ -148,29 +149,35 @@ impl StoreTx {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn campaign(
-    id: String,
-    key: String,
+#[derive(sqlx::FromRow)]
+struct CampaignRow {
+    campaign_id: String,
+    campaign_key: String,
     name: String,
     arms: String,
     metrics: String,
     salt: String,
     created_at_us: i64,
-) -> Result<Campaign, StoreError> {
-    Ok(Campaign {
-        id,
-        key,
-        name,
-        arms: from_json(&arms)?,
-        metrics: from_json(&metrics)?,
-        salt,
-        created_at_us,
-    })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn version(
+impl TryFrom<CampaignRow> for Campaign {
+    type Error = StoreError;
+
+    fn try_from(row: CampaignRow) -> Result<Self, StoreError> {
+        Ok(Campaign {
+            id: row.campaign_id,
+            key: row.campaign_key,
+            name: row.name,
+            arms: from_json(&row.arms)?,
+            metrics: from_json(&row.metrics)?,
+            salt: row.salt,
+            created_at_us: row.created_at_us,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct VersionRow {
     campaign_id: String,
     version: i64,
     arms: String,
@@ -178,16 +185,22 @@ fn version(
     salt: String,
     note: Option<String>,
     published_at_us: i64,
-) -> Result<CampaignVersion, StoreError> {
-    Ok(CampaignVersion {
-        campaign_id,
-        version,
-        arms: from_json(&arms)?,
-        metrics: from_json(&metrics)?,
-        salt,
-        note,
-        published_at_us,
-    })
+}
+
+impl TryFrom<VersionRow> for CampaignVersion {
+    type Error = StoreError;
+
+    fn try_from(row: VersionRow) -> Result<Self, StoreError> {
+        Ok(CampaignVersion {
+            campaign_id: row.campaign_id,
+            version: row.version,
+            arms: from_json(&row.arms)?,
+            metrics: from_json(&row.metrics)?,
+            salt: row.salt,
+            note: row.note,
+            published_at_us: row.published_at_us,
+        })
+    }
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {

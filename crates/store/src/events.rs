@@ -192,7 +192,7 @@ impl StoreTx {
                         .fetch_all(&mut **conn)
                         .await?
                         .iter()
-                        .map(|row| row.try_get(0))
+                        .map(|row| row.try_get("event_id"))
                         .collect::<Result<_, _>>()?;
                 } else {
                     count = query.execute(&mut **conn).await?.rows_affected();
@@ -218,7 +218,7 @@ impl StoreTx {
                     }
                     if returning {
                         for row in query.fetch_all(&mut **conn).await? {
-                            ids.push(row.try_get(0)?);
+                            ids.push(row.try_get("event_id")?);
                         }
                     } else {
                         count += query.execute(&mut **conn).await?.rows_affected();
@@ -249,29 +249,22 @@ impl StoreTx {
                 // transactions our insert waited for.
                 // One primary-key probe per id, whatever the table's statistics say (a generic
                 // plan for `event_id = ANY($3)` scanned the tenant's whole key range).
-                let rows = sqlx::query(PG_SELECT_FINGERPRINTS)
+                let rows: Vec<(String, Option<String>)> = sqlx::query_as(PG_SELECT_FINGERPRINTS)
                     .bind(tenant.as_str())
                     .bind(contract)
                     .bind(ids)
                     .fetch_all(&mut **conn)
                     .await?;
-                for row in rows {
-                    let fingerprint: Option<String> = row.try_get(1)?;
-                    if let Some(fingerprint) = fingerprint {
-                        found.push((row.try_get(0)?, fingerprint));
-                    }
-                }
+                found.extend(rows.into_iter().filter_map(|(id, f)| Some((id, f?))));
             }
             TxInner::Sqlite(conn) => {
                 for chunk in ids.chunks(SQLITE_ROWS_PER_STATEMENT) {
                     let sql = format!("SELECT event_id, fingerprint FROM events WHERE tenant_id = ? AND contract_name = ? AND event_id IN ({})", vec!["?"; chunk.len()].join(","));
-                    let mut query = sqlx::query(&sql).bind(tenant.as_str()).bind(contract);
+                    let mut query = sqlx::query_as(&sql).bind(tenant.as_str()).bind(contract);
                     for id in chunk {
                         query = query.bind(*id);
                     }
-                    for row in query.fetch_all(&mut **conn).await? {
-                        found.push((row.try_get(0)?, row.try_get(1)?));
-                    }
+                    found.extend(query.fetch_all(&mut **conn).await?);
                 }
             }
         }
@@ -284,7 +277,7 @@ impl StoreTx {
         contract: &str,
         id: &str,
     ) -> Result<String, StoreError> {
-        with_tx!(self, conn, q => Ok(sqlx::query_scalar(&q("SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3"))
+        with_tx!(self, conn => Ok(sqlx::query_scalar("SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3")
             .bind(tenant.as_str()).bind(contract).bind(id).fetch_one(&mut *conn).await?))
     }
 
@@ -296,7 +289,7 @@ impl StoreTx {
         now: i64,
     ) -> Result<(), StoreError> {
         for c in collisions {
-            with_tx!(self, conn, q => sqlx::query(&q(crate::sql::INSERT_COLLISION))
+            with_tx!(self, conn => sqlx::query(crate::sql::INSERT_COLLISION)
                 .bind(tenant.as_str()).bind(contract.name().as_str()).bind(c.event.identified.event_id.as_str()).bind(i64::from(contract.version()))
                 .bind(&c.stored_fingerprint).bind(c.event.identified.fingerprint.as_str())
                 .bind(&c.stored_payload).bind(&c.event.payload).bind(now)
@@ -314,7 +307,7 @@ impl StoreTx {
         duplicates: i64,
         collisions: i64,
     ) -> Result<(), StoreError> {
-        with_tx!(self, conn, q => sqlx::query(&q(crate::sql::INSERT_TALLY))
+        with_tx!(self, conn => sqlx::query(crate::sql::INSERT_TALLY)
             .bind(tenant.as_str()).bind(contract).bind(now).bind(inserted).bind(duplicates).bind(collisions)
             .execute(&mut *conn).await.map(|_| ())?);
         Ok(())
@@ -370,6 +363,6 @@ impl Store {
 
     /// Rows in the tally table (for tests and operators).
     pub async fn tally_rows(&self) -> Result<i64, StoreError> {
-        crate::tx::with_pool!(self, reader, pool, q => Ok(sqlx::query_scalar(&q("SELECT COUNT(*) FROM event_tallies")).fetch_one(pool).await?))
+        crate::tx::with_pool!(self, reader, pool => Ok(sqlx::query_scalar("SELECT COUNT(*) FROM event_tallies").fetch_one(pool).await?))
     }
 }

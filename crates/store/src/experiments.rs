@@ -10,7 +10,7 @@ use crate::tx::{with_pool, with_tx};
 use crate::{Store, StoreError, StoreTx, TenantId};
 
 /// A unit's assignment to an arm. Never updated once written.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Assignment {
     pub assignment_id: String,
     pub campaign_id: String,
@@ -54,7 +54,7 @@ pub struct NewOutcome {
 }
 
 /// A stored outcome: the answer to every delivery of it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct StoredOutcome {
     pub assignment_id: String,
     pub dedupe_key: String,
@@ -98,6 +98,22 @@ const BUMP_UNIT_METRICS: &str = "INSERT INTO unit_metrics
 
 const OUTCOME_COLUMNS: &str = "assignment_id, dedupe_key, campaign_id, arm, metric, value, occurred_at_us, received_at_us, fingerprint";
 
+const SELECT_UNIT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
+       CAST(version AS BIGINT) AS version, assigned_at_us
+     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3";
+
+const SELECT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
+       CAST(version AS BIGINT) AS version, assigned_at_us
+     FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
+
+const SELECT_UNITS_BY_VERSION: &str = "SELECT CAST(version AS BIGINT), arm, COUNT(*)
+     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY version, arm";
+
+const SELECT_DUPLICATES_OVER_TIME: &str =
+    "SELECT (arrived_at_us / $3) * $3 AS bucket, arm, COUNT(*)
+     FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2
+     GROUP BY bucket, arm ORDER BY bucket, arm LIMIT $4";
+
 impl StoreTx {
     /// Inserts the assignment unless the unit already has one; returns the stored one
     /// (the first assignment always wins: sticky).
@@ -106,17 +122,14 @@ impl StoreTx {
         tenant: &TenantId,
         proposed: &Assignment,
     ) -> Result<Assignment, StoreError> {
-        with_tx!(self, conn, q => {
-            sqlx::query(&q("INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING"))
+        with_tx!(self, conn => {
+            sqlx::query("INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING")
                 .bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id).bind(&proposed.assignment_id)
                 .bind(&proposed.arm).bind(proposed.version as i32).bind(proposed.assigned_at_us)
                 .execute(&mut *conn).await?;
-            let row = sqlx::query(&q("SELECT assignment_id, campaign_id, unit_id, arm, CAST(version AS BIGINT), assigned_at_us
-                 FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3"))
-                .bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id)
-                .fetch_one(&mut *conn).await?;
-            assignment(&row)
+            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id);
+            Ok(query.fetch_one(&mut *conn).await?)
         })
     }
 
@@ -145,9 +158,9 @@ impl StoreTx {
         now_us: i64,
     ) -> Result<OutcomeResult, StoreError> {
         let a = &new.assignment;
-        let inserted = with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO outcomes
+        let inserted = with_tx!(self, conn => sqlx::query("INSERT INTO outcomes
              (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING"))
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING")
             .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&a.arm)
             .bind(a.assigned_at_us).bind(&new.metric).bind(new.value).bind(new.occurred_at_us).bind(now_us).bind(&new.fingerprint)
             .execute(&mut *conn).await?.rows_affected() == 1);
@@ -175,16 +188,16 @@ impl StoreTx {
         if stored.fingerprint == new.fingerprint {
             self.bump_unit_metrics(tenant, new, &stored, false, now_us)
                 .await?;
-            with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO outcome_duplicates
+            with_tx!(self, conn => sqlx::query("INSERT INTO outcome_duplicates
                  (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us, arrived_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"))
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
                 .bind(tenant.as_str()).bind(&stored.campaign_id).bind(&stored.assignment_id).bind(&stored.dedupe_key).bind(&stored.arm)
                 .bind(a.assigned_at_us).bind(&stored.metric).bind(stored.value).bind(stored.occurred_at_us).bind(now_us)
                 .execute(&mut *conn).await.map(|_| ())?);
             return Ok(OutcomeResult::Duplicate(stored));
         }
-        with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO outcome_collisions
-             (tenant_id, assignment_id, dedupe_key, campaign_id, incoming_payload, received_at_us) VALUES ($1, $2, $3, $4, $5, $6)"))
+        with_tx!(self, conn => sqlx::query("INSERT INTO outcome_collisions
+             (tenant_id, assignment_id, dedupe_key, campaign_id, incoming_payload, received_at_us) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&new.payload).bind(now_us)
             .execute(&mut *conn).await.map(|_| ())?);
         Ok(OutcomeResult::Collision(stored))
@@ -222,7 +235,7 @@ impl StoreTx {
             part(ev, !is_stored),
             part(ar, !is_stored),
         );
-        with_tx!(self, conn, q => sqlx::query(&q(BUMP_UNIT_METRICS))
+        with_tx!(self, conn => sqlx::query(BUMP_UNIT_METRICS)
             .bind(tenant.as_str()).bind(&stored.campaign_id).bind(&stored.metric).bind(&stored.assignment_id).bind(&stored.arm)
             .bind(ev_n.0).bind(ev_n.1).bind(ev_d.0).bind(ev_d.1).bind(ar_n.0).bind(ar_n.1).bind(ar_d.0).bind(ar_d.1)
             .execute(&mut *conn).await.map(|_| ())?);
@@ -236,13 +249,9 @@ impl StoreTx {
         dedupe_key: &str,
     ) -> Result<StoredOutcome, StoreError> {
         let sql = format!("SELECT {OUTCOME_COLUMNS} FROM outcomes WHERE tenant_id = $1 AND assignment_id = $2 AND dedupe_key = $3");
-        with_tx!(self, conn, q => {
-            let row = sqlx::query(&q(&sql)).bind(tenant.as_str()).bind(assignment_id).bind(dedupe_key).fetch_one(&mut *conn).await?;
-            Ok::<_, StoreError>(StoredOutcome {
-                assignment_id: row.try_get(0)?, dedupe_key: row.try_get(1)?, campaign_id: row.try_get(2)?, arm: row.try_get(3)?,
-                metric: row.try_get(4)?, value: row.try_get(5)?, occurred_at_us: row.try_get(6)?, received_at_us: row.try_get(7)?,
-                fingerprint: row.try_get(8)?,
-            })
+        with_tx!(self, conn => {
+            let query = sqlx::query_as(&sql).bind(tenant.as_str()).bind(assignment_id).bind(dedupe_key);
+            Ok(query.fetch_one(&mut *conn).await?)
         })
     }
 }
@@ -254,11 +263,9 @@ impl Store {
         tenant: &TenantId,
         assignment_id: &str,
     ) -> Result<Option<Assignment>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let row = sqlx::query(&q("SELECT assignment_id, campaign_id, unit_id, arm, CAST(version AS BIGINT), assigned_at_us
-                 FROM assignments WHERE tenant_id = $1 AND assignment_id = $2"))
-                .bind(tenant.as_str()).bind(assignment_id).fetch_optional(pool).await?;
-            row.as_ref().map(assignment).transpose()
+        with_pool!(self, reader, pool => {
+            let query = sqlx::query_as(SELECT_ASSIGNMENT).bind(tenant.as_str()).bind(assignment_id);
+            Ok(query.fetch_optional(pool).await?)
         })
     }
 
@@ -268,11 +275,9 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &str,
     ) -> Result<Vec<(i64, String, i64)>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q("SELECT CAST(version AS BIGINT), arm, COUNT(*) FROM assignments
-                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY version, arm"))
-                .bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
-            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+        with_pool!(self, reader, pool => {
+            let query = sqlx::query_as(SELECT_UNITS_BY_VERSION).bind(tenant.as_str()).bind(campaign_id);
+            Ok(query.fetch_all(pool).await?)
         })
     }
 
@@ -284,11 +289,9 @@ impl Store {
         bucket_us: i64,
         rows_max: i64,
     ) -> Result<Vec<(i64, String, i64)>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q("SELECT (arrived_at_us / $3) * $3 AS bucket, arm, COUNT(*) FROM outcome_duplicates
-                 WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY bucket, arm ORDER BY bucket, arm LIMIT $4"))
-                .bind(tenant.as_str()).bind(campaign_id).bind(bucket_us).bind(rows_max).fetch_all(pool).await?;
-            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+        with_pool!(self, reader, pool => {
+            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME).bind(tenant.as_str()).bind(campaign_id).bind(bucket_us).bind(rows_max);
+            Ok(query.fetch_all(pool).await?)
         })
     }
 
@@ -335,10 +338,9 @@ impl Store {
              SELECT $1, $2, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv FROM ({}) u",
             per_unit_sql(metrics)
         );
-        with_tx!(tx, conn, q => {
-            sqlx::query(&q("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2")).bind(tenant.as_str()).bind(campaign_id).execute(&mut *conn).await?;
-            let text = q(&insert);
-            let mut query = sqlx::query(&text).bind(tenant.as_str()).bind(campaign_id);
+        with_tx!(tx, conn => {
+            sqlx::query("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2").bind(tenant.as_str()).bind(campaign_id).execute(&mut *conn).await?;
+            let mut query = sqlx::query(&insert).bind(tenant.as_str()).bind(campaign_id);
             for m in metrics {
                 query = query.bind(&m.metric);
             }
@@ -354,9 +356,8 @@ impl Store {
         campaign_id: &str,
         metrics: &[MetricWindow],
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let text = q(sql);
-            let mut query = sqlx::query(&text).bind(tenant.as_str()).bind(campaign_id);
+        with_pool!(self, reader, pool => {
+            let mut query = sqlx::query(sql).bind(tenant.as_str()).bind(campaign_id);
             for m in metrics {
                 query = query.bind(&m.metric);
             }
@@ -458,21 +459,4 @@ fn per_unit_sql(metrics: &[MetricWindow]) -> String {
         source("outcomes", 1, "received_at_us"),
         source("outcome_duplicates", 0, "arrived_at_us"),
     )
-}
-
-fn assignment<R>(row: &R) -> Result<Assignment, StoreError>
-where
-    R: Row,
-    usize: sqlx::ColumnIndex<R>,
-    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    Ok(Assignment {
-        assignment_id: row.try_get(0)?,
-        campaign_id: row.try_get(1)?,
-        unit_id: row.try_get(2)?,
-        arm: row.try_get(3)?,
-        version: row.try_get(4)?,
-        assigned_at_us: row.try_get(5)?,
-    })
 }

@@ -2,8 +2,6 @@
 //! in flight, stale) are made by the server's idempotency layer from these rows; the
 //! guarantees come from the primary key `(tenant_id, idem_key)` and the `owner` token.
 
-use sqlx::Row;
-
 use crate::tx::{with_pool, with_tx};
 use crate::{Store, StoreError, StoreTx, TenantId};
 
@@ -32,7 +30,7 @@ pub struct KeyRecord {
 }
 
 const SELECT_KEY: &str =
-    "SELECT checksum, owner, reserved_at_us, CAST(status AS BIGINT), headers, body
+    "SELECT checksum, owner, reserved_at_us, CAST(status AS BIGINT) AS status, headers, body
      FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2";
 
 impl Store {
@@ -43,14 +41,9 @@ impl Store {
         key: &str,
     ) -> Result<Option<KeyRecord>, StoreError> {
         // SQLite readers see every committed row (WAL), so lookups never queue behind the writer.
-        with_pool!(self, reader, pool, q => {
-            let row = sqlx::query(&q(SELECT_KEY)).bind(tenant.as_str()).bind(key).fetch_optional(pool).await?;
-            row.map(|row| {
-                let status: Option<i64> = row.try_get(3)?;
-                let headers: Option<String> = row.try_get(4)?;
-                let body: Option<Vec<u8>> = row.try_get(5)?;
-                record(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, status, headers, body)
-            }).transpose()
+        with_pool!(self, reader, pool => {
+            let row: Option<KeyRow> = sqlx::query_as(SELECT_KEY).bind(tenant.as_str()).bind(key).fetch_optional(pool).await?;
+            row.map(KeyRecord::try_from).transpose()
         })
     }
 
@@ -63,9 +56,9 @@ impl Store {
         owner: &str,
         now_us: i64,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, writer, pool, q => {
-            let done = sqlx::query(&q("INSERT INTO idempotency_keys (tenant_id, idem_key, checksum, owner, reserved_at_us)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING"))
+        with_pool!(self, writer, pool => {
+            let done = sqlx::query("INSERT INTO idempotency_keys (tenant_id, idem_key, checksum, owner, reserved_at_us)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
                 .bind(tenant.as_str()).bind(key).bind(checksum).bind(owner).bind(now_us)
                 .execute(pool).await?;
             Ok(done.rows_affected() == 1)
@@ -82,9 +75,9 @@ impl Store {
         new_owner: &str,
         now_us: i64,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, writer, pool, q => {
-            let done = sqlx::query(&q("UPDATE idempotency_keys SET owner = $4, reserved_at_us = $5
-                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL"))
+        with_pool!(self, writer, pool => {
+            let done = sqlx::query("UPDATE idempotency_keys SET owner = $4, reserved_at_us = $5
+                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
                 .bind(tenant.as_str()).bind(key).bind(stale_owner).bind(new_owner).bind(now_us)
                 .execute(pool).await?;
             Ok(done.rows_affected() == 1)
@@ -99,8 +92,8 @@ impl Store {
         key: &str,
         owner: &str,
     ) -> Result<(), StoreError> {
-        with_pool!(self, writer, pool, q => {
-            sqlx::query(&q("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL"))
+        with_pool!(self, writer, pool => {
+            sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
                 .bind(tenant.as_str()).bind(key).bind(owner).execute(pool).await?;
             Ok(())
         })
@@ -108,8 +101,8 @@ impl Store {
 
     /// Deletes keys reserved before `before_us`; returns how many.
     pub async fn idempotency_purge(&self, before_us: i64) -> Result<u64, StoreError> {
-        with_pool!(self, writer, pool, q => {
-            let done = sqlx::query(&q("DELETE FROM idempotency_keys WHERE reserved_at_us < $1")).bind(before_us).execute(pool).await?;
+        with_pool!(self, writer, pool => {
+            let done = sqlx::query("DELETE FROM idempotency_keys WHERE reserved_at_us < $1").bind(before_us).execute(pool).await?;
             Ok(done.rows_affected())
         })
     }
@@ -129,9 +122,9 @@ impl StoreTx {
     ) -> Result<bool, StoreError> {
         let headers = serde_json::to_string(&response.headers)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        with_tx!(self, conn, q => {
-            let done = sqlx::query(&q("UPDATE idempotency_keys SET status = $4, headers = $5, body = $6, completed_at_us = $7
-                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL"))
+        with_tx!(self, conn => {
+            let done = sqlx::query("UPDATE idempotency_keys SET status = $4, headers = $5, body = $6, completed_at_us = $7
+                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
                 .bind(tenant.as_str()).bind(key).bind(owner)
                 .bind(i64::from(response.status)).bind(&headers).bind(&response.body).bind(now_us)
                 .execute(&mut *conn).await?;
@@ -140,33 +133,40 @@ impl StoreTx {
     }
 }
 
-fn record(
+#[derive(sqlx::FromRow)]
+struct KeyRow {
     checksum: String,
     owner: String,
     reserved_at_us: i64,
     status: Option<i64>,
     headers: Option<String>,
     body: Option<Vec<u8>>,
-) -> Result<KeyRecord, StoreError> {
-    let response = match status {
-        None => None,
-        Some(status) => {
-            let status = u16::try_from(status)
-                .map_err(|_| StoreError::Corrupt(format!("idempotent status {status}")))?;
-            let headers: Vec<(String, String)> =
-                serde_json::from_str(headers.as_deref().unwrap_or("[]"))
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            Some(StoredResponse {
-                status,
-                headers,
-                body: body.unwrap_or_default(),
-            })
-        }
-    };
-    Ok(KeyRecord {
-        checksum,
-        owner,
-        reserved_at_us,
-        response,
-    })
+}
+
+impl TryFrom<KeyRow> for KeyRecord {
+    type Error = StoreError;
+
+    fn try_from(row: KeyRow) -> Result<Self, StoreError> {
+        let response = match row.status {
+            None => None,
+            Some(status) => {
+                let status = u16::try_from(status)
+                    .map_err(|_| StoreError::Corrupt(format!("idempotent status {status}")))?;
+                let headers: Vec<(String, String)> =
+                    serde_json::from_str(row.headers.as_deref().unwrap_or("[]"))
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                Some(StoredResponse {
+                    status,
+                    headers,
+                    body: row.body.unwrap_or_default(),
+                })
+            }
+        };
+        Ok(KeyRecord {
+            checksum: row.checksum,
+            owner: row.owner,
+            reserved_at_us: row.reserved_at_us,
+            response,
+        })
+    }
 }

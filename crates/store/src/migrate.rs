@@ -1,95 +1,167 @@
-//! Versioned migrations, embedded in the binary. Each runs once, inside a transaction
-//! that also records it in `schema_migrations`.
+//! Versioned migrations, embedded in the binary by `sqlx::migrate!` from
+//! `migrations/{sqlite,postgres}/NNNN_name.sql` and recorded with their SHA-384 checksum
+//! in `_sqlx_migrations`. A start refuses a database whose applied migration differs
+//! from this build's file (`MigrateError::VersionMismatch`): an applied migration is
+//! never edited, only a new one appended.
+//!
+//! All of [`crate::Store::migrate`] runs inside one write transaction taken before
+//! anything is read (`BEGIN IMMEDIATE` on SQLite, `pg_advisory_xact_lock` on
+//! PostgreSQL); sqlx's migrator runs inside it, each migration in a savepoint. Several
+//! processes starting at once therefore migrate in turn: the second sees the first's
+//! work. sqlx's own migrator lock is switched off because it is a no-op on SQLite and, on
+//! PostgreSQL, a session lock that stays held on a pooled connection when a migration
+//! fails.
+//!
+//! Upgrade from the own runner (builds before the checksums): those databases record
+//! applied versions in `schema_migrations (version, name, applied_at_us)` and have no
+//! `_sqlx_migrations`. Under the same lock, each legacy row is adopted into
+//! `_sqlx_migrations` with the checksum of this build's file of that version (the old
+//! runner embedded the very same files, which were never edited, so that is the checksum
+//! of what was applied), then `schema_migrations` is dropped, all in the transaction that
+//! then applies the pending migrations. Either the whole upgrade commits or none of it,
+//! and a concurrent start waits on the lock and finds the adopted table. A legacy row
+//! this build does not know, or whose name differs from the file's, is refused.
 
-/// One schema change, written once per backend.
-pub(crate) struct Migration {
-    pub version: i64,
-    pub name: &'static str,
-    pub sqlite: &'static str,
-    pub postgres: &'static str,
-}
+use std::collections::HashSet;
 
-/// Every migration, in order. Append only: an applied migration is never edited.
-pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "foundation",
-        sqlite: include_str!("../migrations/sqlite/0001_foundation.sql"),
-        postgres: include_str!("../migrations/postgres/0001_foundation.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "campaigns_idempotency",
-        sqlite: include_str!("../migrations/sqlite/0002_campaigns_idempotency.sql"),
-        postgres: include_str!("../migrations/postgres/0002_campaigns_idempotency.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "lineage",
-        sqlite: include_str!("../migrations/sqlite/0003_lineage.sql"),
-        postgres: include_str!("../migrations/postgres/0003_lineage.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "experiments",
-        sqlite: include_str!("../migrations/sqlite/0004_experiments.sql"),
-        postgres: include_str!("../migrations/postgres/0004_experiments.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "ui_sessions",
-        sqlite: include_str!("../migrations/sqlite/0005_ui_sessions.sql"),
-        postgres: include_str!("../migrations/postgres/0005_ui_sessions.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "tally_rollup",
-        sqlite: include_str!("../migrations/sqlite/0006_tally_rollup.sql"),
-        postgres: include_str!("../migrations/postgres/0006_tally_rollup.sql"),
-    },
-    Migration {
-        version: 7,
-        name: "supersessions",
-        sqlite: include_str!("../migrations/sqlite/0007_supersessions.sql"),
-        postgres: include_str!("../migrations/postgres/0007_supersessions.sql"),
-    },
-    Migration {
-        version: 8,
-        name: "key_lifecycle",
-        sqlite: include_str!("../migrations/sqlite/0008_key_lifecycle.sql"),
-        postgres: include_str!("../migrations/postgres/0008_key_lifecycle.sql"),
-    },
-];
+use sqlx::migrate::{Migrate, Migrator};
 
-pub(crate) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
-    version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at_us BIGINT NOT NULL)";
+use crate::tx::TxInner;
+use crate::StoreError;
 
 /// Key of the PostgreSQL advisory lock that serialises concurrent migrators.
-pub(crate) const PG_MIGRATION_LOCK: i64 = 0x0074_7271_6c79_7465; // "trqlyte" in ASCII
+const PG_MIGRATION_LOCK: i64 = 0x0074_7271_6c79_7465; // "trqlyte" in ASCII
+
+const PG_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+
+const SQLITE_LEGACY_EXISTS: &str =
+    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'";
+
+const PG_LEGACY_EXISTS: &str = "SELECT COUNT(*) FROM pg_tables
+     WHERE schemaname = current_schema() AND tablename = 'schema_migrations'";
+
+const SELECT_LEGACY: &str = "SELECT version, name FROM schema_migrations ORDER BY version";
+
+const ADOPT_LEGACY: &str = "INSERT INTO _sqlx_migrations
+     (version, description, success, checksum, execution_time) VALUES ($1, $2, TRUE, $3, -1)";
+
+const DROP_LEGACY: &str = "DROP TABLE schema_migrations";
 
 impl crate::Store {
-    /// Applies pending migrations in one transaction; safe to run from several processes
-    /// at once (PostgreSQL: an advisory lock; SQLite: `BEGIN IMMEDIATE` holds the write
-    /// lock from the start).
-    pub async fn migrate(&self) -> Result<Vec<String>, crate::StoreError> {
+    /// Applies pending migrations in one transaction and returns their names
+    /// (`0001_foundation`, …); safe to run from several processes at once. Fails without
+    /// changing anything when an applied migration's file was edited.
+    pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
         let mut tx = self.begin().await?;
-        let postgres = matches!(tx.inner, crate::tx::TxInner::Postgres(_));
-        let mut applied = Vec::new();
-        crate::tx::with_tx!(tx, conn, q => {
-            if postgres {
-                sqlx::query(&q("SELECT pg_advisory_xact_lock($1)")).bind(PG_MIGRATION_LOCK).execute(&mut *conn).await?;
+        let applied = match &mut tx.inner {
+            TxInner::Sqlite(t) => {
+                let migrator = sqlx::migrate!("migrations/sqlite");
+                migrate_on::<sqlx::Sqlite>(&mut **t, migrator, SQLITE_LEGACY_EXISTS).await?
             }
-            sqlx::query(CREATE_MIGRATIONS_TABLE).execute(&mut *conn).await?;
-            let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations").fetch_all(&mut *conn).await?;
-            for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
-                sqlx::raw_sql(if postgres { m.postgres } else { m.sqlite }).execute(&mut *conn).await?;
-                sqlx::query(&q("INSERT INTO schema_migrations (version, name, applied_at_us) VALUES ($1, $2, $3)"))
-                    .bind(m.version).bind(m.name).bind(crate::now_us())
-                    .execute(&mut *conn).await?;
-                applied.push(format!("{:04}_{}", m.version, m.name));
+            TxInner::Postgres(t) => {
+                sqlx::query(PG_LOCK)
+                    .bind(PG_MIGRATION_LOCK)
+                    .execute(&mut **t)
+                    .await?;
+                let migrator = sqlx::migrate!("migrations/postgres");
+                migrate_on::<sqlx::Postgres>(&mut **t, migrator, PG_LEGACY_EXISTS).await?
             }
-        });
+        };
         tx.commit().await?;
         Ok(applied)
     }
+}
+
+/// Adopts a legacy `schema_migrations`, then runs the migrator, on a connection that is
+/// inside the migration transaction and holds its lock.
+async fn migrate_on<DB>(
+    conn: &mut DB::Connection,
+    mut migrator: Migrator,
+    legacy_exists: &'static str,
+) -> Result<Vec<String>, StoreError>
+where
+    DB: sqlx::Database,
+    DB::Connection: Migrate,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    i64: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB>,
+    Vec<u8>: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    // The transaction's lock serialises migrators; see the module documentation.
+    migrator.set_locking(false);
+
+    let legacy: i64 = sqlx::query_scalar(legacy_exists)
+        .fetch_one(&mut *conn)
+        .await?;
+    if legacy > 0 {
+        adopt_legacy::<DB>(conn, &migrator).await?;
+    }
+    conn.ensure_migrations_table()
+        .await
+        .map_err(sqlx::Error::from)?;
+    let before: HashSet<i64> = conn
+        .list_applied_migrations()
+        .await
+        .map_err(sqlx::Error::from)?
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    migrator.run_direct(conn).await.map_err(sqlx::Error::from)?;
+    Ok(migrator
+        .iter()
+        .filter(|m| !before.contains(&m.version))
+        .map(|m| format!("{:04}_{}", m.version, m.description.replace(' ', "_")))
+        .collect())
+}
+
+/// Moves the rows of the old runner's `schema_migrations` into `_sqlx_migrations` with
+/// this build's checksums, then drops the old table.
+async fn adopt_legacy<DB>(conn: &mut DB::Connection, migrator: &Migrator) -> Result<(), StoreError>
+where
+    DB: sqlx::Database,
+    DB::Connection: Migrate,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    i64: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB>,
+    Vec<u8>: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    conn.ensure_migrations_table()
+        .await
+        .map_err(sqlx::Error::from)?;
+    let adopted: HashSet<i64> = conn
+        .list_applied_migrations()
+        .await
+        .map_err(sqlx::Error::from)?
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    let legacy: Vec<(i64, String)> = sqlx::query_as(SELECT_LEGACY).fetch_all(&mut *conn).await?;
+    let legacy_rows = legacy.len();
+    for (version, name) in legacy {
+        let known = migrator.iter().find(|m| m.version == version);
+        let Some(migration) = known.filter(|m| m.description == name.replace('_', " ")) else {
+            return Err(StoreError::Corrupt(format!(
+                "schema_migrations records migration {version:04}_{name}, which this build does not have"
+            )));
+        };
+        if adopted.contains(&version) {
+            continue;
+        }
+        sqlx::query(ADOPT_LEGACY)
+            .bind(version)
+            .bind(migration.description.to_string())
+            .bind(migration.checksum.to_vec())
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::query(DROP_LEGACY).execute(&mut *conn).await?;
+    tracing::info!(
+        adopted = legacy_rows,
+        "adopted schema_migrations into _sqlx_migrations"
+    );
+    Ok(())
 }

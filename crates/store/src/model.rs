@@ -108,7 +108,7 @@ pub enum RegisterOutcome {
 }
 
 /// Per-contract counters of a tenant.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct ContractStats {
     /// Contract name.
     pub contract: String,
@@ -121,7 +121,7 @@ pub struct ContractStats {
 }
 
 /// A stored event row.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct StoredEvent {
     pub event_id: String,
     pub contract_version: i64,
@@ -132,7 +132,7 @@ pub struct StoredEvent {
 }
 
 /// One logged collision.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct CollisionRecord {
     pub collision_id: i64,
     pub event_id: String,

@@ -3,11 +3,9 @@
 //! corrected content is stored beside the original (never over it) and names the version
 //! it replaces. Ingestion then treats a resend of any superseding content as a retry.
 
-use serde::Serialize;
-use sqlx::Row;
-
 use crate::tx::{with_pool, with_tx};
 use crate::{NewEvent, Store, StoreError, StoreTx, TenantId};
+use serde::Serialize;
 
 /// What a supersession did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +17,7 @@ pub enum SupersedeOutcome {
 }
 
 /// One stored correction.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct Supersession {
     pub fingerprint: String,
     pub supersedes: String,
@@ -32,6 +30,16 @@ const SELECT_SUPERSESSIONS: &str =
     "SELECT fingerprint, supersedes, reason, payload, superseded_at_us
      FROM event_supersessions WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
      ORDER BY superseded_at_us, fingerprint";
+
+const SELECT_FINGERPRINT: &str = "SELECT fingerprint FROM events
+     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3";
+
+const INSERT_SUPERSESSION: &str = "INSERT INTO event_supersessions
+     (tenant_id, contract_name, event_id, fingerprint, supersedes, payload, reason, superseded_at_us)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+
+const SELECT_SUPERSEDING: &str = "SELECT event_id, fingerprint FROM event_supersessions
+     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3";
 
 impl StoreTx {
     /// Stores `corrected` as the new current version of the stored event with the same id.
@@ -46,23 +54,25 @@ impl StoreTx {
     ) -> Result<Option<SupersedeOutcome>, StoreError> {
         let event_id = corrected.identified.event_id.as_str();
         let fingerprint = corrected.identified.fingerprint.as_str();
-        let original: Option<String> = with_tx!(self, conn, q => sqlx::query_scalar(&q("SELECT fingerprint FROM events
-             WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3"))
-            .bind(tenant.as_str()).bind(contract).bind(event_id).fetch_optional(&mut *conn).await?);
+        let original: Option<String> = with_tx!(self, conn => {
+            let query = sqlx::query_scalar(SELECT_FINGERPRINT).bind(tenant.as_str()).bind(contract).bind(event_id);
+            query.fetch_optional(&mut *conn).await?
+        });
         let Some(original) = original else {
             return Ok(None);
         };
-        let history: Vec<(String, i64)> = with_tx!(self, conn, q => {
-            let rows = sqlx::query(&q(SELECT_SUPERSESSIONS)).bind(tenant.as_str()).bind(contract).bind(event_id).fetch_all(&mut *conn).await?;
-            rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(4)?))).collect::<Result<Vec<_>, StoreError>>()?
+        let history: Vec<Supersession> = with_tx!(self, conn => {
+            let query = sqlx::query_as(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id);
+            query.fetch_all(&mut *conn).await?
         });
-        let current = history.last().map(|(f, _)| f.clone()).unwrap_or(original);
-        if current == fingerprint || history.iter().any(|(f, _)| f == fingerprint) {
+        let current = history
+            .last()
+            .map(|s| s.fingerprint.clone())
+            .unwrap_or(original);
+        if current == fingerprint || history.iter().any(|s| s.fingerprint == fingerprint) {
             return Ok(Some(SupersedeOutcome::Unchanged));
         }
-        let inserted = with_tx!(self, conn, q => sqlx::query(&q("INSERT INTO event_supersessions
-             (tenant_id, contract_name, event_id, fingerprint, supersedes, payload, reason, superseded_at_us)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"))
+        let inserted = with_tx!(self, conn => sqlx::query(INSERT_SUPERSESSION)
             .bind(tenant.as_str()).bind(contract).bind(event_id).bind(fingerprint).bind(&current)
             .bind(&corrected.payload).bind(reason).bind(now_us)
             .execute(&mut *conn).await?.rows_affected());
@@ -84,13 +94,9 @@ impl StoreTx {
     ) -> Result<Vec<(String, String)>, StoreError> {
         let mut found = Vec::new();
         for id in ids {
-            with_tx!(self, conn, q => {
-                let rows = sqlx::query(&q("SELECT event_id, fingerprint FROM event_supersessions
-                     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3"))
-                    .bind(tenant.as_str()).bind(contract).bind(id).fetch_all(&mut *conn).await?;
-                for row in rows {
-                    found.push((row.try_get(0)?, row.try_get(1)?));
-                }
+            with_tx!(self, conn => {
+                let query = sqlx::query_as(SELECT_SUPERSEDING).bind(tenant.as_str()).bind(contract).bind(id);
+                found.extend(query.fetch_all(&mut *conn).await?);
             });
         }
         Ok(found)
@@ -105,11 +111,9 @@ impl Store {
         contract: &str,
         event_id: &str,
     ) -> Result<Vec<Supersession>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(SELECT_SUPERSESSIONS)).bind(tenant.as_str()).bind(contract).bind(event_id).fetch_all(pool).await?;
-            rows.iter()
-                .map(|r| Ok(Supersession { fingerprint: r.try_get(0)?, supersedes: r.try_get(1)?, reason: r.try_get(2)?, payload: r.try_get(3)?, superseded_at_us: r.try_get(4)? }))
-                .collect()
+        with_pool!(self, reader, pool => {
+            let query = sqlx::query_as(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id);
+            Ok(query.fetch_all(pool).await?)
         })
     }
 }

@@ -11,8 +11,6 @@
 //! databases from before it may hold duplicates, which [`Store::tenant_by_name`] refuses
 //! as ambiguous instead of picking one.
 
-use sqlx::{ColumnIndex, Decode, Row, Type};
-
 use crate::model::ApiKey;
 use crate::tx::{with_pool, with_tx};
 use crate::{now_us, Store, StoreError, StoreTx, TenantId};
@@ -147,6 +145,7 @@ const PG_TENANT_NAME_LOCK: i64 = 0x0074_6e61_6d65_0001; // "tname" in ASCII, the
 
 const SELECT_TENANTS: &str = "SELECT t.tenant_id, t.name, t.created_at_us,
        (SELECT COUNT(*) FROM api_keys k WHERE k.tenant_id = t.tenant_id AND k.revoked_at_us IS NULL)
+         AS active_keys
      FROM tenants t";
 const SELECT_KEY_COLUMNS: &str = "SELECT key_prefix, created_at_us, revoked_at_us FROM api_keys";
 
@@ -159,11 +158,11 @@ impl Store {
         let mut tx = self.begin().await?;
         let now = now_us();
         let postgres = matches!(tx.inner, crate::tx::TxInner::Postgres(_));
-        let taken: i64 = with_tx!(tx, conn, q => {
+        let taken: i64 = with_tx!(tx, conn => {
             if postgres {
-                sqlx::query(&q("SELECT pg_advisory_xact_lock($1)")).bind(PG_TENANT_NAME_LOCK).execute(&mut *conn).await?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(PG_TENANT_NAME_LOCK).execute(&mut *conn).await?;
             }
-            sqlx::query_scalar(&q("SELECT COUNT(*) FROM tenants WHERE name = $1 OR tenant_id = $1"))
+            sqlx::query_scalar("SELECT COUNT(*) FROM tenants WHERE name = $1 OR tenant_id = $1")
                 .bind(name.as_str()).fetch_one(&mut *conn).await?
         });
         if taken > 0 {
@@ -175,8 +174,8 @@ impl Store {
                 ),
             });
         }
-        with_tx!(tx, conn, q => {
-            sqlx::query(&q("INSERT INTO tenants (tenant_id, name, created_at_us) VALUES ($1, $2, $3)"))
+        with_tx!(tx, conn => {
+            sqlx::query("INSERT INTO tenants (tenant_id, name, created_at_us) VALUES ($1, $2, $3)")
                 .bind(tenant.as_str()).bind(name.as_str()).bind(now).execute(&mut *conn).await?;
         });
         let (key, _) = tx.insert_api_key(&tenant, now).await?;
@@ -187,9 +186,9 @@ impl Store {
     /// Every tenant, by name (at most [`TENANTS_LIST_MAX`]).
     pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
         let sql = format!("{SELECT_TENANTS} ORDER BY t.name, t.created_at_us LIMIT $1");
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(&sql)).bind(TENANTS_LIST_MAX).fetch_all(pool).await?;
-            rows.iter().map(tenant_row).collect()
+        with_pool!(self, reader, pool => {
+            let rows: Vec<TenantRow> = sqlx::query_as(&sql).bind(TENANTS_LIST_MAX).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(TenantRecord::from).collect())
         })
     }
 
@@ -201,9 +200,9 @@ impl Store {
         name: &TenantName,
     ) -> Result<Option<TenantRecord>, StoreError> {
         let sql = format!("{SELECT_TENANTS} WHERE t.name = $1 OR t.tenant_id = $1 ORDER BY t.created_at_us LIMIT 10");
-        let found = with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(&sql)).bind(name.as_str()).fetch_all(pool).await?;
-            rows.iter().map(tenant_row).collect::<Result<Vec<_>, StoreError>>()
+        let found = with_pool!(self, reader, pool => {
+            let rows: Vec<TenantRow> = sqlx::query_as(&sql).bind(name.as_str()).fetch_all(pool).await?;
+            Ok::<_, StoreError>(rows.into_iter().map(TenantRecord::from).collect::<Vec<_>>())
         })?;
         match found.len() {
             0 | 1 => Ok(found.into_iter().next()),
@@ -235,9 +234,9 @@ impl Store {
     /// A tenant's keys, oldest first (at most [`KEYS_LIST_MAX`], the newest kept).
     pub async fn api_keys(&self, tenant: &TenantId) -> Result<Vec<ApiKeyInfo>, StoreError> {
         let sql = format!("SELECT * FROM ({SELECT_KEY_COLUMNS} WHERE tenant_id = $1 ORDER BY created_at_us DESC, key_prefix DESC LIMIT $2) newest ORDER BY created_at_us, key_prefix");
-        with_pool!(self, reader, pool, q => {
-            let rows = sqlx::query(&q(&sql)).bind(tenant.as_str()).bind(KEYS_LIST_MAX).fetch_all(pool).await?;
-            rows.iter().map(key_row).collect()
+        with_pool!(self, reader, pool => {
+            let rows: Vec<KeyRow> = sqlx::query_as(&sql).bind(tenant.as_str()).bind(KEYS_LIST_MAX).fetch_all(pool).await?;
+            Ok(rows.into_iter().map(ApiKeyInfo::from).collect())
         })
     }
 
@@ -259,10 +258,10 @@ impl Store {
         );
         let select = format!("{SELECT_KEY_COLUMNS} WHERE tenant_id = $1 AND {column} = $2");
         let mut tx = self.begin().await?;
-        let row = with_tx!(tx, conn, q => {
-            sqlx::query(&q(&update)).bind(tenant.as_str()).bind(&value).bind(now_us()).execute(&mut *conn).await?;
-            let row = sqlx::query(&q(&select)).bind(tenant.as_str()).bind(&value).fetch_optional(&mut *conn).await?;
-            row.as_ref().map(key_row).transpose()?
+        let row = with_tx!(tx, conn => {
+            sqlx::query(&update).bind(tenant.as_str()).bind(&value).bind(now_us()).execute(&mut *conn).await?;
+            let row: Option<KeyRow> = sqlx::query_as(&select).bind(tenant.as_str()).bind(&value).fetch_optional(&mut *conn).await?;
+            row.map(ApiKeyInfo::from)
         });
         tx.commit().await?;
         Ok(row)
@@ -271,8 +270,8 @@ impl Store {
     /// The tenant a working (not revoked) API key belongs to, if any. Read from the
     /// database on every call, never cached, so a revocation holds at once everywhere.
     pub async fn tenant_for_key(&self, key: &ApiKey) -> Result<Option<TenantId>, StoreError> {
-        with_pool!(self, reader, pool, q => {
-            let row: Option<String> = sqlx::query_scalar(&q("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_us IS NULL"))
+        with_pool!(self, reader, pool => {
+            let row: Option<String> = sqlx::query_scalar("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_us IS NULL")
                 .bind(key.hash()).fetch_optional(pool).await?;
             Ok(row.map(TenantId::from_stored))
         })
@@ -290,9 +289,9 @@ impl StoreTx {
         for _ in 0..KEY_ATTEMPTS_MAX {
             let key = ApiKey::generate();
             let prefix = KeyPrefix::of(&key);
-            let inserted = with_tx!(self, conn, q => {
-                sqlx::query(&q("INSERT INTO api_keys (key_hash, tenant_id, created_at_us, key_prefix)
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"))
+            let inserted = with_tx!(self, conn => {
+                sqlx::query("INSERT INTO api_keys (key_hash, tenant_id, created_at_us, key_prefix)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
                     .bind(key.hash()).bind(tenant.as_str()).bind(now).bind(prefix.hex())
                     .execute(&mut *conn).await?.rows_affected()
             });
@@ -311,35 +310,40 @@ impl StoreTx {
     }
 }
 
-fn tenant_row<'r, R>(row: &'r R) -> Result<TenantRecord, StoreError>
-where
-    R: Row,
-    usize: ColumnIndex<R>,
-    String: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    Ok(TenantRecord {
-        tenant_id: TenantId::from_stored(row.try_get(0)?),
-        name: row.try_get(1)?,
-        created_at_us: row.try_get(2)?,
-        active_keys: row.try_get(3)?,
-    })
+#[derive(sqlx::FromRow)]
+struct TenantRow {
+    tenant_id: String,
+    name: String,
+    created_at_us: i64,
+    active_keys: i64,
 }
 
-fn key_row<'r, R>(row: &'r R) -> Result<ApiKeyInfo, StoreError>
-where
-    R: Row,
-    usize: ColumnIndex<R>,
-    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
-    i64: Decode<'r, R::Database> + Type<R::Database>,
-    Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let prefix: Option<String> = row.try_get(0)?;
-    Ok(ApiKeyInfo {
-        prefix: prefix.map(KeyPrefix),
-        created_at_us: row.try_get(1)?,
-        revoked_at_us: row.try_get(2)?,
-    })
+impl From<TenantRow> for TenantRecord {
+    fn from(row: TenantRow) -> Self {
+        TenantRecord {
+            tenant_id: TenantId::from_stored(row.tenant_id),
+            name: row.name,
+            created_at_us: row.created_at_us,
+            active_keys: row.active_keys,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    key_prefix: Option<String>,
+    created_at_us: i64,
+    revoked_at_us: Option<i64>,
+}
+
+impl From<KeyRow> for ApiKeyInfo {
+    fn from(row: KeyRow) -> Self {
+        ApiKeyInfo {
+            prefix: row.key_prefix.map(KeyPrefix),
+            created_at_us: row.created_at_us,
+            revoked_at_us: row.revoked_at_us,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,38 +13,37 @@ pub(crate) enum TxInner {
     Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
 }
 
-/// Runs `$body` with `$conn` bound to the transaction's connection and `$q` a function
-/// that turns `$N` placeholders into the backend's syntax.
+/// Runs `$body` once per backend with `$conn` bound to the transaction's connection
+/// (`&mut SqliteConnection` or `&mut PgConnection`). The body is the same text compiled
+/// twice, which a closure cannot be (its argument has one type); keep it short, with the
+/// SQL in named `const`s that rustfmt formats. SQL is written with `$N` placeholders,
+/// which both drivers bind by number (`tests/it/placeholders.rs`).
 macro_rules! with_tx {
-    ($tx:expr, $conn:ident, $q:ident => $body:expr) => {
+    ($tx:expr, $conn:ident => $body:expr) => {
         match &mut $tx.inner {
             $crate::tx::TxInner::Sqlite(t) => {
                 let $conn: &mut sqlx::SqliteConnection = &mut **t;
-                let $q = |sql: &str| sql.replace('$', "?");
                 $body
             }
             $crate::tx::TxInner::Postgres(t) => {
                 let $conn: &mut sqlx::PgConnection = &mut **t;
-                let $q = |sql: &str| sql.to_string();
                 $body
             }
         }
     };
 }
 
-/// Runs `$body` with `$pool` bound to a pool (`writer` or `reader` for SQLite; PostgreSQL
-/// has one pool) and `$q` the placeholder translation.
+/// Runs `$body` once per backend with `$pool` bound to a pool (`writer` or `reader` for
+/// SQLite; PostgreSQL has one pool); see [`with_tx!`].
 macro_rules! with_pool {
-    ($store:expr, $role:ident, $pool:ident, $q:ident => $body:expr) => {
+    ($store:expr, $role:ident, $pool:ident => $body:expr) => {
         match &$store.backend {
             $crate::Backend::Sqlite(s) => {
                 let $pool = &s.$role;
-                let $q = |sql: &str| sql.replace('$', "?");
                 $body
             }
             $crate::Backend::Postgres(p) => {
                 let $pool = &p.pool;
-                let $q = |sql: &str| sql.to_string();
                 $body
             }
         }
@@ -97,14 +96,14 @@ impl StoreTx {
     ) -> Result<crate::RegisterOutcome, StoreError> {
         let definition = String::from_utf8_lossy(&contract.canonical_definition()).into_owned();
         let (name, version) = (contract.name().as_str(), i64::from(contract.version()));
-        let stored: Option<String> = with_tx!(self, conn, q => {
-            let done = sqlx::query(&q(crate::sql::INSERT_CONTRACT))
+        let stored: Option<String> = with_tx!(self, conn => {
+            let done = sqlx::query(crate::sql::INSERT_CONTRACT)
                 .bind(tenant.as_str()).bind(name).bind(version).bind(&definition).bind(crate::now_us())
                 .execute(&mut *conn).await?;
             if done.rows_affected() == 1 {
                 return Ok(crate::RegisterOutcome::Created);
             }
-            sqlx::query_scalar(&q(crate::sql::SELECT_CONTRACT)).bind(tenant.as_str()).bind(name).bind(Some(version)).fetch_optional(&mut *conn).await?
+            sqlx::query_scalar(crate::sql::SELECT_CONTRACT).bind(tenant.as_str()).bind(name).bind(Some(version)).fetch_optional(&mut *conn).await?
         });
         match stored {
             Some(text) if text == definition => Ok(crate::RegisterOutcome::Unchanged),

@@ -447,9 +447,8 @@ impl Store {
         tenant: &TenantId,
         node: Option<&NodeRef>,
     ) -> Result<i64, StoreError> {
-        crate::tx::with_pool!(self, reader, pool, q => {
-            let text = q(sql);
-            let mut query = sqlx::query_scalar(&text).bind(tenant.as_str());
+        crate::tx::with_pool!(self, reader, pool => {
+            let mut query = sqlx::query_scalar(sql).bind(tenant.as_str());
             if let Some(node) = node {
                 query = query.bind(&node.namespace).bind(&node.name);
             }
@@ -519,9 +518,8 @@ impl crate::StoreTx {
                 sql.push(')');
             }
             sql.push_str(" ON CONFLICT DO NOTHING");
-            crate::tx::with_tx!(self, conn, q => {
-                let text = q(&sql);
-                let mut query = sqlx::query(&text);
+            crate::tx::with_tx!(self, conn => {
+                let mut query = sqlx::query(&sql);
                 for param in chunk.iter().flatten() {
                     query = match param {
                         GraphParam::Text(value) => query.bind(*value),

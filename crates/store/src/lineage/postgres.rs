@@ -2,8 +2,6 @@
 //! transaction waits for it and the following select sees its committed row; the event
 //! rows and their graph rows commit together.
 
-use sqlx::Row;
-
 use super::{level_sql, Direction, NodeKind};
 use crate::postgres::PgStore;
 use crate::{StoreError, TenantId};
@@ -21,22 +19,13 @@ impl PgStore {
         let names: Vec<&str> = frontier.iter().map(|(_, name)| *name).collect();
         let frontier_sql = "SELECT * FROM unnest($2::text[], $3::text[])";
         let text = level_sql(kind, direction, frontier_sql, "$4");
-        let rows = sqlx::query(&text)
+        let rows = sqlx::query_as(&text)
             .bind(tenant.as_str())
             .bind(&namespaces)
             .bind(&names)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get(0)?,
-                    row.try_get(1)?,
-                    row.try_get(2)?,
-                    row.try_get(3)?,
-                ))
-            })
-            .collect()
+        Ok(rows)
     }
 }

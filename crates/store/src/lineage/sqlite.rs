@@ -1,16 +1,9 @@
 //! Lineage on SQLite: the single writer connection serialises transactions
 //! (`BEGIN IMMEDIATE`), so the event rows and their graph rows commit together.
 
-use sqlx::Row;
-
 use super::{level_sql, Direction, NodeKind};
 use crate::sqlite::SqliteStore;
 use crate::{StoreError, TenantId};
-
-/// `$1` → `?1`: SQLite's numbered parameter syntax.
-fn q(text: &str) -> String {
-    text.replace('$', "?")
-}
 
 impl SqliteStore {
     pub(crate) async fn level(
@@ -25,25 +18,14 @@ impl SqliteStore {
         let pairs =
             serde_json::to_string(frontier).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let frontier_sql =
-            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)";
-        // Placeholders become `?N` before the frontier goes in: its JSON paths keep `$`.
-        let text =
-            q(&level_sql(kind, direction, "FRONTIER", "$3")).replace("FRONTIER", frontier_sql);
-        let rows = sqlx::query(&text)
+            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($2)";
+        let text = level_sql(kind, direction, frontier_sql, "$3");
+        let rows = sqlx::query_as(&text)
             .bind(tenant.as_str())
             .bind(pairs)
             .bind(limit)
             .fetch_all(&self.reader)
             .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get(0)?,
-                    row.try_get(1)?,
-                    row.try_get(2)?,
-                    row.try_get(3)?,
-                ))
-            })
-            .collect()
+        Ok(rows)
     }
 }

@@ -1,4 +1,8 @@
-//! Direct tests of the store crate's pure parts. The SQL itself is exercised through the
-//! HTTP API on both backends by `crates/traqlyte/tests/it`.
+//! Direct tests of the store crate: its pure parts, and the SQL the HTTP API cannot reach
+//! (migrations, placeholders) on both backends. The rest of the SQL is exercised through
+//! the HTTP API on both backends by `crates/traqlyte/tests/it`.
 
+mod db;
+mod migrate;
+mod placeholders;
 mod plan;

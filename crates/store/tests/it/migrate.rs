@@ -1,0 +1,185 @@
+//! Migrations: checksums recorded and enforced, the upgrade of databases written by the
+//! old runner (`schema_migrations`, no checksums), and concurrent starts.
+
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha384};
+
+use crate::db::{on_both_backends, Backend, TestDb};
+
+on_both_backends!(
+    a_fresh_database_gets_every_migration_with_its_checksum,
+    an_edited_applied_migration_refuses_to_start,
+    an_old_runners_database_is_adopted_then_migrated_on,
+    several_stores_adopting_an_old_database_at_once_all_start,
+    several_stores_migrating_a_fresh_database_at_once_apply_each_migration_once,
+);
+
+/// This build's migration files of a backend: (version, name, SQL), in order.
+fn migration_files(backend: Backend) -> Vec<(i64, String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(match backend {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        });
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("migrations directory")
+        .map(|entry| entry.expect("entry").path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|path| {
+            let stem = path.file_stem().and_then(|s| s.to_str()).expect("name");
+            let (version, name) = stem.split_once('_').expect("NNNN_name");
+            let sql = std::fs::read_to_string(path).expect("migration file");
+            (version.parse().expect("version"), name.to_string(), sql)
+        })
+        .collect()
+}
+
+fn names(files: &[(i64, String, String)]) -> Vec<String> {
+    files
+        .iter()
+        .map(|(version, name, _)| format!("{version:04}_{name}"))
+        .collect()
+}
+
+/// Writes what the runner before checksums left behind: the first `applied` migrations
+/// and their rows in `schema_migrations`, each in the old runner's shape.
+async fn old_runner_database(db: &TestDb, applied: usize) {
+    let mut raw = db.raw().await;
+    raw.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at_us BIGINT NOT NULL)",
+    )
+    .await;
+    for (version, name, sql) in migration_files(db.backend).iter().take(applied) {
+        raw.execute(sql).await;
+        raw.execute(&format!(
+            "INSERT INTO schema_migrations (version, name, applied_at_us)
+             VALUES ({version}, '{name}', 1700000000000000)"
+        ))
+        .await;
+    }
+}
+
+async fn recorded_checksums(db: &TestDb) -> Vec<Vec<u8>> {
+    db.raw()
+        .await
+        .blobs("SELECT checksum FROM _sqlx_migrations WHERE success ORDER BY version")
+        .await
+}
+
+fn file_checksums(backend: Backend) -> Vec<Vec<u8>> {
+    migration_files(backend)
+        .iter()
+        .map(|(_, _, sql)| Sha384::digest(sql.as_bytes()).to_vec())
+        .collect()
+}
+
+async fn legacy_tables(db: &TestDb) -> i64 {
+    let sql = match db.backend {
+        Backend::Sqlite => "SELECT COUNT(*) FROM sqlite_master WHERE name = 'schema_migrations'",
+        Backend::Postgres => "SELECT COUNT(*) FROM pg_tables WHERE tablename = 'schema_migrations'",
+    };
+    db.raw().await.integers(sql).await[0]
+}
+
+async fn a_fresh_database_gets_every_migration_with_its_checksum(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let store = db.store().await;
+
+    let applied = store.migrate().await.expect("migrate");
+    assert_eq!(applied, names(&migration_files(backend)));
+    assert_eq!(recorded_checksums(&db).await, file_checksums(backend));
+    assert_eq!(store.migrate().await.expect("again"), Vec::<String>::new());
+}
+
+async fn an_edited_applied_migration_refuses_to_start(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    // The recorded checksum no longer matching the file is what an edited file looks
+    // like to the migrator, whichever side changed.
+    db.raw()
+        .await
+        .execute("UPDATE _sqlx_migrations SET checksum = substr(checksum, 2) WHERE version = 3")
+        .await;
+
+    let refused = store
+        .migrate()
+        .await
+        .expect_err("an edited migration must refuse");
+    assert!(
+        refused
+            .to_string()
+            .contains("migration 3 was previously applied but has been modified"),
+        "{refused}"
+    );
+}
+
+async fn an_old_runners_database_is_adopted_then_migrated_on(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let files = migration_files(backend);
+    old_runner_database(&db, files.len() - 1).await;
+    let store = db.store().await;
+
+    let applied = store.migrate().await.expect("upgrade");
+    assert_eq!(applied, names(&files[files.len() - 1..]));
+    assert_eq!(recorded_checksums(&db).await, file_checksums(backend));
+    assert_eq!(legacy_tables(&db).await, 0, "schema_migrations is dropped");
+    assert_eq!(store.migrate().await.expect("again"), Vec::<String>::new());
+}
+
+async fn several_stores_adopting_an_old_database_at_once_all_start(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    old_runner_database(&db, migration_files(backend).len()).await;
+    for applied in migrate_at_once(&db, 4).await {
+        assert_eq!(applied.expect("every start succeeds"), Vec::<String>::new());
+    }
+    assert_eq!(recorded_checksums(&db).await, file_checksums(backend));
+    assert_eq!(legacy_tables(&db).await, 0);
+}
+
+async fn several_stores_migrating_a_fresh_database_at_once_apply_each_migration_once(
+    backend: Backend,
+) {
+    let db = TestDb::create(backend).await;
+    let mut applied: Vec<String> = Vec::new();
+    for names in migrate_at_once(&db, 4).await {
+        applied.extend(names.expect("every start succeeds"));
+    }
+    applied.sort();
+    assert_eq!(applied, names(&migration_files(backend)));
+    assert_eq!(recorded_checksums(&db).await, file_checksums(backend));
+}
+
+/// Connects `stores` stores (each with its own pool, as separate processes would), then
+/// lets all of them migrate at once.
+async fn migrate_at_once(
+    db: &TestDb,
+    stores: usize,
+) -> Vec<Result<Vec<String>, traqlyte_store::StoreError>> {
+    let mut connected = Vec::new();
+    for _ in 0..stores {
+        connected.push(db.store().await);
+    }
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(stores));
+    let runs: Vec<_> = connected
+        .into_iter()
+        .map(|store| {
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                store.migrate().await
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for run in runs {
+        results.push(run.await.expect("task"));
+    }
+    results
+}
