@@ -2,8 +2,52 @@
 //! in flight, stale) are made by the server's idempotency layer from these rows; the
 //! guarantees come from the primary key `(tenant_id, idem_key)` and the `owner` token.
 
+use crate::model::random_hex;
 use crate::tx::{with_pool, with_tx};
 use crate::{Store, StoreError, StoreTx, TenantId};
+
+/// A client's idempotency key (`X-TL-Idempotency-Key` / `Idempotency-Key`): 1 to
+/// [`IdempotencyKey::BYTES_MAX`] printable ASCII characters, scoped to its tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// The longest key accepted, in bytes.
+    pub const BYTES_MAX: usize = 255;
+
+    /// Accepts a header value of the right shape.
+    pub fn parse(bytes: &[u8]) -> Option<IdempotencyKey> {
+        let printable = bytes.iter().all(|b| (0x20..=0x7e).contains(b));
+        if bytes.is_empty() || bytes.len() > Self::BYTES_MAX || !printable {
+            return None;
+        }
+        std::str::from_utf8(bytes)
+            .ok()
+            .map(|text| IdempotencyKey(text.to_string()))
+    }
+
+    /// The key as sent.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The token of one attempt holding a key's reservation. A separate type so that a stale
+/// owner and a new one can never be passed in each other's place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerToken(String);
+
+impl OwnerToken {
+    /// A fresh token (128 random bits): unique per attempt, not secret.
+    pub fn generate() -> OwnerToken {
+        OwnerToken(random_hex(16))
+    }
+
+    /// The token as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 /// A stored response, replayed byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +66,7 @@ pub struct KeyRecord {
     /// Checksum of the request that reserved the key.
     pub checksum: String,
     /// Token of the attempt holding the reservation.
-    pub owner: String,
+    pub owner: OwnerToken,
     /// When the current owner reserved it.
     pub reserved_at_us: i64,
     /// The stored response, once the request completed.
@@ -38,11 +82,11 @@ impl Store {
     pub async fn idempotency_lookup(
         &self,
         tenant: &TenantId,
-        key: &str,
+        key: &IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError> {
         // SQLite readers see every committed row (WAL), so lookups never queue behind the writer.
         with_pool!(self, reader, pool => {
-            let row: Option<KeyRow> = sqlx::query_as(SELECT_KEY).bind(tenant.as_str()).bind(key).fetch_optional(pool).await?;
+            let row: Option<KeyRow> = sqlx::query_as(SELECT_KEY).bind(tenant.as_str()).bind(key.as_str()).fetch_optional(pool).await?;
             row.map(KeyRecord::try_from).transpose()
         })
     }
@@ -51,15 +95,15 @@ impl Store {
     pub async fn idempotency_reserve(
         &self,
         tenant: &TenantId,
-        key: &str,
+        key: &IdempotencyKey,
         checksum: &str,
-        owner: &str,
+        owner: &OwnerToken,
         now_us: i64,
     ) -> Result<bool, StoreError> {
         with_pool!(self, writer, pool => {
             let done = sqlx::query("INSERT INTO idempotency_keys (tenant_id, idem_key, checksum, owner, reserved_at_us)
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
-                .bind(tenant.as_str()).bind(key).bind(checksum).bind(owner).bind(now_us)
+                .bind(tenant.as_str()).bind(key.as_str()).bind(checksum).bind(owner.as_str()).bind(now_us)
                 .execute(pool).await?;
             Ok(done.rows_affected() == 1)
         })
@@ -70,15 +114,15 @@ impl Store {
     pub async fn idempotency_take_over(
         &self,
         tenant: &TenantId,
-        key: &str,
-        stale_owner: &str,
-        new_owner: &str,
+        key: &IdempotencyKey,
+        stale_owner: &OwnerToken,
+        new_owner: &OwnerToken,
         now_us: i64,
     ) -> Result<bool, StoreError> {
         with_pool!(self, writer, pool => {
             let done = sqlx::query("UPDATE idempotency_keys SET owner = $4, reserved_at_us = $5
                  WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
-                .bind(tenant.as_str()).bind(key).bind(stale_owner).bind(new_owner).bind(now_us)
+                .bind(tenant.as_str()).bind(key.as_str()).bind(stale_owner.as_str()).bind(new_owner.as_str()).bind(now_us)
                 .execute(pool).await?;
             Ok(done.rows_affected() == 1)
         })
@@ -89,12 +133,12 @@ impl Store {
     pub async fn idempotency_release(
         &self,
         tenant: &TenantId,
-        key: &str,
-        owner: &str,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
     ) -> Result<(), StoreError> {
         with_pool!(self, writer, pool => {
             sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
-                .bind(tenant.as_str()).bind(key).bind(owner).execute(pool).await?;
+                .bind(tenant.as_str()).bind(key.as_str()).bind(owner.as_str()).execute(pool).await?;
             Ok(())
         })
     }
@@ -115,8 +159,8 @@ impl StoreTx {
     pub async fn idempotency_complete(
         &mut self,
         tenant: &TenantId,
-        key: &str,
-        owner: &str,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
         response: &StoredResponse,
         now_us: i64,
     ) -> Result<bool, StoreError> {
@@ -125,7 +169,7 @@ impl StoreTx {
         with_tx!(self, conn => {
             let done = sqlx::query("UPDATE idempotency_keys SET status = $4, headers = $5, body = $6, completed_at_us = $7
                  WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
-                .bind(tenant.as_str()).bind(key).bind(owner)
+                .bind(tenant.as_str()).bind(key.as_str()).bind(owner.as_str())
                 .bind(i64::from(response.status)).bind(&headers).bind(&response.body).bind(now_us)
                 .execute(&mut *conn).await?;
             Ok(done.rows_affected() == 1)
@@ -164,9 +208,31 @@ impl TryFrom<KeyRow> for KeyRecord {
         };
         Ok(KeyRecord {
             checksum: row.checksum,
-            owner: row.owner,
+            owner: OwnerToken(row.owner),
             reserved_at_us: row.reserved_at_us,
             response,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_keys_are_one_to_255_printable_ascii_characters() {
+        let long = "k".repeat(IdempotencyKey::BYTES_MAX);
+        for good in ["a", "launch-1", "with space ~!", long.as_str()] {
+            assert!(IdempotencyKey::parse(good.as_bytes()).is_some(), "{good}");
+        }
+        let too_long = "k".repeat(IdempotencyKey::BYTES_MAX + 1);
+        for bad in ["", "tab\there", "caf\u{e9}", "nul\u{0}", too_long.as_str()] {
+            assert!(IdempotencyKey::parse(bad.as_bytes()).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn owner_tokens_are_distinct() {
+        assert_ne!(OwnerToken::generate(), OwnerToken::generate());
     }
 }

@@ -40,7 +40,7 @@ pub use experiments::{
     Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,
     OUTCOME_VALUE_ABS_MAX, UNIT_VALUE_ABS_MAX,
 };
-pub use idempotency::{KeyRecord, StoredResponse};
+pub use idempotency::{IdempotencyKey, KeyRecord, OwnerToken, StoredResponse};
 pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, WalkLimits};
 pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,

@@ -1,6 +1,6 @@
 //! The pure decision of the idempotency layer, given what the store holds for a key.
 
-use traqlyte_store::{KeyRecord, StoredResponse};
+use traqlyte_store::{KeyRecord, OwnerToken, StoredResponse};
 
 /// What to do with a request carrying an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,7 +14,7 @@ pub enum Decision {
     /// Reserved recently and not completed: 409 with `Retry-After`.
     InFlight { retry_after_s: u64 },
     /// Reserved longer ago than the cutoff and not completed (its owner died): take it over.
-    TakeOver { stale_owner: String },
+    TakeOver { stale_owner: OwnerToken },
 }
 
 /// Decides from the key's row. A different checksum is `Reused` whatever the row's state.
@@ -60,7 +60,7 @@ mod tests {
     fn record(checksum: &str, reserved_at_us: i64, done: bool) -> KeyRecord {
         KeyRecord {
             checksum: checksum.into(),
-            owner: "owner-1".into(),
+            owner: OwnerToken::generate(),
             reserved_at_us,
             response: done.then(|| StoredResponse {
                 status: 201,
@@ -94,10 +94,11 @@ mod tests {
             decide(Some(&record("a", 0, false)), "a", 29_999_999, cutoff),
             Decision::InFlight { retry_after_s: 1 }
         );
+        let stale = record("a", 0, false);
         assert_eq!(
-            decide(Some(&record("a", 0, false)), "a", cutoff, cutoff),
+            decide(Some(&stale), "a", cutoff, cutoff),
             Decision::TakeOver {
-                stale_owner: "owner-1".into()
+                stale_owner: stale.owner.clone()
             }
         );
     }

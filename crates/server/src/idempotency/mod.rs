@@ -28,7 +28,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use traqlyte_identity::{canonical, json};
-use traqlyte_store::{now_us, StoredResponse, TenantId};
+use traqlyte_store::{now_us, IdempotencyKey, OwnerToken, StoredResponse, TenantId};
 
 pub use decide::{decide, Decision};
 pub use work::{Work, WorkSlot};
@@ -43,7 +43,6 @@ pub const HEADER: &str = "x-tl-idempotency-key";
 pub const STANDARD_HEADER: &str = "idempotency-key";
 /// Marks a replayed response (Stripe's name).
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
-const KEY_BYTES_MAX: usize = 255;
 const CLAIM_ATTEMPTS_MAX: usize = 4;
 const RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Headers stored with a response and replayed.
@@ -91,9 +90,9 @@ async fn protect(state: AppState, request: Request, next: Next) -> Result<Respon
 async fn claim(
     state: &AppState,
     tenant: &TenantId,
-    key: &str,
+    key: &IdempotencyKey,
     checksum: &str,
-) -> Result<String, Response> {
+) -> Result<OwnerToken, Response> {
     let store = &state.store;
     let stale_after_us = state.config.idempotency_stale_after_ms as i64 * 1_000;
     for _ in 0..CLAIM_ATTEMPTS_MAX {
@@ -101,7 +100,7 @@ async fn claim(
             .idempotency_lookup(tenant, key)
             .await
             .map_err(|e| ApiError::from(e).into_response())?;
-        let owner = new_owner();
+        let owner = OwnerToken::generate();
         let won = match decide(record.as_ref(), checksum, now_us(), stale_after_us) {
             Decision::Reserve => {
                 store
@@ -131,8 +130,8 @@ async fn claim(
 async fn complete(
     state: &AppState,
     tenant: &TenantId,
-    key: &str,
-    owner: &str,
+    key: &IdempotencyKey,
+    owner: &OwnerToken,
     held: Option<traqlyte_store::StoreTx>,
     response: Response,
 ) -> Result<Response, ApiError> {
@@ -196,7 +195,7 @@ async fn complete(
 }
 
 /// The key from either header: 1–255 printable ASCII characters.
-fn key_from(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+fn key_from(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
     let ours = headers.get(HEADER);
     let standard = headers.get(STANDARD_HEADER);
     let (value, name) = match (ours, standard) {
@@ -212,17 +211,18 @@ fn key_from(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         (Some(value), _) => (value, HEADER),
         (None, Some(value)) => (value, STANDARD_HEADER),
     };
-    let bytes = value.as_bytes();
-    let printable = bytes.iter().all(|b| (0x20..=0x7e).contains(b));
-    if bytes.is_empty() || bytes.len() > KEY_BYTES_MAX || !printable {
-        return Err(ApiError::new(
+    let key = IdempotencyKey::parse(value.as_bytes()).ok_or_else(|| {
+        ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_idempotency_key",
-            format!("an idempotency key is 1-{KEY_BYTES_MAX} printable ASCII characters"),
+            format!(
+                "an idempotency key is 1-{} printable ASCII characters",
+                IdempotencyKey::BYTES_MAX
+            ),
         )
-        .with_field(name));
-    }
-    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+        .with_field(name)
+    })?;
+    Ok(Some(key))
 }
 
 /// SHA-256 over the method, the path with its query, and the canonical JSON body (raw
@@ -270,14 +270,4 @@ fn in_flight(retry_after_s: u64) -> Response {
         .headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from(retry_after_s.max(1)));
     response
-}
-
-fn new_owner() -> String {
-    let mut buf = [0u8; 16];
-    // Uniqueness of the token matters, not secrecy; the clock is a fallback that keeps
-    // tokens distinct within one process.
-    if getrandom::getrandom(&mut buf).is_err() {
-        buf[..8].copy_from_slice(&now_us().to_le_bytes());
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
