@@ -29,8 +29,11 @@ impl Store {
 /// Row counts of a generated experiment.
 #[derive(Debug, Clone, Copy)]
 pub struct SeededExperiment {
+    /// Units (assignments).
     pub units: i64,
+    /// Stored outcomes.
     pub outcomes: i64,
+    /// Duplicate deliveries suppressed.
     pub duplicates: i64,
 }
 

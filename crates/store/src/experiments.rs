@@ -12,11 +12,17 @@ use crate::{Store, StoreError, StoreTx, TenantId};
 /// A unit's assignment to an arm. Never updated once written.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Assignment {
+    /// The assignment (`asg_…`).
     pub assignment_id: String,
+    /// The campaign (`cmp_…`).
     pub campaign_id: String,
+    /// The unit the client names (a user, a device…).
     pub unit_id: String,
+    /// The arm's key.
     pub arm: String,
+    /// The contract version.
     pub version: i64,
+    /// When it was assigned, microseconds since the epoch.
     pub assigned_at_us: i64,
 }
 
@@ -40,10 +46,15 @@ pub const UNIT_VALUE_ABS_MAX: f64 = 1e100;
 /// A validated outcome to record.
 #[derive(Debug, Clone)]
 pub struct NewOutcome {
+    /// The assignment it belongs to.
     pub assignment: Assignment,
+    /// The caller's business key, unique per assignment.
     pub dedupe_key: String,
+    /// The metric's name.
     pub metric: String,
+    /// The value, for sum metrics.
     pub value: Option<f64>,
+    /// When it happened (event time), microseconds since the epoch.
     pub occurred_at_us: i64,
     /// The metric's window (the same for event and arrival time).
     pub window_us: i64,
@@ -56,14 +67,23 @@ pub struct NewOutcome {
 /// A stored outcome: the answer to every delivery of it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct StoredOutcome {
+    /// The assignment (`asg_…`).
     pub assignment_id: String,
+    /// The caller's business key, unique per assignment.
     pub dedupe_key: String,
+    /// The campaign (`cmp_…`).
     pub campaign_id: String,
+    /// The arm's key.
     pub arm: String,
+    /// The metric's name.
     pub metric: String,
+    /// The value, for sum metrics.
     pub value: Option<f64>,
+    /// When it happened (event time), microseconds since the epoch.
     pub occurred_at_us: i64,
+    /// When the server received it, microseconds since the epoch.
     pub received_at_us: i64,
+    /// SHA-256 (hex) of the payload without transport fields.
     pub fingerprint: String,
 }
 
@@ -83,7 +103,9 @@ pub use traqlyte_experiments::{MetricArmSums, WindowSums};
 /// A metric and its window, for [`Store::report_sums`].
 #[derive(Debug, Clone)]
 pub struct MetricWindow {
+    /// The metric's name.
     pub metric: String,
+    /// The metric's window, in microseconds.
     pub window_us: i64,
 }
 

@@ -13,6 +13,8 @@
 //! [`EventOutcome`], [`ContractStats`], [`UiToken`]; lineage (OpenLineage run events and
 //! their graph): [`RunEventRow`], [`NodeRef`], [`Walk`].
 
+#![deny(missing_docs)]
+
 mod bench;
 pub mod campaigns;
 mod events;
@@ -61,10 +63,20 @@ pub enum StoreError {
     UnsupportedUrl(String),
     /// A contract with the same name and version but a different definition exists.
     #[error("contract {name} version {version} is already registered with a different definition; contracts are immutable, register a new version")]
-    ContractConflict { name: String, version: u32 },
+    ContractConflict {
+        /// The contract name.
+        name: String,
+        /// The contract version.
+        version: u32,
+    },
     /// A write conflicts with existing data (e.g. a campaign key already taken).
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict {
+        /// A stable machine-readable code.
+        code: &'static str,
+        /// What happened, for people.
+        message: String,
+    },
     /// A stored row could not be decoded (the database holds something this build did not write).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),

@@ -123,23 +123,36 @@ pub struct ContractStats {
 /// A stored event row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct StoredEvent {
+    /// The content-derived event id.
     pub event_id: String,
+    /// The contract version it was identified under.
     pub contract_version: i64,
+    /// SHA-256 (hex) of the payload without transport fields.
     pub fingerprint: String,
+    /// The payload as received (compact JSON).
     pub payload: String,
+    /// When it happened (event time), microseconds since the epoch.
     pub occurred_at_us: Option<i64>,
+    /// When the server received it, microseconds since the epoch.
     pub received_at_us: i64,
 }
 
 /// One logged collision.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct CollisionRecord {
+    /// The log entry's id.
     pub collision_id: i64,
+    /// The content-derived event id.
     pub event_id: String,
+    /// Fingerprint of the stored row.
     pub stored_fingerprint: String,
+    /// Fingerprint of the refused delivery.
     pub incoming_fingerprint: String,
+    /// Payload of the stored row.
     pub stored_payload: String,
+    /// Payload of the refused delivery.
     pub incoming_payload: String,
+    /// When the server received it, microseconds since the epoch.
     pub received_at_us: i64,
 }
 

@@ -57,16 +57,23 @@ pub struct Held {
 /// A collision to log.
 #[derive(Debug, Clone)]
 pub struct Collision<'a> {
+    /// The input that collides.
     pub event: &'a NewEvent,
+    /// Fingerprint of the stored row.
     pub stored_fingerprint: String,
+    /// Payload of the stored row.
     pub stored_payload: String,
 }
 
 /// Outcomes, collisions to log, and counts to tally.
 pub struct Resolution<'a> {
+    /// Stored outcomes.
     pub outcomes: Vec<EventOutcome>,
+    /// Collisions to log.
     pub collisions: Vec<Collision<'a>>,
+    /// Rows inserted.
     pub inserted: i64,
+    /// Duplicate deliveries suppressed.
     pub duplicates: i64,
 }
 

@@ -11,7 +11,10 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SupersedeOutcome {
     /// A new current version, replacing the one with this fingerprint.
-    Superseded { supersedes: String },
+    Superseded {
+        /// Fingerprint of the version it replaces.
+        supersedes: String,
+    },
     /// The content is already the current version (or an earlier correction): nothing written.
     Unchanged,
 }
@@ -19,10 +22,15 @@ pub enum SupersedeOutcome {
 /// One stored correction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct Supersession {
+    /// SHA-256 (hex) of the payload without transport fields.
     pub fingerprint: String,
+    /// Fingerprint of the version it replaces.
     pub supersedes: String,
+    /// Why it was corrected.
     pub reason: Option<String>,
+    /// The payload as received (compact JSON).
     pub payload: String,
+    /// When the correction was stored, microseconds since the epoch.
     pub superseded_at_us: i64,
 }
 
