@@ -5,8 +5,8 @@
 //! second HTTP requests with the same `dedupe_key`. The report then shows a naive lift
 //! that is statistically significant and a deduplicated lift that is not.
 //!
-//! Everything random comes from one seeded generator per simulated user ([`SplitMix64`]),
-//! so a seed always produces the same figures; see [`unit_id_in_arm`] for how the arm
+//! Everything random comes from one seeded generator per simulated user (`SplitMix64`),
+//! so a seed always produces the same figures; see `unit_id_in_arm` for how the arm
 //! split stays reproducible although each campaign gets a fresh random salt.
 
 use std::path::{Path, PathBuf};
