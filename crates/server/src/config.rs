@@ -23,8 +23,10 @@ pub struct ServerConfig {
     /// A request (body reading and handling) taking longer than this is answered 408 and
     /// its work abandoned (an open transaction rolls back).
     pub request_timeout_ms: u64,
-    /// Test-only hook: the publish handler sleeps this long inside its transaction, so a
-    /// test can kill the server mid-request. Zero in production.
+    /// Test-only hook (feature `test-hooks`): the publish handler sleeps this long inside
+    /// its transaction, so a test can kill the server mid-request. Defaults to
+    /// `TRAQLYTE_TEST_PUBLISH_DELAY_MS`, so a test can set it on a server process.
+    #[cfg(feature = "test-hooks")]
     pub test_publish_delay_ms: u64,
     /// Deepest lineage query accepted (`depth` parameter), in edges.
     pub lineage_depth_max: u32,
@@ -57,7 +59,11 @@ impl Default for ServerConfig {
             idempotency_retention_ms: 24 * 3_600_000,
             idempotency_purge_every_ms: 600_000,
             request_timeout_ms: 30_000,
-            test_publish_delay_ms: 0,
+            #[cfg(feature = "test-hooks")]
+            test_publish_delay_ms: std::env::var("TRAQLYTE_TEST_PUBLISH_DELAY_MS")
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(0),
             lineage_depth_max: 100,
             lineage_nodes_max: 10_000,
             admin_token: None,

@@ -125,9 +125,6 @@ struct ServeArgs {
     /// backlog. Lowered at start to fit under the open-file limit.
     #[arg(long, default_value_t = 10_000)]
     connections_max: usize,
-    /// Test-only: the publish handler sleeps this long inside its transaction.
-    #[arg(long, default_value_t = 0, hide = true)]
-    test_publish_delay_ms: u64,
     /// A file holding the admin token that `/admin/…` routes require as
     /// `Authorization: Bearer <token>` (at least 32 printable characters). Without it the
     /// admin routes answer 404 admin_disabled.
@@ -255,15 +252,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
         json_depth_max: args.json_depth_max,
         idempotency_stale_after_ms: args.idempotency_stale_after_ms,
         idempotency_retention_ms: args.idempotency_retention_hours.saturating_mul(3_600_000),
-        idempotency_purge_every_ms: ServerConfig::default().idempotency_purge_every_ms,
         request_timeout_ms: args.request_timeout_ms,
-        test_publish_delay_ms: args.test_publish_delay_ms,
         lineage_depth_max: args.lineage_depth_max,
         lineage_nodes_max: args.lineage_nodes_max,
         admin_token,
         header_read_timeout_ms: args.header_read_timeout_ms,
         idle_timeout_ms: args.idle_timeout_ms,
         connections_max,
+        // The purge interval, and in test builds the test hooks.
+        ..ServerConfig::default()
     };
     let on_bound = |address| {
         tracing::info!(%address, "listening");

@@ -94,6 +94,7 @@ pub(crate) async fn publish(
         .publish_campaign(&tenant, &id, arms.as_ref(), note.as_deref(), now_us())
         .await?
         .ok_or_else(|| missing(&id))?;
+    #[cfg(feature = "test-hooks")]
     if state.config.test_publish_delay_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(
             state.config.test_publish_delay_ms,

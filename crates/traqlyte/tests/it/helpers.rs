@@ -174,8 +174,19 @@ impl ServerProcess {
     /// Starts `traqlyte serve` on a free port over `database_url` with extra flags, and
     /// waits until it prints its address.
     pub fn start(database_url: &str, extra: &[&str]) -> ServerProcess {
+        Self::start_with_env(database_url, extra, &[])
+    }
+
+    /// [`ServerProcess::start`] with environment variables set on the process (the test
+    /// hooks of `traqlyte-server`'s `test-hooks` feature read theirs from there).
+    pub fn start_with_env(
+        database_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> ServerProcess {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .envs(env.iter().copied())
             .args([
                 "serve",
                 "--database-url",

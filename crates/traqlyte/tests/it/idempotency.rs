@@ -253,9 +253,10 @@ async fn a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishe
     let app = spawn_app(backend).await;
     let id = create_campaign(&app).await;
     let cutoff = ["--idempotency-stale-after-ms", "3000"];
-    let mut slow = ServerProcess::start(
+    let mut slow = ServerProcess::start_with_env(
         app.database_url(),
-        &[&cutoff[..], &["--test-publish-delay-ms", "60000"]].concat(),
+        &cutoff,
+        &[("TRAQLYTE_TEST_PUBLISH_DELAY_MS", "60000")],
     );
     let url = format!("{}/campaigns/{id}/publish", slow.address);
     let (client, key) = (app.client.clone(), app.key.clone());
