@@ -15,6 +15,7 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "bench")]
 mod bench;
 pub mod campaigns;
 mod events;
@@ -36,6 +37,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use traqlyte_identity::{Contract, ContractName};
 
+#[cfg(feature = "bench")]
 pub use bench::SeededExperiment;
 pub use campaigns::{Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
 pub use experiments::{
