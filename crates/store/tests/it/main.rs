@@ -6,3 +6,4 @@ mod db;
 mod migrate;
 mod placeholders;
 mod plan;
+mod schema;
