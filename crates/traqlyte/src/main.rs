@@ -6,6 +6,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod backfill;
 mod tenants;
 
 use std::io::Read;
@@ -52,6 +53,9 @@ enum Command {
     /// Manage a tenant's API keys: create, list (by prefix), revoke.
     #[command(subcommand)]
     Key(tenants::KeyCommand),
+    /// Load a file of events (NDJSON) through the live identification and dedupe path and
+    /// report inserted / already present / collided / rejected; `--dry-run` writes nothing.
+    Backfill(backfill::BackfillArgs),
     /// Inspect identity contracts.
     #[command(subcommand)]
     Contracts(ContractsCommand),
@@ -216,6 +220,7 @@ async fn run(command: Command) -> Result<()> {
             Ok(())
         }
         Command::Fire(args) => fire::run(args).await,
+        Command::Backfill(args) => backfill::run(args).await,
         Command::Bench(command) => bench::run(command).await,
     }
 }

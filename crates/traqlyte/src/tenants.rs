@@ -193,14 +193,14 @@ fn warn_if_readable_by_others(path: &Path) {
 #[cfg(not(unix))]
 fn warn_if_readable_by_others(_path: &Path) {}
 
-async fn open(db: &DbArgs) -> Result<Store> {
+pub(crate) async fn open(db: &DbArgs) -> Result<Store> {
     let store = connect(db, 2).await?;
     store.migrate().await.context("apply migrations")?;
     Ok(store)
 }
 
 /// The tenant named (or with the id) `name`, or an error that says what to do.
-async fn find(store: &Store, name: &str) -> Result<TenantRecord> {
+pub(crate) async fn find(store: &Store, name: &str) -> Result<TenantRecord> {
     let parsed = TenantName::parse(name).map_err(anyhow::Error::msg)?;
     store
         .tenant_by_name(&parsed)

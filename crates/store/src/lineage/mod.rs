@@ -279,18 +279,9 @@ impl Store {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let events: Vec<NewEvent> = rows.iter().map(|r| r.event.clone()).collect();
-        // The shared dedupe path, then the graph rows of newly inserted events only, in
-        // the same transaction: a duplicate can never add a phantom edge or a second run.
         let mut tx = self.begin().await?;
-        let outcomes = tx
-            .insert_events(tenant, run_event_contract(), &events)
-            .await?;
-        let graph = GraphRows::of_inserted(rows, &outcomes);
-        tx.write_lineage_graph(tenant, &graph, crate::now_us())
-            .await?;
+        let outcomes = tx.insert_run_events(tenant, rows).await?;
         tx.commit().await?;
-        debug_assert_eq!(outcomes.len(), rows.len());
         Ok(outcomes)
     }
 
@@ -577,3 +568,28 @@ enum GraphParam<'a> {
 
 /// Rows per multi-row graph insert (6 parameters a row at most).
 const GRAPH_ROWS_PER_STATEMENT: usize = 1_000;
+
+impl crate::StoreTx {
+    /// [`Store::insert_run_events`] inside a caller's transaction (a backfill's dry run
+    /// rolls it back).
+    pub async fn insert_run_events(
+        &mut self,
+        tenant: &TenantId,
+        rows: &[RunEventRow],
+    ) -> Result<Vec<EventOutcome>, StoreError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let events: Vec<NewEvent> = rows.iter().map(|r| r.event.clone()).collect();
+        // The shared dedupe path, then the graph rows of newly inserted events only, in
+        // the same transaction: a duplicate can never add a phantom edge or a second run.
+        let outcomes = self
+            .insert_events(tenant, run_event_contract(), &events)
+            .await?;
+        let graph = GraphRows::of_inserted(rows, &outcomes);
+        self.write_lineage_graph(tenant, &graph, crate::now_us())
+            .await?;
+        debug_assert_eq!(outcomes.len(), rows.len());
+        Ok(outcomes)
+    }
+}

@@ -2,6 +2,7 @@
 //! backends: a fresh SQLite file and a fresh, uniquely named PostgreSQL database (which
 //! must be reachable: a missing PostgreSQL fails the tests, it never skips them).
 
+mod backfill;
 mod bad_input;
 mod cli;
 mod connections;

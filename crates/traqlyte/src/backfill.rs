@@ -1,0 +1,268 @@
+//! `traqlyte backfill`: loads a file of events (one JSON object a line) through the same
+//! identification and the same dedupe path as live ingestion, and says what it did:
+//! inserted, already present (the same event, stored before: a harmless re-run),
+//! collided (the same identity with other content: logged, nothing overwritten) and
+//! rejected (a line live ingestion would refuse, with its line number).
+//!
+//! The file is streamed in batches of [`BATCH_LINES_MAX`] lines, so memory stays bounded
+//! on a multi-gigabyte file. Reconciliation is the store's `INSERT … ON CONFLICT DO
+//! NOTHING` against every stored row, whatever its age. A dry run does all of it inside
+//! one transaction and rolls it back, so its counts are the real run's by construction
+//! (it holds the new rows' key locks until it ends; run it off-peak on a big file).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::json;
+use traqlyte_identity::openlineage::{identify_run_event, RUN_EVENT_CONTRACT};
+use traqlyte_identity::{json as strict_json, Contract, ContractName};
+use traqlyte_store::{EventOutcome, NewEvent, RunEventRow, Store, StoreTx, TenantId};
+
+use crate::DbArgs;
+
+/// Lines identified and stored together.
+const BATCH_LINES_MAX: usize = 1_000;
+/// The longest line accepted: live ingestion's single-body limit.
+const LINE_BYTES_MAX: usize = 1024 * 1024;
+/// Live ingestion's nesting limit.
+const JSON_DEPTH_MAX: usize = 32;
+/// Rejected lines printed before the rest are only counted.
+const REJECTIONS_SHOWN_MAX: usize = 20;
+
+/// Options of `traqlyte backfill`.
+#[derive(Args)]
+pub(crate) struct BackfillArgs {
+    /// The tenant's name (or id).
+    #[arg(long)]
+    tenant: String,
+    /// The contract the events are identified under: a tenant's contract (its latest
+    /// version) or the built-in `openlineage.run_event`.
+    #[arg(long)]
+    contract: String,
+    /// The file: one JSON event a line (NDJSON); blank lines are skipped.
+    #[arg(long)]
+    file: PathBuf,
+    /// Count what would happen, write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the summary as one JSON line.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+/// What a backfill did (or, dry, would do).
+#[derive(Debug, Default)]
+struct Counts {
+    inserted: u64,
+    already_present: u64,
+    collided: u64,
+    rejected: u64,
+}
+
+/// How the lines of the file are identified.
+enum Kind {
+    Contract(Contract),
+    RunEvent,
+}
+
+/// One identified line, ready for the store.
+enum Item {
+    Event(NewEvent),
+    Run(RunEventRow),
+}
+
+/// Runs the command.
+pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
+    let store = crate::tenants::open(&args.db).await?;
+    let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
+    let kind = kind(&store, &tenant, &args.contract).await?;
+    let file =
+        std::fs::File::open(&args.file).with_context(|| format!("open {}", args.file.display()))?;
+    let mut reader = BufReader::new(file);
+    let mut tx = store.begin().await?;
+    let mut counts = Counts::default();
+    let mut batch: Vec<Item> = Vec::with_capacity(BATCH_LINES_MAX);
+    let mut line = Vec::new();
+    let mut number = 0u64;
+    loop {
+        line.clear();
+        let read = reader
+            .by_ref()
+            .take(LINE_BYTES_MAX as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("read {}", args.file.display()))?;
+        if read == 0 {
+            break;
+        }
+        number += 1;
+        if line.len() > LINE_BYTES_MAX {
+            reject(
+                &mut counts,
+                number,
+                "longer than the 1 MiB limit of one event",
+            );
+            skip_rest_of_line(&mut reader)?;
+            continue;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match identify(&kind, &line) {
+            Ok(item) => batch.push(item),
+            Err(reason) => reject(&mut counts, number, &reason),
+        }
+        if batch.len() == BATCH_LINES_MAX {
+            store_batch(&mut tx, &tenant, &kind, &mut batch, &mut counts).await?;
+            if !args.dry_run {
+                // Each batch is durable on its own: an interrupted backfill is resumed by
+                // running it again (what is stored counts as already present).
+                tx.commit().await?;
+                tx = store.begin().await?;
+            }
+        }
+    }
+    store_batch(&mut tx, &tenant, &kind, &mut batch, &mut counts).await?;
+    if args.dry_run {
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+    }
+    report(&args, &counts);
+    Ok(())
+}
+
+async fn kind(store: &Store, tenant: &TenantId, name: &str) -> Result<Kind> {
+    if name == RUN_EVENT_CONTRACT {
+        return Ok(Kind::RunEvent);
+    }
+    let parsed = ContractName::parse(name).map_err(anyhow::Error::msg)?;
+    let contract = store
+        .contract(tenant, &parsed, None)
+        .await?
+        .with_context(|| format!("the tenant has no contract {name:?}; register it first"))?;
+    Ok(Kind::Contract(contract))
+}
+
+/// Identifies one line exactly as the live routes do; the reason when it would refuse it.
+fn identify(kind: &Kind, line: &[u8]) -> Result<Item, String> {
+    let value = strict_json::parse(line, JSON_DEPTH_MAX).map_err(|err| err.to_string())?;
+    let payload = serde_json::to_string(&value).map_err(|err| err.to_string())?;
+    match kind {
+        Kind::Contract(contract) => {
+            if !value.is_object() {
+                return Err("an event must be a JSON object".to_string());
+            }
+            let identified = contract.identify_owned(value).map_err(|e| e.to_string())?;
+            Ok(Item::Event(NewEvent {
+                identified,
+                payload,
+            }))
+        }
+        Kind::RunEvent => {
+            let projected = identify_run_event(&value).map_err(|e| e.to_string())?;
+            Ok(Item::Run(RunEventRow {
+                event: NewEvent {
+                    identified: projected.identified,
+                    payload,
+                },
+                identity: projected.identity,
+            }))
+        }
+    }
+}
+
+async fn store_batch(
+    tx: &mut StoreTx,
+    tenant: &TenantId,
+    kind: &Kind,
+    batch: &mut Vec<Item>,
+    counts: &mut Counts,
+) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let outcomes = match kind {
+        Kind::Contract(contract) => {
+            let events: Vec<NewEvent> = batch
+                .drain(..)
+                .filter_map(|item| match item {
+                    Item::Event(event) => Some(event),
+                    Item::Run(_) => None,
+                })
+                .collect();
+            tx.insert_events(tenant, contract, &events).await?
+        }
+        Kind::RunEvent => {
+            let rows: Vec<RunEventRow> = batch
+                .drain(..)
+                .filter_map(|item| match item {
+                    Item::Run(row) => Some(row),
+                    Item::Event(_) => None,
+                })
+                .collect();
+            tx.insert_run_events(tenant, &rows).await?
+        }
+    };
+    for outcome in outcomes {
+        match outcome {
+            EventOutcome::Inserted => counts.inserted += 1,
+            EventOutcome::Duplicate => counts.already_present += 1,
+            EventOutcome::Collision { .. } => counts.collided += 1,
+        }
+    }
+    Ok(())
+}
+
+fn reject(counts: &mut Counts, line: u64, reason: &str) {
+    counts.rejected += 1;
+    if counts.rejected <= REJECTIONS_SHOWN_MAX as u64 {
+        eprintln!("line {line}: rejected: {reason}");
+    }
+}
+
+/// Discards the rest of an over-long line.
+fn skip_rest_of_line(reader: &mut impl BufRead) -> Result<()> {
+    let mut sink = Vec::new();
+    loop {
+        sink.clear();
+        let read = reader
+            .by_ref()
+            .take(LINE_BYTES_MAX as u64)
+            .read_until(b'\n', &mut sink)?;
+        if read == 0 || sink.last() == Some(&b'\n') {
+            return Ok(());
+        }
+    }
+}
+
+fn report(args: &BackfillArgs, counts: &Counts) {
+    let (verb, mode) = if args.dry_run {
+        ("would insert", "dry run, nothing written")
+    } else {
+        ("inserted", "written")
+    };
+    if args.json {
+        let inserted_key = if args.dry_run {
+            "would_insert"
+        } else {
+            "inserted"
+        };
+        println!(
+            "{}",
+            json!({
+                "dry_run": args.dry_run, inserted_key: counts.inserted,
+                "already_present": counts.already_present, "collided": counts.collided,
+                "rejected": counts.rejected,
+            })
+        );
+    } else {
+        println!(
+            "{verb} {}, already present {}, collided {}, rejected {} ({mode})",
+            counts.inserted, counts.already_present, counts.collided, counts.rejected
+        );
+    }
+}
