@@ -65,7 +65,7 @@ struct Counts {
 
 /// How the lines of the file are identified.
 enum Kind {
-    Contract(Contract),
+    Contract(Box<Contract>),
     RunEvent,
 }
 
@@ -144,7 +144,7 @@ async fn kind(store: &Store, tenant: &TenantId, name: &str) -> Result<Kind> {
         .contract(tenant, &parsed, None)
         .await?
         .with_context(|| format!("the tenant has no contract {name:?}; register it first"))?;
-    Ok(Kind::Contract(contract))
+    Ok(Kind::Contract(Box::new(contract)))
 }
 
 /// Identifies one line exactly as the live routes do; the reason when it would refuse it.
