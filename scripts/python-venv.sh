@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Creates .venv at the repository root with the official OpenLineage Python client, which
-# the lineage tests drive against a running server. Idempotent and fast when the pinned
+# the lineage tests drive against a running server, and schemathesis, which the OpenAPI
+# test runs against one. Idempotent and fast when the pinned
 # version is already installed. Exits non-zero, loudly, when it cannot: tests never skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OPENLINEAGE_PYTHON_VERSION=1.54.0
+SCHEMATHESIS_VERSION=4.32.5
 VENV=.venv
 
 python_bin() {
@@ -17,10 +19,15 @@ python_bin() {
 }
 
 installed_version() {
-  "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("openlineage-python"))' 2>/dev/null || true
+  "$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || true
 }
 
-if [ "$(installed_version)" = "$OPENLINEAGE_PYTHON_VERSION" ]; then
+ready() {
+  [ "$(installed_version openlineage-python)" = "$OPENLINEAGE_PYTHON_VERSION" ] \
+    && [ "$(installed_version schemathesis)" = "$SCHEMATHESIS_VERSION" ]
+}
+
+if ready; then
   exit 0
 fi
 if [ ! -x "$VENV/bin/python" ]; then
@@ -35,9 +42,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-  "openlineage-python==$OPENLINEAGE_PYTHON_VERSION"
-[ "$(installed_version)" = "$OPENLINEAGE_PYTHON_VERSION" ] || {
-  echo "error: openlineage-python $OPENLINEAGE_PYTHON_VERSION did not install into $VENV" >&2
+  "openlineage-python==$OPENLINEAGE_PYTHON_VERSION" "schemathesis==$SCHEMATHESIS_VERSION"
+ready || {
+  echo "error: openlineage-python $OPENLINEAGE_PYTHON_VERSION or schemathesis $SCHEMATHESIS_VERSION did not install into $VENV" >&2
   exit 1
 }
-echo "python client ready: $VENV with openlineage-python $OPENLINEAGE_PYTHON_VERSION" >&2
+echo "python tools ready: $VENV with openlineage-python $OPENLINEAGE_PYTHON_VERSION, schemathesis $SCHEMATHESIS_VERSION" >&2

@@ -15,6 +15,7 @@ mod error;
 pub mod experiments;
 pub mod idempotency;
 mod listener;
+mod openapi;
 mod routes;
 pub mod ui;
 

@@ -9,13 +9,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use traqlyte_experiments::{outcome_fingerprint, DedupeKey, MetricName, OccurredAt, OutcomeValue};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
     now_us, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult, StoredOutcome, TenantId,
 };
+use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::body::typed::{parse, Id};
@@ -26,6 +27,12 @@ use crate::{ApiError, AppState};
 const DEDUPE_HEADER: &str = "x-tl-dedupe";
 
 /// `POST /outcome`.
+#[utoipa::path(post, path = "/outcome", tag = "experiments", security(("api_key" = [])),
+    request_body = OutcomeBody,
+    responses((status = 200, body = OutcomeView,
+        description = "the stored outcome, the same bytes for a retry",
+        headers(("X-TL-Dedupe" = String, description = "`inserted` or `duplicate`"))), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn post_outcome(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -48,16 +55,46 @@ pub(crate) async fn post_outcome(
     }
 }
 
+/// The answer of `POST /outcomes/batch` (fields in alphabetical order: see
+/// `routes::health::Health`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct OutcomeBatchAnswer {
+    collisions: usize,
+    duplicates: usize,
+    inserted: usize,
+    rejected: usize,
+    /// One per item, in order.
+    results: Vec<OutcomeItem>,
+}
+
+/// One item's result in `POST /outcomes/batch`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct OutcomeItem {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = crate::openapi::ErrorObject)]
+    error: Option<Value>,
+    index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = OutcomeView)]
+    outcome: Option<OutcomeView>,
+    /// `inserted`, `duplicate`, `collision` or `rejected`.
+    status: &'static str,
+}
+
 /// `POST /outcomes/batch`: a JSON array; each item judged on its own.
+#[utoipa::path(post, path = "/outcomes/batch", tag = "experiments", security(("api_key" = [])),
+    request_body(content = Vec<OutcomeBody>, description = "at most 1,000 outcomes"),
+    responses((status = 200, body = OutcomeBatchAnswer), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn post_outcomes_batch(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OutcomeBatchAnswer>, ApiError> {
     let items = read_batch(&state, &headers, body, "outcomes").await?;
     let mut lookups = Lookups::default();
-    let mut results: Vec<Value> = Vec::with_capacity(items.len());
+    let mut results: Vec<Option<OutcomeItem>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
     let mut positions = Vec::new();
     for (index, item) in items.iter().enumerate() {
@@ -69,12 +106,15 @@ pub(crate) async fn post_outcomes_batch(
             Ok(outcome) => {
                 valid.push(outcome);
                 positions.push(index);
-                results.push(Value::Null);
+                results.push(None);
             }
             Err(err) if err.status_code().is_server_error() => return Err(err),
-            Err(err) => {
-                results.push(json!({"index": index, "status": "rejected", "error": err.body()}))
-            }
+            Err(err) => results.push(Some(OutcomeItem {
+                error: Some(err.body()),
+                index,
+                outcome: None,
+                status: "rejected",
+            })),
         }
     }
     let mut tx = state.store.begin().await?;
@@ -88,29 +128,47 @@ pub(crate) async fn post_outcomes_batch(
             OutcomeResult::Collision(s) => ("collision", s, Some(collision(s).body())),
         };
         *counts.entry(status).or_default() += 1;
-        results[index] = match error {
-            Some(error) => json!({"index": index, "status": status, "error": error}),
-            None => json!({"index": index, "status": status, "outcome": outcome_json(stored)}),
-        };
+        let outcome = error.is_none().then(|| outcome_json(stored));
+        results[index] = Some(OutcomeItem {
+            error,
+            index,
+            outcome,
+            status,
+        });
     }
     let count = |k: &str| counts.get(k).copied().unwrap_or(0);
-    Ok(Json(json!({
-        "results": results, "inserted": count("inserted"), "duplicates": count("duplicate"),
-        "collisions": count("collision"), "rejected": items.len() - valid.len(),
-    })))
+    debug_assert!(
+        results.iter().all(Option::is_some),
+        "every item has a result"
+    );
+    Ok(Json(OutcomeBatchAnswer {
+        collisions: count("collision"),
+        duplicates: count("duplicate"),
+        inserted: count("inserted"),
+        rejected: items.len() - valid.len(),
+        results: results.into_iter().flatten().collect(),
+    }))
 }
 
 /// An outcome: the body of `POST /outcome`, an item of `POST /outcomes/batch`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(
     deny_unknown_fields,
     expecting = "a JSON object {\"assignment_id\", \"dedupe_key\", \"metric\", \"value\", \"occurred_at\"}"
 )]
-struct OutcomeBody {
+pub(crate) struct OutcomeBody {
+    #[schema(value_type = String, min_length = 1)]
     assignment_id: Id,
+    /// The client's key for one business event, unique per assignment.
+    #[schema(value_type = String, min_length = 1, max_length = 512)]
     dedupe_key: DedupeKey,
+    #[schema(value_type = String, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.-]+$")]
     metric: MetricName,
+    /// Required for `sum` metrics; finite, within ±1e15.
+    #[schema(value_type = Option<f64>, minimum = -1e15, maximum = 1e15)]
     value: Option<OutcomeValue>,
+    /// RFC 3339 with an offset.
+    #[schema(value_type = String, format = DateTime)]
     occurred_at: OccurredAt,
 }
 
@@ -225,12 +283,31 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 }
 
 /// The answer to every delivery of an outcome: rendered from the stored row only.
-fn outcome_json(stored: &StoredOutcome) -> Value {
-    json!({
-        "assignment_id": stored.assignment_id, "dedupe_key": stored.dedupe_key, "campaign_id": stored.campaign_id,
-        "arm": stored.arm, "metric": stored.metric, "value": stored.value,
-        "occurred_at": format_rfc3339_micros(stored.occurred_at_us), "received_at": format_rfc3339_micros(stored.received_at_us),
-    })
+fn outcome_json(stored: &StoredOutcome) -> OutcomeView {
+    OutcomeView {
+        arm: stored.arm.clone(),
+        assignment_id: stored.assignment_id.clone(),
+        campaign_id: stored.campaign_id.clone(),
+        dedupe_key: stored.dedupe_key.clone(),
+        metric: stored.metric.clone(),
+        occurred_at: format_rfc3339_micros(stored.occurred_at_us),
+        received_at: format_rfc3339_micros(stored.received_at_us),
+        value: stored.value,
+    }
+}
+
+/// A stored outcome as answered (fields in alphabetical order: see
+/// `routes::health::Health`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct OutcomeView {
+    arm: String,
+    assignment_id: String,
+    campaign_id: String,
+    dedupe_key: String,
+    metric: String,
+    occurred_at: String,
+    received_at: String,
+    value: Option<f64>,
 }
 
 fn answer(stored: &StoredOutcome, status: &'static str) -> Response {
@@ -251,7 +328,7 @@ fn collision(stored: &StoredOutcome) -> ApiError {
             stored.assignment_id, stored.dedupe_key
         ),
     )
-    .with_detail("stored", outcome_json(stored))
+    .with_detail("stored", serde_json::to_value(outcome_json(stored)).unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -19,11 +19,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{ApiKey, ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
+use utoipa::ToSchema;
 
 use crate::body::read_document;
 use crate::body::typed::parse;
@@ -42,16 +43,80 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
 }
 
 /// `GET /admin/tenants` → `{"tenants":[…]}` by name.
-async fn list_tenants(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/admin/tenants", tag = "admin", security(("admin_token" = [])),
+    responses((status = 200, body = TenantList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn list_tenants(
+    State(state): State<AppState>,
+) -> Result<Json<TenantList>, ApiError> {
     let tenants = state.store.tenants().await?;
-    Ok(Json(
-        json!({ "tenants": tenants.iter().map(tenant_json).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(TenantList {
+        tenants: tenants.iter().map(tenant_json).collect(),
+    }))
+}
+
+/// The answer of `GET /admin/tenants`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct TenantList {
+    /// By name, 10,000 at most.
+    tenants: Vec<TenantView>,
+}
+
+/// A tenant as the admin routes answer it (fields in alphabetical order: see
+/// `health::Health`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct TenantView {
+    active_keys: i64,
+    created_at: String,
+    name: String,
+    tenant_id: String,
+}
+
+/// An API key's listing: never the key itself.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct KeyView {
+    created_at: String,
+    /// `tlk_` and 8 hex digits; null for a key made before prefixes were stored.
+    prefix: Option<String>,
+    revoked_at: Option<String>,
+}
+
+/// The answer of `POST /admin/tenants`: the key is shown once.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CreatedTenant {
+    api_key: String,
+    key: KeyView,
+    tenant: TenantView,
+}
+
+/// The answer of `POST /admin/tenants/{name}/keys`: the key is shown once.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CreatedKey {
+    api_key: String,
+    key: KeyView,
+}
+
+/// The answer of `GET /admin/tenants/{name}/keys`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct KeyList {
+    /// Oldest first, revoked keys too (1,000 newest at most).
+    keys: Vec<KeyView>,
+    tenant: TenantView,
+}
+
+/// The answer of `DELETE /admin/tenants/{name}/keys/{prefix}`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RevokedKey {
+    key: KeyView,
 }
 
 /// `POST /admin/tenants {"name"}` → 201 with the tenant, its first key's listing and the
 /// key itself (`api_key`, shown once).
-async fn create_tenant(
+#[utoipa::path(post, path = "/admin/tenants", tag = "admin", security(("admin_token" = [])),
+    request_body = NewTenantBody,
+    responses((status = 201, body = CreatedTenant, headers(("Cache-Control" = String, description = "`no-store`"))), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn create_tenant(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,
@@ -65,47 +130,61 @@ async fn create_tenant(
         .tenant_by_name(&TenantName::parse(tenant_id.as_str()).map_err(ApiError::internal)?)
         .await?
         .ok_or_else(|| ApiError::internal("a tenant just created cannot be read back"))?;
-    let body = json!({
-        "tenant": tenant_json(&tenant),
-        "key": key_json(&first_key_info(&key, tenant.created_at_us)),
-        "api_key": key.expose(),
-    });
+    let body = CreatedTenant {
+        api_key: key.expose().to_string(),
+        key: key_json(&first_key_info(&key, tenant.created_at_us)),
+        tenant: tenant_json(&tenant),
+    };
     Ok(secret_created(body))
 }
 
 /// `GET /admin/tenants/{name}/keys` → the tenant and its keys by prefix, oldest first.
-async fn list_keys(
+#[utoipa::path(get, path = "/admin/tenants/{name}/keys", tag = "admin", security(("admin_token" = [])),
+    params(("name" = String, Path, description = "the tenant's name or id")),
+    responses((status = 200, body = KeyList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn list_keys(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<KeyList>, ApiError> {
     let tenant = find_tenant(&state, &name).await?;
     let keys = state.store.api_keys(&tenant.tenant_id).await?;
-    Ok(Json(json!({
-        "tenant": tenant_json(&tenant),
-        "keys": keys.iter().map(key_json).collect::<Vec<_>>(),
-    })))
+    Ok(Json(KeyList {
+        keys: keys.iter().map(key_json).collect(),
+        tenant: tenant_json(&tenant),
+    }))
 }
 
 /// `POST /admin/tenants/{name}/keys` → 201 with the new key's listing and the key itself
 /// (`api_key`, shown once). The body, if any, is ignored.
-async fn create_key(
+#[utoipa::path(post, path = "/admin/tenants/{name}/keys", tag = "admin", security(("admin_token" = [])),
+    params(("name" = String, Path, description = "the tenant's name or id")),
+    responses((status = 201, body = CreatedKey, headers(("Cache-Control" = String, description = "`no-store`"))), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn create_key(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let tenant = find_tenant(&state, &name).await?;
     let (key, info) = state.store.create_api_key(&tenant.tenant_id).await?;
     tracing::info!(tenant = %tenant.tenant_id, prefix = %prefix_text(&info), "key created by admin");
-    Ok(secret_created(
-        json!({ "key": key_json(&info), "api_key": key.expose() }),
-    ))
+    Ok(secret_created(CreatedKey {
+        api_key: key.expose().to_string(),
+        key: key_json(&info),
+    }))
 }
 
 /// `DELETE /admin/tenants/{name}/keys/{prefix}` → 200 with the revoked key's listing.
 /// Only a prefix is accepted: a key never travels in a URL.
-async fn revoke_key(
+#[utoipa::path(delete, path = "/admin/tenants/{name}/keys/{prefix}", tag = "admin", security(("admin_token" = [])),
+    params(("name" = String, Path, description = "the tenant's name or id"),
+        ("prefix" = String, Path, description = "the key's prefix, `tlk_1a2b3c4d` or `1a2b3c4d`; never a whole key")),
+    responses((status = 200, body = RevokedKey, description = "revoked now, or already"), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn revoke_key(
     State(state): State<AppState>,
     Path((name, prefix)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RevokedKey>, ApiError> {
     let Some(prefix) = KeyPrefix::parse(&prefix) else {
         let message = if ApiKey::parse(&prefix).is_some() {
             "this is a whole API key: name it by its prefix (tlk_ and 8 hex digits), never put a key in a URL; consider that key exposed"
@@ -129,7 +208,9 @@ async fn revoke_key(
             )
         })?;
     tracing::info!(tenant = %tenant.tenant_id, prefix = %prefix, "key revoked by admin");
-    Ok(Json(json!({ "key": key_json(&revoked) })))
+    Ok(Json(RevokedKey {
+        key: key_json(&revoked),
+    }))
 }
 
 /// Lets a request through only with the configured admin token; see the module docs.
@@ -198,9 +279,11 @@ fn same_secret(given: &str, expected: &str) -> bool {
 }
 
 /// A `POST /admin/tenants` body: `{"name"}` and nothing else.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, expecting = "a JSON object {\"name\": \"…\"}")]
-struct NewTenantBody {
+pub(crate) struct NewTenantBody {
+    /// 1-128 characters, trimmed, no control characters.
+    #[schema(value_type = String, min_length = 1, max_length = 128)]
     name: NameField,
 }
 
@@ -256,7 +339,7 @@ fn first_key_info(key: &ApiKey, created_at_us: i64) -> ApiKeyInfo {
 }
 
 /// 201 with a body that holds a secret: never cached by anything between.
-fn secret_created(body: Value) -> Response {
+fn secret_created(body: impl Serialize) -> Response {
     let mut response = (StatusCode::CREATED, Json(body)).into_response();
     response
         .headers_mut()
@@ -264,21 +347,21 @@ fn secret_created(body: Value) -> Response {
     response
 }
 
-fn tenant_json(tenant: &TenantRecord) -> Value {
-    json!({
-        "tenant_id": tenant.tenant_id.as_str(),
-        "name": tenant.name,
-        "created_at": format_rfc3339_micros(tenant.created_at_us),
-        "active_keys": tenant.active_keys,
-    })
+fn tenant_json(tenant: &TenantRecord) -> TenantView {
+    TenantView {
+        active_keys: tenant.active_keys,
+        created_at: format_rfc3339_micros(tenant.created_at_us),
+        name: tenant.name.clone(),
+        tenant_id: tenant.tenant_id.as_str().to_string(),
+    }
 }
 
-fn key_json(key: &ApiKeyInfo) -> Value {
-    json!({
-        "prefix": key.prefix.as_ref().map(ToString::to_string),
-        "created_at": format_rfc3339_micros(key.created_at_us),
-        "revoked_at": key.revoked_at_us.map(format_rfc3339_micros),
-    })
+fn key_json(key: &ApiKeyInfo) -> KeyView {
+    KeyView {
+        created_at: format_rfc3339_micros(key.created_at_us),
+        prefix: key.prefix.as_ref().map(ToString::to_string),
+        revoked_at: key.revoked_at_us.map(format_rfc3339_micros),
+    }
 }
 
 fn prefix_text(key: &ApiKeyInfo) -> String {

@@ -8,8 +8,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use traqlyte_experiments::{
     ArmKey, ArmsError, CampaignKey, CampaignName, MetricName, Metrics, MetricsError, RuleError,
     VersionNote, Weight, WindowHours,
@@ -18,6 +18,7 @@ use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
     now_us, Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign,
 };
+use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::body::read_document;
@@ -26,6 +27,10 @@ use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
 /// `POST /campaigns` → 201 with the campaign.
+#[utoipa::path(post, path = "/campaigns", tag = "campaigns", security(("api_key" = [])), params(crate::openapi::IdempotencyHeaders),
+    request_body = CampaignBody,
+    responses((status = 201, body = CampaignView), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -43,11 +48,15 @@ pub(crate) async fn create(
 }
 
 /// `GET /campaigns/{id}`.
+#[utoipa::path(get, path = "/campaigns/{id}", tag = "campaigns", security(("api_key" = [])),
+    params(("id" = String, Path, description = "the campaign's id")),
+    responses((status = 200, body = CampaignView), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn show(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CampaignView>, ApiError> {
     let campaign = state
         .store
         .campaign(&tenant, &id)
@@ -57,24 +66,42 @@ pub(crate) async fn show(
     Ok(Json(campaign_json(&campaign, versions.last())))
 }
 
+/// The answer of `GET /campaigns/{id}/versions`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct VersionList {
+    campaign_id: String,
+    /// Oldest first.
+    versions: Vec<VersionView>,
+}
+
 /// `GET /campaigns/{id}/versions`.
+#[utoipa::path(get, path = "/campaigns/{id}/versions", tag = "campaigns", security(("api_key" = [])),
+    params(("id" = String, Path, description = "the campaign's id")),
+    responses((status = 200, body = VersionList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn versions(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<VersionList>, ApiError> {
     state
         .store
         .campaign(&tenant, &id)
         .await?
         .ok_or_else(|| missing(&id))?;
     let versions = state.store.campaign_versions(&tenant, &id).await?;
-    Ok(Json(
-        json!({"campaign_id": id, "versions": versions.iter().map(version_json).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(VersionList {
+        campaign_id: id,
+        versions: versions.iter().map(version_json).collect(),
+    }))
 }
 
 /// `POST /campaigns/{id}/publish` (optional body `{"note","arms"}`) → 201 with the new version.
+#[utoipa::path(post, path = "/campaigns/{id}/publish", tag = "campaigns", security(("api_key" = [])),
+    params(("id" = String, Path, description = "the campaign's id"), crate::openapi::IdempotencyHeaders),
+    request_body(content = PublishBody, description = "optional: an empty body publishes the current arms"),
+    responses((status = 201, body = VersionView), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn publish(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -110,21 +137,92 @@ fn missing(id: &str) -> ApiError {
     ApiError::not_found("campaign_not_found", format!("no campaign {id:?}")).with_field("id")
 }
 
-pub(crate) fn campaign_json(campaign: &Campaign, latest: Option<&CampaignVersion>) -> Value {
-    json!({
-        "id": campaign.id, "key": campaign.key, "name": campaign.name,
-        "arms": campaign.arms, "metrics": campaign.metrics,
-        "created_at": format_rfc3339_micros(campaign.created_at_us),
-        "latest_version": latest.map(|v| v.version),
-    })
+/// A campaign as answered (fields in alphabetical order: see `health::Health`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CampaignView {
+    /// Control first.
+    arms: Vec<ArmView>,
+    created_at: String,
+    id: String,
+    key: String,
+    /// The latest published version; null before the first publish.
+    latest_version: Option<i64>,
+    metrics: Vec<MetricView>,
+    name: String,
 }
 
-pub(crate) fn version_json(version: &CampaignVersion) -> Value {
-    json!({
-        "campaign_id": version.campaign_id, "version": version.version,
-        "arms": version.arms, "metrics": version.metrics, "salt": version.salt, "note": version.note,
-        "published_at": format_rfc3339_micros(version.published_at_us),
-    })
+/// An immutable published version of a campaign.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct VersionView {
+    /// Control first.
+    arms: Vec<ArmView>,
+    campaign_id: String,
+    metrics: Vec<MetricView>,
+    note: Option<String>,
+    published_at: String,
+    /// The bucketing salt of this version.
+    salt: String,
+    version: i64,
+}
+
+/// An arm as answered.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ArmView {
+    key: String,
+    weight: u32,
+}
+
+/// A metric as answered.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MetricView {
+    #[schema(value_type = String, pattern = "^(conversion|count|sum)$")]
+    kind: MetricKind,
+    name: String,
+    window_hours: u32,
+}
+
+fn arm_views(arms: &Arms) -> Vec<ArmView> {
+    arms.iter()
+        .map(|arm| ArmView {
+            key: arm.key.clone(),
+            weight: arm.weight,
+        })
+        .collect()
+}
+
+fn metric_views(metrics: &[MetricDef]) -> Vec<MetricView> {
+    metrics
+        .iter()
+        .map(|metric| MetricView {
+            kind: metric.kind,
+            name: metric.name.clone(),
+            window_hours: metric.window_hours,
+        })
+        .collect()
+}
+
+pub(crate) fn campaign_json(campaign: &Campaign, latest: Option<&CampaignVersion>) -> CampaignView {
+    CampaignView {
+        arms: arm_views(&campaign.arms),
+        created_at: format_rfc3339_micros(campaign.created_at_us),
+        id: campaign.id.clone(),
+        key: campaign.key.clone(),
+        latest_version: latest.map(|v| v.version),
+        metrics: metric_views(&campaign.metrics),
+        name: campaign.name.clone(),
+    }
+}
+
+pub(crate) fn version_json(version: &CampaignVersion) -> VersionView {
+    VersionView {
+        arms: arm_views(&version.arms),
+        campaign_id: version.campaign_id.clone(),
+        metrics: metric_views(&version.metrics),
+        note: version.note.clone(),
+        published_at: format_rfc3339_micros(version.published_at_us),
+        salt: version.salt.clone(),
+        version: version.version,
+    }
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
@@ -132,35 +230,50 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
 }
 
 /// A `POST /campaigns` body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(
     deny_unknown_fields,
     expecting = "a JSON object {\"key\", \"name\", \"arms\", \"metrics\"}"
 )]
-struct CampaignBody {
+pub(crate) struct CampaignBody {
+    /// Unique per tenant.
+    #[schema(value_type = String, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.-]+$")]
     key: CampaignKey,
+    /// For people: 1-256 characters, not only spaces; stored trimmed.
+    #[schema(value_type = String, min_length = 1, max_length = 256)]
     name: CampaignName,
+    /// 2-20 arms with unique keys; the first is the control.
+    #[schema(value_type = Vec<ArmBody>, min_items = 2, max_items = 20)]
     arms: Objects<ArmBody>,
+    /// At most 50, names unique.
+    #[schema(value_type = Vec<MetricBody>, max_items = 50)]
     metrics: Objects<MetricBody>,
 }
 
 /// An arm of a campaign or publish body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, expecting = "a JSON object {\"key\", \"weight\"}")]
-struct ArmBody {
+pub(crate) struct ArmBody {
+    #[schema(value_type = String, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.-]+$")]
     key: ArmKey,
+    /// The arm's share of units, relative to the other arms' weights.
+    #[schema(value_type = u32, minimum = 1, maximum = 1000000)]
     weight: Weight,
 }
 
 /// A metric of a campaign body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(
     deny_unknown_fields,
     expecting = "a JSON object {\"name\", \"kind\", \"window_hours\"}"
 )]
-struct MetricBody {
+pub(crate) struct MetricBody {
+    #[schema(value_type = String, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.-]+$")]
     name: MetricName,
+    #[schema(value_type = String, pattern = "^(conversion|count|sum)$")]
     kind: Kind,
+    /// Outcomes count when they occur within this many hours of the assignment.
+    #[schema(value_type = u32, minimum = 1, maximum = 8784)]
     window_hours: WindowHours,
 }
 
@@ -179,10 +292,14 @@ impl TryFrom<String> for Kind {
 }
 
 /// A `POST /campaigns/{id}/publish` body (the body is optional).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, expecting = "a JSON object {\"note\", \"arms\"}")]
-struct PublishBody {
+pub(crate) struct PublishBody {
+    /// At most 2,000 characters.
+    #[schema(value_type = Option<String>, max_length = 2000)]
     note: Option<VersionNote>,
+    /// New weights for exactly the campaign's arm keys.
+    #[schema(value_type = Option<Vec<ArmBody>>)]
     arms: Option<Objects<ArmBody>>,
 }
 

@@ -6,10 +6,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use traqlyte_identity::openlineage::builtin_contract;
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName};
 use traqlyte_store::{CollisionRecord, RegisterOutcome, TenantId};
+use utoipa::{IntoParams, ToSchema};
 
 use super::events::stored_payload;
 use crate::auth::Tenant;
@@ -19,13 +20,37 @@ use crate::{ApiError, AppState};
 
 const COLLISIONS_LISTED_MAX: u32 = 100;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct VersionQuery {
+    /// A contract version; the latest when absent.
     pub version: Option<u32>,
+}
+
+/// The answer of `GET /contracts`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ContractList {
+    /// Every version of every contract of the tenant.
+    #[schema(value_type = Vec<Object>)]
+    contracts: Vec<Value>,
+}
+
+/// The answer of `GET /contracts/{name}/collisions`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CollisionList<'a> {
+    /// Newest first, 100 at most.
+    collisions: Vec<CollisionView<'a>>,
+    contract: &'a str,
 }
 
 /// `POST /contracts`: 201 when new, 200 when the identical contract exists, 409 when a
 /// different one holds the name and version.
+#[utoipa::path(post, path = "/contracts", tag = "contracts", security(("api_key" = [])), params(crate::openapi::IdempotencyHeaders),
+    request_body(content = Object, description = "an identity contract (docs/identity.md)"),
+    responses((status = 201, body = Object, description = "the contract, new"),
+        (status = 200, body = Object, description = "the identical contract, already registered"),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn register(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -63,10 +88,13 @@ pub(crate) async fn register(
 }
 
 /// `GET /contracts`: every version of every contract.
+#[utoipa::path(get, path = "/contracts", tag = "contracts", security(("api_key" = [])),
+    responses((status = 200, body = ContractList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ContractList>, ApiError> {
     let contracts: Vec<Value> = state
         .store
         .contracts(&tenant)
@@ -74,10 +102,14 @@ pub(crate) async fn list(
         .iter()
         .map(Contract::to_json)
         .collect();
-    Ok(Json(json!({ "contracts": contracts })))
+    Ok(Json(ContractList { contracts }))
 }
 
 /// `GET /contracts/{name}[?version=N]`: the latest (or the given) version.
+#[utoipa::path(get, path = "/contracts/{name}", tag = "contracts", security(("api_key" = [])),
+    params(("name" = String, Path, description = "the contract's name"), VersionQuery),
+    responses((status = 200, body = Object, description = "the contract"), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn show(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -89,11 +121,15 @@ pub(crate) async fn show(
 }
 
 /// `GET /contracts/{name}/collisions`: the latest logged collisions, newest first.
+#[utoipa::path(get, path = "/contracts/{name}/collisions", tag = "contracts", security(("api_key" = [])),
+    params(("name" = String, Path, description = "the contract's name")),
+    responses((status = 200, body = CollisionList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn collisions(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let contract = load_or_builtin(&state, &tenant, &name, None).await?;
     let rows = state
         .store
@@ -103,22 +139,26 @@ pub(crate) async fn collisions(
         .iter()
         .map(CollisionView::of)
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(
-        json!({ "contract": contract.name(), "collisions": collisions }),
-    ))
+    let answer = CollisionList {
+        collisions,
+        contract: contract.name().as_str(),
+    };
+    Ok(Json(answer).into_response())
 }
 
 /// One logged collision as answered: both payloads as JSON values and the time as
 /// RFC 3339, like every stored payload and time of the API.
-#[derive(Serialize)]
-struct CollisionView<'a> {
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CollisionView<'a> {
     collision_id: i64,
     event_id: &'a str,
-    stored_fingerprint: &'a str,
     incoming_fingerprint: &'a str,
-    stored_payload: Value,
+    #[schema(value_type = Object)]
     incoming_payload: Value,
     received_at: String,
+    stored_fingerprint: &'a str,
+    #[schema(value_type = Object)]
+    stored_payload: Value,
 }
 
 impl<'a> CollisionView<'a> {

@@ -10,13 +10,27 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, Fingerprint};
 use traqlyte_store::{EventOutcome, NewEvent};
+use utoipa::ToSchema;
 
 use super::contracts::{load, VersionQuery};
 use crate::auth::Tenant;
 use crate::body::{read_batch, read_document};
 use crate::{ApiError, AppState};
 
+/// The answer to one stored event.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EventAck<'a> {
+    event_id: &'a str,
+    /// `inserted` or `duplicate`.
+    status: &'static str,
+}
+
 /// `POST /events/{contract}` → `{"event_id","status"}`; a collision is a 409.
+#[utoipa::path(post, path = "/events/{contract}", tag = "events", security(("api_key" = [])),
+    params(("contract" = String, Path, description = "the contract's name"), super::contracts::VersionQuery),
+    request_body(content = Object, description = "an event: any JSON object, judged by its contract"),
+    responses((status = 200, body = EventAck), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn post_one(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -24,7 +38,7 @@ pub(crate) async fn post_one(
     Query(query): Query<VersionQuery>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let contract = load(&state, &tenant, &name, query.version).await?;
     let value = read_document(&state, &headers, body).await?;
     let event = identify(&contract, value)?;
@@ -43,14 +57,18 @@ pub(crate) async fn post_one(
         }
         other => {
             tracing::debug!(tenant = %tenant, contract = %contract.name(), event_id, status = other.as_str(), "event stored");
-            Ok(Json(
-                json!({"event_id": event_id, "status": other.as_str()}),
-            ))
+            let status = other.as_str();
+            Ok(Json(EventAck { event_id, status }).into_response())
         }
     }
 }
 
 /// `POST /events/{contract}/batch` → per-item results and totals.
+#[utoipa::path(post, path = "/events/{contract}/batch", tag = "events", security(("api_key" = [])),
+    params(("contract" = String, Path, description = "the contract's name"), super::contracts::VersionQuery),
+    request_body(content = Vec<Object>, description = "at most 1,000 events"),
+    responses((status = 200, body = BatchAnswer), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn post_batch(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -108,37 +126,76 @@ pub(crate) async fn post_batch(
 
 /// One item of a batch answer (serialised directly: a batch answer has up to
 /// `batch_events_max` of these, too many to build as generic JSON values).
-#[derive(Serialize)]
-struct ItemResult<'a> {
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ItemResult<'a> {
     index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = String)]
     event_id: Option<&'a str>,
+    /// `inserted`, `duplicate`, `collision` or `rejected`.
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = crate::openapi::ErrorObject)]
     error: Option<Value>,
 }
 
-#[derive(Serialize, Default)]
-struct BatchTotals {
+#[derive(Serialize, Default, ToSchema)]
+pub(crate) struct BatchTotals {
     inserted: usize,
     duplicates: usize,
     collisions: usize,
     rejected: usize,
 }
 
-#[derive(Serialize)]
-struct BatchAnswer<'a> {
+#[derive(Serialize, ToSchema)]
+pub(crate) struct BatchAnswer<'a> {
     results: Vec<ItemResult<'a>>,
     #[serde(flatten)]
     totals: BatchTotals,
 }
 
+/// A stored event as `GET /events/{contract}/{event_id}` answers it.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct StoredEvent {
+    contract: String,
+    contract_version: i64,
+    /// The newest correction's payload, else the original.
+    #[schema(value_type = Object)]
+    current_payload: Value,
+    event_id: String,
+    fingerprint: String,
+    occurred_at: Option<String>,
+    /// The original payload.
+    #[schema(value_type = Object)]
+    payload: Value,
+    received_at: String,
+    /// Oldest first.
+    supersessions: Vec<SupersessionView>,
+}
+
+/// A correction of a stored event.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SupersessionView {
+    fingerprint: String,
+    #[schema(value_type = Object)]
+    payload: Value,
+    reason: Option<String>,
+    superseded_at: String,
+    /// The fingerprint this correction replaced.
+    supersedes: String,
+}
+
 /// `GET /events/{contract}/{event_id}`: the stored row.
+#[utoipa::path(get, path = "/events/{contract}/{event_id}", tag = "events", security(("api_key" = [])),
+    params(("contract" = String, Path, description = "the contract's name"),
+        ("event_id" = String, Path, description = "the event's id")),
+    responses((status = 200, body = StoredEvent), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn get_one(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path((name, event_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StoredEvent>, ApiError> {
     let missing = || {
         ApiError::not_found(
             "event_not_found",
@@ -159,27 +216,29 @@ pub(crate) async fn get_one(
         .await?;
     let mut supersessions = Vec::with_capacity(history.len());
     for s in &history {
-        supersessions.push(json!({
-            "fingerprint": s.fingerprint, "supersedes": s.supersedes, "reason": s.reason,
-            "superseded_at": format_rfc3339_micros(s.superseded_at_us),
-            "payload": stored_payload(&s.payload)?,
-        }));
+        supersessions.push(SupersessionView {
+            fingerprint: s.fingerprint.clone(),
+            payload: stored_payload(&s.payload)?,
+            reason: s.reason.clone(),
+            superseded_at: format_rfc3339_micros(s.superseded_at_us),
+            supersedes: s.supersedes.clone(),
+        });
     }
-    let current = supersessions
+    let current_payload = supersessions
         .last()
-        .map(|s| s["payload"].clone())
+        .map(|s| s.payload.clone())
         .unwrap_or_else(|| payload.clone());
-    Ok(Json(json!({
-        "event_id": stored.event_id,
-        "contract": name,
-        "contract_version": stored.contract_version,
-        "fingerprint": stored.fingerprint,
-        "occurred_at": stored.occurred_at_us.map(format_rfc3339_micros),
-        "received_at": format_rfc3339_micros(stored.received_at_us),
-        "payload": payload,
-        "current_payload": current,
-        "supersessions": supersessions,
-    })))
+    Ok(Json(StoredEvent {
+        contract: name,
+        contract_version: stored.contract_version,
+        current_payload,
+        event_id: stored.event_id,
+        fingerprint: stored.fingerprint,
+        occurred_at: stored.occurred_at_us.map(format_rfc3339_micros),
+        payload,
+        received_at: format_rfc3339_micros(stored.received_at_us),
+        supersessions,
+    }))
 }
 
 /// A payload the store holds as JSON text, answered as the JSON value it is.

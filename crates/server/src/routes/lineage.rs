@@ -9,10 +9,10 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use traqlyte_identity::openlineage::{identify_run_event, OpenLineageError};
 use traqlyte_store::{Direction, EventOutcome, NewEvent, NodeRef, RunEventRow, TenantId, Walk};
+use utoipa::{IntoParams, ToSchema};
 
 use super::events::collision;
 use crate::auth::Tenant;
@@ -22,9 +22,22 @@ use crate::{ApiError, AppState};
 /// Depth of a graph query that names none (Marquez's default).
 const DEPTH_DEFAULT: u32 = 20;
 
+/// The answer to a stored run event.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct LineageAck<'a> {
+    event_id: &'a str,
+    run_id: &'a str,
+    /// `inserted` or `duplicate`.
+    status: &'static str,
+}
+
 /// `POST /api/v1/lineage`: `201 {"event_id","status":"inserted"|"duplicate","run_id"}`
 /// (a duplicate is acknowledged like the original: the client's retry succeeded);
 /// `409 collision`; `400` naming the field for an invalid event.
+#[utoipa::path(post, path = "/api/v1/lineage", tag = "lineage", security(("api_key" = [])),
+    request_body(content = Object, description = "an OpenLineage RunEvent (docs/lineage.md)"),
+    responses((status = 201, body = LineageAck, description = "stored, or a duplicate acknowledged like the original"), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn post_event(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -57,69 +70,175 @@ pub(crate) async fn post_event(
         return Err(collision(&row.event, stored_fingerprint));
     }
     tracing::debug!(tenant = %tenant, event_id, run_id = %row.identity.run_id, status = outcome.as_str(), "run event stored");
-    let body =
-        json!({"event_id": event_id, "status": outcome.as_str(), "run_id": row.identity.run_id});
+    let body = LineageAck {
+        event_id,
+        run_id: &row.identity.run_id,
+        status: outcome.as_str(),
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 /// `GET /lineage/stats`: `{"runs","datasets","edges"}` of the tenant's graph (edges are
 /// run-input plus run-output rows).
+#[utoipa::path(get, path = "/lineage/stats", tag = "lineage", security(("api_key" = [])),
+    responses((status = 200, body = LineageStats), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn stats(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LineageStats>, ApiError> {
     let counts = state.store.lineage_counts(&tenant).await?;
-    Ok(Json(json!(counts)))
+    Ok(Json(LineageStats {
+        datasets: counts.datasets,
+        edges: counts.edges,
+        runs: counts.runs,
+    }))
+}
+
+/// The answer of `GET /lineage/stats` (fields in alphabetical order: see
+/// `health::Health`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct LineageStats {
+    datasets: i64,
+    /// Run-input plus run-output rows.
+    edges: i64,
+    runs: i64,
 }
 
 /// Query of `GET /api/v1/lineage`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct GraphQuery {
+    /// `dataset:{namespace}:{name}` or `job:{namespace}:{name}`; required.
     #[serde(rename = "nodeId")]
     node_id: Option<String>,
+    /// Edges away from the node, 0 to `--lineage-depth-max` (100); 20 when absent.
+    #[param(value_type = Option<u32>)]
     depth: Option<String>,
+}
+
+/// The answer of `GET /api/v1/lineage`, Marquez's shape.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MarquezGraph {
+    graph: Vec<MarquezNode>,
+}
+
+/// A node of a Marquez graph (fields in alphabetical order: see `health::Health`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MarquezNode {
+    data: MarquezData,
+    id: String,
+    #[serde(rename = "inEdges")]
+    in_edges: Vec<MarquezEdge>,
+    #[serde(rename = "outEdges")]
+    out_edges: Vec<MarquezEdge>,
+    /// `DATASET` or `JOB`.
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// A Marquez node's data.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MarquezData {
+    id: MarquezId,
+    name: String,
+    namespace: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// A Marquez node's name and namespace.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MarquezId {
+    name: String,
+    namespace: String,
+}
+
+/// An edge of a Marquez graph.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct MarquezEdge {
+    destination: String,
+    origin: String,
+}
+
+/// The answer of `GET /lineage/ancestors` and `/lineage/descendants`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct WalkAnswer {
+    depth: u32,
+    /// `upstream` or `downstream`.
+    direction: &'static str,
+    node: String,
+    /// Breadth-first, each node once, the start left out.
+    nodes: Vec<WalkNode>,
+    /// Whether `--lineage-nodes-max` cut the walk short.
+    truncated: bool,
+}
+
+/// A node reached by a walk.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct WalkNode {
+    depth: u32,
+    id: String,
+    name: String,
+    namespace: String,
+    /// `dataset` or `job`.
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 /// `GET /api/v1/lineage?nodeId=dataset:{ns}:{name}&depth=N`: the nodes connected to the
 /// given one (both directions) up to `depth` edges away, Marquez's shape.
+#[utoipa::path(get, path = "/api/v1/lineage", tag = "lineage", security(("api_key" = [])), params(GraphQuery),
+    responses((status = 200, body = MarquezGraph), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn graph(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Query(query): Query<GraphQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<MarquezGraph>, ApiError> {
     let start = node(query.node_id.as_deref(), "nodeId")?;
     let depth = depth(query.depth.as_deref(), &state)?;
     let walk = walk(&state, &tenant, &start, depth, true).await?;
-    let nodes: Vec<Value> = walk
+    let graph = walk
         .nodes
         .iter()
         .map(|(node, _)| marquez_node(node, &walk))
         .collect();
-    Ok(Json(json!({"graph": nodes})))
+    Ok(Json(MarquezGraph { graph }))
 }
 
 /// Query of `GET /lineage/ancestors` and `/lineage/descendants`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct WalkQuery {
+    /// `dataset:{namespace}:{name}` or `job:{namespace}:{name}`; required.
     node: Option<String>,
+    /// Edges away from the node, 0 to `--lineage-depth-max` (100); 20 when absent.
+    #[param(value_type = Option<u32>)]
     depth: Option<String>,
 }
 
 /// `GET /lineage/ancestors?node=…&depth=N`.
+#[utoipa::path(get, path = "/lineage/ancestors", tag = "lineage", security(("api_key" = [])), params(WalkQuery),
+    responses((status = 200, body = WalkAnswer), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn ancestors(
     state: State<AppState>,
     tenant: Tenant,
     query: Query<WalkQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WalkAnswer>, ApiError> {
     flat(state, tenant, query, Direction::Upstream).await
 }
 
 /// `GET /lineage/descendants?node=…&depth=N`.
+#[utoipa::path(get, path = "/lineage/descendants", tag = "lineage", security(("api_key" = [])), params(WalkQuery),
+    responses((status = 200, body = WalkAnswer), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn descendants(
     state: State<AppState>,
     tenant: Tenant,
     query: Query<WalkQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WalkAnswer>, ApiError> {
     flat(state, tenant, query, Direction::Downstream).await
 }
 
@@ -128,25 +247,33 @@ async fn flat(
     Tenant(tenant): Tenant,
     Query(query): Query<WalkQuery>,
     direction: Direction,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WalkAnswer>, ApiError> {
     let start = node(query.node.as_deref(), "node")?;
     let depth = depth(query.depth.as_deref(), &state)?;
     let walk = walk_one_way(&state, &tenant, &start, depth, direction).await?;
-    let nodes: Vec<Value> = walk
+    let nodes = walk
         .nodes
         .iter()
         .skip(1)
-        .map(|(node, depth)| {
-            json!({"id": node.id(), "type": node.kind_str(), "namespace": node.namespace, "name": node.name, "depth": depth})
+        .map(|(node, depth)| WalkNode {
+            depth: *depth,
+            id: node.id(),
+            name: node.name.clone(),
+            namespace: node.namespace.clone(),
+            kind: node.kind_str(),
         })
         .collect();
-    Ok(Json(json!({
-        "node": start.id(),
-        "direction": match direction { Direction::Upstream => "upstream", Direction::Downstream => "downstream" },
-        "depth": depth,
-        "nodes": nodes,
-        "truncated": walk.truncated,
-    })))
+    let direction = match direction {
+        Direction::Upstream => "upstream",
+        Direction::Downstream => "downstream",
+    };
+    Ok(Json(WalkAnswer {
+        depth,
+        direction,
+        node: start.id(),
+        nodes,
+        truncated: walk.truncated,
+    }))
 }
 
 async fn walk_one_way(
@@ -205,31 +332,40 @@ async fn ensure_exists(
     .with_field("node"))
 }
 
-fn marquez_node(node: &NodeRef, walk: &Walk) -> Value {
+fn marquez_node(node: &NodeRef, walk: &Walk) -> MarquezNode {
     let id = node.id();
-    let edge =
-        |(from, to): &(NodeRef, NodeRef)| json!({"origin": from.id(), "destination": to.id()});
-    let in_edges: Vec<Value> = walk
+    let edge = |(from, to): &(NodeRef, NodeRef)| MarquezEdge {
+        destination: to.id(),
+        origin: from.id(),
+    };
+    let in_edges: Vec<MarquezEdge> = walk
         .edges
         .iter()
         .filter(|(_, to)| to == node)
         .map(edge)
         .collect();
-    let out_edges: Vec<Value> = walk
+    let out_edges: Vec<MarquezEdge> = walk
         .edges
         .iter()
         .filter(|(from, _)| from == node)
         .map(edge)
         .collect();
     let kind = node.kind_str().to_uppercase();
-    json!({
-        "id": id,
-        "type": kind,
-        "data": {"type": kind, "namespace": node.namespace, "name": node.name,
-                 "id": {"namespace": node.namespace, "name": node.name}},
-        "inEdges": in_edges,
-        "outEdges": out_edges,
-    })
+    MarquezNode {
+        data: MarquezData {
+            id: MarquezId {
+                name: node.name.clone(),
+                namespace: node.namespace.clone(),
+            },
+            name: node.name.clone(),
+            namespace: node.namespace.clone(),
+            kind: kind.clone(),
+        },
+        id,
+        in_edges,
+        out_edges,
+        kind,
+    }
 }
 
 fn node(text: Option<&str>, parameter: &'static str) -> Result<NodeRef, ApiError> {

@@ -1,13 +1,13 @@
 //! The route table and the cross-cutting middleware: JSON for every error, and logging
 //! of errors with their causes.
 
-mod admin;
-mod campaigns;
-mod contracts;
-mod events;
-mod health;
-mod lineage;
-mod supersessions;
+pub(crate) mod admin;
+pub(crate) mod campaigns;
+pub(crate) mod contracts;
+pub(crate) mod events;
+pub(crate) mod health;
+pub(crate) mod lineage;
+pub(crate) mod supersessions;
 pub(crate) mod text;
 
 use axum::body::to_bytes;
@@ -34,6 +34,7 @@ pub(crate) fn router(state: AppState) -> Router {
         ))
     };
     Router::new()
+        .route("/openapi.json", get(crate::openapi::serve))
         .route("/healthz", get(health::healthz))
         .route("/stats", get(health::stats))
         .route(

@@ -7,11 +7,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use traqlyte_experiments::RuleError;
 use traqlyte_identity::ContractName;
 use traqlyte_store::{now_us, SupersedeOutcome};
+use utoipa::ToSchema;
 
 use super::contracts::load;
 use super::events::identify;
@@ -23,7 +24,29 @@ use crate::{ApiError, AppState};
 
 const REASON_CHARS_MAX: usize = 2_000;
 
+/// The answer to a supersession.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SupersessionAck<'a> {
+    event_id: &'a str,
+    /// The corrected event's fingerprint.
+    fingerprint: &'a str,
+    /// `superseded` (201) or `unchanged` (200: the event already has this content).
+    status: &'static str,
+    /// The fingerprint of the content this correction replaced (`superseded` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = String)]
+    supersedes: Option<String>,
+}
+
 /// Body `{"event": {…corrected event…}, "reason"?: "…"}` → `201 superseded` or `200 unchanged`.
+#[utoipa::path(post, path = "/events/{contract}/{event_id}/supersessions", tag = "events", security(("api_key" = [])),
+    params(("contract" = String, Path, description = "the contract's name"),
+        ("event_id" = String, Path, description = "the event's id"), crate::openapi::IdempotencyHeaders),
+    request_body = SupersessionBody,
+    responses((status = 201, body = SupersessionAck, description = "stored beside the original"),
+        (status = 200, body = SupersessionAck, description = "the event already has this content"),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn supersede(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -78,24 +101,36 @@ pub(crate) async fn supersede(
     Ok(match outcome {
         SupersedeOutcome::Superseded { supersedes } => {
             tracing::info!(tenant = %tenant, contract = %contract_name, event_id, fingerprint, "event superseded");
-            (StatusCode::CREATED, Json(json!({"event_id": event_id, "status": "superseded", "fingerprint": fingerprint, "supersedes": supersedes}))).into_response()
+            let ack = SupersessionAck {
+                event_id: &event_id,
+                fingerprint,
+                status: "superseded",
+                supersedes: Some(supersedes),
+            };
+            (StatusCode::CREATED, Json(ack)).into_response()
         }
-        SupersedeOutcome::Unchanged => {
-            Json(json!({"event_id": event_id, "status": "unchanged", "fingerprint": fingerprint}))
-                .into_response()
-        }
+        SupersedeOutcome::Unchanged => Json(SupersessionAck {
+            event_id: &event_id,
+            fingerprint,
+            status: "unchanged",
+            supersedes: None,
+        })
+        .into_response(),
     })
 }
 
 /// A `POST /events/{contract}/{event_id}/supersessions` body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(
     deny_unknown_fields,
     expecting = "a JSON object {\"event\": {…}, \"reason\": \"…\"}"
 )]
-struct SupersessionBody {
+pub(crate) struct SupersessionBody {
     /// The corrected event, stored as JSON (where NUL is escaped, so it may hold one).
+    #[schema(value_type = Object)]
     event: Map<String, Value>,
+    /// Why the event was corrected: at most 2,000 characters, no NUL.
+    #[schema(value_type = Option<String>, max_length = 2000)]
     reason: Option<Reason>,
 }
 

@@ -30,10 +30,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Json, Router};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{now_us, ApiKey, TenantId, UiToken, UiTokenKind};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::error::InternalCause;
@@ -56,8 +56,8 @@ const DEFAULT_PAGE: &str = "/ui/campaigns";
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(landing))
-        .route("/ui", get(|| async { see_other(DEFAULT_PAGE) }))
-        .route("/ui/", get(|| async { see_other(DEFAULT_PAGE) }))
+        .route("/ui", get(ui_root))
+        .route("/ui/", get(ui_root_slash))
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", post(logout))
         .route("/ui/tokens", post(mint_login_token))
@@ -69,8 +69,24 @@ pub(crate) fn router() -> Router<AppState> {
 
 /// `GET /`: what this server is and where to go from here, for a person who opens the
 /// address `serve` printed.
+#[utoipa::path(get, path = "/", tag = "ui",
+    responses((status = 200, description = "a small HTML page: what this server is, with links", content_type = "text/html", body = String)))]
 async fn landing() -> Response {
     html_response(StatusCode::OK, pages::landing())
+}
+
+/// `GET /ui`: to the campaigns page.
+#[utoipa::path(get, path = "/ui", tag = "ui",
+    responses((status = 303, description = "to `/ui/campaigns`")))]
+async fn ui_root() -> Response {
+    see_other(DEFAULT_PAGE)
+}
+
+/// `GET /ui/`: to the campaigns page.
+#[utoipa::path(get, path = "/ui/", tag = "ui",
+    responses((status = 303, description = "to `/ui/campaigns`")))]
+async fn ui_root_slash() -> Response {
+    see_other(DEFAULT_PAGE)
 }
 
 /// The tenant of a request that carries a live session cookie.
@@ -99,19 +115,37 @@ impl FromRequestParts<AppState> for UiSession {
     }
 }
 
-#[derive(Deserialize)]
-struct LoginQuery {
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct LoginQuery {
+    /// A single-use login link's token (`POST /ui/tokens`).
     token: Option<String>,
+    /// The `/ui/` page to go to after logging in.
     next: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct LoginForm {
+#[derive(Deserialize, ToSchema)]
+pub(crate) struct LoginForm {
     api_key: String,
     next: Option<String>,
 }
 
+/// The answer of `POST /ui/tokens` (fields in alphabetical order: see
+/// `routes::health::Health`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct LoginToken {
+    expires_at: String,
+    /// `/ui/login?token=…`: open it in a browser once, within 2 minutes.
+    login_path: String,
+    token: String,
+}
+
 /// `GET /ui/login`: the form, or with `?token=` the exchange of a login link.
+#[utoipa::path(get, path = "/ui/login", tag = "ui", params(LoginQuery),
+    responses((status = 200, description = "the login form", content_type = "text/html", body = String),
+        (status = 303, description = "a login link used: to `next`, with the session cookie"),
+        (status = "4XX", description = "an HTML error page"),
+        (status = "5XX", description = "an HTML error page")))]
 async fn login_page(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -138,6 +172,11 @@ async fn login_page(
 }
 
 /// `POST /ui/login`: checks the API key and starts a session.
+#[utoipa::path(post, path = "/ui/login", tag = "ui",
+    request_body(content = LoginForm, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 303, description = "to `next`, with the session cookie"),
+        (status = "4XX", description = "an HTML error page"),
+        (status = "5XX", description = "an HTML error page")))]
 async fn login(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -165,6 +204,9 @@ async fn login(
 }
 
 /// `POST /ui/logout`: revokes the session and clears the cookie.
+#[utoipa::path(post, path = "/ui/logout", tag = "ui",
+    responses((status = 303, description = "to the login form, the cookie cleared"), (status = "4XX", description = "an HTML error page"),
+        (status = "5XX", description = "an HTML error page")))]
 async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, UiError> {
     if let Some(token) = session_cookie(&headers) {
         state.store.delete_ui_token(&token).await?;
@@ -180,6 +222,10 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
 /// `POST /ui/tokens` (bearer API key) → 201 `{"token","login_path","expires_at"}`: a
 /// single-use login link for a browser, e.g. one a CLI prints. Not idempotent on purpose:
 /// a retry mints another short-lived link, which is harmless.
+#[utoipa::path(post, path = "/ui/tokens", tag = "ui", security(("api_key" = [])),
+    responses((status = 201, body = LoginToken),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 async fn mint_login_token(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
@@ -191,15 +237,19 @@ async fn mint_login_token(
         .create_ui_token(&tenant, UiTokenKind::Login, now, expires)
         .await?;
     tracing::info!(tenant = %tenant, "ui login link minted");
-    let body = json!({
-        "token": token.expose(),
-        "login_path": format!("/ui/login?token={}", token.expose()),
-        "expires_at": format_rfc3339_micros(expires),
-    });
+    let body = LoginToken {
+        expires_at: format_rfc3339_micros(expires),
+        login_path: format!("/ui/login?token={}", token.expose()),
+        token: token.expose().to_string(),
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 /// `GET /ui/campaigns`.
+#[utoipa::path(get, path = "/ui/campaigns", tag = "ui",
+    responses((status = 200, description = "the tenant's campaigns", content_type = "text/html", body = String),
+        (status = 303, description = "no session: to the login form"), (status = "4XX", description = "an HTML error page"),
+        (status = "5XX", description = "an HTML error page")))]
 async fn index(State(state): State<AppState>, session: UiSession) -> Result<Response, UiError> {
     let campaigns = state
         .store
@@ -209,6 +259,11 @@ async fn index(State(state): State<AppState>, session: UiSession) -> Result<Resp
 }
 
 /// `GET /ui/campaigns/{id}`: the report of `GET /campaigns/{id}/report`, as a page.
+#[utoipa::path(get, path = "/ui/campaigns/{id}", tag = "ui",
+    params(("id" = String, Path, description = "the campaign's id")),
+    responses((status = 200, description = "the campaign's report as a page", content_type = "text/html", body = String),
+        (status = 303, description = "no session: to the login form"), (status = "4XX", description = "an HTML error page"),
+        (status = "5XX", description = "an HTML error page")))]
 async fn campaign_page(
     State(state): State<AppState>,
     session: UiSession,

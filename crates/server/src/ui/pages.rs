@@ -47,6 +47,10 @@ pub(crate) fn landing() -> String {
                 li { a href="/ui/campaigns" { "Campaign reports" } " (web UI; log in with an API key)" }
                 li { a href="/healthz" { "Health" } " (" code { "GET /healthz" } ")" }
                 li {
+                    a href="/openapi.json" { "OpenAPI description" }
+                    " (" code { "GET /openapi.json" } ", OpenAPI 3.1, no key needed)"
+                }
+                li {
                     "The HTTP API: " code { "docs/api.md" } " in the repository; error and value \
                      conventions, idempotency keys, identity contracts and OpenLineage ingestion are in "
                     code { "docs/" } " beside it"

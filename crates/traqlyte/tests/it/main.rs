@@ -17,6 +17,7 @@ mod keys;
 mod lineage;
 mod numbers;
 mod ol_client;
+mod openapi;
 mod request_bodies;
 mod supersessions;
 mod ui;

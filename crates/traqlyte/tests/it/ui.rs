@@ -399,7 +399,12 @@ async fn the_root_says_what_this_is_and_both_ui_spellings_lead_in(backend: Backe
     let root = client.get(app.url("/")).send().await.expect("get /");
     assert_eq!(root.status(), StatusCode::OK);
     let text = root.text().await.expect("text");
-    for link in ["href=\"/ui/campaigns\"", "href=\"/healthz\"", "docs/api.md"] {
+    for link in [
+        "href=\"/ui/campaigns\"",
+        "href=\"/healthz\"",
+        "href=\"/openapi.json\"",
+        "docs/api.md",
+    ] {
         assert!(text.contains(link), "the landing page lacks {link}");
     }
     for path in ["/ui", "/ui/"] {
