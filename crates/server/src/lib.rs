@@ -8,6 +8,8 @@
 //! [`router`], [`serve`], [`ApiError`]. Connections (the accept loop, its cap and
 //! timeouts, JSON for hyper's own rejections) are `listener`'s.
 
+#![deny(missing_docs)]
+
 pub mod auth;
 pub mod body;
 mod config;

@@ -63,6 +63,7 @@ pub struct GraphArgs {
     nodes_max: usize,
 }
 
+/// `bench lineage-ingest`: OpenLineage run events over HTTP against the shared raw insert.
 pub async fn ingest(args: IngestArgs) -> Result<()> {
     let client = reqwest::Client::new();
     let tag = std::process::id();
@@ -187,6 +188,7 @@ impl SplitMix {
     }
 }
 
+/// `bench graph`: ancestor-query latency on a generated lineage graph.
 pub async fn graph(args: GraphArgs) -> Result<()> {
     let mut config = StoreConfig::new(&args.database_url);
     config.pool_connections_max = 8;

@@ -4,6 +4,8 @@
 //! same run, for BENCHMARKS.md) and [`fire`] (one body sent many times concurrently, as a
 //! client whose replies are lost; the tests run it from several OS processes).
 
+#![deny(missing_docs)]
+
 pub mod bench;
 pub mod bench_lineage;
 pub mod demo;

@@ -12,9 +12,15 @@ pub enum Decision {
     /// The key was used for a different request: 409, never a replay.
     Reused,
     /// Reserved recently and not completed: 409 with `Retry-After`.
-    InFlight { retry_after_s: u64 },
+    InFlight {
+        /// Seconds the client should wait before retrying.
+        retry_after_s: u64,
+    },
     /// Reserved longer ago than the cutoff and not completed (its owner died): take it over.
-    TakeOver { stale_owner: OwnerToken },
+    TakeOver {
+        /// The token of the dead owner, the compare-and-set's expected value.
+        stale_owner: OwnerToken,
+    },
 }
 
 /// Decides from the key's row. A different checksum is `Reused` whatever the row's state.
