@@ -98,22 +98,25 @@ where
     if legacy > 0 {
         adopt_legacy::<DB>(conn, &migrator).await?;
     }
-    conn.ensure_migrations_table()
-        .await
-        .map_err(sqlx::Error::from)?;
-    let before: HashSet<i64> = conn
-        .list_applied_migrations()
-        .await
-        .map_err(sqlx::Error::from)?
-        .iter()
-        .map(|m| m.version)
-        .collect();
+    let before = applied_versions(conn).await?;
     migrator.run_direct(conn).await.map_err(sqlx::Error::from)?;
     Ok(migrator
         .iter()
         .filter(|m| !before.contains(&m.version))
         .map(|m| format!("{:04}_{}", m.version, m.description.replace(' ', "_")))
         .collect())
+}
+
+/// The versions `_sqlx_migrations` records as applied (the table created if absent).
+async fn applied_versions(conn: &mut impl Migrate) -> Result<HashSet<i64>, StoreError> {
+    conn.ensure_migrations_table()
+        .await
+        .map_err(sqlx::Error::from)?;
+    let applied = conn
+        .list_applied_migrations()
+        .await
+        .map_err(sqlx::Error::from)?;
+    Ok(applied.iter().map(|m| m.version).collect())
 }
 
 /// Moves the rows of the old runner's `schema_migrations` into `_sqlx_migrations` with
@@ -129,16 +132,7 @@ where
     Vec<u8>: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    conn.ensure_migrations_table()
-        .await
-        .map_err(sqlx::Error::from)?;
-    let adopted: HashSet<i64> = conn
-        .list_applied_migrations()
-        .await
-        .map_err(sqlx::Error::from)?
-        .iter()
-        .map(|m| m.version)
-        .collect();
+    let adopted = applied_versions(conn).await?;
     let legacy: Vec<(i64, String)> = sqlx::query_as(SELECT_LEGACY).fetch_all(&mut *conn).await?;
     let legacy_rows = legacy.len();
     for (version, name) in legacy {
