@@ -8,8 +8,9 @@
 use std::collections::HashMap;
 
 use sqlx::Row;
-use traqlyte_identity::Contract;
+use traqlyte_identity::{Contract, EventId, Fingerprint};
 
+use crate::model::{stored_event_id, stored_fingerprint};
 use crate::plan::{self, Batch, Held};
 use crate::tx::{with_tx, TxInner};
 use crate::{EventOutcome, NewEvent, Store, StoreError, StoreTx, TenantId};
@@ -62,51 +63,34 @@ impl StoreTx {
         let inserted = self
             .insert_candidates(tenant, contract, &batch, now)
             .await?;
-        let mut held: HashMap<String, Held> = HashMap::with_capacity(batch.candidates.len());
-        for id in inserted {
-            held.insert(
-                id,
-                Held {
-                    inserted_here: true,
-                    fingerprint: String::new(),
-                    payload: None,
-                    superseded_by: Vec::new(),
-                },
-            );
-        }
+        let mut held: HashMap<EventId, Held> = HashMap::with_capacity(batch.candidates.len());
         for &index in &batch.candidates {
-            let event = &batch.events[index];
-            if let Some(row) = held.get_mut(event.identified.event_id.as_str()) {
-                row.fingerprint = event.identified.fingerprint.to_string();
+            let event = &batch.events[index].identified;
+            if inserted.contains(&event.event_id) {
+                held.insert(event.event_id.clone(), Held::inserted(&event.fingerprint));
             }
         }
-        let conflicting: Vec<&str> = batch
+        let conflicting: Vec<&EventId> = batch
             .candidates
             .iter()
-            .map(|&i| batch.events[i].identified.event_id.as_str())
+            .map(|&i| &batch.events[i].identified.event_id)
             .filter(|id| !held.contains_key(*id))
             .collect();
         for (id, fingerprint) in self.stored_fingerprints(tenant, name, &conflicting).await? {
-            held.insert(
-                id,
-                Held {
-                    inserted_here: false,
-                    fingerprint,
-                    payload: None,
-                    superseded_by: Vec::new(),
-                },
-            );
+            held.insert(id, Held::stored(fingerprint));
         }
         // Only on the rare collision path: corrections stored for those ids turn a resend
         // of corrected content into a retry.
         let mut colliding = plan::colliding_stored_ids(&batch, &held);
         if !colliding.is_empty() {
-            for (id, fingerprint) in self
+            for found in self
                 .superseding_fingerprints(tenant, name, &colliding)
                 .await?
             {
+                let id = stored_event_id(&found.event_id)?;
                 if let Some(row) = held.get_mut(&id) {
-                    row.superseded_by.push(fingerprint);
+                    row.superseded_by
+                        .push(stored_fingerprint(&found.fingerprint)?);
                 }
             }
             colliding = plan::colliding_stored_ids(&batch, &held);
@@ -140,14 +124,14 @@ impl StoreTx {
         contract: &Contract,
         batch: &Batch<'_>,
         now: i64,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<std::collections::HashSet<EventId>, StoreError> {
         let candidates: Vec<&NewEvent> =
             batch.candidates.iter().map(|&i| &batch.events[i]).collect();
         let (name, version) = (contract.name().as_str(), contract.version());
-        Ok(self
+        let (ids, _) = self
             .insert_event_rows(tenant, name, version, &candidates, now, true)
-            .await?
-            .0)
+            .await?;
+        ids.iter().map(|id| stored_event_id(id)).collect()
     }
 
     /// Inserts event rows with `ON CONFLICT DO NOTHING`: one `unnest` statement on
@@ -237,8 +221,9 @@ impl StoreTx {
         &mut self,
         tenant: &TenantId,
         contract: &str,
-        ids: &[&str],
-    ) -> Result<Vec<(String, String)>, StoreError> {
+        ids: &[&EventId],
+    ) -> Result<Vec<(EventId, Fingerprint)>, StoreError> {
+        let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -252,7 +237,7 @@ impl StoreTx {
                 let rows: Vec<(String, Option<String>)> = sqlx::query_as(PG_SELECT_FINGERPRINTS)
                     .bind(tenant.as_str())
                     .bind(contract)
-                    .bind(ids)
+                    .bind(&ids)
                     .fetch_all(&mut **conn)
                     .await?;
                 found.extend(rows.into_iter().filter_map(|(id, f)| Some((id, f?))));
@@ -264,21 +249,25 @@ impl StoreTx {
                     for id in chunk {
                         query = query.bind(*id);
                     }
-                    found.extend(query.fetch_all(&mut **conn).await?);
+                    let rows: Vec<(String, String)> = query.fetch_all(&mut **conn).await?;
+                    found.extend(rows);
                 }
             }
         }
-        Ok(found)
+        found
+            .iter()
+            .map(|(id, f)| Ok((stored_event_id(id)?, stored_fingerprint(f)?)))
+            .collect()
     }
 
     async fn stored_payload(
         &mut self,
         tenant: &TenantId,
         contract: &str,
-        id: &str,
+        id: &EventId,
     ) -> Result<String, StoreError> {
         with_tx!(self, conn => Ok(sqlx::query_scalar("SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3")
-            .bind(tenant.as_str()).bind(contract).bind(id).fetch_one(&mut *conn).await?))
+            .bind(tenant.as_str()).bind(contract).bind(id.as_str()).fetch_one(&mut *conn).await?))
     }
 
     async fn log_collisions(
@@ -291,7 +280,7 @@ impl StoreTx {
         for c in collisions {
             with_tx!(self, conn => sqlx::query(crate::sql::INSERT_COLLISION)
                 .bind(tenant.as_str()).bind(contract.name().as_str()).bind(c.event.identified.event_id.as_str()).bind(i64::from(contract.version()))
-                .bind(&c.stored_fingerprint).bind(c.event.identified.fingerprint.as_str())
+                .bind(c.stored_fingerprint.as_str()).bind(c.event.identified.fingerprint.as_str())
                 .bind(&c.stored_payload).bind(&c.event.payload).bind(now)
                 .execute(&mut *conn).await.map(|_| ())?);
         }

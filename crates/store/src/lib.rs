@@ -35,7 +35,7 @@ pub mod ui_tokens;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use traqlyte_identity::{Contract, ContractName};
+use traqlyte_identity::{Contract, ContractName, EventId};
 
 #[cfg(feature = "bench")]
 pub use bench::SeededExperiment;
@@ -197,12 +197,13 @@ impl Store {
         &self,
         tenant: &TenantId,
         contract: &ContractName,
-        event_id: &str,
+        event_id: &EventId,
     ) -> Result<Option<StoredEvent>, StoreError> {
-        tx::with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(sql::SELECT_EVENT).bind(tenant.as_str()).bind(contract.as_str()).bind(event_id);
-            Ok(query.fetch_optional(pool).await?)
-        })
+        let row: Option<model::EventRow> = tx::with_pool!(self, reader, pool => {
+            let query = sqlx::query_as(sql::SELECT_EVENT).bind(tenant.as_str()).bind(contract.as_str()).bind(event_id.as_str());
+            query.fetch_optional(pool).await?
+        });
+        row.map(StoredEvent::try_from).transpose()
     }
 
     /// The most recent collisions of a tenant's contract, newest first.
@@ -212,10 +213,11 @@ impl Store {
         contract: &ContractName,
         limit: u32,
     ) -> Result<Vec<CollisionRecord>, StoreError> {
-        tx::with_pool!(self, reader, pool => {
+        let rows: Vec<model::CollisionRow> = tx::with_pool!(self, reader, pool => {
             let query = sqlx::query_as(sql::SELECT_COLLISIONS).bind(tenant.as_str()).bind(contract.as_str()).bind(i64::from(limit));
-            Ok(query.fetch_all(pool).await?)
-        })
+            query.fetch_all(pool).await?
+        });
+        rows.into_iter().map(CollisionRecord::try_from).collect()
     }
 }
 

@@ -1,6 +1,8 @@
 //! Domain types the store reads and writes.
 
-use traqlyte_identity::{sha256_hex, Fingerprint, Identified};
+use traqlyte_identity::{sha256_hex, EventId, Fingerprint, Identified};
+
+use crate::StoreError;
 
 /// A tenant's id: `tn_` and 16 random hex digits. Random rather than sequential so that
 /// no sequence is shared across tenants or servers.
@@ -121,14 +123,14 @@ pub struct ContractStats {
 }
 
 /// A stored event row.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEvent {
     /// The content-derived event id.
-    pub event_id: String,
+    pub event_id: EventId,
     /// The contract version it was identified under.
     pub contract_version: i64,
-    /// SHA-256 (hex) of the payload without transport fields.
-    pub fingerprint: String,
+    /// SHA-256 of the payload without transport fields.
+    pub fingerprint: Fingerprint,
     /// The payload as received (compact JSON).
     pub payload: String,
     /// When it happened (event time), microseconds since the epoch.
@@ -137,23 +139,89 @@ pub struct StoredEvent {
     pub received_at_us: i64,
 }
 
+/// A stored event as the database returns it, before its ids are parsed.
+#[derive(sqlx::FromRow)]
+pub(crate) struct EventRow {
+    event_id: String,
+    contract_version: i64,
+    fingerprint: String,
+    payload: String,
+    occurred_at_us: Option<i64>,
+    received_at_us: i64,
+}
+
+impl TryFrom<EventRow> for StoredEvent {
+    type Error = StoreError;
+
+    fn try_from(row: EventRow) -> Result<Self, StoreError> {
+        Ok(StoredEvent {
+            event_id: stored_event_id(&row.event_id)?,
+            contract_version: row.contract_version,
+            fingerprint: stored_fingerprint(&row.fingerprint)?,
+            payload: row.payload,
+            occurred_at_us: row.occurred_at_us,
+            received_at_us: row.received_at_us,
+        })
+    }
+}
+
 /// One logged collision.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollisionRecord {
     /// The log entry's id.
     pub collision_id: i64,
     /// The content-derived event id.
-    pub event_id: String,
+    pub event_id: EventId,
     /// Fingerprint of the stored row.
-    pub stored_fingerprint: String,
+    pub stored_fingerprint: Fingerprint,
     /// Fingerprint of the refused delivery.
-    pub incoming_fingerprint: String,
+    pub incoming_fingerprint: Fingerprint,
     /// Payload of the stored row.
     pub stored_payload: String,
     /// Payload of the refused delivery.
     pub incoming_payload: String,
     /// When the server received it, microseconds since the epoch.
     pub received_at_us: i64,
+}
+
+/// A logged collision as the database returns it, before its ids are parsed.
+#[derive(sqlx::FromRow)]
+pub(crate) struct CollisionRow {
+    collision_id: i64,
+    event_id: String,
+    stored_fingerprint: String,
+    incoming_fingerprint: String,
+    stored_payload: String,
+    incoming_payload: String,
+    received_at_us: i64,
+}
+
+impl TryFrom<CollisionRow> for CollisionRecord {
+    type Error = StoreError;
+
+    fn try_from(row: CollisionRow) -> Result<Self, StoreError> {
+        Ok(CollisionRecord {
+            collision_id: row.collision_id,
+            event_id: stored_event_id(&row.event_id)?,
+            stored_fingerprint: stored_fingerprint(&row.stored_fingerprint)?,
+            incoming_fingerprint: stored_fingerprint(&row.incoming_fingerprint)?,
+            stored_payload: row.stored_payload,
+            incoming_payload: row.incoming_payload,
+            received_at_us: row.received_at_us,
+        })
+    }
+}
+
+/// An event id read back from the database; anything but 64 lowercase hex digits means
+/// the row was not written by this build.
+pub(crate) fn stored_event_id(text: &str) -> Result<EventId, StoreError> {
+    EventId::parse(text).ok_or_else(|| StoreError::Corrupt(format!("stored event id {text:?}")))
+}
+
+/// A fingerprint read back from the database.
+pub(crate) fn stored_fingerprint(text: &str) -> Result<Fingerprint, StoreError> {
+    Fingerprint::parse(text)
+        .ok_or_else(|| StoreError::Corrupt(format!("stored fingerprint {text:?}")))
 }
 
 pub(crate) fn random_hex(bytes: usize) -> String {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use traqlyte_identity::Fingerprint;
+use traqlyte_identity::{EventId, Fingerprint};
 
 use crate::{EventOutcome, NewEvent};
 
@@ -22,11 +22,9 @@ pub struct Batch<'a> {
 impl<'a> Batch<'a> {
     /// Picks the candidates of `events`.
     pub fn new(events: &'a [NewEvent]) -> Batch<'a> {
-        let mut first: HashMap<&str, usize> = HashMap::with_capacity(events.len());
+        let mut first: HashMap<&EventId, usize> = HashMap::with_capacity(events.len());
         for (index, event) in events.iter().enumerate() {
-            first
-                .entry(event.identified.event_id.as_str())
-                .or_insert(index);
+            first.entry(&event.identified.event_id).or_insert(index);
         }
         let mut candidates: Vec<usize> = first.into_values().collect();
         candidates.sort_by(|a, b| {
@@ -45,13 +43,35 @@ pub struct Held {
     /// True when this batch's insert created the row.
     pub inserted_here: bool,
     /// The stored row's fingerprint.
-    pub fingerprint: String,
+    pub fingerprint: Fingerprint,
     /// The stored row's payload; `None` when this batch inserted it (the payload is the
     /// candidate's own, no need to copy it).
     pub payload: Option<String>,
     /// Fingerprints of corrections that superseded the stored row: a resend carrying one
     /// of them is a retry, not a collision.
-    pub superseded_by: Vec<String>,
+    pub superseded_by: Vec<Fingerprint>,
+}
+
+impl Held {
+    /// A row this batch's insert created, holding the candidate's fingerprint.
+    pub fn inserted(fingerprint: &Fingerprint) -> Held {
+        Held {
+            inserted_here: true,
+            fingerprint: fingerprint.clone(),
+            payload: None,
+            superseded_by: Vec::new(),
+        }
+    }
+
+    /// A row stored before this batch.
+    pub fn stored(fingerprint: Fingerprint) -> Held {
+        Held {
+            inserted_here: false,
+            fingerprint,
+            payload: None,
+            superseded_by: Vec::new(),
+        }
+    }
 }
 
 /// A collision to log.
@@ -60,7 +80,7 @@ pub struct Collision<'a> {
     /// The input that collides.
     pub event: &'a NewEvent,
     /// Fingerprint of the stored row.
-    pub stored_fingerprint: String,
+    pub stored_fingerprint: Fingerprint,
     /// Payload of the stored row.
     pub stored_payload: String,
 }
@@ -81,7 +101,7 @@ pub struct Resolution<'a> {
 /// candidate's event id (a missing one means the row vanished: reported as corrupt).
 pub fn resolve<'a>(
     batch: &Batch<'a>,
-    held: &HashMap<String, Held>,
+    held: &HashMap<EventId, Held>,
 ) -> Result<Resolution<'a>, crate::StoreError> {
     let mut resolution = Resolution {
         outcomes: Vec::with_capacity(batch.events.len()),
@@ -89,9 +109,9 @@ pub fn resolve<'a>(
         inserted: 0,
         duplicates: 0,
     };
-    let mut first_index: HashMap<&str, usize> = HashMap::new();
+    let mut first_index: HashMap<&EventId, usize> = HashMap::new();
     for (index, event) in batch.events.iter().enumerate() {
-        let id = event.identified.event_id.as_str();
+        let id = &event.identified.event_id;
         let row = held.get(id).ok_or_else(|| {
             crate::StoreError::Corrupt(format!("event {id} neither inserted nor found"))
         })?;
@@ -99,11 +119,8 @@ pub fn resolve<'a>(
         let outcome = if row.inserted_here && first == index {
             resolution.inserted += 1;
             EventOutcome::Inserted
-        } else if row.fingerprint == event.identified.fingerprint.as_str()
-            || row
-                .superseded_by
-                .iter()
-                .any(|f| f == event.identified.fingerprint.as_str())
+        } else if row.fingerprint == event.identified.fingerprint
+            || row.superseded_by.contains(&event.identified.fingerprint)
         {
             resolution.duplicates += 1;
             EventOutcome::Duplicate
@@ -117,9 +134,9 @@ pub fn resolve<'a>(
                 stored_fingerprint: row.fingerprint.clone(),
                 stored_payload,
             });
-            let stored_fingerprint = Fingerprint::parse(&row.fingerprint)
-                .ok_or_else(|| crate::StoreError::Corrupt(format!("fingerprint of {id}")))?;
-            EventOutcome::Collision { stored_fingerprint }
+            EventOutcome::Collision {
+                stored_fingerprint: row.fingerprint.clone(),
+            }
         };
         resolution.outcomes.push(outcome);
     }
@@ -128,18 +145,18 @@ pub fn resolve<'a>(
 
 /// Ids of stored rows (not inserted by this batch) that some input of the batch collides
 /// with: only their payloads need reading, for the collision log.
-pub fn colliding_stored_ids(batch: &Batch<'_>, held: &HashMap<String, Held>) -> Vec<String> {
-    let mut ids: Vec<String> = Vec::new();
+pub fn colliding_stored_ids(batch: &Batch<'_>, held: &HashMap<EventId, Held>) -> Vec<EventId> {
+    let mut ids: Vec<EventId> = Vec::new();
     for event in batch.events {
-        let id = event.identified.event_id.as_str();
+        let id = &event.identified.event_id;
         let collides = held.get(id).is_some_and(|row| {
-            let fingerprint = event.identified.fingerprint.as_str();
+            let fingerprint = &event.identified.fingerprint;
             !row.inserted_here
-                && row.fingerprint != fingerprint
-                && !row.superseded_by.iter().any(|f| f == fingerprint)
+                && &row.fingerprint != fingerprint
+                && !row.superseded_by.contains(fingerprint)
         });
-        if collides && !ids.iter().any(|seen| seen == id) {
-            ids.push(id.to_string());
+        if collides && !ids.contains(id) {
+            ids.push(id.clone());
         }
     }
     ids

@@ -3,9 +3,11 @@
 //! corrected content is stored beside the original (never over it) and names the version
 //! it replaces. Ingestion then treats a resend of any superseding content as a retry.
 
+use traqlyte_identity::{EventId, Fingerprint};
+
+use crate::model::stored_fingerprint;
 use crate::tx::{with_pool, with_tx};
 use crate::{NewEvent, Store, StoreError, StoreTx, TenantId};
-use serde::Serialize;
 
 /// What a supersession did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,25 +15,58 @@ pub enum SupersedeOutcome {
     /// A new current version, replacing the one with this fingerprint.
     Superseded {
         /// Fingerprint of the version it replaces.
-        supersedes: String,
+        supersedes: Fingerprint,
     },
     /// The content is already the current version (or an earlier correction): nothing written.
     Unchanged,
 }
 
 /// One stored correction.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Supersession {
-    /// SHA-256 (hex) of the payload without transport fields.
-    pub fingerprint: String,
+    /// SHA-256 of the payload without transport fields.
+    pub fingerprint: Fingerprint,
     /// Fingerprint of the version it replaces.
-    pub supersedes: String,
+    pub supersedes: Fingerprint,
     /// Why it was corrected.
     pub reason: Option<String>,
     /// The payload as received (compact JSON).
     pub payload: String,
     /// When the correction was stored, microseconds since the epoch.
     pub superseded_at_us: i64,
+}
+
+/// A correction as the database returns it, before its fingerprints are parsed.
+#[derive(sqlx::FromRow)]
+struct SupersessionRow {
+    fingerprint: String,
+    supersedes: String,
+    reason: Option<String>,
+    payload: String,
+    superseded_at_us: i64,
+}
+
+impl TryFrom<SupersessionRow> for Supersession {
+    type Error = StoreError;
+
+    fn try_from(row: SupersessionRow) -> Result<Self, StoreError> {
+        Ok(Supersession {
+            fingerprint: stored_fingerprint(&row.fingerprint)?,
+            supersedes: stored_fingerprint(&row.supersedes)?,
+            reason: row.reason,
+            payload: row.payload,
+            superseded_at_us: row.superseded_at_us,
+        })
+    }
+}
+
+/// The fingerprint of a correction stored for an event id.
+#[derive(sqlx::FromRow)]
+pub(crate) struct SupersedingRow {
+    /// The corrected event's id (hex, as stored).
+    pub(crate) event_id: String,
+    /// The correction's fingerprint (hex, as stored).
+    pub(crate) fingerprint: String,
 }
 
 const SELECT_SUPERSESSIONS: &str =
@@ -61,7 +96,7 @@ impl StoreTx {
         now_us: i64,
     ) -> Result<Option<SupersedeOutcome>, StoreError> {
         let event_id = corrected.identified.event_id.as_str();
-        let fingerprint = corrected.identified.fingerprint.as_str();
+        let fingerprint = &corrected.identified.fingerprint;
         let original: Option<String> = with_tx!(self, conn => {
             let query = sqlx::query_scalar(SELECT_FINGERPRINT).bind(tenant.as_str()).bind(contract).bind(event_id);
             query.fetch_optional(&mut *conn).await?
@@ -69,19 +104,24 @@ impl StoreTx {
         let Some(original) = original else {
             return Ok(None);
         };
-        let history: Vec<Supersession> = with_tx!(self, conn => {
+        let original = stored_fingerprint(&original)?;
+        let rows: Vec<SupersessionRow> = with_tx!(self, conn => {
             let query = sqlx::query_as(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id);
             query.fetch_all(&mut *conn).await?
         });
+        let history = rows
+            .into_iter()
+            .map(Supersession::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
         let current = history
             .last()
             .map(|s| s.fingerprint.clone())
             .unwrap_or(original);
-        if current == fingerprint || history.iter().any(|s| s.fingerprint == fingerprint) {
+        if &current == fingerprint || history.iter().any(|s| &s.fingerprint == fingerprint) {
             return Ok(Some(SupersedeOutcome::Unchanged));
         }
         let inserted = with_tx!(self, conn => sqlx::query(INSERT_SUPERSESSION)
-            .bind(tenant.as_str()).bind(contract).bind(event_id).bind(fingerprint).bind(&current)
+            .bind(tenant.as_str()).bind(contract).bind(event_id).bind(fingerprint.as_str()).bind(current.as_str())
             .bind(&corrected.payload).bind(reason).bind(now_us)
             .execute(&mut *conn).await?.rows_affected());
         Ok(Some(if inserted == 1 {
@@ -98,12 +138,12 @@ impl StoreTx {
         &mut self,
         tenant: &TenantId,
         contract: &str,
-        ids: &[String],
-    ) -> Result<Vec<(String, String)>, StoreError> {
+        ids: &[EventId],
+    ) -> Result<Vec<SupersedingRow>, StoreError> {
         let mut found = Vec::new();
         for id in ids {
             with_tx!(self, conn => {
-                let query = sqlx::query_as(SELECT_SUPERSEDING).bind(tenant.as_str()).bind(contract).bind(id);
+                let query = sqlx::query_as(SELECT_SUPERSEDING).bind(tenant.as_str()).bind(contract).bind(id.as_str());
                 found.extend(query.fetch_all(&mut *conn).await?);
             });
         }
@@ -117,11 +157,12 @@ impl Store {
         &self,
         tenant: &TenantId,
         contract: &str,
-        event_id: &str,
+        event_id: &EventId,
     ) -> Result<Vec<Supersession>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id);
-            Ok(query.fetch_all(pool).await?)
-        })
+        let rows: Vec<SupersessionRow> = with_pool!(self, reader, pool => {
+            let query = sqlx::query_as(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id.as_str());
+            query.fetch_all(pool).await?
+        });
+        rows.into_iter().map(Supersession::try_from).collect()
     }
 }

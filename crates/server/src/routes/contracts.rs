@@ -165,9 +165,9 @@ impl<'a> CollisionView<'a> {
     fn of(record: &'a CollisionRecord) -> Result<Self, ApiError> {
         Ok(CollisionView {
             collision_id: record.collision_id,
-            event_id: &record.event_id,
-            stored_fingerprint: &record.stored_fingerprint,
-            incoming_fingerprint: &record.incoming_fingerprint,
+            event_id: record.event_id.as_str(),
+            stored_fingerprint: record.stored_fingerprint.as_str(),
+            incoming_fingerprint: record.incoming_fingerprint.as_str(),
             stored_payload: stored_payload(&record.stored_payload)?,
             incoming_payload: stored_payload(&record.incoming_payload)?,
             received_at: format_rfc3339_micros(record.received_at_us),

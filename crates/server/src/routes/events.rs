@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
-use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, Fingerprint};
+use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, EventId, Fingerprint};
 use traqlyte_store::{EventOutcome, NewEvent};
 use utoipa::ToSchema;
 
@@ -203,9 +203,11 @@ pub(crate) async fn get_one(
         )
     };
     let contract = ContractName::parse(&name).map_err(|_| missing())?;
+    // An id that is not 64 lowercase hex digits names no stored event.
+    let id = EventId::parse(&event_id).ok_or_else(missing)?;
     let stored = state
         .store
-        .event(&tenant, &contract, &event_id)
+        .event(&tenant, &contract, &id)
         .await?
         .ok_or_else(missing)?;
     let payload = stored_payload(&stored.payload)?;
@@ -217,11 +219,11 @@ pub(crate) async fn get_one(
     let mut supersessions = Vec::with_capacity(history.len());
     for s in &history {
         supersessions.push(SupersessionView {
-            fingerprint: s.fingerprint.clone(),
+            fingerprint: s.fingerprint.to_string(),
             payload: stored_payload(&s.payload)?,
             reason: s.reason.clone(),
             superseded_at: format_rfc3339_micros(s.superseded_at_us),
-            supersedes: s.supersedes.clone(),
+            supersedes: s.supersedes.to_string(),
         });
     }
     let current_payload = supersessions
@@ -232,8 +234,8 @@ pub(crate) async fn get_one(
         contract: name,
         contract_version: stored.contract_version,
         current_payload,
-        event_id: stored.event_id,
-        fingerprint: stored.fingerprint,
+        event_id: stored.event_id.to_string(),
+        fingerprint: stored.fingerprint.to_string(),
         occurred_at: stored.occurred_at_us.map(format_rfc3339_micros),
         payload,
         received_at: format_rfc3339_micros(stored.received_at_us),

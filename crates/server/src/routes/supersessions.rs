@@ -10,7 +10,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use traqlyte_experiments::RuleError;
-use traqlyte_identity::ContractName;
+use traqlyte_identity::{ContractName, EventId};
 use traqlyte_store::{now_us, SupersedeOutcome};
 use utoipa::ToSchema;
 
@@ -67,15 +67,17 @@ pub(crate) async fn supersede(
     if traqlyte_identity::openlineage::builtin_contract(contract_name.as_str()).is_some() {
         return Err(ApiError::unprocessable("unsupported_contract", "events of built-in contracts are corrected by their producer's next event, not by supersession").with_field("contract"));
     }
+    // An id that is not 64 lowercase hex digits names no stored event.
+    let id = EventId::parse(&event_id).ok_or_else(missing)?;
     let stored = state
         .store
-        .event(&tenant, &contract_name, &event_id)
+        .event(&tenant, &contract_name, &id)
         .await?
         .ok_or_else(missing)?;
     let version = u32::try_from(stored.contract_version).map_err(ApiError::internal)?;
     let contract = load(&state, &tenant, &name, Some(version)).await?;
     let corrected = identify(&contract, event)?;
-    if corrected.identified.event_id.as_str() != event_id {
+    if corrected.identified.event_id != id {
         return Err(ApiError::unprocessable(
             "identity_mismatch",
             format!(
@@ -105,7 +107,7 @@ pub(crate) async fn supersede(
                 event_id: &event_id,
                 fingerprint,
                 status: "superseded",
-                supersedes: Some(supersedes),
+                supersedes: Some(supersedes.to_string()),
             };
             (StatusCode::CREATED, Json(ack)).into_response()
         }

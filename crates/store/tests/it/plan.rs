@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
-use traqlyte_identity::Contract;
+use traqlyte_identity::{Contract, EventId};
 use traqlyte_store::plan::{colliding_stored_ids, resolve, Batch, Held};
 use traqlyte_store::{EventOutcome, NewEvent, StoreError};
 
@@ -23,17 +23,17 @@ fn event(order: &str, note: &str) -> NewEvent {
 fn held(event: &NewEvent, inserted_here: bool, superseded_by: &[&NewEvent]) -> Held {
     Held {
         inserted_here,
-        fingerprint: event.identified.fingerprint.as_str().to_string(),
+        fingerprint: event.identified.fingerprint.clone(),
         payload: (!inserted_here).then(|| event.payload.clone()),
         superseded_by: superseded_by
             .iter()
-            .map(|e| e.identified.fingerprint.as_str().to_string())
+            .map(|e| e.identified.fingerprint.clone())
             .collect(),
     }
 }
 
-fn id(event: &NewEvent) -> String {
-    event.identified.event_id.as_str().to_string()
+fn id(event: &NewEvent) -> EventId {
+    event.identified.event_id.clone()
 }
 
 #[test]
