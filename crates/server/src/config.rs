@@ -45,6 +45,12 @@ pub struct ServerConfig {
     /// Most connections served at once; at the cap the server stops accepting until one
     /// closes, so new clients wait in the kernel's listen backlog (see `listener`).
     pub connections_max: usize,
+    /// Events whose occurrence time lies outside this horizon are refused by the live
+    /// path (`422 outside_horizon`); PostgreSQL detaches partitions beyond it.
+    pub dedupe_horizon: traqlyte_store::DedupeHorizon,
+    /// Whether an event older than the horizon is refused (the default) or reconciled
+    /// against rows of any age, as a backfill does.
+    pub late_events: traqlyte_store::LateEvents,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +76,8 @@ impl Default for ServerConfig {
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             connections_max: 10_000,
+            dedupe_horizon: traqlyte_store::DedupeHorizon::default(),
+            late_events: traqlyte_store::LateEvents::Refuse,
         }
     }
 }

@@ -199,6 +199,11 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict { code, message } => {
                 ApiError::new(StatusCode::CONFLICT, code, message)
             }
+            // Only when `partitions maintain` ran with a shorter horizon than the server's
+            // check (`routes::events::admit`), which refuses the usual cases per item.
+            StoreError::OutsideHorizon => {
+                ApiError::unprocessable("outside_horizon", err.to_string())
+            }
             other => ApiError::internal(other),
         }
     }

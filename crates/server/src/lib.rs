@@ -56,6 +56,10 @@ pub async fn serve(
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // The partitions of the horizon exist before the first event arrives.
+    maintain_partitions_once(&store, &config.dedupe_horizon)
+        .await
+        .map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(&config.listen).await?;
     let address = listener.local_addr()?;
     on_bound(address);
@@ -66,10 +70,41 @@ pub async fn serve(
     };
     let purge = tokio::spawn(purge_idempotency_keys(state.clone()));
     let roll_up = tokio::spawn(roll_up_tallies(state.clone()));
+    let partitions = tokio::spawn(maintain_partitions(state.clone()));
     let served = listener::serve(listener, router(state), limits, shutdown).await;
     purge.abort();
     roll_up.abort();
+    partitions.abort();
     served
+}
+
+/// How often the partitions are maintained: far more often than a day, so a missed run
+/// or a lock timeout costs nothing (partitions are created days ahead).
+const PARTITIONS_MAINTAIN_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+async fn maintain_partitions_once(
+    store: &Store,
+    horizon: &traqlyte_store::DedupeHorizon,
+) -> Result<(), traqlyte_store::StoreError> {
+    store
+        .maintain_partitions(horizon, traqlyte_store::now_us())
+        .await
+        .map(|_| ())
+}
+
+/// Creates the coming days' partitions and detaches those that left the dedupe horizon,
+/// periodically (PostgreSQL; a no-op on SQLite). Several servers take turns under an
+/// advisory lock.
+async fn maintain_partitions(state: AppState) {
+    let mut ticker = tokio::time::interval(PARTITIONS_MAINTAIN_EVERY);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        if let Err(err) = maintain_partitions_once(&state.store, &state.config.dedupe_horizon).await
+        {
+            tracing::warn!(error = %err, "partition maintenance failed");
+        }
+    }
 }
 
 /// How often per-call tally rows are folded, and how old a row must be to be folded.

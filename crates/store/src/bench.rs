@@ -2,6 +2,8 @@
 //! straight into the `events` table with no identification, no retry/collision reading
 //! and no counting — only the batched insert with its dedupe constraint.
 
+use traqlyte_identity::Contract;
+
 use crate::{NewEvent, Store, StoreError, TenantId};
 
 impl Store {
@@ -12,14 +14,18 @@ impl Store {
     pub async fn raw_insert_events(
         &self,
         tenant: &TenantId,
-        contract: &str,
-        version: u32,
+        contract: &Contract,
         events: &[NewEvent],
     ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let rows: Vec<&NewEvent> = events.iter().collect();
+        let target = crate::events::Target {
+            table: crate::events::EventTable::Live,
+            tenant,
+            contract,
+        };
         let (_, inserted) = tx
-            .insert_event_rows(tenant, contract, version, &rows, crate::now_us(), false)
+            .insert_event_rows(&target, &rows, crate::now_us(), false)
             .await?;
         tx.commit().await?;
         Ok(inserted)

@@ -11,6 +11,7 @@ use sqlx::Row;
 use traqlyte_identity::{Contract, EventId, Fingerprint};
 
 use crate::model::{stored_event_id, stored_fingerprint};
+use crate::partitions::{self, partition_day};
 use crate::plan::{self, Batch, Held};
 use crate::tx::{with_tx, TxInner};
 use crate::{EventOutcome, NewEvent, Store, StoreError, StoreTx, TenantId};
@@ -18,16 +19,64 @@ use crate::{EventOutcome, NewEvent, Store, StoreError, StoreTx, TenantId};
 /// Rows per multi-row statement on SQLite (9 parameters a row, far below its limit).
 const SQLITE_ROWS_PER_STATEMENT: usize = 500;
 
-const PG_INSERT_UNNEST: &str = "INSERT INTO events
-     (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us)
-     SELECT $1, $2, e.event_id, $3, e.fingerprint, e.payload, e.occurred_at_us, $4
-     FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[]) AS e(event_id, fingerprint, payload, occurred_at_us)
+/// Where event rows go on PostgreSQL: the partitions inside the dedupe horizon (every
+/// live write), or those detached from it (a backfill's events of older days).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventTable {
+    Live,
+    Detached,
+}
+
+impl EventTable {
+    fn name(self) -> &'static str {
+        match self {
+            EventTable::Live => "events",
+            EventTable::Detached => "events_detached",
+        }
+    }
+}
+
+/// The batched insert; `{table}` is one of [`EventTable`]'s names. The partition key
+/// `occurred_day` is computed once, in Rust ([`partitions::occurred_day`]).
+const PG_INSERT_UNNEST: &str = "INSERT INTO {table}
+     (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us, occurred_day)
+     SELECT $1, $2, e.event_id, $3, e.fingerprint, e.payload, e.occurred_at_us, $4, e.occurred_day
+     FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[], $9::int4[])
+       AS e(event_id, fingerprint, payload, occurred_at_us, occurred_day)
      ON CONFLICT DO NOTHING";
 
+/// A primary-key probe per id, with its day, so only the partition of that day is read.
 const PG_SELECT_FINGERPRINTS: &str = "SELECT u.event_id,
-       (SELECT e.fingerprint FROM events e
-         WHERE e.tenant_id = $1 AND e.contract_name = $2 AND e.event_id = u.event_id)
-     FROM unnest($3::text[]) AS u(event_id)";
+       (SELECT e.fingerprint FROM {table} e
+         WHERE e.tenant_id = $1 AND e.contract_name = $2 AND e.event_id = u.event_id
+           AND e.occurred_day = u.occurred_day)
+     FROM unnest($3::text[], $4::int4[]) AS u(event_id, occurred_day)";
+
+const PG_SELECT_PAYLOAD: &str = "SELECT payload FROM {table}
+     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3 AND occurred_day = $4";
+
+const SQLITE_SELECT_PAYLOAD: &str =
+    "SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3";
+
+/// Where a batch of rows goes: the table (PostgreSQL), the tenant and the contract.
+pub(crate) struct Target<'a> {
+    pub(crate) table: EventTable,
+    pub(crate) tenant: &'a TenantId,
+    pub(crate) contract: &'a Contract,
+}
+
+/// PostgreSQL's answer to a row whose partition key no partition covers.
+fn no_partition(err: sqlx::Error) -> StoreError {
+    match &err {
+        sqlx::Error::Database(db)
+            if db.code().as_deref() == Some("23514")
+                && db.message().starts_with("no partition of relation") =>
+        {
+            StoreError::OutsideHorizon
+        }
+        _ => StoreError::Database(err),
+    }
+}
 
 impl Store {
     /// Stores identified events of one contract in one transaction, durable before
@@ -51,8 +100,70 @@ impl Store {
 impl StoreTx {
     /// [`Store::insert_events`] inside a caller's transaction (so other writes, such as a
     /// lineage graph update, can commit atomically with the events).
+    ///
+    /// On PostgreSQL a live transaction writes the partitions inside the dedupe horizon
+    /// only: an event whose day has no attached partition fails the call with
+    /// [`StoreError::OutsideHorizon`], never a second row elsewhere. A backfill's
+    /// transaction ([`Store::begin_backfill`]) sends each event of an older day to the
+    /// detached partitions instead, where their own primary keys reconcile it.
     pub async fn insert_events(
         &mut self,
+        tenant: &TenantId,
+        contract: &Contract,
+        events: &[NewEvent],
+    ) -> Result<Vec<EventOutcome>, StoreError> {
+        let TxInner::Postgres(conn) = &mut self.inner else {
+            return self
+                .insert_into(EventTable::Live, tenant, contract, events)
+                .await;
+        };
+        if !self.any_age {
+            return self
+                .insert_into(EventTable::Live, tenant, contract, events)
+                .await;
+        }
+        let attached = partitions::attached_days(conn).await?;
+        let last = attached
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(partitions::UNTIMED_DAY);
+        let mut live: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
+        let mut old: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
+        for (index, event) in events.iter().enumerate() {
+            let day = partition_day(contract, event.identified.occurred_at_us);
+            let group = if day == partitions::UNTIMED_DAY || attached.contains(&day) {
+                &mut live
+            } else if day < last {
+                &mut old
+            } else {
+                // A day after every partition: a later partition of it would not see a
+                // row stored elsewhere now. Run `partitions maintain` first.
+                return Err(StoreError::OutsideHorizon);
+            };
+            group.0.push(index);
+            group.1.push(event.clone());
+        }
+        let mut outcomes: Vec<Option<EventOutcome>> = vec![None; events.len()];
+        for (table, (indices, group)) in [(EventTable::Live, live), (EventTable::Detached, old)] {
+            if group.is_empty() {
+                continue;
+            }
+            let stored = self.insert_into(table, tenant, contract, &group).await?;
+            for (index, outcome) in indices.into_iter().zip(stored) {
+                outcomes[index] = Some(outcome);
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| StoreError::Corrupt("an event without outcome".into())))
+            .collect()
+    }
+
+    /// The dedupe path into one table (on PostgreSQL; SQLite has one table).
+    async fn insert_into(
+        &mut self,
+        table: EventTable,
         tenant: &TenantId,
         contract: &Contract,
         events: &[NewEvent],
@@ -61,7 +172,7 @@ impl StoreTx {
         let name = contract.name().as_str();
         let now = crate::now_us();
         let inserted = self
-            .insert_candidates(tenant, contract, &batch, now)
+            .insert_candidates(table, tenant, contract, &batch, now)
             .await?;
         let mut held: HashMap<EventId, Held> = HashMap::with_capacity(batch.candidates.len());
         for &index in &batch.candidates {
@@ -70,13 +181,17 @@ impl StoreTx {
                 held.insert(event.event_id.clone(), Held::inserted(&event.fingerprint));
             }
         }
-        let conflicting: Vec<&EventId> = batch
+        let conflicting: Vec<(&EventId, i32)> = batch
             .candidates
             .iter()
-            .map(|&i| &batch.events[i].identified.event_id)
-            .filter(|id| !held.contains_key(*id))
+            .map(|&i| &batch.events[i].identified)
+            .filter(|e| !held.contains_key(&e.event_id))
+            .map(|e| (&e.event_id, partition_day(contract, e.occurred_at_us)))
             .collect();
-        for (id, fingerprint) in self.stored_fingerprints(tenant, name, &conflicting).await? {
+        for (id, fingerprint) in self
+            .stored_fingerprints(table, tenant, name, &conflicting)
+            .await?
+        {
             held.insert(id, Held::stored(fingerprint));
         }
         // Only on the rare collision path: corrections stored for those ids turn a resend
@@ -96,7 +211,11 @@ impl StoreTx {
             colliding = plan::colliding_stored_ids(&batch, &held);
         }
         for id in colliding {
-            let payload = self.stored_payload(tenant, name, &id).await?;
+            let day = conflicting
+                .iter()
+                .find(|(c, _)| **c == id)
+                .map_or(partitions::UNTIMED_DAY, |(_, day)| *day);
+            let payload = self.stored_payload(table, tenant, name, &id, day).await?;
             if let Some(row) = held.get_mut(&id) {
                 row.payload = Some(payload);
             }
@@ -120,6 +239,7 @@ impl StoreTx {
     /// Inserts the batch's candidates; returns the ids this statement inserted.
     async fn insert_candidates(
         &mut self,
+        table: EventTable,
         tenant: &TenantId,
         contract: &Contract,
         batch: &Batch<'_>,
@@ -127,9 +247,13 @@ impl StoreTx {
     ) -> Result<std::collections::HashSet<EventId>, StoreError> {
         let candidates: Vec<&NewEvent> =
             batch.candidates.iter().map(|&i| &batch.events[i]).collect();
-        let (name, version) = (contract.name().as_str(), contract.version());
+        let target = Target {
+            table,
+            tenant,
+            contract,
+        };
         let (ids, _) = self
-            .insert_event_rows(tenant, name, version, &candidates, now, true)
+            .insert_event_rows(&target, &candidates, now, true)
             .await?;
         ids.iter().map(|id| stored_event_id(id)).collect()
     }
@@ -139,13 +263,13 @@ impl StoreTx {
     /// `returning`) and how many rows were inserted.
     pub(crate) async fn insert_event_rows(
         &mut self,
-        tenant: &TenantId,
-        name: &str,
-        version: u32,
+        target: &Target<'_>,
         rows: &[&NewEvent],
         now: i64,
         returning: bool,
     ) -> Result<(Vec<String>, u64), StoreError> {
+        let (table, tenant) = (target.table, target.tenant);
+        let (name, version) = (target.contract.name().as_str(), target.contract.version());
         let suffix = if returning { " RETURNING event_id" } else { "" };
         let mut ids = Vec::new();
         let mut count = 0;
@@ -161,7 +285,14 @@ impl StoreTx {
                 );
                 let occurred: Vec<Option<i64>> =
                     rows.iter().map(|e| e.identified.occurred_at_us).collect();
-                let sql = format!("{PG_INSERT_UNNEST}{suffix}");
+                let days: Vec<i32> = occurred
+                    .iter()
+                    .map(|at| partition_day(target.contract, *at))
+                    .collect();
+                let sql = format!(
+                    "{}{suffix}",
+                    PG_INSERT_UNNEST.replace("{table}", table.name())
+                );
                 let query = sqlx::query(&sql)
                     .bind(tenant.as_str())
                     .bind(name)
@@ -170,16 +301,22 @@ impl StoreTx {
                     .bind(&event_ids)
                     .bind(&fingerprints)
                     .bind(&payloads)
-                    .bind(&occurred);
+                    .bind(&occurred)
+                    .bind(&days);
                 if returning {
                     ids = query
                         .fetch_all(&mut **conn)
-                        .await?
+                        .await
+                        .map_err(no_partition)?
                         .iter()
                         .map(|row| row.try_get("event_id"))
                         .collect::<Result<_, _>>()?;
                 } else {
-                    count = query.execute(&mut **conn).await?.rows_affected();
+                    count = query
+                        .execute(&mut **conn)
+                        .await
+                        .map_err(no_partition)?
+                        .rows_affected();
                 }
             }
             TxInner::Sqlite(conn) => {
@@ -219,11 +356,13 @@ impl StoreTx {
     /// `(event_id, fingerprint)` of the stored rows among `ids`.
     async fn stored_fingerprints(
         &mut self,
+        table: EventTable,
         tenant: &TenantId,
         contract: &str,
-        ids: &[&EventId],
+        keys: &[(&EventId, i32)],
     ) -> Result<Vec<(EventId, Fingerprint)>, StoreError> {
-        let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+        let ids: Vec<&str> = keys.iter().map(|(id, _)| id.as_str()).collect();
+        let days: Vec<i32> = keys.iter().map(|(_, day)| *day).collect();
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -234,10 +373,12 @@ impl StoreTx {
                 // transactions our insert waited for.
                 // One primary-key probe per id, whatever the table's statistics say (a generic
                 // plan for `event_id = ANY($3)` scanned the tenant's whole key range).
-                let rows: Vec<(String, Option<String>)> = sqlx::query_as(PG_SELECT_FINGERPRINTS)
+                let sql = PG_SELECT_FINGERPRINTS.replace("{table}", table.name());
+                let rows: Vec<(String, Option<String>)> = sqlx::query_as(&sql)
                     .bind(tenant.as_str())
                     .bind(contract)
                     .bind(&ids)
+                    .bind(&days)
                     .fetch_all(&mut **conn)
                     .await?;
                 found.extend(rows.into_iter().filter_map(|(id, f)| Some((id, f?))));
@@ -262,12 +403,34 @@ impl StoreTx {
 
     async fn stored_payload(
         &mut self,
+        table: EventTable,
         tenant: &TenantId,
         contract: &str,
         id: &EventId,
+        day: i32,
     ) -> Result<String, StoreError> {
-        with_tx!(self, conn => Ok(sqlx::query_scalar("SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3")
-            .bind(tenant.as_str()).bind(contract).bind(id.as_str()).fetch_one(&mut *conn).await?))
+        let query = match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let sql = PG_SELECT_PAYLOAD.replace("{table}", table.name());
+                let query = sqlx::query_scalar(&sql)
+                    .bind(tenant.as_str())
+                    .bind(contract);
+                query
+                    .bind(id.as_str())
+                    .bind(day)
+                    .fetch_one(&mut **conn)
+                    .await
+            }
+            TxInner::Sqlite(conn) => {
+                let query = sqlx::query_scalar(SQLITE_SELECT_PAYLOAD).bind(tenant.as_str());
+                query
+                    .bind(contract)
+                    .bind(id.as_str())
+                    .fetch_one(&mut **conn)
+                    .await
+            }
+        };
+        Ok(query?)
     }
 
     async fn log_collisions(

@@ -24,6 +24,7 @@ pub mod idempotency;
 mod lineage;
 mod migrate;
 mod model;
+pub mod partitions;
 pub mod plan;
 mod postgres;
 mod sql;
@@ -50,6 +51,7 @@ pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,
 };
+pub use partitions::{DedupeHorizon, LateEvents, Maintenance, OutsideHorizon, PartitionInfo};
 pub use supersessions::{SupersedeOutcome, Supersession};
 pub use tenants::{ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
 pub use tx::StoreTx;
@@ -82,6 +84,10 @@ pub enum StoreError {
     /// A stored row could not be decoded (the database holds something this build did not write).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// An event's occurrence day has no partition that live writes reach: it lies
+    /// outside the dedupe horizon (or too far ahead). Nothing was written.
+    #[error("the event's occurrence time lies outside the dedupe horizon: no live partition holds its day; load it with `traqlyte backfill`")]
+    OutsideHorizon,
     /// Any database error.
     #[error(transparent)]
     Database(#[from] sqlx::Error),

@@ -32,7 +32,8 @@ pub(crate) const SELECT_STATS: &str = "SELECT c.name AS contract,
 pub(crate) const SELECT_EVENT: &str =
     "SELECT event_id, CAST(contract_version AS BIGINT) AS contract_version, fingerprint, payload,
        occurred_at_us, received_at_us
-     FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3";
+     FROM events_any_age WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
+     ORDER BY received_at_us LIMIT 1";
 
 pub(crate) const SELECT_COLLISIONS: &str =
     "SELECT collision_id, event_id, stored_fingerprint, incoming_fingerprint,

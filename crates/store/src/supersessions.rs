@@ -74,8 +74,11 @@ const SELECT_SUPERSESSIONS: &str =
      FROM event_supersessions WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
      ORDER BY superseded_at_us, fingerprint";
 
-const SELECT_FINGERPRINT: &str = "SELECT fingerprint FROM events
-     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3";
+/// Any age: a detached event can be corrected too. Its first stored row, should a
+/// producer have restamped it across a day (two rows, see docs/identity.md).
+const SELECT_FINGERPRINT: &str = "SELECT fingerprint FROM events_any_age
+     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
+     ORDER BY received_at_us LIMIT 1";
 
 const INSERT_SUPERSESSION: &str = "INSERT INTO event_supersessions
      (tenant_id, contract_name, event_id, fingerprint, supersedes, payload, reason, superseded_at_us)

@@ -6,6 +6,10 @@ use crate::{Store, StoreError};
 /// An open transaction. Dropping it without [`StoreTx::commit`] rolls it back.
 pub struct StoreTx {
     pub(crate) inner: TxInner,
+    /// Inserts reconcile events of any age (a backfill): on PostgreSQL each event goes to
+    /// the partition that holds its day, attached or detached. Live transactions write
+    /// attached partitions only.
+    pub(crate) any_age: bool,
 }
 
 pub(crate) enum TxInner {
@@ -62,7 +66,19 @@ impl Store {
             }
             crate::Backend::Postgres(p) => TxInner::Postgres(p.pool.begin().await?),
         };
-        Ok(StoreTx { inner })
+        Ok(StoreTx {
+            inner,
+            any_age: false,
+        })
+    }
+
+    /// A write transaction for a backfill: its event inserts reconcile against rows of
+    /// any age, partitions detached from the dedupe horizon included (see
+    /// [`StoreTx::insert_events`]).
+    pub async fn begin_backfill(&self) -> Result<StoreTx, StoreError> {
+        let mut tx = self.begin().await?;
+        tx.any_age = true;
+        Ok(tx)
     }
 }
 

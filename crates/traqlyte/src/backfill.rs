@@ -10,16 +10,21 @@
 //! one transaction and rolls it back, so its counts are the real run's by construction
 //! (it holds the new rows' key locks until it ends; run it off-peak on a big file).
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, IsTerminal, Read};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use traqlyte_identity::openlineage::{identify_run_event, RUN_EVENT_CONTRACT};
+use traqlyte_identity::openlineage::{identify_run_event, run_event_contract, RUN_EVENT_CONTRACT};
 use traqlyte_identity::{json as strict_json, Contract, ContractName};
-use traqlyte_store::{EventOutcome, NewEvent, RunEventRow, Store, StoreTx, TenantId};
+use traqlyte_store::partitions::partition_time;
+use traqlyte_store::{
+    DedupeHorizon, EventOutcome, NewEvent, OutsideHorizon, RunEventRow, Store, StoreTx, TenantId,
+};
 
+use crate::partitions::HorizonArgs;
 use crate::DbArgs;
 
 /// Lines identified and stored together.
@@ -52,6 +57,10 @@ pub(crate) struct BackfillArgs {
     json: bool,
     #[command(flatten)]
     db: DbArgs,
+    /// The horizon `serve` runs with: the backfill first maintains the partitions with
+    /// it, then reconciles each event in the partition of its day, attached or detached.
+    #[command(flatten)]
+    horizon: HorizonArgs,
 }
 
 /// What a backfill did (or, dry, would do).
@@ -80,10 +89,17 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     let store = crate::tenants::open(&args.db).await?;
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
     let kind = kind(&store, &tenant, &args.contract).await?;
+    let horizon = args.horizon.dedupe_horizon_days;
+    // Every day of the horizon has its partition before events are routed to them.
+    store
+        .maintain_partitions(&horizon, traqlyte_store::now_us())
+        .await
+        .context("maintain partitions")?;
     let file =
         std::fs::File::open(&args.file).with_context(|| format!("open {}", args.file.display()))?;
-    let mut reader = BufReader::new(file);
-    let mut tx = store.begin().await?;
+    let progress = progress_bar(file.metadata().map(|m| m.len()).unwrap_or(0));
+    let mut reader = BufReader::new(progress.wrap_read(file));
+    let mut tx = store.begin_backfill().await?;
     let mut counts = Counts::default();
     let mut batch: Vec<Item> = Vec::with_capacity(BATCH_LINES_MAX);
     let mut line = Vec::new();
@@ -111,7 +127,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match identify(&kind, &line) {
+        match identify(&kind, &line).and_then(|item| not_ahead(&horizon, &kind, item)) {
             Ok(item) => batch.push(item),
             Err(reason) => reject(&mut counts, number, &reason),
         }
@@ -121,7 +137,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
                 // Each batch is durable on its own: an interrupted backfill is resumed by
                 // running it again (what is stored counts as already present).
                 tx.commit().await?;
-                tx = store.begin().await?;
+                tx = store.begin_backfill().await?;
             }
         }
     }
@@ -131,8 +147,45 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     } else {
         tx.commit().await?;
     }
+    progress.finish_and_clear();
     report(&args, &counts);
     Ok(())
+}
+
+/// A progress bar over the file's bytes on a terminal; hidden otherwise (a pipe, a
+/// test, `--json` read by a program).
+fn progress_bar(file_bytes: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(file_bytes);
+    if let Ok(style) =
+        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Refuses an event further ahead than the live path's skew: no partition holds its day
+/// yet, and a row stored elsewhere now would not meet a later live duplicate. An old
+/// event is the point of a backfill and always taken.
+fn not_ahead(horizon: &DedupeHorizon, kind: &Kind, item: Item) -> Result<Item, String> {
+    let at = match (&item, kind) {
+        (Item::Event(event), Kind::Contract(contract)) => {
+            partition_time(contract, event.identified.occurred_at_us)
+        }
+        (Item::Run(row), _) => {
+            partition_time(run_event_contract(), row.event.identified.occurred_at_us)
+        }
+        (Item::Event(_), Kind::RunEvent) => None,
+    };
+    match horizon.admits(at, traqlyte_store::now_us()) {
+        Err(OutsideHorizon::TooFarAhead) => {
+            Err("its occurrence time is more than a day in the future".to_string())
+        }
+        _ => Ok(item),
+    }
 }
 
 async fn kind(store: &Store, tenant: &TenantId, name: &str) -> Result<Kind> {

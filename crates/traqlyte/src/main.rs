@@ -7,6 +7,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod backfill;
+mod partitions;
 mod tenants;
 
 use std::io::Read;
@@ -56,6 +57,9 @@ enum Command {
     /// Load a file of events (NDJSON) through the live identification and dedupe path and
     /// report inserted / already present / collided / rejected; `--dry-run` writes nothing.
     Backfill(backfill::BackfillArgs),
+    /// The time partitions of the events table (PostgreSQL): status, maintain.
+    #[command(subcommand)]
+    Partitions(partitions::PartitionsCommand),
     /// Inspect identity contracts.
     #[command(subcommand)]
     Contracts(ContractsCommand),
@@ -134,6 +138,17 @@ struct ServeArgs {
     /// admin routes answer 404 admin_disabled.
     #[arg(long, env = "TRAQLYTE_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    horizon: partitions::HorizonArgs,
+    /// An event older than the horizon: refused (422 outside_horizon) or reconciled
+    /// like a backfill.
+    #[arg(
+        long,
+        env = "TRAQLYTE_LATE_EVENTS",
+        value_enum,
+        default_value = "refuse"
+    )]
+    late_events: partitions::LateEventsArg,
 }
 
 #[derive(Subcommand)]
@@ -221,6 +236,7 @@ async fn run(command: Command) -> Result<()> {
         }
         Command::Fire(args) => fire::run(args).await,
         Command::Backfill(args) => backfill::run(args).await,
+        Command::Partitions(command) => partitions::run(command).await,
         Command::Bench(command) => bench::run(command).await,
     }
 }
@@ -264,6 +280,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         header_read_timeout_ms: args.header_read_timeout_ms,
         idle_timeout_ms: args.idle_timeout_ms,
         connections_max,
+        dedupe_horizon: args.horizon.dedupe_horizon_days,
+        late_events: args.late_events.into(),
         // The purge interval, and in test builds the test hooks.
         ..ServerConfig::default()
     };

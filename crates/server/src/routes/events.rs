@@ -9,7 +9,8 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, EventId, Fingerprint};
-use traqlyte_store::{EventOutcome, NewEvent};
+use traqlyte_store::partitions::partition_time;
+use traqlyte_store::{EventOutcome, LateEvents, NewEvent, OutsideHorizon, StoreTx};
 use utoipa::ToSchema;
 
 use super::contracts::{load, VersionQuery};
@@ -41,11 +42,12 @@ pub(crate) async fn post_one(
 ) -> Result<axum::response::Response, ApiError> {
     let contract = load(&state, &tenant, &name, query.version).await?;
     let value = read_document(&state, &headers, body).await?;
-    let event = identify(&contract, value)?;
-    let outcomes = state
-        .store
+    let event = admit(&state, &contract, identify(&contract, value)?)?;
+    let mut tx = begin_ingest(&state).await?;
+    let outcomes = tx
         .insert_events(&tenant, &contract, std::slice::from_ref(&event))
         .await?;
+    tx.commit().await?;
     let outcome = outcomes
         .into_iter()
         .next()
@@ -91,7 +93,10 @@ pub(crate) async fn post_batch(
     let mut events = Vec::with_capacity(submitted);
     let mut positions = Vec::with_capacity(submitted);
     for (index, item) in items.into_iter().enumerate() {
-        match item.and_then(|item| identify(&contract, item)) {
+        match item
+            .and_then(|item| identify(&contract, item))
+            .and_then(|event| admit(&state, &contract, event))
+        {
             Ok(event) => {
                 events.push(event);
                 positions.push(index);
@@ -99,10 +104,9 @@ pub(crate) async fn post_batch(
             Err(err) => results[index].error = Some(err.body()),
         }
     }
-    let outcomes = state
-        .store
-        .insert_events(&tenant, &contract, &events)
-        .await?;
+    let mut tx = begin_ingest(&state).await?;
+    let outcomes = tx.insert_events(&tenant, &contract, &events).await?;
+    tx.commit().await?;
     let mut totals = BatchTotals {
         rejected: submitted - events.len(),
         ..BatchTotals::default()
@@ -255,6 +259,52 @@ pub(crate) fn identify(contract: &Contract, value: Value) -> Result<NewEvent, Ap
     Ok(NewEvent {
         identified,
         payload,
+    })
+}
+
+/// The event, if the time it is partitioned by lies inside the dedupe horizon; else
+/// `422 outside_horizon` naming the occurrence field and the backfill command. Checked
+/// before anything is written, on both backends alike. An event partitioned by no time
+/// (its contract declares none, or declares it transport metadata, as OpenLineage's
+/// `eventTime`) is always admitted: its key never leaves the dedupe index.
+pub(crate) fn admit(
+    state: &AppState,
+    contract: &Contract,
+    event: NewEvent,
+) -> Result<NewEvent, ApiError> {
+    let at = partition_time(contract, event.identified.occurred_at_us);
+    let horizon = state.config.dedupe_horizon;
+    let outside = match horizon.admits(at, traqlyte_store::now_us()) {
+        Ok(()) => return Ok(event),
+        Err(OutsideHorizon::TooOld) if state.config.late_events == LateEvents::Reconcile => {
+            return Ok(event)
+        }
+        Err(outside) => outside,
+    };
+    let when = at.map(format_rfc3339_micros).unwrap_or_default();
+    let side = match outside {
+        OutsideHorizon::TooOld => format!("older than the {}-day dedupe horizon", horizon.days()),
+        OutsideHorizon::TooFarAhead => "more than a day in the future".to_string(),
+    };
+    let field = contract.occurred_at().unwrap_or_default();
+    Err(ApiError::unprocessable(
+        "outside_horizon",
+        format!(
+            "the occurrence time {when} is {side}: the live path cannot promise to store it once, so nothing was written. \
+             Load late events with `traqlyte backfill --tenant TENANT --contract {} --file EVENTS.ndjson`, \
+             which reconciles them against stored rows of any age",
+            contract.name()
+        ),
+    )
+    .with_field(field))
+}
+
+/// The ingestion transaction: a backfill's (rows of any age) when late events are
+/// reconciled, else a live one (partitions inside the horizon only).
+pub(crate) async fn begin_ingest(state: &AppState) -> Result<StoreTx, ApiError> {
+    Ok(match state.config.late_events {
+        LateEvents::Refuse => state.store.begin().await?,
+        LateEvents::Reconcile => state.store.begin_backfill().await?,
     })
 }
 

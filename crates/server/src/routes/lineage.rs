@@ -10,11 +10,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use traqlyte_identity::openlineage::{identify_run_event, OpenLineageError};
+use traqlyte_identity::openlineage::{identify_run_event, run_event_contract, OpenLineageError};
 use traqlyte_store::{Direction, EventOutcome, NewEvent, NodeRef, RunEventRow, TenantId, Walk};
 use utoipa::{IntoParams, ToSchema};
 
-use super::events::collision;
+use super::events::{admit, begin_ingest, collision};
 use crate::auth::Tenant;
 use crate::body::read_document;
 use crate::{ApiError, AppState};
@@ -50,17 +50,24 @@ pub(crate) async fn post_event(
     })?;
     let projected = identify_run_event(&value).map_err(bad_event)?;
     let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
+    let event = NewEvent {
+        identified: projected.identified,
+        payload,
+    };
+    // 400 like every invalid RunEvent; the field is `eventTime`.
+    let event = admit(&state, run_event_contract(), event).map_err(|err| {
+        err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
+            .with_field("eventTime")
+    })?;
     let row = RunEventRow {
-        event: NewEvent {
-            identified: projected.identified,
-            payload,
-        },
+        event,
         identity: projected.identity,
     };
-    let outcomes = state
-        .store
+    let mut tx = begin_ingest(&state).await?;
+    let outcomes = tx
         .insert_run_events(&tenant, std::slice::from_ref(&row))
         .await?;
+    tx.commit().await?;
     let outcome = outcomes
         .into_iter()
         .next()

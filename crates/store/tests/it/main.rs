@@ -4,6 +4,7 @@
 
 mod db;
 mod migrate;
+mod partitions;
 mod placeholders;
 mod plan;
 mod schema;

@@ -48,7 +48,7 @@ fn names(files: &[(i64, String, String)]) -> Vec<String> {
 
 /// Writes what the runner before checksums left behind: the first `applied` migrations
 /// and their rows in `schema_migrations`, each in the old runner's shape.
-async fn old_runner_database(db: &TestDb, applied: usize) {
+pub(crate) async fn old_runner_database(db: &TestDb, applied: usize) {
     let mut raw = db.raw().await;
     raw.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -124,8 +124,16 @@ pub struct TestApp {
     _db: TestDb,
 }
 
+/// The server most tests talk to reconciles late events instead of refusing them: their
+/// fixtures carry historical occurrence times (the vendored OpenLineage corpus dates
+/// from 2019) and must keep passing as the calendar moves on. The horizon's refusal,
+/// the product default, is tested with `spawn_app_with` (`partitions.rs`).
 pub async fn spawn_app(backend: Backend) -> TestApp {
-    spawn_app_with(backend, ServerConfig::default()).await
+    let config = ServerConfig {
+        late_events: traqlyte_store::LateEvents::Reconcile,
+        ..ServerConfig::default()
+    };
+    spawn_app_with(backend, config).await
 }
 
 pub async fn spawn_app_with(backend: Backend, mut config: ServerConfig) -> TestApp {

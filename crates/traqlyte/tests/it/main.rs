@@ -18,6 +18,7 @@ mod lineage;
 mod numbers;
 mod ol_client;
 mod openapi;
+mod partitions;
 mod request_bodies;
 mod supersessions;
 mod ui;

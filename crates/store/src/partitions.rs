@@ -1,0 +1,346 @@
+//! The bounded dedupe horizon: PostgreSQL's `events` table is partitioned by the day of
+//! each event's occurrence time, partitions are created ahead of time, and the days that
+//! leave the horizon are detached from `events` (never dropped) and attached to
+//! `events_detached`, where they stay readable and keep their own primary key. SQLite
+//! keeps one table; there every function here is a no-op.
+//!
+//! The pure parts ([`DedupeHorizon`], [`occurred_day`], [`plan_maintenance`]) decide;
+//! [`Store::maintain_partitions`] and [`Store::partitions`] carry out and report.
+
+use sqlx::Row;
+use traqlyte_identity::Contract;
+
+use crate::tx::TxInner;
+use crate::{Store, StoreError};
+
+/// `occurred_day` of an event without an occurrence time: the `events_untimed` partition.
+pub const UNTIMED_DAY: i32 = i32::MIN;
+/// Microseconds in a day.
+const DAY_US: i64 = 86_400_000_000;
+/// Days kept attached beyond the horizon, so that an event the live path admitted just
+/// before midnight never finds its partition detached by a maintenance run just after.
+pub const DETACH_GRACE_DAYS: i32 = 1;
+/// Days of partitions created ahead of today: more than the future skew admitted, so a
+/// missed maintenance run or two never leaves an admitted event without its partition.
+pub const PARTITIONS_AHEAD_DAYS: i32 = 3;
+/// How far in the future an occurrence time may lie (clock skew between producers and
+/// the server) before the live path refuses it.
+pub const FUTURE_SKEW_US: i64 = DAY_US;
+/// A maintenance run waits at most this long for a lock held by ingestion, then gives
+/// up (the next run retries) instead of queueing every insert behind it.
+const MAINTAIN_LOCK_TIMEOUT_MS: u32 = 5_000;
+/// The advisory lock every partition change takes, so maintenance runs of several
+/// processes go one at a time.
+const PARTITION_LOCK_KEY: i64 = 0x7472_6171_7061_7274; // "traqpart"
+
+/// The day (since 1970-01-01 UTC) an occurrence time falls in: the partition key.
+pub fn occurred_day(occurred_at_us: Option<i64>) -> i32 {
+    match occurred_at_us {
+        None => UNTIMED_DAY,
+        // Timestamps are years 0001–9999, so the day always fits an i32.
+        Some(us) => i32::try_from(us.div_euclid(DAY_US)).unwrap_or(UNTIMED_DAY + 1),
+    }
+}
+
+/// The time an event is partitioned by: its contract's occurrence time, unless the
+/// contract declares that pointer transport metadata (the built-in
+/// `openlineage.run_event` does with `eventTime`). A producer may restamp a transport
+/// field on a retry, so partitioning by it would let a retry that crosses a day boundary
+/// miss its original; such events are stored untimed, under a key that never expires.
+pub fn partition_time(contract: &Contract, occurred_at_us: Option<i64>) -> Option<i64> {
+    let pointer = contract.occurred_at()?;
+    if contract.transport().any(|t| t == pointer) {
+        return None;
+    }
+    occurred_at_us
+}
+
+/// The partition day of an event of `contract`.
+pub fn partition_day(contract: &Contract, occurred_at_us: Option<i64>) -> i32 {
+    occurred_day(partition_time(contract, occurred_at_us))
+}
+
+/// The configured horizon inside which the live path suppresses duplicates by
+/// constraint (`--dedupe-horizon-days`, default 14: the longest plausible retry delay,
+/// doubled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DedupeHorizon {
+    days: u32,
+}
+
+/// Why the live path refuses an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutsideHorizon {
+    /// Its occurrence time is older than the horizon.
+    TooOld,
+    /// Its occurrence time lies further in the future than [`FUTURE_SKEW_US`].
+    TooFarAhead,
+}
+
+impl DedupeHorizon {
+    /// The default: 14 days.
+    pub const DEFAULT_DAYS: u32 = 14;
+    /// The longest horizon accepted (ten years of daily partitions).
+    pub const DAYS_MAX: u32 = 3_650;
+
+    /// A horizon of `days` (1 to [`Self::DAYS_MAX`]).
+    pub fn new(days: u32) -> Option<DedupeHorizon> {
+        (1..=Self::DAYS_MAX)
+            .contains(&days)
+            .then_some(DedupeHorizon { days })
+    }
+
+    /// The horizon in days.
+    pub fn days(&self) -> u32 {
+        self.days
+    }
+
+    /// Whether the live path takes an event with this occurrence time at `now_us`. An
+    /// event without one is always taken (it lives in the untimed partition).
+    pub fn admits(&self, occurred_at_us: Option<i64>, now_us: i64) -> Result<(), OutsideHorizon> {
+        let Some(at) = occurred_at_us else {
+            return Ok(());
+        };
+        if at < now_us.saturating_sub(i64::from(self.days) * DAY_US) {
+            return Err(OutsideHorizon::TooOld);
+        }
+        if at > now_us.saturating_add(FUTURE_SKEW_US) {
+            return Err(OutsideHorizon::TooFarAhead);
+        }
+        Ok(())
+    }
+
+    /// The first day kept attached at `now_us`: every day the live path admits, and
+    /// [`DETACH_GRACE_DAYS`] more.
+    pub fn first_attached_day(&self, now_us: i64) -> i32 {
+        occurred_day(Some(now_us)) - self.days as i32 - DETACH_GRACE_DAYS
+    }
+}
+
+impl Default for DedupeHorizon {
+    fn default() -> Self {
+        DedupeHorizon {
+            days: Self::DEFAULT_DAYS,
+        }
+    }
+}
+
+/// What the live path does with an event older than the horizon.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LateEvents {
+    /// `422 outside_horizon`, nothing written: late events go through `traqlyte backfill`.
+    #[default]
+    Refuse,
+    /// Reconciled like a backfill: on PostgreSQL every ingestion transaction then reads
+    /// the partition catalog and sends an older event to the detached partition of its
+    /// day, whose own primary key suppresses its duplicates (docs/scaling.md gives the
+    /// cost). Events too far ahead are still refused.
+    Reconcile,
+}
+
+/// What a maintenance run changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Maintenance {
+    /// Days whose partition is created (attached).
+    pub create: Vec<i32>,
+    /// Days whose partition is detached.
+    pub detach: Vec<i32>,
+}
+
+/// Decides a maintenance run: create every day of `[first attached, today + ahead]` that
+/// has no partition yet (attached or detached), detach every attached day before the
+/// first attached day. A detached day is never attached again.
+pub fn plan_maintenance(
+    attached: &[i32],
+    detached: &[i32],
+    horizon: &DedupeHorizon,
+    now_us: i64,
+) -> Maintenance {
+    let first = horizon.first_attached_day(now_us);
+    let last = occurred_day(Some(now_us)) + PARTITIONS_AHEAD_DAYS;
+    let create = (first..=last)
+        .filter(|day| !attached.contains(day) && !detached.contains(day))
+        .collect();
+    let mut detach: Vec<i32> = attached
+        .iter()
+        .copied()
+        .filter(|&day| day != UNTIMED_DAY && day < first)
+        .collect();
+    detach.sort_unstable();
+    Maintenance { create, detach }
+}
+
+/// One partition as `traqlyte partitions status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionInfo {
+    /// The table's name (`events_p20261130`, `events_untimed`, `events_detached_default`).
+    pub table: String,
+    /// The first day it holds, `YYYY-MM-DD`; `None` for the untimed and default ones.
+    pub from_day: Option<String>,
+    /// The day after the last it holds (exclusive).
+    pub to_day: Option<String>,
+    /// Rows it holds (counted).
+    pub rows: i64,
+    /// Bytes of its indexes (the dedupe key).
+    pub index_bytes: i64,
+    /// Attached to `events` (live writes maintain its index) or detached.
+    pub attached: bool,
+}
+
+const SELECT_PARTITIONS: &str = "SELECT c.relname AS table_name, p.relname AS parent,
+       CAST(substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(''?(-?[0-9]+)''?\\)') AS INTEGER) AS first_day,
+       pg_indexes_size(c.oid) AS index_bytes
+     FROM pg_inherits i
+     JOIN pg_class c ON c.oid = i.inhrelid
+     JOIN pg_class p ON p.oid = i.inhparent
+     JOIN pg_namespace n ON n.oid = p.relnamespace
+     WHERE n.nspname = current_schema() AND p.relname IN ('events', 'events_detached')
+     ORDER BY first_day NULLS FIRST, c.relname";
+
+/// A partition as the catalog lists it.
+struct Listed {
+    table: String,
+    attached: bool,
+    first_day: Option<i32>,
+    index_bytes: i64,
+}
+
+/// The table name of a day's partition.
+fn partition_table(day: i32) -> String {
+    format!("events_p{}", day_text(day).replace('-', ""))
+}
+
+/// `YYYY-MM-DD` of a day since the epoch (proleptic Gregorian; H. Hinnant's
+/// `civil_from_days`, exact for every day an RFC 3339 timestamp can name).
+pub fn day_text(day: i32) -> String {
+    let z = i64::from(day) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+async fn list(conn: &mut sqlx::PgConnection) -> Result<Vec<Listed>, StoreError> {
+    let rows = sqlx::query(SELECT_PARTITIONS).fetch_all(&mut *conn).await?;
+    rows.iter()
+        .map(|row| {
+            let parent: String = row.try_get("parent")?;
+            Ok(Listed {
+                table: row.try_get("table_name")?,
+                attached: parent == "events",
+                first_day: row.try_get("first_day")?,
+                index_bytes: row.try_get("index_bytes")?,
+            })
+        })
+        .collect()
+}
+
+/// The days of the day partitions in `listed` that are attached (or not).
+fn days(listed: &[Listed], attached: bool) -> Vec<i32> {
+    listed
+        .iter()
+        .filter(|p| p.attached == attached && p.table.starts_with("events_p"))
+        .filter_map(|p| p.first_day)
+        .collect()
+}
+
+/// The attached days, read inside a transaction that already holds a lock on `events`
+/// so no maintenance run can detach one of them before it ends.
+pub(crate) async fn attached_days(conn: &mut sqlx::PgConnection) -> Result<Vec<i32>, StoreError> {
+    sqlx::query("LOCK TABLE events IN ROW EXCLUSIVE MODE")
+        .execute(&mut *conn)
+        .await?;
+    Ok(days(&list(conn).await?, true))
+}
+
+impl Store {
+    /// Creates the partitions of the coming days and detaches those that left the
+    /// horizon, in one transaction under an advisory lock (so several processes take
+    /// turns). A detached partition moves to `events_detached` in the same transaction:
+    /// a reader always finds its rows. No-op on SQLite.
+    pub async fn maintain_partitions(
+        &self,
+        horizon: &DedupeHorizon,
+        now_us: i64,
+    ) -> Result<Maintenance, StoreError> {
+        let mut tx = self.begin().await?;
+        let TxInner::Postgres(conn) = &mut tx.inner else {
+            tx.rollback().await?;
+            return Ok(Maintenance::default());
+        };
+        let conn: &mut sqlx::PgConnection = conn;
+        sqlx::query(&format!(
+            "SET LOCAL lock_timeout = {MAINTAIN_LOCK_TIMEOUT_MS}"
+        ))
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(PARTITION_LOCK_KEY)
+            .execute(&mut *conn)
+            .await?;
+        let listed = list(conn).await?;
+        let plan = plan_maintenance(&days(&listed, true), &days(&listed, false), horizon, now_us);
+        for &day in &plan.create {
+            let sql = format!(
+                "CREATE TABLE {} PARTITION OF events FOR VALUES FROM ({day}) TO ({})",
+                partition_table(day),
+                day + 1
+            );
+            sqlx::query(&sql).execute(&mut *conn).await?;
+        }
+        for &day in &plan.detach {
+            let table = partition_table(day);
+            for sql in [
+                format!("ALTER TABLE events DETACH PARTITION {table}"),
+                format!(
+                    "ALTER TABLE events_detached ATTACH PARTITION {table} FOR VALUES FROM ({day}) TO ({})",
+                    day + 1
+                ),
+            ] {
+                sqlx::query(&sql).execute(&mut *conn).await?;
+            }
+        }
+        tx.commit().await?;
+        if !plan.create.is_empty() || !plan.detach.is_empty() {
+            tracing::info!(
+                created = plan.create.len(),
+                detached = plan.detach.len(),
+                horizon_days = horizon.days(),
+                "partitions maintained"
+            );
+        }
+        Ok(plan)
+    }
+
+    /// Every partition of the events table, oldest day first, with its row count and
+    /// index size; empty on SQLite (one table). Counting reads every partition: an
+    /// operator's command, not a hot path.
+    pub async fn partitions(&self) -> Result<Vec<PartitionInfo>, StoreError> {
+        let crate::Backend::Postgres(pg) = &self.backend else {
+            return Ok(Vec::new());
+        };
+        let mut conn = pg.pool.acquire().await?;
+        let listed = list(&mut conn).await?;
+        let mut out = Vec::with_capacity(listed.len());
+        for p in listed {
+            let rows: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {}", p.table))
+                .fetch_one(&mut *conn)
+                .await?;
+            let day = p.first_day.filter(|_| p.table.starts_with("events_p"));
+            out.push(PartitionInfo {
+                from_day: day.map(day_text),
+                to_day: day.map(|d| day_text(d + 1)),
+                table: p.table,
+                rows,
+                index_bytes: p.index_bytes,
+                attached: p.attached,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,133 @@
+//! `traqlyte partitions status|maintain`: the time partitions of the events table on
+//! PostgreSQL (docs/scaling.md, "Time partitions"), and the `--dedupe-horizon-days` flag
+//! that `serve`, `backfill` and `partitions maintain` share.
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use traqlyte_store::partitions::day_text;
+use traqlyte_store::{DedupeHorizon, LateEvents, PartitionInfo};
+
+use crate::DbArgs;
+
+/// The dedupe horizon, as every command that needs it takes it.
+#[derive(Args, Clone, Copy)]
+pub(crate) struct HorizonArgs {
+    /// Days of occurrence time inside which the live path suppresses duplicates by
+    /// constraint (1–3650): older events are refused (422 outside_horizon) and, on
+    /// PostgreSQL, their partitions detached (kept, readable, reconciled by `backfill`).
+    /// Give every process of one database the same value.
+    #[arg(long, env = "TRAQLYTE_DEDUPE_HORIZON_DAYS", default_value = "14", value_parser = parse_horizon)]
+    pub(crate) dedupe_horizon_days: DedupeHorizon,
+}
+
+/// What `serve` does with an event older than the horizon.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum LateEventsArg {
+    /// 422 outside_horizon, nothing written; load late events with `traqlyte backfill`.
+    Refuse,
+    /// Reconcile them against rows of any age, as a backfill does (slower: see
+    /// docs/scaling.md).
+    Reconcile,
+}
+
+impl From<LateEventsArg> for LateEvents {
+    fn from(arg: LateEventsArg) -> LateEvents {
+        match arg {
+            LateEventsArg::Refuse => LateEvents::Refuse,
+            LateEventsArg::Reconcile => LateEvents::Reconcile,
+        }
+    }
+}
+
+fn parse_horizon(text: &str) -> Result<DedupeHorizon, String> {
+    text.parse::<u32>()
+        .ok()
+        .and_then(DedupeHorizon::new)
+        .ok_or_else(|| format!("a number of days from 1 to {}", DedupeHorizon::DAYS_MAX))
+}
+
+/// `traqlyte partitions …`.
+#[derive(Subcommand)]
+pub(crate) enum PartitionsCommand {
+    /// Each partition of the events table: its days, rows, index bytes, attached or
+    /// detached (PostgreSQL; SQLite keeps one table and lists none).
+    Status {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Print one JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create the coming days' partitions and detach those that left the horizon (what
+    /// `serve` does every ten minutes).
+    Maintain {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        horizon: HorizonArgs,
+        /// Print the days created and detached as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the command.
+pub(crate) async fn run(command: PartitionsCommand) -> Result<()> {
+    match command {
+        PartitionsCommand::Status { db, json } => {
+            let store = crate::tenants::open(&db).await?;
+            let partitions = store.partitions().await.context("list partitions")?;
+            if json {
+                println!("{}", serde_json::to_string(&partitions)?);
+            } else {
+                print_table(store.backend_name(), &partitions);
+            }
+        }
+        PartitionsCommand::Maintain { db, horizon, json } => {
+            let store = crate::tenants::open(&db).await?;
+            let done = store
+                .maintain_partitions(&horizon.dedupe_horizon_days, traqlyte_store::now_us())
+                .await
+                .context("maintain partitions")?;
+            let days = |d: &[i32]| d.iter().map(|&day| day_text(day)).collect::<Vec<_>>();
+            if json {
+                println!(
+                    "{}",
+                    json!({"created": days(&done.create), "detached": days(&done.detach)})
+                );
+            } else {
+                println!(
+                    "created {} partitions {:?}, detached {} {:?}",
+                    done.create.len(),
+                    days(&done.create),
+                    done.detach.len(),
+                    days(&done.detach)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_table(backend: &str, partitions: &[PartitionInfo]) {
+    if partitions.is_empty() {
+        println!("{backend}: one events table, no partitions");
+        return;
+    }
+    println!(
+        "{:<26} {:<10} {:<10} {:>12} {:>14}  state",
+        "table", "from", "to", "rows", "index bytes"
+    );
+    for p in partitions {
+        println!(
+            "{:<26} {:<10} {:<10} {:>12} {:>14}  {}",
+            p.table,
+            p.from_day.as_deref().unwrap_or("-"),
+            p.to_day.as_deref().unwrap_or("-"),
+            p.rows,
+            p.index_bytes,
+            if p.attached { "attached" } else { "detached" }
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! The bounded dedupe horizon through the API and the CLI: the live path refuses what
+//! lies outside it and writes nothing; duplicates sent from several processes across a
+//! day boundary, while partitions are created and detached, are stored once; a detached
+//! day stays readable and `traqlyte partitions` shows it.
+
+use std::process::Command;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use traqlyte_identity::{format_rfc3339_micros, Contract};
+use traqlyte_server::ServerConfig;
+use traqlyte_store::DedupeHorizon;
+
+use crate::helpers::{
+    checkout_contract, checkout_event, fire_from_processes, spawn_app_with, Backend, TestApp,
+};
+
+crate::on_both_backends!(
+    an_event_outside_the_horizon_is_refused_by_the_live_path_and_nothing_is_written,
+    duplicates_straddling_midnight_from_several_processes_while_partitions_change_are_stored_once,
+    a_detached_day_stays_readable_and_partitions_status_shows_it,
+);
+
+pub(crate) const DAY_US: i64 = 86_400_000_000;
+
+/// A server with the product's defaults: a 14-day horizon, late events refused.
+pub(crate) async fn spawn_refusing_app(backend: Backend) -> TestApp {
+    let app = spawn_app_with(backend, ServerConfig::default()).await;
+    app.register_checkout_contract().await;
+    app
+}
+
+/// A checkout event that occurred at `at_us`.
+pub(crate) fn event_at(order: &str, at_us: i64) -> Value {
+    let mut event = checkout_event(order);
+    event["occurred_at"] = json!(format_rfc3339_micros(at_us));
+    event
+}
+
+/// The id the server gives `event`.
+pub(crate) fn id_of(event: &Value) -> String {
+    let contract = Contract::from_json(&checkout_contract()).expect("contract");
+    let identified = contract.identify(event).expect("identified");
+    identified.event_id.to_string()
+}
+
+/// Runs `traqlyte ARGS --database-url URL` and reads its JSON output.
+pub(crate) fn cli_json(app: &TestApp, args: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(args)
+        .args(["--database-url", app.database_url()])
+        .output()
+        .expect("run traqlyte");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).expect("utf-8");
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+async fn an_event_outside_the_horizon_is_refused_by_the_live_path_and_nothing_is_written(
+    backend: Backend,
+) {
+    let app = spawn_refusing_app(backend).await;
+    let now = traqlyte_store::now_us();
+    let old = event_at("order_old", now - 20 * DAY_US);
+    let answer = app.post_event(&old).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.code(), "outside_horizon");
+    assert_eq!(answer.body["error"]["field"], "/occurred_at");
+    let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("traqlyte backfill"), "{message}");
+    let ahead = app
+        .post_event(&event_at("order_ahead", now + 3 * DAY_US))
+        .await;
+    assert_eq!(ahead.code(), "outside_horizon", "{}", ahead.body);
+
+    let fresh = event_at("order_fresh", now - DAY_US);
+    let batch = app
+        .post_json("/events/checkout_completed/batch", &json!([old, fresh]))
+        .await;
+    assert_eq!(
+        batch.item_statuses(),
+        vec!["rejected", "inserted"],
+        "{}",
+        batch.body
+    );
+    assert_eq!(batch.body["results"][0]["error"]["code"], "outside_horizon");
+    let mut untimed = checkout_event("order_untimed");
+    untimed.as_object_mut().map(|e| e.remove("occurred_at"));
+    assert_eq!(app.post_event(&untimed).await.body["status"], "inserted");
+
+    let missing = app
+        .get(&format!("/events/checkout_completed/{}", id_of(&old)))
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND, "nothing was written");
+    assert_eq!(app.checkout_stats().await, (2, 0, 0));
+
+    // OpenLineage's eventTime is transport metadata a retry may restamp, so run events
+    // are partitioned by no time: an old one is taken (docs/lineage.md).
+    let run = json!({
+        "eventType": "COMPLETE", "eventTime": "2019-05-09T03:05:00Z",
+        "producer": "https://example.com/etl",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+        "run": {"runId": "0193a1f0-0000-7000-8000-00000000000b"},
+        "job": {"namespace": "etl", "name": "yearly"}, "inputs": [], "outputs": []
+    });
+    let stored = app.post_json("/api/v1/lineage", &run).await;
+    assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
+}
+
+async fn duplicates_straddling_midnight_from_several_processes_while_partitions_change_are_stored_once(
+    backend: Backend,
+) {
+    let app = spawn_refusing_app(backend).await;
+    let now = traqlyte_store::now_us();
+    let midnight = now - now.rem_euclid(DAY_US);
+    let before = event_at("order_before_midnight", midnight - 1);
+    let after = event_at("order_after_midnight", midnight);
+    let horizon = DedupeHorizon::default();
+    // Old days to detach while the duplicates arrive.
+    app.store
+        .maintain_partitions(&horizon, now - 40 * DAY_US)
+        .await
+        .expect("old partitions");
+    let url = app.url("/events/checkout_completed");
+    let urls = [url];
+    let firing = async {
+        let (a, b) = tokio::join!(
+            fire_from_processes(&urls, &app.key, &before, 2, 150, &[]),
+            fire_from_processes(&urls, &app.key, &after, 2, 150, &[]),
+        );
+        a.into_iter().chain(b).collect::<Vec<Value>>()
+    };
+    let maintaining = async {
+        // Detach the old days, then, with a clock moving on a day a step, create a day
+        // ahead and detach a day behind each step (never yesterday: ten days at most).
+        let mut changes = 0;
+        for step in 0..=10 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let at = now + step * DAY_US;
+            if let Ok(done) = app.store.maintain_partitions(&horizon, at).await {
+                changes += done.create.len() + done.detach.len();
+            }
+        }
+        changes
+    };
+    let (reports, changes) = tokio::join!(firing, maintaining);
+    if backend == Backend::Postgres {
+        assert!(
+            changes > 0,
+            "partitions were created and detached meanwhile"
+        );
+    }
+    for report in &reports {
+        let statuses = report["statuses"].as_object().expect("statuses");
+        assert!(
+            statuses.keys().all(|status| status == "200"),
+            "every delivery acknowledged: {report}"
+        );
+    }
+    let (stored, duplicates, collisions) = app.checkout_stats().await;
+    assert_eq!((stored, duplicates, collisions), (2, 600 - 2, 0));
+    for event in [&before, &after] {
+        let answer = app
+            .get(&format!("/events/checkout_completed/{}", id_of(event)))
+            .await;
+        assert_eq!(answer.status, StatusCode::OK);
+    }
+}
+
+async fn a_detached_day_stays_readable_and_partitions_status_shows_it(backend: Backend) {
+    let app = spawn_refusing_app(backend).await;
+    let now = traqlyte_store::now_us();
+    let at = now - 12 * DAY_US;
+    let event = event_at("order_twelve_days_ago", at);
+    assert_eq!(app.post_event(&event).await.body["status"], "inserted");
+    let done = cli_json(
+        &app,
+        &[
+            "partitions",
+            "maintain",
+            "--dedupe-horizon-days",
+            "5",
+            "--json",
+        ],
+    );
+    let status = cli_json(&app, &["partitions", "status", "--json"]);
+    let day = format_rfc3339_micros(at)[..10].to_string();
+    let path = format!("/events/checkout_completed/{}", id_of(&event));
+    assert_eq!(
+        app.get(&path).await.status,
+        StatusCode::OK,
+        "still readable"
+    );
+    let again = app.post_event(&event).await;
+    match backend {
+        Backend::Sqlite => {
+            assert_eq!(status, json!([]), "SQLite keeps one table");
+            assert_eq!(again.body["status"], "duplicate");
+        }
+        Backend::Postgres => {
+            let detached = done["detached"].as_array().expect("detached days");
+            assert!(detached.contains(&json!(day)), "{done}");
+            let partition = status
+                .as_array()
+                .and_then(|all| all.iter().find(|p| p["from_day"] == json!(day)))
+                .unwrap_or_else(|| panic!("no partition of {day}: {status}"));
+            assert_eq!(partition["attached"], false);
+            assert_eq!(partition["rows"], 1);
+            assert!(partition["index_bytes"].as_i64() > Some(0));
+            // This server's horizon (14 days) is longer than the one the partitions were
+            // maintained with (5): the live path still cannot write a detached day.
+            assert_eq!(again.code(), "outside_horizon", "{}", again.body);
+        }
+    }
+    assert_eq!(app.checkout_stats().await.0, 1, "one row");
+}
