@@ -12,6 +12,7 @@ use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
 crate::on_both_backends!(
     a_backfill_reconciles_against_stored_events_and_a_second_run_inserts_nothing,
     a_backfill_of_run_events_matches_the_live_ones_and_adds_no_graph_rows,
+    a_backfill_stores_events_older_than_the_horizon_once_and_matches_detached_ones,
 );
 
 /// Runs `traqlyte backfill … --json` and reads its summary.
@@ -136,4 +137,60 @@ async fn a_backfill_of_run_events_matches_the_live_ones_and_adds_no_graph_rows(b
         json!({"dry_run": false, "inserted": 0, "already_present": 1, "collided": 0, "rejected": 0})
     );
     assert_eq!(app.get("/lineage/stats").await.body, before);
+}
+
+async fn a_backfill_stores_events_older_than_the_horizon_once_and_matches_detached_ones(
+    backend: Backend,
+) {
+    use crate::partitions::{cli_json, event_at, id_of, spawn_refusing_app, DAY_US};
+    let app = spawn_refusing_app(backend).await;
+    let now = traqlyte_store::now_us();
+    // Refused live, so it reaches the store only through the backfill.
+    let ancient = event_at("order_ancient", now - 20 * DAY_US);
+    assert_eq!(app.post_event(&ancient).await.code(), "outside_horizon");
+    // Stored live, then its day detached.
+    let detached = event_at("order_detached", now - 12 * DAY_US);
+    assert_eq!(app.post_event(&detached).await.body["status"], "inserted");
+    cli_json(
+        &app,
+        &[
+            "partitions",
+            "maintain",
+            "--dedupe-horizon-days",
+            "5",
+            "--json",
+        ],
+    );
+    let mut ancient_retry = ancient.clone();
+    ancient_retry["attempt"] = json!(2);
+    let mut detached_retry = detached.clone();
+    detached_retry["attempt"] = json!(3);
+    let mut detached_edited = detached.clone();
+    detached_edited["note"] = json!("edited");
+    let file = Ndjson::new(&[
+        ancient.to_string(),
+        ancient_retry.to_string(),
+        detached_retry.to_string(),
+        detached_edited.to_string(),
+        event_at("order_ahead", now + 3 * DAY_US).to_string(),
+    ]);
+    let dry = backfill(&app, "checkout_completed", &file.0, true);
+    assert_eq!(
+        dry,
+        json!({"dry_run": true, "would_insert": 1, "already_present": 2, "collided": 1, "rejected": 1})
+    );
+    let real = backfill(&app, "checkout_completed", &file.0, false);
+    assert_eq!(
+        real,
+        json!({"dry_run": false, "inserted": 1, "already_present": 2, "collided": 1, "rejected": 1})
+    );
+    let again = backfill(&app, "checkout_completed", &file.0, false);
+    assert_eq!(
+        again,
+        json!({"dry_run": false, "inserted": 0, "already_present": 3, "collided": 1, "rejected": 1})
+    );
+    let path = format!("/events/checkout_completed/{}", id_of(&ancient));
+    assert_eq!(app.get(&path).await.status, reqwest::StatusCode::OK);
+    assert_eq!(app.post_event(&ancient).await.code(), "outside_horizon");
+    assert_eq!(app.checkout_stats().await.0, 2, "two rows, each once");
 }
