@@ -124,3 +124,75 @@ impl Store {
 
 const PLAIN_SCAN: &str = "SELECT arm, COUNT(*), CAST(SUM(value) AS DOUBLE PRECISION) FROM outcomes
      WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY arm";
+
+/// The events table as it was before time partitions: one primary key over the text id,
+/// growing with every row. The growth benchmark's contrast.
+const FLAT_RESET: &str = "DROP TABLE IF EXISTS bench_events_flat;
+    CREATE TABLE bench_events_flat (
+        tenant_id TEXT NOT NULL, contract_name TEXT NOT NULL, event_id TEXT NOT NULL,
+        contract_version INTEGER NOT NULL, fingerprint TEXT NOT NULL, payload TEXT NOT NULL,
+        occurred_at_us BIGINT, received_at_us BIGINT NOT NULL,
+        PRIMARY KEY (tenant_id, contract_name, event_id))";
+
+const FLAT_INSERT: &str = "INSERT INTO bench_events_flat
+     (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us)
+     SELECT $1, $2, e.event_id, $3, e.fingerprint, e.payload, e.occurred_at_us, $4
+     FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[]) AS e(event_id, fingerprint, payload, occurred_at_us)
+     ON CONFLICT DO NOTHING";
+
+/// Bytes of the indexes live writes maintain: the attached partitions of `events`, and
+/// `bench_events_flat`.
+const LIVE_INDEX_BYTES: &str = "SELECT
+       CAST(COALESCE((SELECT SUM(pg_indexes_size(i.inhrelid)) FROM pg_inherits i
+                      WHERE i.inhparent = 'events'::regclass), 0) AS BIGINT) AS partitioned,
+       CAST(COALESCE(pg_indexes_size(to_regclass('bench_events_flat')), 0) AS BIGINT) AS flat";
+
+impl Store {
+    /// Creates `bench_events_flat` empty (dropping an earlier one). PostgreSQL only.
+    pub async fn bench_flat_reset(&self) -> Result<(), StoreError> {
+        let crate::Backend::Postgres(pg) = &self.backend else {
+            return Err(StoreError::UnsupportedUrl(
+                "the unpartitioned contrast runs on PostgreSQL only".into(),
+            ));
+        };
+        sqlx::raw_sql(FLAT_RESET).execute(&pg.pool).await?;
+        Ok(())
+    }
+
+    /// [`Store::raw_insert_events`] into `bench_events_flat`: the same statement shape,
+    /// one growing index. Returns the rows inserted.
+    pub async fn raw_insert_flat(
+        &self,
+        tenant: &TenantId,
+        contract: &Contract,
+        events: &[NewEvent],
+    ) -> Result<u64, StoreError> {
+        let crate::Backend::Postgres(pg) = &self.backend else {
+            return Ok(0);
+        };
+        let column = |f: &dyn Fn(&NewEvent) -> &str| events.iter().map(f).collect::<Vec<_>>();
+        let occurred: Vec<Option<i64>> =
+            events.iter().map(|e| e.identified.occurred_at_us).collect();
+        let done = sqlx::query(FLAT_INSERT)
+            .bind(tenant.as_str())
+            .bind(contract.name().as_str())
+            .bind(contract.version() as i32)
+            .bind(crate::now_us())
+            .bind(column(&|e| e.identified.event_id.as_str()))
+            .bind(column(&|e| e.identified.fingerprint.as_str()))
+            .bind(column(&|e| e.payload.as_str()))
+            .bind(&occurred)
+            .execute(&pg.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// `(partitioned, flat)`: bytes of the indexes live writes maintain in the attached
+    /// partitions of `events` and in `bench_events_flat`; `(0, 0)` on SQLite.
+    pub async fn bench_live_index_bytes(&self) -> Result<(i64, i64), StoreError> {
+        let crate::Backend::Postgres(pg) = &self.backend else {
+            return Ok((0, 0));
+        };
+        Ok(sqlx::query_as(LIVE_INDEX_BYTES).fetch_one(&pg.pool).await?)
+    }
+}

@@ -40,7 +40,7 @@ impl EventTable {
 /// `occurred_day` is computed once, in Rust ([`partitions::occurred_day`]).
 const PG_INSERT_UNNEST: &str = "INSERT INTO {table}
      (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us, occurred_day)
-     SELECT $1, $2, e.event_id, $3, e.fingerprint, e.payload, e.occurred_at_us, $4, e.occurred_day
+     SELECT $1, $2, decode(e.event_id, 'hex'), $3, e.fingerprint, e.payload, e.occurred_at_us, $4, e.occurred_day
      FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[], $9::int4[])
        AS e(event_id, fingerprint, payload, occurred_at_us, occurred_day)
      ON CONFLICT DO NOTHING";
@@ -48,12 +48,12 @@ const PG_INSERT_UNNEST: &str = "INSERT INTO {table}
 /// A primary-key probe per id, with its day, so only the partition of that day is read.
 const PG_SELECT_FINGERPRINTS: &str = "SELECT u.event_id,
        (SELECT e.fingerprint FROM {table} e
-         WHERE e.tenant_id = $1 AND e.contract_name = $2 AND e.event_id = u.event_id
+         WHERE e.tenant_id = $1 AND e.contract_name = $2 AND e.event_id = decode(u.event_id, 'hex')
            AND e.occurred_day = u.occurred_day)
      FROM unnest($3::text[], $4::int4[]) AS u(event_id, occurred_day)";
 
 const PG_SELECT_PAYLOAD: &str = "SELECT payload FROM {table}
-     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3 AND occurred_day = $4";
+     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = decode($3, 'hex') AND occurred_day = $4";
 
 const SQLITE_SELECT_PAYLOAD: &str =
     "SELECT payload FROM events WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3";
@@ -271,6 +271,11 @@ impl StoreTx {
         let (table, tenant) = (target.table, target.tenant);
         let (name, version) = (target.contract.name().as_str(), target.contract.version());
         let suffix = if returning { " RETURNING event_id" } else { "" };
+        let pg_suffix = if returning {
+            " RETURNING encode(event_id, 'hex') AS event_id"
+        } else {
+            ""
+        };
         let mut ids = Vec::new();
         let mut count = 0;
         match &mut self.inner {
@@ -290,7 +295,7 @@ impl StoreTx {
                     .map(|at| partition_day(target.contract, *at))
                     .collect();
                 let sql = format!(
-                    "{}{suffix}",
+                    "{}{pg_suffix}",
                     PG_INSERT_UNNEST.replace("{table}", table.name())
                 );
                 let query = sqlx::query(&sql)

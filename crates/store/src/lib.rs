@@ -205,8 +205,12 @@ impl Store {
         contract: &ContractName,
         event_id: &EventId,
     ) -> Result<Option<StoredEvent>, StoreError> {
+        let select = match self.backend {
+            Backend::Sqlite(_) => sql::SELECT_EVENT,
+            Backend::Postgres(_) => sql::PG_SELECT_EVENT,
+        };
         let row: Option<model::EventRow> = tx::with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(sql::SELECT_EVENT).bind(tenant.as_str()).bind(contract.as_str()).bind(event_id.as_str());
+            let query = sqlx::query_as(select).bind(tenant.as_str()).bind(contract.as_str()).bind(event_id.as_str());
             query.fetch_optional(pool).await?
         });
         row.map(StoredEvent::try_from).transpose()

@@ -29,10 +29,18 @@ pub(crate) const SELECT_STATS: &str = "SELECT c.name AS contract,
      LEFT JOIN event_tallies t ON t.tenant_id = $1 AND t.contract_name = c.name
      GROUP BY c.name ORDER BY c.name";
 
+/// A stored event of any age (SQLite: text ids).
 pub(crate) const SELECT_EVENT: &str =
     "SELECT event_id, CAST(contract_version AS BIGINT) AS contract_version, fingerprint, payload,
        occurred_at_us, received_at_us
      FROM events_any_age WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
+     ORDER BY received_at_us LIMIT 1";
+
+/// [`SELECT_EVENT`] on PostgreSQL, where the id is stored as its 32 bytes.
+pub(crate) const PG_SELECT_EVENT: &str =
+    "SELECT encode(event_id, 'hex') AS event_id, CAST(contract_version AS BIGINT) AS contract_version,
+       fingerprint, payload, occurred_at_us, received_at_us
+     FROM events_any_age WHERE tenant_id = $1 AND contract_name = $2 AND event_id = decode($3, 'hex')
      ORDER BY received_at_us LIMIT 1";
 
 pub(crate) const SELECT_COLLISIONS: &str =

@@ -80,6 +80,11 @@ const SELECT_FINGERPRINT: &str = "SELECT fingerprint FROM events_any_age
      WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
      ORDER BY received_at_us LIMIT 1";
 
+/// [`SELECT_FINGERPRINT`] on PostgreSQL, where the id is stored as its 32 bytes.
+const PG_SELECT_FINGERPRINT: &str = "SELECT fingerprint FROM events_any_age
+     WHERE tenant_id = $1 AND contract_name = $2 AND event_id = decode($3, 'hex')
+     ORDER BY received_at_us LIMIT 1";
+
 const INSERT_SUPERSESSION: &str = "INSERT INTO event_supersessions
      (tenant_id, contract_name, event_id, fingerprint, supersedes, payload, reason, superseded_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
@@ -100,8 +105,12 @@ impl StoreTx {
     ) -> Result<Option<SupersedeOutcome>, StoreError> {
         let event_id = corrected.identified.event_id.as_str();
         let fingerprint = &corrected.identified.fingerprint;
+        let select = match self.inner {
+            crate::tx::TxInner::Sqlite(_) => SELECT_FINGERPRINT,
+            crate::tx::TxInner::Postgres(_) => PG_SELECT_FINGERPRINT,
+        };
         let original: Option<String> = with_tx!(self, conn => {
-            let query = sqlx::query_scalar(SELECT_FINGERPRINT).bind(tenant.as_str()).bind(contract).bind(event_id);
+            let query = sqlx::query_scalar(select).bind(tenant.as_str()).bind(contract).bind(event_id);
             query.fetch_optional(&mut *conn).await?
         });
         let Some(original) = original else {

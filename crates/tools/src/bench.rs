@@ -31,6 +31,9 @@ pub enum BenchCommand {
     LineageIngest(crate::bench_lineage::IngestArgs),
     /// Ancestor-query latency on a generated lineage graph.
     Graph(crate::bench_lineage::GraphArgs),
+    /// Write throughput per slice as the events table grows to 20 M rows, with time
+    /// partitions and beside one unpartitioned table.
+    Growth(crate::bench_growth::GrowthArgs),
 }
 
 /// Options of `bench report`.
@@ -98,6 +101,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Report(args) => report(args).await,
         BenchCommand::LineageIngest(args) => crate::bench_lineage::ingest(args).await,
         BenchCommand::Graph(args) => crate::bench_lineage::graph(args).await,
+        BenchCommand::Growth(args) => crate::bench_growth::growth(args).await,
     }
 }
 
@@ -202,7 +206,11 @@ async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
 }
 
 /// Runs `jobs` with `concurrency` workers pulling from a shared index; returns wall time.
-async fn run_concurrently<F, Fut>(jobs: usize, concurrency: usize, job: F) -> Result<Duration>
+pub(crate) async fn run_concurrently<F, Fut>(
+    jobs: usize,
+    concurrency: usize,
+    job: F,
+) -> Result<Duration>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send,
