@@ -11,9 +11,8 @@ use std::sync::OnceLock;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
+use utoipa::{IntoParams, Modify, OpenApi};
 
 use crate::routes::{admin, campaigns, contracts, events, health, lineage, supersessions};
 
@@ -42,28 +41,7 @@ pub(crate) async fn serve() -> Response {
     response
 }
 
-/// Every error of the API: `{"error":{"code","message","field"?}}`, plus details some
-/// codes add (a collision's `stored` and `incoming`).
-#[derive(Serialize, ToSchema, ToResponse)]
-#[response(
-    description = "an error: a stable `code`, a `message` for people, and the `field` at fault when there is one (docs/api.md lists the codes)"
-)]
-pub(crate) struct ErrorEnvelope {
-    error: ErrorObject,
-}
-
-/// The value under `"error"`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ErrorObject {
-    /// A stable, machine-readable code such as `invalid_campaign`.
-    code: String,
-    /// What went wrong, for people.
-    message: String,
-    /// The field, parameter or JSON path at fault (`arms[1].key`, `nodeId`), when one is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false, value_type = String)]
-    field: Option<String>,
-}
+pub(crate) use crate::error::ErrorEnvelope;
 
 /// The transport idempotency headers of the mutating JSON routes (docs/idempotency.md):
 /// either name, 1-255 printable ASCII characters.
