@@ -9,13 +9,18 @@ use sqlx::Row;
 use crate::tx::{with_pool, with_tx};
 use crate::{Store, StoreError, StoreTx, TenantId};
 
+pub use traqlyte_experiments::report::{DuplicatesInBucket, UnitsByVersion};
+pub use traqlyte_experiments::{AssignmentId, CampaignId};
+
 /// A unit's assignment to an arm. Never updated once written.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Assignment {
     /// The assignment (`asg_…`).
-    pub assignment_id: String,
+    #[sqlx(try_from = "String")]
+    pub assignment_id: AssignmentId,
     /// The campaign (`cmp_…`).
-    pub campaign_id: String,
+    #[sqlx(try_from = "String")]
+    pub campaign_id: CampaignId,
     /// The unit the client names (a user, a device…).
     pub unit_id: String,
     /// The arm's key.
@@ -68,11 +73,13 @@ pub struct NewOutcome {
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct StoredOutcome {
     /// The assignment (`asg_…`).
-    pub assignment_id: String,
+    #[sqlx(try_from = "String")]
+    pub assignment_id: AssignmentId,
     /// The caller's business key, unique per assignment.
     pub dedupe_key: String,
     /// The campaign (`cmp_…`).
-    pub campaign_id: String,
+    #[sqlx(try_from = "String")]
+    pub campaign_id: CampaignId,
     /// The arm's key.
     pub arm: String,
     /// The metric's name.
@@ -128,13 +135,14 @@ const SELECT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm
        CAST(version AS BIGINT) AS version, assigned_at_us
      FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
 
-const SELECT_UNITS_BY_VERSION: &str = "SELECT CAST(version AS BIGINT), arm, COUNT(*)
+const SELECT_UNITS_BY_VERSION: &str =
+    "SELECT CAST(version AS BIGINT) AS version, arm, COUNT(*) AS units
      FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY version, arm";
 
 const SELECT_DUPLICATES_OVER_TIME: &str =
-    "SELECT (arrived_at_us / $3) * $3 AS bucket, arm, COUNT(*)
+    "SELECT (arrived_at_us / $3) * $3 AS bucket_start_us, arm, COUNT(*) AS duplicates
      FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2
-     GROUP BY bucket, arm ORDER BY bucket, arm LIMIT $4";
+     GROUP BY bucket_start_us, arm ORDER BY bucket_start_us, arm LIMIT $4";
 
 impl StoreTx {
     /// Inserts the assignment unless the unit already has one; returns the stored one
@@ -147,10 +155,10 @@ impl StoreTx {
         with_tx!(self, conn => {
             sqlx::query("INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
                  VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING")
-                .bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id).bind(&proposed.assignment_id)
+                .bind(tenant.as_str()).bind(proposed.campaign_id.as_str()).bind(&proposed.unit_id).bind(proposed.assignment_id.as_str())
                 .bind(&proposed.arm).bind(proposed.version as i32).bind(proposed.assigned_at_us)
                 .execute(&mut *conn).await?;
-            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id);
+            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(proposed.campaign_id.as_str()).bind(&proposed.unit_id);
             Ok(query.fetch_one(&mut *conn).await?)
         })
     }
@@ -183,7 +191,7 @@ impl StoreTx {
         let inserted = with_tx!(self, conn => sqlx::query("INSERT INTO outcomes
              (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING")
-            .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&a.arm)
+            .bind(tenant.as_str()).bind(a.assignment_id.as_str()).bind(&new.dedupe_key).bind(a.campaign_id.as_str()).bind(&a.arm)
             .bind(a.assigned_at_us).bind(&new.metric).bind(new.value).bind(new.occurred_at_us).bind(now_us).bind(&new.fingerprint)
             .execute(&mut *conn).await?.rows_affected() == 1);
         if inserted {
@@ -213,14 +221,14 @@ impl StoreTx {
             with_tx!(self, conn => sqlx::query("INSERT INTO outcome_duplicates
                  (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us, arrived_at_us)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
-                .bind(tenant.as_str()).bind(&stored.campaign_id).bind(&stored.assignment_id).bind(&stored.dedupe_key).bind(&stored.arm)
+                .bind(tenant.as_str()).bind(stored.campaign_id.as_str()).bind(stored.assignment_id.as_str()).bind(&stored.dedupe_key).bind(&stored.arm)
                 .bind(a.assigned_at_us).bind(&stored.metric).bind(stored.value).bind(stored.occurred_at_us).bind(now_us)
                 .execute(&mut *conn).await.map(|_| ())?);
             return Ok(OutcomeResult::Duplicate(stored));
         }
         with_tx!(self, conn => sqlx::query("INSERT INTO outcome_collisions
              (tenant_id, assignment_id, dedupe_key, campaign_id, incoming_payload, received_at_us) VALUES ($1, $2, $3, $4, $5, $6)")
-            .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&new.payload).bind(now_us)
+            .bind(tenant.as_str()).bind(a.assignment_id.as_str()).bind(&new.dedupe_key).bind(a.campaign_id.as_str()).bind(&new.payload).bind(now_us)
             .execute(&mut *conn).await.map(|_| ())?);
         Ok(OutcomeResult::Collision(stored))
     }
@@ -258,7 +266,7 @@ impl StoreTx {
             part(ar, !is_stored),
         );
         with_tx!(self, conn => sqlx::query(BUMP_UNIT_METRICS)
-            .bind(tenant.as_str()).bind(&stored.campaign_id).bind(&stored.metric).bind(&stored.assignment_id).bind(&stored.arm)
+            .bind(tenant.as_str()).bind(stored.campaign_id.as_str()).bind(&stored.metric).bind(stored.assignment_id.as_str()).bind(&stored.arm)
             .bind(ev_n.0).bind(ev_n.1).bind(ev_d.0).bind(ev_d.1).bind(ar_n.0).bind(ar_n.1).bind(ar_d.0).bind(ar_d.1)
             .execute(&mut *conn).await.map(|_| ())?);
         Ok(())
@@ -267,12 +275,12 @@ impl StoreTx {
     async fn stored_outcome(
         &mut self,
         tenant: &TenantId,
-        assignment_id: &str,
+        assignment_id: &AssignmentId,
         dedupe_key: &str,
     ) -> Result<StoredOutcome, StoreError> {
         let sql = format!("SELECT {OUTCOME_COLUMNS} FROM outcomes WHERE tenant_id = $1 AND assignment_id = $2 AND dedupe_key = $3");
         with_tx!(self, conn => {
-            let query = sqlx::query_as(&sql).bind(tenant.as_str()).bind(assignment_id).bind(dedupe_key);
+            let query = sqlx::query_as(&sql).bind(tenant.as_str()).bind(assignment_id.as_str()).bind(dedupe_key);
             Ok(query.fetch_one(&mut *conn).await?)
         })
     }
@@ -283,10 +291,10 @@ impl Store {
     pub async fn assignment(
         &self,
         tenant: &TenantId,
-        assignment_id: &str,
+        assignment_id: &AssignmentId,
     ) -> Result<Option<Assignment>, StoreError> {
         with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_ASSIGNMENT).bind(tenant.as_str()).bind(assignment_id);
+            let query = sqlx::query_as(SELECT_ASSIGNMENT).bind(tenant.as_str()).bind(assignment_id.as_str());
             Ok(query.fetch_optional(pool).await?)
         })
     }
@@ -295,11 +303,12 @@ impl Store {
     pub async fn units_by_version(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+        campaign_id: &CampaignId,
+    ) -> Result<Vec<UnitsByVersion>, StoreError> {
         with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_UNITS_BY_VERSION).bind(tenant.as_str()).bind(campaign_id);
-            Ok(query.fetch_all(pool).await?)
+            let query = sqlx::query_as(SELECT_UNITS_BY_VERSION).bind(tenant.as_str()).bind(campaign_id.as_str());
+            let rows: Vec<UnitsRow> = query.fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|r| UnitsByVersion { version: r.version, arm: r.arm, units: r.units }).collect())
         })
     }
 
@@ -307,13 +316,14 @@ impl Store {
     pub async fn duplicates_over_time(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         bucket_us: i64,
         rows_max: i64,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+    ) -> Result<Vec<DuplicatesInBucket>, StoreError> {
         with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME).bind(tenant.as_str()).bind(campaign_id).bind(bucket_us).bind(rows_max);
-            Ok(query.fetch_all(pool).await?)
+            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME).bind(tenant.as_str()).bind(campaign_id.as_str()).bind(bucket_us).bind(rows_max);
+            let rows: Vec<BucketRow> = query.fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|r| DuplicatesInBucket { bucket_start_us: r.bucket_start_us, arm: r.arm, duplicates: r.duplicates }).collect())
         })
     }
 
@@ -322,7 +332,7 @@ impl Store {
     pub async fn report_sums(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
         let sql = format!("SELECT metric, arm, {} FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY metric, arm", per_arm_columns());
         self.read_sums(&sql, tenant, campaign_id, &[]).await
@@ -333,7 +343,7 @@ impl Store {
     pub async fn report_sums_from_facts(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         metrics: &[MetricWindow],
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
         if metrics.is_empty() {
@@ -351,7 +361,7 @@ impl Store {
     pub async fn rebuild_unit_metrics(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         metrics: &[MetricWindow],
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
@@ -361,8 +371,8 @@ impl Store {
             per_unit_sql(metrics)
         );
         with_tx!(tx, conn => {
-            sqlx::query("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2").bind(tenant.as_str()).bind(campaign_id).execute(&mut *conn).await?;
-            let mut query = sqlx::query(&insert).bind(tenant.as_str()).bind(campaign_id);
+            sqlx::query("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2").bind(tenant.as_str()).bind(campaign_id.as_str()).execute(&mut *conn).await?;
+            let mut query = sqlx::query(&insert).bind(tenant.as_str()).bind(campaign_id.as_str());
             for m in metrics {
                 query = query.bind(&m.metric);
             }
@@ -375,11 +385,11 @@ impl Store {
         &self,
         sql: &str,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         metrics: &[MetricWindow],
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
         with_pool!(self, reader, pool => {
-            let mut query = sqlx::query(sql).bind(tenant.as_str()).bind(campaign_id);
+            let mut query = sqlx::query(sql).bind(tenant.as_str()).bind(campaign_id.as_str());
             for m in metrics {
                 query = query.bind(&m.metric);
             }
@@ -402,6 +412,22 @@ impl Store {
             Ok(out)
         })
     }
+}
+
+/// A row of [`SELECT_UNITS_BY_VERSION`].
+#[derive(sqlx::FromRow)]
+struct UnitsRow {
+    version: i64,
+    arm: String,
+    units: i64,
+}
+
+/// A row of [`SELECT_DUPLICATES_OVER_TIME`].
+#[derive(sqlx::FromRow)]
+struct BucketRow {
+    bucket_start_us: i64,
+    arm: String,
+    duplicates: i64,
 }
 
 /// Per-arm sums over per-unit rows (`ev_*`/`ar_*` columns), both windows.

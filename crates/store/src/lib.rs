@@ -38,11 +38,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use traqlyte_identity::{Contract, ContractName};
 
 #[cfg(feature = "bench")]
-pub use bench::SeededExperiment;
-pub use campaigns::{Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
+pub use bench::{ArmScan, SeededExperiment};
+pub use campaigns::{
+    Arm, Arms, Campaign, CampaignId, CampaignVersion, MetricDef, MetricKind, NewCampaign,
+};
 pub use experiments::{
-    Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,
-    OUTCOME_VALUE_ABS_MAX, UNIT_VALUE_ABS_MAX,
+    Assignment, AssignmentId, DuplicatesInBucket, MetricArmSums, MetricWindow, NewOutcome,
+    OutcomeResult, StoredOutcome, UnitsByVersion, WindowSums, OUTCOME_VALUE_ABS_MAX,
+    UNIT_VALUE_ABS_MAX,
 };
 pub use idempotency::{IdempotencyKey, KeyRecord, OwnerToken, StoredResponse};
 pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, WalkLimits};

@@ -567,7 +567,7 @@ async fn report(args: ReportArgs) -> Result<()> {
         scan_s.push(started.elapsed().as_secs_f64());
         if round == 0 {
             let units: u64 = built.arms.iter().map(|arm| arm.units).sum();
-            let rows: i64 = scanned.iter().map(|(_, n, _)| n).sum();
+            let rows: i64 = scanned.iter().map(|scan| scan.outcomes).sum();
             if units != args.units as u64 || rows != args.outcomes {
                 bail!(
                     "the report saw {units} units and the scan {rows} rows; expected {} and {}",

@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use traqlyte_experiments::{bucketing, UnitId};
+use traqlyte_experiments::{bucketing, AssignmentId, CampaignId, UnitId};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{now_us, Assignment};
 use utoipa::ToSchema;
@@ -46,8 +46,10 @@ pub(crate) struct AssignmentBody {
 pub(crate) struct AssignmentView {
     arm: String,
     assigned_at: String,
-    assignment_id: String,
-    campaign_id: String,
+    #[schema(value_type = String)]
+    assignment_id: AssignmentId,
+    #[schema(value_type = String)]
+    campaign_id: CampaignId,
     unit_id: String,
     /// The campaign version the unit was first assigned under.
     version: i64,
@@ -71,17 +73,14 @@ pub(crate) async fn assign(
         campaign_id,
         unit_id,
     } = parse(&value).map_err(|r| r.unprocessable("invalid_assignment"))?;
-    let campaign_id = campaign_id.as_str();
+    let campaign_id = known_campaign_id(campaign_id.as_str(), "campaign_id")?;
     let unit_id = unit_id.as_str();
     let campaign = state
         .store
-        .campaign(&tenant, campaign_id)
+        .campaign(&tenant, &campaign_id)
         .await?
-        .ok_or_else(|| {
-            ApiError::not_found("campaign_not_found", format!("no campaign {campaign_id:?}"))
-                .with_field("campaign_id")
-        })?;
-    let versions = state.store.campaign_versions(&tenant, campaign_id).await?;
+        .ok_or_else(|| campaign_not_found(campaign_id.as_str(), "campaign_id"))?;
+    let versions = state.store.campaign_versions(&tenant, &campaign_id).await?;
     let latest = versions.last().ok_or_else(not_published)?;
     let arm = bucketing::bucket(&latest.salt, unit_id, &latest.arms)
         .ok_or_else(|| ApiError::internal("published version without arms"))?;
@@ -104,6 +103,18 @@ pub(crate) async fn assign(
         unit_id: stored.unit_id,
         version: stored.version,
     }))
+}
+
+/// The campaign id a client named, parsed at the edge. An id that breaks the format names
+/// no campaign, so it gets the same 404 as an unknown one (as it always did); `field` is
+/// where the client wrote it.
+pub(crate) fn known_campaign_id(text: &str, field: &str) -> Result<CampaignId, ApiError> {
+    CampaignId::try_from(text).map_err(|_| campaign_not_found(text, field))
+}
+
+/// 404 for a campaign id that names no campaign of the tenant.
+pub(crate) fn campaign_not_found(text: &str, field: &str) -> ApiError {
+    ApiError::not_found("campaign_not_found", format!("no campaign {text:?}")).with_field(field)
 }
 
 /// 409 for a campaign that has never been published.

@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use traqlyte_experiments::{outcome_fingerprint, DedupeKey, MetricName, OccurredAt, OutcomeValue};
+use traqlyte_experiments::{
+    outcome_fingerprint, AssignmentId, CampaignId, DedupeKey, MetricName, OccurredAt, OutcomeValue,
+};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
     now_us, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult, StoredOutcome, TenantId,
@@ -175,8 +177,8 @@ pub(crate) struct OutcomeBody {
 /// Assignments and campaigns looked up once per request.
 #[derive(Default)]
 struct Lookups {
-    assignments: HashMap<String, Option<Assignment>>,
-    campaigns: HashMap<String, Option<Campaign>>,
+    assignments: HashMap<AssignmentId, Option<Assignment>>,
+    campaigns: HashMap<CampaignId, Option<Campaign>>,
 }
 
 impl Lookups {
@@ -201,10 +203,12 @@ impl Lookups {
             value: number,
             occurred_at,
         } = parse(value).map_err(|r| r.unprocessable("invalid_outcome"))?;
-        let (assignment_id, metric) = (assignment_id.as_str(), metric.as_str());
+        let metric = metric.as_str();
         let number = number.map(OutcomeValue::get);
         let occurred_at_us = occurred_at.micros();
-        let assignment = self.assignment(state, tenant, assignment_id).await?;
+        let assignment = self
+            .assignment(state, tenant, assignment_id.as_str())
+            .await?;
         let campaign = self
             .campaign(state, tenant, &assignment.campaign_id)
             .await?;
@@ -245,30 +249,30 @@ impl Lookups {
         &mut self,
         state: &AppState,
         tenant: &TenantId,
-        id: &str,
+        text: &str,
     ) -> Result<Assignment, ApiError> {
-        if !self.assignments.contains_key(id) {
-            let found = state.store.assignment(tenant, id).await?;
-            self.assignments.insert(id.to_string(), found);
+        // An id that breaks the format names no assignment: the same 404 as an unknown one.
+        let id = AssignmentId::try_from(text).map_err(|_| assignment_not_found(text))?;
+        if !self.assignments.contains_key(&id) {
+            let found = state.store.assignment(tenant, &id).await?;
+            self.assignments.insert(id.clone(), found);
         }
-        self.assignments.get(id).cloned().flatten().ok_or_else(|| {
-            ApiError::not_found(
-                "assignment_not_found",
-                format!("no assignment {id:?}; get one from POST /assignments"),
-            )
-            .with_field("assignment_id")
-        })
+        self.assignments
+            .get(&id)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| assignment_not_found(text))
     }
 
     async fn campaign(
         &mut self,
         state: &AppState,
         tenant: &TenantId,
-        id: &str,
+        id: &CampaignId,
     ) -> Result<Campaign, ApiError> {
         if !self.campaigns.contains_key(id) {
             let found = state.store.campaign(tenant, id).await?;
-            self.campaigns.insert(id.to_string(), found);
+            self.campaigns.insert(id.clone(), found);
         }
         self.campaigns
             .get(id)
@@ -276,6 +280,14 @@ impl Lookups {
             .flatten()
             .ok_or_else(|| ApiError::internal(format!("assignment names missing campaign {id}")))
     }
+}
+
+fn assignment_not_found(text: &str) -> ApiError {
+    ApiError::not_found(
+        "assignment_not_found",
+        format!("no assignment {text:?}; get one from POST /assignments"),
+    )
+    .with_field("assignment_id")
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> ApiError {
@@ -301,8 +313,10 @@ fn outcome_json(stored: &StoredOutcome) -> OutcomeView {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct OutcomeView {
     arm: String,
-    assignment_id: String,
-    campaign_id: String,
+    #[schema(value_type = String)]
+    assignment_id: AssignmentId,
+    #[schema(value_type = String)]
+    campaign_id: CampaignId,
     dedupe_key: String,
     metric: String,
     occurred_at: String,

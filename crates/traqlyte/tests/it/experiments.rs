@@ -425,6 +425,7 @@ async fn assert_unit_metrics_match_the_facts(app: &TestApp, campaign: &str) {
         .await
         .expect("lookup")
         .expect("tenant");
+    let campaign = &traqlyte_store::CampaignId::try_from(campaign).expect("a campaign id");
     let windows: Vec<traqlyte_store::MetricWindow> = ["purchase", "revenue", "pageviews"]
         .iter()
         .map(|m| traqlyte_store::MetricWindow {
