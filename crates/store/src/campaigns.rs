@@ -23,6 +23,15 @@ const SELECT_CAMPAIGNS: &str =
 const SELECT_LATEST_VERSION: &str =
     "SELECT CAST(version AS BIGINT) AS version, arms FROM campaign_versions
      WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version DESC LIMIT 1";
+/// One primary-key probe per id (a generic plan for `= ANY($2)` may scan the tenant's
+/// whole key range).
+const PG_SELECT_CAMPAIGNS_BY_ID: &str =
+    "SELECT c.campaign_id, c.campaign_key, c.name, c.arms, c.metrics, c.salt, c.created_at_us
+     FROM unnest($2::text[]) AS k(id)
+     CROSS JOIN LATERAL (SELECT * FROM campaigns WHERE tenant_id = $1 AND campaign_id = k.id) c";
+const SELECT_CAMPAIGNS_IN: &str =
+    "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
+     FROM campaigns WHERE tenant_id = ? AND campaign_id IN";
 const INSERT_CAMPAIGN: &str = "INSERT INTO campaigns
      (tenant_id, campaign_id, campaign_key, name, arms, metrics, salt, created_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
@@ -41,6 +50,40 @@ impl Store {
             let row: Option<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGN).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_optional(pool).await?;
             row.map(Campaign::try_from).transpose()
         })
+    }
+
+    /// The tenant's campaigns among `ids`, in one statement (ids naming nothing are left
+    /// out; the order is unspecified).
+    pub async fn campaigns_by_id(
+        &self,
+        tenant: &TenantId,
+        ids: &[CampaignId],
+    ) -> Result<Vec<Campaign>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<&str> = ids.iter().map(CampaignId::as_str).collect();
+        let rows: Vec<CampaignRow> = match &self.backend {
+            crate::Backend::Postgres(pg) => {
+                sqlx::query_as(PG_SELECT_CAMPAIGNS_BY_ID)
+                    .bind(tenant.as_str())
+                    .bind(&texts)
+                    .fetch_all(&pg.pool)
+                    .await?
+            }
+            crate::Backend::Sqlite(lite) => {
+                let sql = format!(
+                    "{SELECT_CAMPAIGNS_IN} ({})",
+                    vec!["?"; texts.len()].join(",")
+                );
+                let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
+                for id in &texts {
+                    query = query.bind(*id);
+                }
+                query.fetch_all(&lite.reader).await?
+            }
+        };
+        rows.into_iter().map(Campaign::try_from).collect()
     }
 
     /// A tenant's campaigns, newest first, at most `rows_max`.

@@ -24,6 +24,7 @@ pub mod idempotency;
 mod lineage;
 mod migrate;
 mod model;
+mod outcomes_batch;
 pub mod plan;
 mod postgres;
 mod sql;

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+mod bench_hot;
 pub mod bench_lineage;
 pub mod demo;
 pub mod fire;
