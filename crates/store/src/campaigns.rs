@@ -228,7 +228,7 @@ impl TryFrom<CampaignRow> for Campaign {
 }
 
 #[derive(sqlx::FromRow)]
-struct VersionRow {
+pub(crate) struct VersionRow {
     #[sqlx(try_from = "String")]
     campaign_id: CampaignId,
     version: i64,

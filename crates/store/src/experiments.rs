@@ -7,7 +7,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use crate::tx::{with_pool, with_tx};
-use crate::{Store, StoreError, StoreTx, TenantId};
+use crate::{Store, StoreError, TenantId};
 
 pub use traqlyte_experiments::report::{DuplicatesInBucket, UnitsByVersion};
 pub use traqlyte_experiments::{AssignmentId, CampaignId};
@@ -116,10 +116,6 @@ pub struct MetricWindow {
     pub window_us: i64,
 }
 
-const SELECT_UNIT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
-       CAST(version AS BIGINT) AS version, assigned_at_us
-     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3";
-
 const SELECT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
        CAST(version AS BIGINT) AS version, assigned_at_us
      FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
@@ -142,26 +138,6 @@ const SELECT_DUPLICATES_OVER_TIME: &str =
     "SELECT (arrived_at_us / $3) * $3 AS bucket_start_us, arm, COUNT(*) AS duplicates
      FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2
      GROUP BY bucket_start_us, arm ORDER BY bucket_start_us, arm LIMIT $4";
-
-impl StoreTx {
-    /// Inserts the assignment unless the unit already has one; returns the stored one
-    /// (the first assignment always wins: sticky).
-    pub async fn assign(
-        &mut self,
-        tenant: &TenantId,
-        proposed: &Assignment,
-    ) -> Result<Assignment, StoreError> {
-        with_tx!(self, conn => {
-            sqlx::query("INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING")
-                .bind(tenant.as_str()).bind(proposed.campaign_id.as_str()).bind(&proposed.unit_id).bind(proposed.assignment_id.as_str())
-                .bind(&proposed.arm).bind(proposed.version as i32).bind(proposed.assigned_at_us)
-                .execute(&mut *conn).await?;
-            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(proposed.campaign_id.as_str()).bind(&proposed.unit_id);
-            Ok(query.fetch_one(&mut *conn).await?)
-        })
-    }
-}
 
 impl Store {
     /// An assignment by id.

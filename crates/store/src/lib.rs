@@ -15,6 +15,7 @@
 
 #![deny(missing_docs)]
 
+mod assignments_batch;
 #[cfg(feature = "bench")]
 mod bench;
 pub mod campaigns;

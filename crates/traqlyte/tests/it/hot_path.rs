@@ -6,11 +6,14 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::experiments::assert_unit_metrics_match_the_facts;
-use crate::helpers::{spawn_app, Backend, TestApp};
+use crate::helpers::{spawn_app, Backend, ServerProcess, TestApp};
 
 crate::on_both_backends!(
     an_outcome_batch_answers_each_item_as_single_requests_in_turn_would,
     concurrent_outcome_batches_naming_the_same_outcomes_store_each_once,
+    an_assignment_batch_gives_each_unit_the_arm_single_requests_give_and_stays_sticky,
+    assignment_batches_are_sticky_across_two_server_processes,
+    concurrent_assignment_batches_naming_the_same_units_create_one_assignment_each,
 );
 
 async fn published_campaign(app: &TestApp, key: &str) -> String {
@@ -220,4 +223,159 @@ async fn concurrent_outcome_batches_naming_the_same_outcomes_store_each_once(bac
     }
     assert_eq!((inserted, duplicates), (200, 600));
     assert_unit_metrics_match_the_facts(&app, &campaign).await;
+}
+
+fn units(campaign: &str, range: std::ops::Range<usize>) -> Vec<Value> {
+    range
+        .map(|u| json!({"campaign_id": campaign, "unit_id": format!("user-{u}")}))
+        .collect()
+}
+
+async fn assign_batch(app: &TestApp, items: &[Value]) -> Value {
+    let answer = app
+        .post_json("/assignments/batch", &Value::Array(items.to_vec()))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    answer.body
+}
+
+async fn an_assignment_batch_gives_each_unit_the_arm_single_requests_give_and_stays_sticky(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let (first, second) = (
+        published_campaign(&app, "first").await,
+        published_campaign(&app, "second").await,
+    );
+    let unpublished = app
+        .post_json(
+            "/campaigns",
+            &json!({"key": "draft", "name": "draft",
+            "arms": [{"key": "a", "weight": 1}, {"key": "b", "weight": 1}], "metrics": []}),
+        )
+        .await;
+    let unpublished = unpublished.body["id"].as_str().expect("id").to_string();
+    let mut singles = Vec::new();
+    for item in units(&first, 0..20) {
+        let answer = app.post_json("/assignments", &item).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        singles.push(answer.body);
+    }
+    // Known units, new units of two campaigns, a repeat inside the batch, and refusals.
+    let mut items = units(&first, 0..40);
+    items.extend(units(&second, 0..20));
+    items.push(json!({"campaign_id": first, "unit_id": "user-25"}));
+    items.push(json!({"campaign_id": "cmp_0000000000000000", "unit_id": "u"}));
+    items.push(json!({"campaign_id": "not-an-id", "unit_id": "u"}));
+    items.push(json!({"campaign_id": unpublished, "unit_id": "u"}));
+    items.push(json!({"campaign_id": first, "unit_id": ""}));
+    items.push(json!({"campaign_id": first, "unit_id": "u", "extra": 1}));
+    let batch = assign_batch(&app, &items).await;
+    let results = batch["results"].as_array().expect("results");
+    assert_eq!(
+        (&batch["assigned"], &batch["rejected"]),
+        (&json!(61), &json!(5))
+    );
+    for (index, single) in singles.iter().enumerate() {
+        assert_eq!(
+            &results[index]["assignment"], single,
+            "a known unit keeps its assignment"
+        );
+    }
+    assert_eq!(results[60]["assignment"], results[25]["assignment"]);
+    let codes: Vec<&Value> = results[61..].iter().map(|r| &r["error"]["code"]).collect();
+    assert_eq!(
+        codes,
+        [
+            &json!("campaign_not_found"),
+            &json!("campaign_not_found"),
+            &json!("campaign_not_published"),
+            &json!("invalid_assignment"),
+            &json!("invalid_assignment")
+        ]
+    );
+    // New units of the batch: single requests now get the batch's assignments (sticky),
+    // and the arm is the one a single request would have given (same bucketing).
+    for (index, item) in items.iter().enumerate().take(60).skip(20) {
+        let answer = app.post_json("/assignments", item).await;
+        assert_eq!(answer.body, results[index]["assignment"], "item {index}");
+    }
+    let again = assign_batch(&app, &items).await;
+    assert_eq!(again, batch, "a repeated batch answers the same bytes");
+}
+
+async fn assignment_batches_are_sticky_across_two_server_processes(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, "processes").await;
+    let servers = [
+        ServerProcess::start(app.database_url(), &[]),
+        ServerProcess::start(app.database_url(), &[]),
+    ];
+    let items = Value::Array(units(&campaign, 0..100));
+    let mut answers = Vec::new();
+    for server in servers.iter().chain(servers.iter()) {
+        let response = app
+            .client
+            .post(format!("{}/assignments/batch", server.address))
+            .bearer_auth(&app.key)
+            .json(&items)
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), StatusCode::OK);
+        answers.push(response.json::<Value>().await.expect("json"));
+    }
+    assert_eq!(answers[0]["assigned"], 100);
+    for answer in &answers[1..] {
+        assert_eq!(
+            answer, &answers[0],
+            "every process answers the first assignments"
+        );
+    }
+}
+
+async fn concurrent_assignment_batches_naming_the_same_units_create_one_assignment_each(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, "concurrent").await;
+    let tasks: Vec<_> = (0..4)
+        .map(|b| {
+            let mut items = units(&campaign, 0..300);
+            items.rotate_left(b * 75);
+            if b % 2 == 1 {
+                items.reverse();
+            }
+            let request = app
+                .client
+                .post(app.url("/assignments/batch"))
+                .bearer_auth(&app.key)
+                .json(&items);
+            tokio::spawn(async move {
+                let response = request.send().await?;
+                Ok::<_, reqwest::Error>((response.status(), response.json::<Value>().await?))
+            })
+        })
+        .collect();
+    let mut by_unit: std::collections::HashMap<String, Value> = std::collections::HashMap::new();
+    for task in tasks {
+        let (status, body) = task.await.expect("task").expect("answer");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["assigned"], 300);
+        for result in body["results"].as_array().expect("results") {
+            let assignment = &result["assignment"];
+            let unit = assignment["unit_id"].as_str().expect("unit").to_string();
+            let first = by_unit.entry(unit).or_insert_with(|| assignment.clone());
+            assert_eq!(first, assignment, "one assignment per unit");
+        }
+    }
+    assert_eq!(by_unit.len(), 300);
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    let assigned: u64 = report.body["arms"]
+        .as_array()
+        .expect("arms")
+        .iter()
+        .map(|arm| arm["units"].as_u64().expect("units"))
+        .sum();
+    assert_eq!(assigned, 300, "one row per unit: {}", report.body);
 }
