@@ -33,6 +33,8 @@ pub enum BenchCommand {
     Graph(crate::bench_lineage::GraphArgs),
     /// `POST /outcomes/batch` outcomes/s vs `/events/{contract}/batch` events/s, one run.
     Outcomes(crate::bench_hot::OutcomesArgs),
+    /// `/assignments/batch` units/s and single assignments/s vs event batches, one run.
+    Assignments(crate::bench_hot::AssignmentsArgs),
 }
 
 /// Options of `bench report`.
@@ -101,6 +103,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::LineageIngest(args) => crate::bench_lineage::ingest(args).await,
         BenchCommand::Graph(args) => crate::bench_lineage::graph(args).await,
         BenchCommand::Outcomes(args) => crate::bench_hot::outcomes(args).await,
+        BenchCommand::Assignments(args) => crate::bench_hot::assignments(args).await,
     }
 }
 
