@@ -15,8 +15,8 @@ use crate::{Assignment, CampaignId, CampaignVersion, Store, StoreError, StoreTx,
 /// backends' limits).
 const ROWS_PER_STATEMENT: usize = 500;
 
-const ASSIGNMENT_COLUMNS: &str = "assignment_id, campaign_id, unit_id, arm,
-       CAST(version AS BIGINT) AS version, assigned_at_us";
+const ASSIGNMENT_COLUMNS: &str = "a.assignment_id, a.campaign_id, a.unit_id, a.arm,
+       CAST(a.version AS BIGINT) AS version, a.assigned_at_us";
 
 const SELECT_UNIT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
        CAST(version AS BIGINT) AS version, assigned_at_us
@@ -155,14 +155,18 @@ impl StoreTx {
             }
             TxInner::Sqlite(conn) => {
                 for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                    // The keys drive the join (CROSS JOIN fixes SQLite's loop order): one
+                    // primary-key probe per key. An OR of the keys scanned the campaign's rows.
                     let sql = format!(
-                        "SELECT {ASSIGNMENT_COLUMNS} FROM assignments WHERE tenant_id = ? AND ({})",
-                        vec!["(campaign_id = ? AND unit_id = ?)"; chunk.len()].join(" OR ")
+                        "SELECT {ASSIGNMENT_COLUMNS} FROM (VALUES {}) k CROSS JOIN assignments a
+                         WHERE a.tenant_id = ? AND a.campaign_id = k.column1 AND a.unit_id = k.column2",
+                        vec!["(?, ?)"; chunk.len()].join(", ")
                     );
-                    let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
+                    let mut query = sqlx::query_as(&sql);
                     for a in chunk {
                         query = query.bind(a.campaign_id.as_str()).bind(&a.unit_id);
                     }
+                    query = query.bind(tenant.as_str());
                     found.extend(query.fetch_all(&mut **conn).await?);
                 }
             }

@@ -205,16 +205,21 @@ impl StoreTx {
             }
             TxInner::Sqlite(conn) => {
                 for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    // The keys drive the join (CROSS JOIN fixes SQLite's loop order): one
+                    // primary-key probe per key. An OR of the keys scanned the tenant's rows.
                     let sql = format!(
-                        "SELECT {OUTCOME_COLUMNS} FROM outcomes WHERE tenant_id = ? AND ({})",
-                        vec!["(assignment_id = ? AND dedupe_key = ?)"; chunk.len()].join(" OR ")
+                        "SELECT {} FROM (VALUES {}) k CROSS JOIN outcomes o
+                         WHERE o.tenant_id = ? AND o.assignment_id = k.column1 AND o.dedupe_key = k.column2",
+                        qualified(OUTCOME_COLUMNS),
+                        vec!["(?, ?)"; chunk.len()].join(", ")
                     );
-                    let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
+                    let mut query = sqlx::query_as(&sql);
                     for o in chunk {
                         query = query
                             .bind(o.assignment.assignment_id.as_str())
                             .bind(&o.dedupe_key);
                     }
+                    query = query.bind(tenant.as_str());
                     found.extend(query.fetch_all(&mut **conn).await?);
                 }
             }
@@ -410,6 +415,15 @@ impl StoreTx {
         }
         Ok(())
     }
+}
+
+/// `columns` (a comma-separated list) each prefixed with `o.`.
+fn qualified(columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("o.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn corrupt(err: traqlyte_experiments::RuleError) -> StoreError {
