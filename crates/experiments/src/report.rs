@@ -21,8 +21,10 @@ use crate::{
 
 /// `GET /campaigns/{id}/report`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Report {
     /// The campaign's id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub campaign_id: CampaignId,
     /// The campaign's key.
     pub key: String,
@@ -45,6 +47,7 @@ pub struct Report {
 
 /// Observed units against the weights of the version each unit was assigned under.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SrmReport {
     /// Pearson's statistic; `None` when it cannot be computed (one arm, no units).
     pub chi_square: Option<f64>,
@@ -60,6 +63,7 @@ pub struct SrmReport {
 
 /// One arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ArmReport {
     /// The arm's key.
     pub key: String,
@@ -73,6 +77,7 @@ pub struct ArmReport {
 
 /// One metric in one arm: on event time, with the arrival-time figures beside.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricReport {
     /// Figures with the window measured on event time (the report's answer).
     #[serde(flatten)]
@@ -83,6 +88,7 @@ pub struct MetricReport {
 
 /// One arm's figures for one metric and one window, with lifts against the control.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WindowReport {
     /// The metric's aggregation.
     pub kind: MetricKind,
@@ -117,6 +123,7 @@ pub struct WindowReport {
 
 /// A confidence interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Interval {
     /// Lower bound.
     pub low: f64,
@@ -127,6 +134,7 @@ pub struct Interval {
 /// What a verdict is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum VerdictKind {
     /// Units are not split as the weights say.
     Srm,
@@ -136,6 +144,7 @@ pub enum VerdictKind {
 
 /// A plain-language warning.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Verdict {
     /// What it is about.
     pub kind: VerdictKind,
@@ -151,6 +160,7 @@ pub struct Verdict {
 
 /// Duplicates suppressed in one arrival hour for one arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DuplicateBucket {
     /// Start of the hour, RFC 3339.
     pub bucket_start: String,

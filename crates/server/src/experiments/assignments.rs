@@ -42,8 +42,8 @@ pub(crate) struct AssignmentItem {
     #[schema(required = false, value_type = AssignmentView)]
     assignment: Option<AssignmentView>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false, value_type = crate::openapi::ErrorObject)]
-    error: Option<Value>,
+    #[schema(required = false)]
+    error: Option<crate::error::ErrorBody>,
     index: usize,
     /// `assigned` or `rejected`.
     status: &'static str,
@@ -165,7 +165,7 @@ fn answer(
 fn rejected_item(index: usize, err: ApiError) -> AssignmentItem {
     AssignmentItem {
         assignment: None,
-        error: Some(err.body()),
+        error: Some(err.into_body()),
         index,
         status: "rejected",
     }

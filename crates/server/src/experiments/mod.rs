@@ -27,7 +27,7 @@ use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
 pub(crate) use assignments::post_assignments_batch;
-pub(crate) use outcomes::{post_outcome, post_outcomes_batch};
+pub(crate) use outcomes::{post_outcome, post_outcomes_batch, OutcomeView};
 
 /// A `POST /assignments` body.
 #[derive(Deserialize, ToSchema)]
