@@ -1,7 +1,7 @@
 //! Deterministic bucketing of a unit into an arm: SHA-256 of the campaign's salt and the
 //! unit id, reduced modulo the total weight, mapped through the cumulative weights.
 
-use crate::Arm;
+use crate::{Arm, AssignmentId, CampaignId};
 use sha2::{Digest, Sha256};
 
 /// The arm `unit_id` falls into under `arms` (in their order; weights positive).
@@ -31,14 +31,13 @@ pub fn bucket<'a>(salt: &str, unit_id: &str, arms: &'a [Arm]) -> Option<&'a Arm>
 
 /// The assignment id of a unit in a campaign: deterministic, so a retried assignment
 /// request names the same assignment.
-pub fn assignment_id(campaign_id: &str, unit_id: &str) -> String {
+pub fn assignment_id(campaign_id: &CampaignId, unit_id: &str) -> AssignmentId {
     let digest = Sha256::new()
-        .chain_update(campaign_id.as_bytes())
+        .chain_update(campaign_id.as_str().as_bytes())
         .chain_update(b"\n")
         .chain_update(unit_id.as_bytes())
         .finalize();
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("asg_{hex}")
+    AssignmentId::from_digest(&digest)
 }
 
 #[cfg(test)]
@@ -84,8 +83,9 @@ mod tests {
 
     #[test]
     fn assignment_ids_are_stable_and_distinct() {
-        assert_eq!(assignment_id("cmp_1", "u"), assignment_id("cmp_1", "u"));
-        assert_ne!(assignment_id("cmp_1", "u"), assignment_id("cmp_2", "u"));
-        assert_eq!(assignment_id("cmp_1", "u").len(), 36);
+        let id = |c: &str| CampaignId::try_from(c).map(|c| assignment_id(&c, "u"));
+        assert_eq!(id("cmp_1"), id("cmp_1"));
+        assert_ne!(id("cmp_1"), id("cmp_2"));
+        assert_eq!(id("cmp_1").map(|a| a.as_str().len()), Ok(36));
     }
 }

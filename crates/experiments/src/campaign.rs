@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::CampaignId;
+
 /// An arm of a campaign and its integer weight.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Arm {
@@ -209,7 +211,7 @@ pub struct NewCampaign {
 #[derive(Debug, Clone, Serialize)]
 pub struct Campaign {
     /// Its id (`cmp_…`).
-    pub id: String,
+    pub id: CampaignId,
     /// The tenant's own key for it.
     pub key: String,
     /// A name for people.
@@ -228,7 +230,7 @@ pub struct Campaign {
 #[derive(Debug, Clone, Serialize)]
 pub struct CampaignVersion {
     /// The campaign.
-    pub campaign_id: String,
+    pub campaign_id: CampaignId,
     /// 1, 2, … in publish order.
     pub version: i64,
     /// Arms of this version, control first.

@@ -24,6 +24,6 @@ pub use campaign::{
 pub use outcome::outcome_fingerprint;
 pub use report::Report;
 pub use values::{
-    ArmKey, CampaignKey, CampaignName, DedupeKey, MetricName, OccurredAt, OutcomeValue, RuleError,
-    UnitId, VersionNote, Weight, WindowHours, NUL_RULE,
+    ArmKey, AssignmentId, CampaignId, CampaignKey, CampaignName, DedupeKey, MetricName, OccurredAt,
+    OutcomeValue, RuleError, UnitId, VersionNote, Weight, WindowHours, NUL_RULE,
 };

@@ -15,14 +15,17 @@ use traqlyte_stats::{
     Proportion,
 };
 
-use crate::{Campaign, CampaignVersion, MetricArmSums, MetricDef, MetricKind, WindowSums};
+use crate::{
+    Campaign, CampaignId, CampaignVersion, MetricArmSums, MetricDef, MetricKind, WindowSums,
+};
 
 /// `GET /campaigns/{id}/report`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Report {
     /// The campaign's id.
-    pub campaign_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub campaign_id: CampaignId,
     /// The campaign's key.
     pub key: String,
     /// The campaign's name.
@@ -167,6 +170,28 @@ pub struct DuplicateBucket {
     pub duplicates: u64,
 }
 
+/// Units assigned to one arm under one campaign version, as the store counts them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitsByVersion {
+    /// The campaign version the units were assigned under.
+    pub version: i64,
+    /// The arm's key.
+    pub arm: String,
+    /// How many units.
+    pub units: i64,
+}
+
+/// Suppressed duplicates of one arm that arrived in one time bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicatesInBucket {
+    /// The bucket's start, microseconds since the epoch.
+    pub bucket_start_us: i64,
+    /// The arm's key.
+    pub arm: String,
+    /// How many duplicates.
+    pub duplicates: i64,
+}
+
 /// What the store holds for one campaign's report.
 #[derive(Debug, Clone, Copy)]
 pub struct ReportInput<'a> {
@@ -174,12 +199,12 @@ pub struct ReportInput<'a> {
     pub campaign: &'a Campaign,
     /// Its published versions, oldest first (at least one).
     pub versions: &'a [CampaignVersion],
-    /// `(version, arm, units)` assigned.
-    pub units_by_version: &'a [(i64, String, i64)],
+    /// Units assigned per version and arm.
+    pub units_by_version: &'a [UnitsByVersion],
     /// Sums per `(metric, arm)`.
     pub sums: &'a HashMap<(String, String), MetricArmSums>,
-    /// `(hour start in µs, arm, duplicates)`.
-    pub duplicates_over_time: &'a [(i64, String, i64)],
+    /// Duplicates per hour and arm.
+    pub duplicates_over_time: &'a [DuplicatesInBucket],
 }
 
 impl Report {
@@ -233,10 +258,10 @@ impl Report {
         let duplicates_over_time = input
             .duplicates_over_time
             .iter()
-            .map(|(bucket, arm, n)| DuplicateBucket {
-                bucket_start: format_rfc3339_micros(*bucket),
-                arm: arm.clone(),
-                duplicates: u64::try_from(*n).unwrap_or(0),
+            .map(|b| DuplicateBucket {
+                bucket_start: format_rfc3339_micros(b.bucket_start_us),
+                arm: b.arm.clone(),
+                duplicates: u64::try_from(b.duplicates).unwrap_or(0),
             })
             .collect();
         Report {
@@ -263,11 +288,11 @@ impl Report {
     }
 }
 
-fn units_per_arm(campaign: &Campaign, by_version: &[(i64, String, i64)]) -> HashMap<String, u64> {
+fn units_per_arm(campaign: &Campaign, by_version: &[UnitsByVersion]) -> HashMap<String, u64> {
     let mut units: HashMap<String, u64> =
         campaign.arms.iter().map(|a| (a.key.clone(), 0)).collect();
-    for (_, arm, n) in by_version {
-        *units.entry(arm.clone()).or_default() += u64::try_from(*n).unwrap_or(0);
+    for row in by_version {
+        *units.entry(row.arm.clone()).or_default() += u64::try_from(row.units).unwrap_or(0);
     }
     units
 }
@@ -277,15 +302,15 @@ fn units_per_arm(campaign: &Campaign, by_version: &[(i64, String, i64)]) -> Hash
 fn srm_report(
     campaign: &Campaign,
     versions: &[CampaignVersion],
-    by_version: &[(i64, String, i64)],
+    by_version: &[UnitsByVersion],
     units: &HashMap<String, u64>,
 ) -> SrmReport {
     let mut expected: HashMap<&str, f64> = HashMap::new();
     for version in versions {
         let assigned: i64 = by_version
             .iter()
-            .filter(|(v, _, _)| *v == version.version)
-            .map(|(_, _, n)| n)
+            .filter(|row| row.version == version.version)
+            .map(|row| row.units)
             .sum();
         let total_weight: f64 = version.arms.iter().map(|a| f64::from(a.weight)).sum();
         for arm in version.arms.iter() {

@@ -11,7 +11,7 @@
 use std::fmt;
 
 use serde::de::{self, Deserializer, Unexpected, Visitor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::MetricKind;
@@ -60,7 +60,7 @@ fn is_identifier(text: &str) -> bool {
 macro_rules! text_value {
     ($(#[$doc:meta])* $name:ident, $rule:expr, $ok:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(try_from = "String")]
         pub struct $name(String);
 
@@ -140,6 +140,52 @@ text_value!(
     "a string of 1-512 characters",
     |text| !text.is_empty() && text.chars().count() <= 512
 );
+
+/// Whether `text` is `prefix` followed by a number of lowercase hex digits in `digits`.
+fn is_prefixed_hex(text: &str, prefix: &str, digits: std::ops::RangeInclusive<usize>) -> bool {
+    text.strip_prefix(prefix).is_some_and(|hex| {
+        digits.contains(&hex.len())
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+text_value!(
+    /// A campaign's id: `cmp_` and lowercase hex digits, [`CampaignId::RULE`]. The store
+    /// mints 16 digits ([`CampaignId::from_random`]); shorter ones are accepted so the
+    /// frozen fixtures (`cmp_1`) keep their meaning.
+    CampaignId,
+    "cmp_ followed by 1-64 lowercase hex digits",
+    |text| is_prefixed_hex(text, "cmp_", 1..=64)
+);
+
+text_value!(
+    /// An assignment's id: `asg_` and the 32 lowercase hex digits
+    /// [`crate::bucketing::assignment_id`] derives from the campaign and the unit.
+    AssignmentId,
+    "asg_ followed by 32 lowercase hex digits",
+    |text| is_prefixed_hex(text, "asg_", 32..=32)
+);
+
+impl CampaignId {
+    /// A new campaign's id from 8 random bytes (the caller's random source: this crate
+    /// does no I/O).
+    pub fn from_random(bytes: [u8; 8]) -> CampaignId {
+        CampaignId(format!("cmp_{}", hex(&bytes)))
+    }
+}
+
+impl AssignmentId {
+    /// The id made of `digest`'s first 16 bytes (see [`crate::bucketing::assignment_id`]).
+    pub(crate) fn from_digest(digest: &[u8]) -> AssignmentId {
+        AssignmentId(format!("asg_{}", hex(&digest[..16])))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 text_value!(
     /// A campaign's name for people: 1-256 characters, compared and stored trimmed.
@@ -382,6 +428,29 @@ mod tests {
             ("note", long(2_000, 'n'), Ok(())),
             ("note", long(2_001, 'n'), broken(VersionNote::RULE)),
             ("note", "\u{0}".into(), Err(RuleError::Nul)),
+            ("campaign id", "cmp_0123456789abcdef".into(), Ok(())),
+            ("campaign id", "cmp_1".into(), Ok(())),
+            ("campaign id", format!("cmp_{}", long(64, 'a')), Ok(())),
+            (
+                "campaign id",
+                format!("cmp_{}", long(65, 'a')),
+                broken(CampaignId::RULE),
+            ),
+            ("campaign id", "cmp_".into(), broken(CampaignId::RULE)),
+            ("campaign id", "cmp_ABCDEF".into(), broken(CampaignId::RULE)),
+            ("campaign id", "nope".into(), broken(CampaignId::RULE)),
+            ("campaign id", "cmp_\u{0}".into(), Err(RuleError::Nul)),
+            ("assignment id", format!("asg_{}", long(32, 'f')), Ok(())),
+            (
+                "assignment id",
+                format!("asg_{}", long(31, 'f')),
+                broken(AssignmentId::RULE),
+            ),
+            (
+                "assignment id",
+                "asg_missing".into(),
+                broken(AssignmentId::RULE),
+            ),
         ];
         for (what, text, expected) in cases {
             let got = match what {
@@ -389,6 +458,8 @@ mod tests {
                 "unit id" => UnitId::try_from(text.as_str()).map(drop),
                 "dedupe key" => DedupeKey::try_from(text.as_str()).map(drop),
                 "campaign name" => CampaignName::try_from(text.as_str()).map(drop),
+                "campaign id" => CampaignId::try_from(text.as_str()).map(drop),
+                "assignment id" => AssignmentId::try_from(text.as_str()).map(drop),
                 _ => VersionNote::try_from(text.as_str()).map(drop),
             };
             assert_eq!(got, expected, "{what} {text:?}");
@@ -400,6 +471,10 @@ mod tests {
             );
             assert!(MetricName::try_from(text).is_ok());
         }
+        assert_eq!(
+            CampaignId::from_random([0, 1, 2, 3, 0xfc, 0xfd, 0xfe, 0xff]).as_str(),
+            "cmp_00010203fcfdfeff"
+        );
         let name = CampaignName::try_from("  Checkout ").expect("name");
         assert_eq!(name.trimmed(), "Checkout");
     }

@@ -136,6 +136,7 @@ impl Modify for Security {
         campaigns::publish,
         crate::experiments::report::get_report,
         crate::experiments::assign,
+        crate::experiments::assignments::post_assignments_batch,
         crate::experiments::outcomes::post_outcome,
         crate::experiments::outcomes::post_outcomes_batch,
         lineage::post_event,

@@ -4,7 +4,7 @@
 
 use traqlyte_identity::Contract;
 
-use crate::{NewEvent, Store, StoreError, TenantId};
+use crate::{CampaignId, NewEvent, Store, StoreError, TenantId};
 
 impl Store {
     /// Inserts `events` in one transaction with `INSERT … ON CONFLICT DO NOTHING`: a
@@ -51,7 +51,7 @@ impl Store {
     pub async fn bench_seed_experiment(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         units: i64,
         outcomes: i64,
         duplicate_every: i64,
@@ -64,11 +64,11 @@ impl Store {
         };
         let statements = [
             "INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
-             SELECT $1, $2, 'u' || g, 'asg_' || g, CASE WHEN g % 2 = 0 THEN 'control' ELSE 'treatment' END, 1, $5
+             SELECT $1, $2, 'u' || g, 'asg_' || lpad(to_hex(g), 32, '0'), CASE WHEN g % 2 = 0 THEN 'control' ELSE 'treatment' END, 1, $5
              FROM generate_series(1, $3::bigint) g",
             "INSERT INTO outcomes (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value,
                                    occurred_at_us, received_at_us, fingerprint)
-             SELECT $1, 'asg_' || u, 'k' || g, $2, CASE WHEN u % 2 = 0 THEN 'control' ELSE 'treatment' END, $5,
+             SELECT $1, 'asg_' || lpad(to_hex(u), 32, '0'), 'k' || g, $2, CASE WHEN u % 2 = 0 THEN 'control' ELSE 'treatment' END, $5,
                     CASE WHEN (g / 2) % 2 = 0 THEN 'purchase' ELSE 'revenue' END,
                     CASE WHEN (g / 2) % 2 = 0 THEN NULL ELSE (g % 1000) / 10.0 END,
                     $5 + (g % 86400) * 1000000, $5 + (g % 86400) * 1000000 + 5000000, 'bench'
@@ -82,7 +82,7 @@ impl Store {
         for sql in statements {
             let mut query = sqlx::query(sql)
                 .bind(tenant.as_str())
-                .bind(campaign_id)
+                .bind(campaign_id.as_str())
                 .bind(units)
                 .bind(outcomes)
                 .bind(at_us);
@@ -98,7 +98,7 @@ impl Store {
             "SELECT COUNT(*) FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2",
         )
         .bind(tenant.as_str())
-        .bind(campaign_id)
+        .bind(campaign_id.as_str())
         .fetch_one(&pg.pool)
         .await?;
         Ok(SeededExperiment {
@@ -113,16 +113,28 @@ impl Store {
     pub async fn bench_plain_scan(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
-    ) -> Result<Vec<(String, i64, Option<f64>)>, StoreError> {
+        campaign_id: &CampaignId,
+    ) -> Result<Vec<ArmScan>, StoreError> {
         crate::tx::with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(PLAIN_SCAN).bind(tenant.as_str()).bind(campaign_id);
+            let query = sqlx::query_as(PLAIN_SCAN).bind(tenant.as_str()).bind(campaign_id.as_str());
             Ok(query.fetch_all(pool).await?)
         })
     }
 }
 
-const PLAIN_SCAN: &str = "SELECT arm, COUNT(*), CAST(SUM(value) AS DOUBLE PRECISION) FROM outcomes
+/// One arm's row of [`Store::bench_plain_scan`].
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ArmScan {
+    /// The arm's key.
+    pub arm: String,
+    /// Its outcomes.
+    pub outcomes: i64,
+    /// The sum of their values.
+    pub value: Option<f64>,
+}
+
+const PLAIN_SCAN: &str =
+    "SELECT arm, COUNT(*) AS outcomes, CAST(SUM(value) AS DOUBLE PRECISION) AS value FROM outcomes
      WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY arm";
 
 /// The events table as it was before time partitions: one primary key over the text id,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 // The campaign types are the pure experiments domain's; the store only reads and writes
 // them.
 pub use traqlyte_experiments::{
-    Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign,
+    Arm, Arms, Campaign, CampaignId, CampaignVersion, MetricDef, MetricKind, NewCampaign,
 };
 
 const SELECT_CAMPAIGN: &str =
@@ -20,8 +20,18 @@ const SELECT_VERSIONS: &str =
 const SELECT_CAMPAIGNS: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = $1 ORDER BY created_at_us DESC, campaign_id LIMIT $2";
-const SELECT_LATEST_VERSION: &str = "SELECT CAST(version AS BIGINT), arms FROM campaign_versions
+const SELECT_LATEST_VERSION: &str =
+    "SELECT CAST(version AS BIGINT) AS version, arms FROM campaign_versions
      WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version DESC LIMIT 1";
+/// One primary-key probe per id (a generic plan for `= ANY($2)` may scan the tenant's
+/// whole key range).
+const PG_SELECT_CAMPAIGNS_BY_ID: &str =
+    "SELECT c.campaign_id, c.campaign_key, c.name, c.arms, c.metrics, c.salt, c.created_at_us
+     FROM unnest($2::text[]) AS k(id)
+     CROSS JOIN LATERAL (SELECT * FROM campaigns WHERE tenant_id = $1 AND campaign_id = k.id) c";
+const SELECT_CAMPAIGNS_IN: &str =
+    "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
+     FROM campaigns WHERE tenant_id = ? AND campaign_id IN";
 const INSERT_CAMPAIGN: &str = "INSERT INTO campaigns
      (tenant_id, campaign_id, campaign_key, name, arms, metrics, salt, created_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
@@ -34,12 +44,46 @@ impl Store {
     pub async fn campaign(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
     ) -> Result<Option<Campaign>, StoreError> {
         with_pool!(self, reader, pool => {
-            let row: Option<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGN).bind(tenant.as_str()).bind(campaign_id).fetch_optional(pool).await?;
+            let row: Option<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGN).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_optional(pool).await?;
             row.map(Campaign::try_from).transpose()
         })
+    }
+
+    /// The tenant's campaigns among `ids`, in one statement (ids naming nothing are left
+    /// out; the order is unspecified).
+    pub async fn campaigns_by_id(
+        &self,
+        tenant: &TenantId,
+        ids: &[CampaignId],
+    ) -> Result<Vec<Campaign>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<&str> = ids.iter().map(CampaignId::as_str).collect();
+        let rows: Vec<CampaignRow> = match &self.backend {
+            crate::Backend::Postgres(pg) => {
+                sqlx::query_as(PG_SELECT_CAMPAIGNS_BY_ID)
+                    .bind(tenant.as_str())
+                    .bind(&texts)
+                    .fetch_all(&pg.pool)
+                    .await?
+            }
+            crate::Backend::Sqlite(lite) => {
+                let sql = format!(
+                    "{SELECT_CAMPAIGNS_IN} ({})",
+                    vec!["?"; texts.len()].join(",")
+                );
+                let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
+                for id in &texts {
+                    query = query.bind(*id);
+                }
+                query.fetch_all(&lite.reader).await?
+            }
+        };
+        rows.into_iter().map(Campaign::try_from).collect()
     }
 
     /// A tenant's campaigns, newest first, at most `rows_max`.
@@ -58,10 +102,10 @@ impl Store {
     pub async fn campaign_versions(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
     ) -> Result<Vec<CampaignVersion>, StoreError> {
         with_pool!(self, reader, pool => {
-            let rows: Vec<VersionRow> = sqlx::query_as(SELECT_VERSIONS).bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
+            let rows: Vec<VersionRow> = sqlx::query_as(SELECT_VERSIONS).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_all(pool).await?;
             rows.into_iter().map(CampaignVersion::try_from).collect()
         })
     }
@@ -76,7 +120,7 @@ impl StoreTx {
         now_us: i64,
     ) -> Result<Campaign, StoreError> {
         let created = Campaign {
-            id: format!("cmp_{}", crate::model::random_hex(8)),
+            id: CampaignId::from_random(crate::model::random_bytes()),
             key: new.key.clone(),
             name: new.name.clone(),
             arms: new.arms.clone(),
@@ -88,7 +132,7 @@ impl StoreTx {
         let metrics = to_json(&created.metrics)?;
         let inserted = with_tx!(self, conn => {
             sqlx::query(INSERT_CAMPAIGN)
-                .bind(tenant.as_str()).bind(&created.id).bind(&created.key).bind(&created.name)
+                .bind(tenant.as_str()).bind(created.id.as_str()).bind(&created.key).bind(&created.name)
                 .bind(&arms).bind(&metrics).bind(&created.salt).bind(now_us)
                 .execute(&mut *conn).await?.rows_affected()
         });
@@ -107,7 +151,7 @@ impl StoreTx {
     pub async fn publish_campaign(
         &mut self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         arms: Option<&Arms>,
         note: Option<&str>,
         now_us: i64,
@@ -119,14 +163,14 @@ impl StoreTx {
         };
         let select = format!("{SELECT_CAMPAIGN}{lock}");
         let found = with_tx!(self, conn => {
-            let row: Option<CampaignRow> = sqlx::query_as(&select).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
+            let row: Option<CampaignRow> = sqlx::query_as(&select).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_optional(&mut *conn).await?;
             let Some(base) = row else { return Ok(None) };
-            let latest: Option<(i64, String)> = sqlx::query_as(SELECT_LATEST_VERSION).bind(tenant.as_str()).bind(campaign_id).fetch_optional(&mut *conn).await?;
+            let latest: Option<LatestRow> = sqlx::query_as(SELECT_LATEST_VERSION).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_optional(&mut *conn).await?;
             (Campaign::try_from(base)?, latest)
         });
         let (base, latest) = found;
         let (last_number, last_arms) = match latest {
-            Some((number, arms)) => (number, from_json(&arms)?),
+            Some(LatestRow { version, arms }) => (version, from_json(&arms)?),
             None => (0, base.arms.clone()),
         };
         let published = CampaignVersion {
@@ -141,7 +185,7 @@ impl StoreTx {
         let (arms_json, metrics_json) = (to_json(&published.arms)?, to_json(&published.metrics)?);
         with_tx!(self, conn => {
             sqlx::query(INSERT_VERSION)
-                .bind(tenant.as_str()).bind(campaign_id).bind(published.version as i32).bind(&arms_json).bind(&metrics_json)
+                .bind(tenant.as_str()).bind(campaign_id.as_str()).bind(published.version as i32).bind(&arms_json).bind(&metrics_json)
                 .bind(&published.salt).bind(&published.note).bind(now_us)
                 .execute(&mut *conn).await?;
         });
@@ -150,8 +194,15 @@ impl StoreTx {
 }
 
 #[derive(sqlx::FromRow)]
+struct LatestRow {
+    version: i64,
+    arms: String,
+}
+
+#[derive(sqlx::FromRow)]
 struct CampaignRow {
-    campaign_id: String,
+    #[sqlx(try_from = "String")]
+    campaign_id: CampaignId,
     campaign_key: String,
     name: String,
     arms: String,
@@ -177,8 +228,9 @@ impl TryFrom<CampaignRow> for Campaign {
 }
 
 #[derive(sqlx::FromRow)]
-struct VersionRow {
-    campaign_id: String,
+pub(crate) struct VersionRow {
+    #[sqlx(try_from = "String")]
+    campaign_id: CampaignId,
     version: i64,
     arms: String,
     metrics: String,

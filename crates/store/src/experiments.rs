@@ -7,15 +7,20 @@ use serde::Serialize;
 use sqlx::Row;
 
 use crate::tx::{with_pool, with_tx};
-use crate::{Store, StoreError, StoreTx, TenantId};
+use crate::{Store, StoreError, TenantId};
+
+pub use traqlyte_experiments::report::{DuplicatesInBucket, UnitsByVersion};
+pub use traqlyte_experiments::{AssignmentId, CampaignId};
 
 /// A unit's assignment to an arm. Never updated once written.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Assignment {
     /// The assignment (`asg_…`).
-    pub assignment_id: String,
+    #[sqlx(try_from = "String")]
+    pub assignment_id: AssignmentId,
     /// The campaign (`cmp_…`).
-    pub campaign_id: String,
+    #[sqlx(try_from = "String")]
+    pub campaign_id: CampaignId,
     /// The unit the client names (a user, a device…).
     pub unit_id: String,
     /// The arm's key.
@@ -68,11 +73,13 @@ pub struct NewOutcome {
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct StoredOutcome {
     /// The assignment (`asg_…`).
-    pub assignment_id: String,
+    #[sqlx(try_from = "String")]
+    pub assignment_id: AssignmentId,
     /// The caller's business key, unique per assignment.
     pub dedupe_key: String,
     /// The campaign (`cmp_…`).
-    pub campaign_id: String,
+    #[sqlx(try_from = "String")]
+    pub campaign_id: CampaignId,
     /// The arm's key.
     pub arm: String,
     /// The metric's name.
@@ -109,197 +116,84 @@ pub struct MetricWindow {
     pub window_us: i64,
 }
 
-const BUMP_UNIT_METRICS: &str = "INSERT INTO unit_metrics
-     (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-     ON CONFLICT (tenant_id, campaign_id, metric, assignment_id) DO UPDATE SET
-       ev_n = unit_metrics.ev_n + excluded.ev_n, ev_v = unit_metrics.ev_v + excluded.ev_v,
-       ev_dn = unit_metrics.ev_dn + excluded.ev_dn, ev_dv = unit_metrics.ev_dv + excluded.ev_dv,
-       ar_n = unit_metrics.ar_n + excluded.ar_n, ar_v = unit_metrics.ar_v + excluded.ar_v,
-       ar_dn = unit_metrics.ar_dn + excluded.ar_dn, ar_dv = unit_metrics.ar_dv + excluded.ar_dv";
-
-const OUTCOME_COLUMNS: &str = "assignment_id, dedupe_key, campaign_id, arm, metric, value, occurred_at_us, received_at_us, fingerprint";
-
-const SELECT_UNIT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
-       CAST(version AS BIGINT) AS version, assigned_at_us
-     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3";
-
 const SELECT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
        CAST(version AS BIGINT) AS version, assigned_at_us
      FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
 
-const SELECT_UNITS_BY_VERSION: &str = "SELECT CAST(version AS BIGINT), arm, COUNT(*)
+/// One index probe per id (see `PG_SELECT_CAMPAIGNS_BY_ID`).
+const PG_SELECT_ASSIGNMENTS_BY_ID: &str = "SELECT a.assignment_id, a.campaign_id, a.unit_id, a.arm,
+       CAST(a.version AS BIGINT) AS version, a.assigned_at_us
+     FROM unnest($2::text[]) AS k(id)
+     CROSS JOIN LATERAL (SELECT * FROM assignments WHERE tenant_id = $1 AND assignment_id = k.id) a";
+
+const SELECT_ASSIGNMENTS_IN: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
+       CAST(version AS BIGINT) AS version, assigned_at_us
+     FROM assignments WHERE tenant_id = ? AND assignment_id IN";
+
+const SELECT_UNITS_BY_VERSION: &str =
+    "SELECT CAST(version AS BIGINT) AS version, arm, COUNT(*) AS units
      FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY version, arm";
 
 const SELECT_DUPLICATES_OVER_TIME: &str =
-    "SELECT (arrived_at_us / $3) * $3 AS bucket, arm, COUNT(*)
+    "SELECT (arrived_at_us / $3) * $3 AS bucket_start_us, arm, COUNT(*) AS duplicates
      FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2
-     GROUP BY bucket, arm ORDER BY bucket, arm LIMIT $4";
-
-impl StoreTx {
-    /// Inserts the assignment unless the unit already has one; returns the stored one
-    /// (the first assignment always wins: sticky).
-    pub async fn assign(
-        &mut self,
-        tenant: &TenantId,
-        proposed: &Assignment,
-    ) -> Result<Assignment, StoreError> {
-        with_tx!(self, conn => {
-            sqlx::query("INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING")
-                .bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id).bind(&proposed.assignment_id)
-                .bind(&proposed.arm).bind(proposed.version as i32).bind(proposed.assigned_at_us)
-                .execute(&mut *conn).await?;
-            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(&proposed.campaign_id).bind(&proposed.unit_id);
-            Ok(query.fetch_one(&mut *conn).await?)
-        })
-    }
-
-    /// Records outcomes in this transaction, one result per input, in order.
-    pub async fn record_outcomes(
-        &mut self,
-        tenant: &TenantId,
-        outcomes: &[NewOutcome],
-        now_us: i64,
-    ) -> Result<Vec<OutcomeResult>, StoreError> {
-        let mut results = Vec::with_capacity(outcomes.len());
-        for outcome in outcomes {
-            debug_assert!(
-                !matches!(outcome.value, Some(v) if v.abs() > OUTCOME_VALUE_ABS_MAX),
-                "outcome values are bounded at the edge"
-            );
-            results.push(self.record_outcome(tenant, outcome, now_us).await?);
-        }
-        Ok(results)
-    }
-
-    async fn record_outcome(
-        &mut self,
-        tenant: &TenantId,
-        new: &NewOutcome,
-        now_us: i64,
-    ) -> Result<OutcomeResult, StoreError> {
-        let a = &new.assignment;
-        let inserted = with_tx!(self, conn => sqlx::query("INSERT INTO outcomes
-             (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING")
-            .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&a.arm)
-            .bind(a.assigned_at_us).bind(&new.metric).bind(new.value).bind(new.occurred_at_us).bind(now_us).bind(&new.fingerprint)
-            .execute(&mut *conn).await?.rows_affected() == 1);
-        if inserted {
-            // The row this statement wrote holds exactly these values: no need to read it
-            // back (the duplicate-bytes test compares this answer with a replayed one).
-            let stored = StoredOutcome {
-                assignment_id: a.assignment_id.clone(),
-                dedupe_key: new.dedupe_key.clone(),
-                campaign_id: a.campaign_id.clone(),
-                arm: a.arm.clone(),
-                metric: new.metric.clone(),
-                value: new.value,
-                occurred_at_us: new.occurred_at_us,
-                received_at_us: now_us,
-                fingerprint: new.fingerprint.clone(),
-            };
-            self.bump_unit_metrics(tenant, new, &stored, true, now_us)
-                .await?;
-            return Ok(OutcomeResult::Inserted(stored));
-        }
-        let stored = self
-            .stored_outcome(tenant, &a.assignment_id, &new.dedupe_key)
-            .await?;
-        if stored.fingerprint == new.fingerprint {
-            self.bump_unit_metrics(tenant, new, &stored, false, now_us)
-                .await?;
-            with_tx!(self, conn => sqlx::query("INSERT INTO outcome_duplicates
-                 (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us, arrived_at_us)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
-                .bind(tenant.as_str()).bind(&stored.campaign_id).bind(&stored.assignment_id).bind(&stored.dedupe_key).bind(&stored.arm)
-                .bind(a.assigned_at_us).bind(&stored.metric).bind(stored.value).bind(stored.occurred_at_us).bind(now_us)
-                .execute(&mut *conn).await.map(|_| ())?);
-            return Ok(OutcomeResult::Duplicate(stored));
-        }
-        with_tx!(self, conn => sqlx::query("INSERT INTO outcome_collisions
-             (tenant_id, assignment_id, dedupe_key, campaign_id, incoming_payload, received_at_us) VALUES ($1, $2, $3, $4, $5, $6)")
-            .bind(tenant.as_str()).bind(&a.assignment_id).bind(&new.dedupe_key).bind(&a.campaign_id).bind(&new.payload).bind(now_us)
-            .execute(&mut *conn).await.map(|_| ())?);
-        Ok(OutcomeResult::Collision(stored))
-    }
-
-    /// Adds one stored outcome (or one suppressed duplicate) to its unit's sums, counting
-    /// it in each window it falls into.
-    async fn bump_unit_metrics(
-        &mut self,
-        tenant: &TenantId,
-        new: &NewOutcome,
-        stored: &StoredOutcome,
-        is_stored: bool,
-        now_us: i64,
-    ) -> Result<(), StoreError> {
-        let assigned = new.assignment.assigned_at_us;
-        let within = |at: i64| (0..=new.window_us).contains(&(at - assigned));
-        let arrival = if is_stored {
-            stored.received_at_us
-        } else {
-            now_us
-        };
-        let value = stored.value.unwrap_or(0.0);
-        let part = |inside: bool, wanted: bool| {
-            if inside && wanted {
-                (1i64, value)
-            } else {
-                (0, 0.0)
-            }
-        };
-        let (ev, ar) = (within(stored.occurred_at_us), within(arrival));
-        let (ev_n, ar_n, ev_d, ar_d) = (
-            part(ev, is_stored),
-            part(ar, is_stored),
-            part(ev, !is_stored),
-            part(ar, !is_stored),
-        );
-        with_tx!(self, conn => sqlx::query(BUMP_UNIT_METRICS)
-            .bind(tenant.as_str()).bind(&stored.campaign_id).bind(&stored.metric).bind(&stored.assignment_id).bind(&stored.arm)
-            .bind(ev_n.0).bind(ev_n.1).bind(ev_d.0).bind(ev_d.1).bind(ar_n.0).bind(ar_n.1).bind(ar_d.0).bind(ar_d.1)
-            .execute(&mut *conn).await.map(|_| ())?);
-        Ok(())
-    }
-
-    async fn stored_outcome(
-        &mut self,
-        tenant: &TenantId,
-        assignment_id: &str,
-        dedupe_key: &str,
-    ) -> Result<StoredOutcome, StoreError> {
-        let sql = format!("SELECT {OUTCOME_COLUMNS} FROM outcomes WHERE tenant_id = $1 AND assignment_id = $2 AND dedupe_key = $3");
-        with_tx!(self, conn => {
-            let query = sqlx::query_as(&sql).bind(tenant.as_str()).bind(assignment_id).bind(dedupe_key);
-            Ok(query.fetch_one(&mut *conn).await?)
-        })
-    }
-}
+     GROUP BY bucket_start_us, arm ORDER BY bucket_start_us, arm LIMIT $4";
 
 impl Store {
     /// An assignment by id.
     pub async fn assignment(
         &self,
         tenant: &TenantId,
-        assignment_id: &str,
+        assignment_id: &AssignmentId,
     ) -> Result<Option<Assignment>, StoreError> {
         with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_ASSIGNMENT).bind(tenant.as_str()).bind(assignment_id);
+            let query = sqlx::query_as(SELECT_ASSIGNMENT).bind(tenant.as_str()).bind(assignment_id.as_str());
             Ok(query.fetch_optional(pool).await?)
         })
+    }
+
+    /// The tenant's assignments among `ids`, in one statement (ids naming nothing are
+    /// left out; the order is unspecified).
+    pub async fn assignments_by_id(
+        &self,
+        tenant: &TenantId,
+        ids: &[AssignmentId],
+    ) -> Result<Vec<Assignment>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<&str> = ids.iter().map(AssignmentId::as_str).collect();
+        match &self.backend {
+            crate::Backend::Postgres(pg) => {
+                let query = sqlx::query_as(PG_SELECT_ASSIGNMENTS_BY_ID)
+                    .bind(tenant.as_str())
+                    .bind(&texts);
+                Ok(query.fetch_all(&pg.pool).await?)
+            }
+            crate::Backend::Sqlite(lite) => {
+                let sql = format!(
+                    "{SELECT_ASSIGNMENTS_IN} ({})",
+                    vec!["?"; texts.len()].join(",")
+                );
+                let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
+                for id in &texts {
+                    query = query.bind(*id);
+                }
+                Ok(query.fetch_all(&lite.reader).await?)
+            }
+        }
     }
 
     /// Units per (version, arm) of a campaign.
     pub async fn units_by_version(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+        campaign_id: &CampaignId,
+    ) -> Result<Vec<UnitsByVersion>, StoreError> {
         with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_UNITS_BY_VERSION).bind(tenant.as_str()).bind(campaign_id);
-            Ok(query.fetch_all(pool).await?)
+            let query = sqlx::query_as(SELECT_UNITS_BY_VERSION).bind(tenant.as_str()).bind(campaign_id.as_str());
+            let rows: Vec<UnitsRow> = query.fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|r| UnitsByVersion { version: r.version, arm: r.arm, units: r.units }).collect())
         })
     }
 
@@ -307,13 +201,14 @@ impl Store {
     pub async fn duplicates_over_time(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         bucket_us: i64,
         rows_max: i64,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+    ) -> Result<Vec<DuplicatesInBucket>, StoreError> {
         with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME).bind(tenant.as_str()).bind(campaign_id).bind(bucket_us).bind(rows_max);
-            Ok(query.fetch_all(pool).await?)
+            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME).bind(tenant.as_str()).bind(campaign_id.as_str()).bind(bucket_us).bind(rows_max);
+            let rows: Vec<BucketRow> = query.fetch_all(pool).await?;
+            Ok(rows.into_iter().map(|r| DuplicatesInBucket { bucket_start_us: r.bucket_start_us, arm: r.arm, duplicates: r.duplicates }).collect())
         })
     }
 
@@ -322,7 +217,7 @@ impl Store {
     pub async fn report_sums(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
         let sql = format!("SELECT metric, arm, {} FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY metric, arm", per_arm_columns());
         self.read_sums(&sql, tenant, campaign_id, &[]).await
@@ -333,7 +228,7 @@ impl Store {
     pub async fn report_sums_from_facts(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         metrics: &[MetricWindow],
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
         if metrics.is_empty() {
@@ -351,7 +246,7 @@ impl Store {
     pub async fn rebuild_unit_metrics(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         metrics: &[MetricWindow],
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
@@ -361,8 +256,8 @@ impl Store {
             per_unit_sql(metrics)
         );
         with_tx!(tx, conn => {
-            sqlx::query("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2").bind(tenant.as_str()).bind(campaign_id).execute(&mut *conn).await?;
-            let mut query = sqlx::query(&insert).bind(tenant.as_str()).bind(campaign_id);
+            sqlx::query("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2").bind(tenant.as_str()).bind(campaign_id.as_str()).execute(&mut *conn).await?;
+            let mut query = sqlx::query(&insert).bind(tenant.as_str()).bind(campaign_id.as_str());
             for m in metrics {
                 query = query.bind(&m.metric);
             }
@@ -375,11 +270,11 @@ impl Store {
         &self,
         sql: &str,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
         metrics: &[MetricWindow],
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
         with_pool!(self, reader, pool => {
-            let mut query = sqlx::query(sql).bind(tenant.as_str()).bind(campaign_id);
+            let mut query = sqlx::query(sql).bind(tenant.as_str()).bind(campaign_id.as_str());
             for m in metrics {
                 query = query.bind(&m.metric);
             }
@@ -402,6 +297,22 @@ impl Store {
             Ok(out)
         })
     }
+}
+
+/// A row of [`SELECT_UNITS_BY_VERSION`].
+#[derive(sqlx::FromRow)]
+struct UnitsRow {
+    version: i64,
+    arm: String,
+    units: i64,
+}
+
+/// A row of [`SELECT_DUPLICATES_OVER_TIME`].
+#[derive(sqlx::FromRow)]
+struct BucketRow {
+    bucket_start_us: i64,
+    arm: String,
+    duplicates: i64,
 }
 
 /// Per-arm sums over per-unit rows (`ev_*`/`ar_*` columns), both windows.

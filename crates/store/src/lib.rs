@@ -15,6 +15,7 @@
 
 #![deny(missing_docs)]
 
+mod assignments_batch;
 #[cfg(feature = "bench")]
 mod bench;
 pub mod campaigns;
@@ -25,6 +26,7 @@ mod lineage;
 mod migrate;
 mod model;
 pub mod partitions;
+mod outcomes_batch;
 pub mod plan;
 mod postgres;
 mod sql;
@@ -39,11 +41,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use traqlyte_identity::{Contract, ContractName, EventId};
 
 #[cfg(feature = "bench")]
-pub use bench::SeededExperiment;
-pub use campaigns::{Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
+pub use bench::{ArmScan, SeededExperiment};
+pub use campaigns::{
+    Arm, Arms, Campaign, CampaignId, CampaignVersion, MetricDef, MetricKind, NewCampaign,
+};
 pub use experiments::{
-    Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,
-    OUTCOME_VALUE_ABS_MAX, UNIT_VALUE_ABS_MAX,
+    Assignment, AssignmentId, DuplicatesInBucket, MetricArmSums, MetricWindow, NewOutcome,
+    OutcomeResult, StoredOutcome, UnitsByVersion, WindowSums, OUTCOME_VALUE_ABS_MAX,
+    UNIT_VALUE_ABS_MAX,
 };
 pub use idempotency::{IdempotencyKey, KeyRecord, OwnerToken, StoredResponse};
 pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, WalkLimits};

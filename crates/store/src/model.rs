@@ -224,6 +224,15 @@ pub(crate) fn stored_fingerprint(text: &str) -> Result<Fingerprint, StoreError> 
         .ok_or_else(|| StoreError::Corrupt(format!("stored fingerprint {text:?}")))
 }
 
+/// `N` bytes from the OS random source (panics like [`random_hex`] when it is unavailable).
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut buf = [0u8; N];
+    if getrandom::getrandom(&mut buf).is_err() {
+        panic!("the operating system's random number generator is unavailable");
+    }
+    buf
+}
+
 pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     // The OS random source failing is not recoverable, and any fallback would weaken

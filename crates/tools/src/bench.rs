@@ -34,6 +34,10 @@ pub enum BenchCommand {
     /// Write throughput per slice as the events table grows to 20 M rows, with time
     /// partitions and beside one unpartitioned table.
     Growth(crate::bench_growth::GrowthArgs),
+    /// `POST /outcomes/batch` outcomes/s vs `/events/{contract}/batch` events/s, one run.
+    Outcomes(crate::bench_hot::OutcomesArgs),
+    /// `/assignments/batch` units/s and single assignments/s vs event batches, one run.
+    Assignments(crate::bench_hot::AssignmentsArgs),
 }
 
 /// Options of `bench report`.
@@ -102,6 +106,8 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::LineageIngest(args) => crate::bench_lineage::ingest(args).await,
         BenchCommand::Graph(args) => crate::bench_lineage::graph(args).await,
         BenchCommand::Growth(args) => crate::bench_growth::growth(args).await,
+        BenchCommand::Outcomes(args) => crate::bench_hot::outcomes(args).await,
+        BenchCommand::Assignments(args) => crate::bench_hot::assignments(args).await,
     }
 }
 
@@ -127,7 +133,7 @@ pub(crate) fn bench_tenant_name(what: &str) -> Result<TenantName> {
     TenantName::parse(&format!("{what} {}", traqlyte_store::now_us())).map_err(anyhow::Error::msg)
 }
 
-fn bench_contract() -> Value {
+pub(crate) fn bench_contract() -> Value {
     json!({
         "name": "checkout_completed", "version": 1,
         "fields": [{"pointer": "/merchant_id", "required": true}, {"pointer": "/order_id", "required": true},
@@ -138,7 +144,7 @@ fn bench_contract() -> Value {
 }
 
 /// `events` events in which `duplicate_ratio` are retries of earlier ones.
-fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
+pub(crate) fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
     let mut rng = Rng(0x7472_716c_7974_6521);
     let mut out: Vec<Value> = Vec::with_capacity(events);
     // An hour ago: inside the dedupe horizon whenever the benchmark runs.
@@ -165,14 +171,14 @@ fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
     out
 }
 
-struct Bench {
-    store: Store,
-    address: String,
+pub(crate) struct Bench {
+    pub(crate) store: Store,
+    pub(crate) address: String,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Connects, migrates and serves in-process on a free loopback port.
-async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
+pub(crate) async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
     let mut config = StoreConfig::new(database_url);
     config.pool_connections_max = (concurrency as u32 * 2).max(8);
     let store = Store::connect(&config).await.context("connect")?;
@@ -357,7 +363,7 @@ async fn check_counts(
     Ok(())
 }
 
-async fn http_round(
+pub(crate) async fn http_round(
     client: &reqwest::Client,
     address: &str,
     key: &str,
@@ -411,7 +417,7 @@ async fn raw_round(
     .await
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
@@ -580,7 +586,7 @@ async fn report(args: ReportArgs) -> Result<()> {
         scan_s.push(started.elapsed().as_secs_f64());
         if round == 0 {
             let units: u64 = built.arms.iter().map(|arm| arm.units).sum();
-            let rows: i64 = scanned.iter().map(|(_, n, _)| n).sum();
+            let rows: i64 = scanned.iter().map(|scan| scan.outcomes).sum();
             if units != args.units as u64 || rows != args.outcomes {
                 bail!(
                     "the report saw {units} units and the scan {rows} rows; expected {} and {}",

@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use traqlyte_experiments::bucketing;
 use traqlyte_experiments::report::WindowReport;
-use traqlyte_experiments::Report;
+use traqlyte_experiments::{CampaignId, Report};
 use traqlyte_identity::{format_rfc3339_micros, parse_rfc3339_micros};
 use traqlyte_server::ServerConfig;
 use traqlyte_stats::Lift;
@@ -334,7 +334,7 @@ impl Api {
 /// The published demo campaign, with what the client needs to predict its bucketing.
 #[derive(Clone)]
 struct DemoCampaign {
-    id: String,
+    id: CampaignId,
     key: String,
     salt: String,
     arms: Vec<Arm>,
@@ -360,7 +360,8 @@ async fn create_campaign(api: &Api) -> Result<DemoCampaign> {
             201,
         )
         .await?;
-    let id = text_field(&created, "id")?;
+    let id = CampaignId::try_from(text_field(&created, "id")?)
+        .map_err(|e| anyhow::anyhow!("the campaign id {e}"))?;
     let version = api
         .post(
             &format!("/campaigns/{id}/publish"),

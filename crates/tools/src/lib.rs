@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod bench_growth;
+mod bench_hot;
 pub mod bench_lineage;
 pub mod demo;
 pub mod fire;

@@ -3,6 +3,7 @@
 //! unit)[:32]`, `int(sha256(salt + ":" + unit)[:8]) % total weight`).
 
 use traqlyte_experiments::bucketing::{assignment_id, bucket};
+use traqlyte_experiments::CampaignId;
 use traqlyte_experiments::{outcome_fingerprint, Arm};
 
 #[test]
@@ -72,7 +73,8 @@ fn assignment_ids_and_buckets_are_frozen() {
         ),
     ];
     for (campaign, salt, unit, id, arm) in cases {
-        assert_eq!(assignment_id(campaign, unit), *id);
+        let campaign = CampaignId::try_from(*campaign).expect("a fixture campaign id");
+        assert_eq!(assignment_id(&campaign, unit).as_str(), *id);
         let placed = bucket(salt, unit, &arms).map(|a| a.key.as_str());
         assert_eq!(placed, Some(*arm), "{salt} {unit}");
     }

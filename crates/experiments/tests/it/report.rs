@@ -1,9 +1,10 @@
 use std::collections::HashMap;
 
 use serde_json::json;
-use traqlyte_experiments::report::{ReportInput, VerdictKind};
+use traqlyte_experiments::report::{DuplicatesInBucket, ReportInput, UnitsByVersion, VerdictKind};
 use traqlyte_experiments::{
-    Arm, Arms, Campaign, CampaignVersion, MetricArmSums, MetricDef, MetricKind, Report, WindowSums,
+    Arm, Arms, Campaign, CampaignId, CampaignVersion, MetricArmSums, MetricDef, MetricKind, Report,
+    WindowSums,
 };
 
 fn campaign() -> Campaign {
@@ -19,7 +20,7 @@ fn campaign() -> Campaign {
     ])
     .expect("arms");
     Campaign {
-        id: "cmp_1".into(),
+        id: CampaignId::try_from("cmp_1").expect("a valid campaign id"),
         key: "checkout".into(),
         name: "Checkout".into(),
         arms,
@@ -61,10 +62,11 @@ fn report(control: MetricArmSums, treatment: MetricArmSums) -> Report {
         note: None,
         published_at_us: 0,
     }];
-    let units = vec![
-        (1, "control".to_string(), 10_000),
-        (1, "treatment".to_string(), 10_000),
-    ];
+    let units = ["control", "treatment"].map(|arm| UnitsByVersion {
+        version: 1,
+        arm: arm.to_string(),
+        units: 10_000,
+    });
     let sums = HashMap::from([
         (("purchase".to_string(), "control".to_string()), control),
         (("purchase".to_string(), "treatment".to_string()), treatment),
@@ -74,7 +76,11 @@ fn report(control: MetricArmSums, treatment: MetricArmSums) -> Report {
         versions: &versions,
         units_by_version: &units,
         sums: &sums,
-        duplicates_over_time: &[(3_600_000_000, "treatment".to_string(), 7)],
+        duplicates_over_time: &[DuplicatesInBucket {
+            bucket_start_us: 3_600_000_000,
+            arm: "treatment".to_string(),
+            duplicates: 7,
+        }],
     })
 }
 

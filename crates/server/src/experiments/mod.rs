@@ -6,6 +6,7 @@
 //! a retry gets the original answer byte for byte and is counted against its arm, so the
 //! report can show what a pipeline without dedupe would have concluded.
 
+pub(crate) mod assignments;
 pub(crate) mod outcomes;
 pub mod report;
 
@@ -14,9 +15,9 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use traqlyte_experiments::{bucketing, UnitId};
+use traqlyte_experiments::{bucketing, AssignmentId, CampaignId, UnitId};
 use traqlyte_identity::format_rfc3339_micros;
-use traqlyte_store::{now_us, Assignment};
+use traqlyte_store::{now_us, Assignment, CampaignVersion};
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
@@ -25,6 +26,7 @@ use crate::body::typed::{parse, Id};
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
+pub(crate) use assignments::post_assignments_batch;
 pub(crate) use outcomes::{post_outcome, post_outcomes_batch, OutcomeView};
 
 /// A `POST /assignments` body.
@@ -35,10 +37,10 @@ pub(crate) use outcomes::{post_outcome, post_outcomes_batch, OutcomeView};
 )]
 pub(crate) struct AssignmentBody {
     #[schema(value_type = String, min_length = 1)]
-    campaign_id: Id,
+    pub(crate) campaign_id: Id,
     /// The unit (a user, a device): 1-256 bytes, no NUL.
     #[schema(value_type = String, min_length = 1, max_length = 256)]
-    unit_id: UnitId,
+    pub(crate) unit_id: UnitId,
 }
 
 /// A unit's assignment (fields in alphabetical order: see `routes::health::Health`).
@@ -46,8 +48,10 @@ pub(crate) struct AssignmentBody {
 pub(crate) struct AssignmentView {
     arm: String,
     assigned_at: String,
-    assignment_id: String,
-    campaign_id: String,
+    #[schema(value_type = String)]
+    assignment_id: AssignmentId,
+    #[schema(value_type = String)]
+    campaign_id: CampaignId,
     unit_id: String,
     /// The campaign version the unit was first assigned under.
     version: i64,
@@ -71,39 +75,72 @@ pub(crate) async fn assign(
         campaign_id,
         unit_id,
     } = parse(&value).map_err(|r| r.unprocessable("invalid_assignment"))?;
-    let campaign_id = campaign_id.as_str();
+    let campaign_id = known_campaign_id(campaign_id.as_str(), "campaign_id")?;
     let unit_id = unit_id.as_str();
+    // A known unit: one indexed read answers it (an assignment never changes, and one
+    // exists only for a published campaign).
+    if let Some(stored) = state
+        .store
+        .unit_assignment(&tenant, &campaign_id, unit_id)
+        .await?
+    {
+        return Ok(Json(assignment_view(stored)));
+    }
     let campaign = state
         .store
-        .campaign(&tenant, campaign_id)
+        .campaign(&tenant, &campaign_id)
         .await?
-        .ok_or_else(|| {
-            ApiError::not_found("campaign_not_found", format!("no campaign {campaign_id:?}"))
-                .with_field("campaign_id")
-        })?;
-    let versions = state.store.campaign_versions(&tenant, campaign_id).await?;
+        .ok_or_else(|| campaign_not_found(campaign_id.as_str(), "campaign_id"))?;
+    let versions = state.store.campaign_versions(&tenant, &campaign_id).await?;
     let latest = versions.last().ok_or_else(not_published)?;
-    let arm = bucketing::bucket(&latest.salt, unit_id, &latest.arms)
-        .ok_or_else(|| ApiError::internal("published version without arms"))?;
-    let proposed = Assignment {
-        assignment_id: bucketing::assignment_id(&campaign.id, unit_id),
-        campaign_id: campaign.id.clone(),
-        unit_id: unit_id.to_string(),
-        arm: arm.key.clone(),
-        version: latest.version,
-        assigned_at_us: now_us(),
-    };
+    let proposed = propose(&campaign.id, latest, unit_id, now_us())?;
     let mut tx = work.begin().await?;
     let stored = tx.assign(&tenant, &proposed).await?;
     work.finish(tx).await?;
-    Ok(Json(AssignmentView {
+    Ok(Json(assignment_view(stored)))
+}
+
+/// The assignment `unit_id` gets under `latest`, the campaign's latest version.
+pub(crate) fn propose(
+    campaign_id: &CampaignId,
+    latest: &CampaignVersion,
+    unit_id: &str,
+    now_us: i64,
+) -> Result<Assignment, ApiError> {
+    let arm = bucketing::bucket(&latest.salt, unit_id, &latest.arms)
+        .ok_or_else(|| ApiError::internal("published version without arms"))?;
+    Ok(Assignment {
+        assignment_id: bucketing::assignment_id(campaign_id, unit_id),
+        campaign_id: campaign_id.clone(),
+        unit_id: unit_id.to_string(),
+        arm: arm.key.clone(),
+        version: latest.version,
+        assigned_at_us: now_us,
+    })
+}
+
+/// A stored assignment as answered.
+pub(crate) fn assignment_view(stored: Assignment) -> AssignmentView {
+    AssignmentView {
         arm: stored.arm,
         assigned_at: format_rfc3339_micros(stored.assigned_at_us),
         assignment_id: stored.assignment_id,
         campaign_id: stored.campaign_id,
         unit_id: stored.unit_id,
         version: stored.version,
-    }))
+    }
+}
+
+/// The campaign id a client named, parsed at the edge. An id that breaks the format names
+/// no campaign, so it gets the same 404 as an unknown one (as it always did); `field` is
+/// where the client wrote it.
+pub(crate) fn known_campaign_id(text: &str, field: &str) -> Result<CampaignId, ApiError> {
+    CampaignId::try_from(text).map_err(|_| campaign_not_found(text, field))
+}
+
+/// 404 for a campaign id that names no campaign of the tenant.
+pub(crate) fn campaign_not_found(text: &str, field: &str) -> ApiError {
+    ApiError::not_found("campaign_not_found", format!("no campaign {text:?}")).with_field(field)
 }
 
 /// 409 for a campaign that has never been published.

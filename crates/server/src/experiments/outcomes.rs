@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use traqlyte_experiments::{outcome_fingerprint, DedupeKey, MetricName, OccurredAt, OutcomeValue};
+use traqlyte_experiments::{
+    outcome_fingerprint, AssignmentId, CampaignId, DedupeKey, MetricName, OccurredAt, OutcomeValue,
+};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
     now_us, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult, StoredOutcome, TenantId,
@@ -40,8 +42,9 @@ pub(crate) async fn post_outcome(
     body: Body,
 ) -> Result<Response, ApiError> {
     let value = read_document(&state, &headers, body).await?;
-    let mut lookups = Lookups::default();
-    let outcome = lookups.parse(&state, &tenant, &value).await?;
+    let body = parse_item(&value)?;
+    let lookups = Lookups::load(&state, &tenant, std::slice::from_ref(&body)).await?;
+    let outcome = lookups.check(body, &value)?;
     let mut tx = state.store.begin().await?;
     let results = tx
         .record_outcomes(&tenant, std::slice::from_ref(&outcome), now_us())
@@ -93,16 +96,22 @@ pub(crate) async fn post_outcomes_batch(
     body: Body,
 ) -> Result<Json<OutcomeBatchAnswer>, ApiError> {
     let items = read_batch(&state, &headers, body, "outcomes").await?;
-    let mut lookups = Lookups::default();
+    let bodies: Vec<Result<OutcomeBody, ApiError>> = items
+        .iter()
+        .map(|item| item.as_ref().map_err(Clone::clone).and_then(parse_item))
+        .collect();
+    let parsed: Vec<&OutcomeBody> = bodies.iter().filter_map(|b| b.as_ref().ok()).collect();
+    let lookups = Lookups::load(&state, &tenant, parsed).await?;
     let mut results: Vec<Option<OutcomeItem>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
     let mut positions = Vec::new();
-    for (index, item) in items.iter().enumerate() {
-        let parsed = match item {
-            Ok(item) => lookups.parse(&state, &tenant, item).await,
-            Err(err) => Err(err.clone()),
+    for (index, (body, item)) in bodies.into_iter().zip(&items).enumerate() {
+        let checked = match (body, item) {
+            (Ok(body), Ok(value)) => lookups.check(body, value),
+            (Err(err), _) => Err(err),
+            (Ok(_), Err(err)) => Err(err.clone()),
         };
-        match parsed {
+        match checked {
             Ok(outcome) => {
                 valid.push(outcome);
                 positions.push(index);
@@ -172,42 +181,87 @@ pub(crate) struct OutcomeBody {
     occurred_at: OccurredAt,
 }
 
-/// Assignments and campaigns looked up once per request.
-#[derive(Default)]
+/// Parses one outcome object (before any lookup: binding a NUL fails on PostgreSQL,
+/// reads included).
+fn parse_item(value: &Value) -> Result<OutcomeBody, ApiError> {
+    if !value.is_object() {
+        return Err(ApiError::unprocessable(
+            "not_an_object",
+            "an outcome must be a JSON object",
+        ));
+    }
+    parse(value).map_err(|r| r.unprocessable("invalid_outcome"))
+}
+
+/// The assignments a request names and their campaigns, read in one query each.
 struct Lookups {
-    assignments: HashMap<String, Option<Assignment>>,
-    campaigns: HashMap<String, Option<Campaign>>,
+    assignments: HashMap<AssignmentId, Assignment>,
+    campaigns: HashMap<CampaignId, Campaign>,
 }
 
 impl Lookups {
-    /// Validates one outcome object.
-    async fn parse(
-        &mut self,
+    /// Reads the assignments `bodies` name, then their campaigns.
+    async fn load<'a>(
         state: &AppState,
         tenant: &TenantId,
-        value: &Value,
-    ) -> Result<NewOutcome, ApiError> {
-        if !value.is_object() {
-            return Err(ApiError::unprocessable(
-                "not_an_object",
-                "an outcome must be a JSON object",
-            ));
-        }
-        // Parsed before any lookup: binding a NUL fails on PostgreSQL, reads included.
+        bodies: impl IntoIterator<Item = &'a OutcomeBody>,
+    ) -> Result<Lookups, ApiError> {
+        let mut ids: Vec<AssignmentId> = bodies
+            .into_iter()
+            .filter_map(|b| AssignmentId::try_from(b.assignment_id.as_str()).ok())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        let assignments: HashMap<AssignmentId, Assignment> = state
+            .store
+            .assignments_by_id(tenant, &ids)
+            .await?
+            .into_iter()
+            .map(|a| (a.assignment_id.clone(), a))
+            .collect();
+        let mut campaign_ids: Vec<CampaignId> = assignments
+            .values()
+            .map(|a| a.campaign_id.clone())
+            .collect();
+        campaign_ids.sort();
+        campaign_ids.dedup();
+        let campaigns = state
+            .store
+            .campaigns_by_id(tenant, &campaign_ids)
+            .await?
+            .into_iter()
+            .map(|c| (c.id.clone(), c))
+            .collect();
+        Ok(Lookups {
+            assignments,
+            campaigns,
+        })
+    }
+
+    /// Checks one parsed outcome (`value` as received) against its assignment and campaign.
+    fn check(&self, body: OutcomeBody, value: &Value) -> Result<NewOutcome, ApiError> {
         let OutcomeBody {
             assignment_id,
             dedupe_key,
             metric,
             value: number,
             occurred_at,
-        } = parse(value).map_err(|r| r.unprocessable("invalid_outcome"))?;
-        let (assignment_id, metric) = (assignment_id.as_str(), metric.as_str());
+        } = body;
+        let metric = metric.as_str();
         let number = number.map(OutcomeValue::get);
         let occurred_at_us = occurred_at.micros();
-        let assignment = self.assignment(state, tenant, assignment_id).await?;
-        let campaign = self
-            .campaign(state, tenant, &assignment.campaign_id)
-            .await?;
+        let text = assignment_id.as_str();
+        // An id that breaks the format names no assignment: the same 404 as an unknown one.
+        let assignment = AssignmentId::try_from(text)
+            .ok()
+            .and_then(|id| self.assignments.get(&id))
+            .ok_or_else(|| assignment_not_found(text))?;
+        let campaign = self.campaigns.get(&assignment.campaign_id).ok_or_else(|| {
+            ApiError::internal(format!(
+                "assignment names missing campaign {}",
+                assignment.campaign_id
+            ))
+        })?;
         let definition = campaign
             .metrics
             .iter()
@@ -230,7 +284,7 @@ impl Lookups {
             ));
         }
         Ok(NewOutcome {
-            assignment,
+            assignment: assignment.clone(),
             dedupe_key: dedupe_key.into_string(),
             metric: metric.to_string(),
             value: number,
@@ -240,42 +294,14 @@ impl Lookups {
             payload: value.to_string(),
         })
     }
+}
 
-    async fn assignment(
-        &mut self,
-        state: &AppState,
-        tenant: &TenantId,
-        id: &str,
-    ) -> Result<Assignment, ApiError> {
-        if !self.assignments.contains_key(id) {
-            let found = state.store.assignment(tenant, id).await?;
-            self.assignments.insert(id.to_string(), found);
-        }
-        self.assignments.get(id).cloned().flatten().ok_or_else(|| {
-            ApiError::not_found(
-                "assignment_not_found",
-                format!("no assignment {id:?}; get one from POST /assignments"),
-            )
-            .with_field("assignment_id")
-        })
-    }
-
-    async fn campaign(
-        &mut self,
-        state: &AppState,
-        tenant: &TenantId,
-        id: &str,
-    ) -> Result<Campaign, ApiError> {
-        if !self.campaigns.contains_key(id) {
-            let found = state.store.campaign(tenant, id).await?;
-            self.campaigns.insert(id.to_string(), found);
-        }
-        self.campaigns
-            .get(id)
-            .cloned()
-            .flatten()
-            .ok_or_else(|| ApiError::internal(format!("assignment names missing campaign {id}")))
-    }
+fn assignment_not_found(text: &str) -> ApiError {
+    ApiError::not_found(
+        "assignment_not_found",
+        format!("no assignment {text:?}; get one from POST /assignments"),
+    )
+    .with_field("assignment_id")
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> ApiError {
@@ -301,8 +327,10 @@ fn outcome_json(stored: &StoredOutcome) -> OutcomeView {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct OutcomeView {
     arm: String,
-    assignment_id: String,
-    campaign_id: String,
+    #[schema(value_type = String)]
+    assignment_id: AssignmentId,
+    #[schema(value_type = String)]
+    campaign_id: CampaignId,
     dedupe_key: String,
     metric: String,
     occurred_at: String,

@@ -5,7 +5,7 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use traqlyte_experiments::report::ReportInput;
-use traqlyte_experiments::Report;
+use traqlyte_experiments::{CampaignId, Report};
 use traqlyte_store::{Store, TenantId};
 
 use crate::auth::Tenant;
@@ -24,6 +24,7 @@ pub(crate) async fn get_report(
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
 ) -> Result<Json<Report>, ApiError> {
+    let id = super::known_campaign_id(&id, "id")?;
     Ok(Json(build(&state.store, &tenant, &id).await?))
 }
 
@@ -31,12 +32,12 @@ pub(crate) async fn get_report(
 pub async fn build(
     store: &Store,
     tenant: &TenantId,
-    campaign_id: &str,
+    campaign_id: &CampaignId,
 ) -> Result<Report, ApiError> {
-    let campaign = store.campaign(tenant, campaign_id).await?.ok_or_else(|| {
-        ApiError::not_found("campaign_not_found", format!("no campaign {campaign_id:?}"))
-            .with_field("id")
-    })?;
+    let campaign = store
+        .campaign(tenant, campaign_id)
+        .await?
+        .ok_or_else(|| super::campaign_not_found(campaign_id.as_str(), "id"))?;
     let versions = store.campaign_versions(tenant, campaign_id).await?;
     if versions.is_empty() {
         return Err(super::not_published());

@@ -11,8 +11,8 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use traqlyte_experiments::{
-    ArmKey, ArmsError, CampaignKey, CampaignName, MetricName, Metrics, MetricsError, RuleError,
-    VersionNote, Weight, WindowHours,
+    ArmKey, ArmsError, CampaignId, CampaignKey, CampaignName, MetricName, Metrics, MetricsError,
+    RuleError, VersionNote, Weight, WindowHours,
 };
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
@@ -23,6 +23,7 @@ use utoipa::ToSchema;
 use crate::auth::Tenant;
 use crate::body::read_document;
 use crate::body::typed::{parse, Objects};
+use crate::experiments::{campaign_not_found, known_campaign_id};
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
@@ -57,6 +58,7 @@ pub(crate) async fn show(
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
 ) -> Result<Json<CampaignView>, ApiError> {
+    let id = known_campaign_id(&id, "id")?;
     let campaign = state
         .store
         .campaign(&tenant, &id)
@@ -69,7 +71,8 @@ pub(crate) async fn show(
 /// The answer of `GET /campaigns/{id}/versions`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct VersionList {
-    campaign_id: String,
+    #[schema(value_type = String)]
+    campaign_id: CampaignId,
     /// Oldest first.
     versions: Vec<VersionView>,
 }
@@ -84,6 +87,7 @@ pub(crate) async fn versions(
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
 ) -> Result<Json<VersionList>, ApiError> {
+    let id = known_campaign_id(&id, "id")?;
     state
         .store
         .campaign(&tenant, &id)
@@ -110,6 +114,7 @@ pub(crate) async fn publish(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let id = known_campaign_id(&id, "id")?;
     let campaign = state
         .store
         .campaign(&tenant, &id)
@@ -133,8 +138,8 @@ pub(crate) async fn publish(
     Ok((StatusCode::CREATED, Json(version_json(&version))).into_response())
 }
 
-fn missing(id: &str) -> ApiError {
-    ApiError::not_found("campaign_not_found", format!("no campaign {id:?}")).with_field("id")
+fn missing(id: &CampaignId) -> ApiError {
+    campaign_not_found(id.as_str(), "id")
 }
 
 /// A campaign as answered (fields in alphabetical order: see `health::Health`).
@@ -143,7 +148,8 @@ pub(crate) struct CampaignView {
     /// Control first.
     arms: Vec<ArmView>,
     created_at: String,
-    id: String,
+    #[schema(value_type = String)]
+    id: CampaignId,
     key: String,
     /// The latest published version; null before the first publish.
     latest_version: Option<i64>,
@@ -156,7 +162,8 @@ pub(crate) struct CampaignView {
 pub(crate) struct VersionView {
     /// Control first.
     arms: Vec<ArmView>,
-    campaign_id: String,
+    #[schema(value_type = String)]
+    campaign_id: CampaignId,
     metrics: Vec<MetricView>,
     note: Option<String>,
     published_at: String,

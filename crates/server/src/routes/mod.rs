@@ -53,6 +53,10 @@ pub(crate) fn router(state: AppState) -> Router {
             get(crate::experiments::report::get_report),
         )
         .route("/assignments", idempotent(post(crate::experiments::assign)))
+        .route(
+            "/assignments/batch",
+            post(crate::experiments::post_assignments_batch),
+        )
         .route("/outcome", post(crate::experiments::post_outcome))
         .route(
             "/outcomes/batch",

@@ -269,6 +269,7 @@ async fn campaign_page(
     session: UiSession,
     Path(id): Path<String>,
 ) -> Result<Response, UiError> {
+    let id = crate::experiments::known_campaign_id(&id, "id")?;
     let report = crate::experiments::report::build(&state.store, &session.tenant, &id).await?;
     Ok(html_response(StatusCode::OK, pages::report(&report)))
 }

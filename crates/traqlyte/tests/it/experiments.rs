@@ -418,13 +418,14 @@ async fn futures_join(app: &TestApp, campaign: &str, units: &[usize]) -> Vec<Val
 
 /// The per-unit sums the report reads, maintained outcome by outcome, equal the sums
 /// recomputed from the facts.
-async fn assert_unit_metrics_match_the_facts(app: &TestApp, campaign: &str) {
+pub(crate) async fn assert_unit_metrics_match_the_facts(app: &TestApp, campaign: &str) {
     let tenant = app
         .store
         .tenant_for_key(&traqlyte_store::ApiKey::parse(&app.key).expect("key"))
         .await
         .expect("lookup")
         .expect("tenant");
+    let campaign = &traqlyte_store::CampaignId::try_from(campaign).expect("a campaign id");
     let windows: Vec<traqlyte_store::MetricWindow> = ["purchase", "revenue", "pageviews"]
         .iter()
         .map(|m| traqlyte_store::MetricWindow {

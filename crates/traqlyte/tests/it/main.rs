@@ -11,6 +11,7 @@ mod demo;
 mod experiments;
 mod helpers;
 mod hostile_text;
+mod hot_path;
 mod idempotency;
 mod ingest;
 mod keys;

@@ -28,6 +28,7 @@ const ROUTES: &[&str] = &[
     "POST /assignments",
     "POST /outcome",
     "POST /outcomes/batch",
+    "POST /assignments/batch",
     "POST /events/{contract}",
     "POST /events/{contract}/batch",
     "GET /events/{contract}/{event_id}",

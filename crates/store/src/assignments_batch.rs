@@ -1,0 +1,179 @@
+//! Assignments in sets: many units of one or more campaigns in a constant number of
+//! statements, and a known unit's assignment in one indexed read.
+//!
+//! Stickiness stays the store's: proposed rows are inserted with `ON CONFLICT DO NOTHING`
+//! on the primary key `(tenant_id, campaign_id, unit_id)`, then the stored rows are read
+//! back, so whichever request (or process) inserted first wins for every later one.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::campaigns::VersionRow;
+use crate::tx::{with_pool, with_tx, TxInner};
+use crate::{Assignment, CampaignId, CampaignVersion, Store, StoreError, StoreTx, TenantId};
+
+/// Rows per multi-row statement (7 parameters a row: 3,500 per statement, within both
+/// backends' limits).
+const ROWS_PER_STATEMENT: usize = 500;
+
+const ASSIGNMENT_COLUMNS: &str = "a.assignment_id, a.campaign_id, a.unit_id, a.arm,
+       CAST(a.version AS BIGINT) AS version, a.assigned_at_us";
+
+const SELECT_UNIT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
+       CAST(version AS BIGINT) AS version, assigned_at_us
+     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3";
+
+const PG_SELECT_ASSIGNED: &str = "SELECT a.assignment_id, a.campaign_id, a.unit_id, a.arm,
+       CAST(a.version AS BIGINT) AS version, a.assigned_at_us
+     FROM unnest($2::text[], $3::text[]) AS k(c, u)
+     CROSS JOIN LATERAL (SELECT * FROM assignments
+       WHERE tenant_id = $1 AND campaign_id = k.c AND unit_id = k.u) a";
+
+impl Store {
+    /// The unit's assignment in the campaign, if it has one: one primary-key read.
+    pub async fn unit_assignment(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &CampaignId,
+        unit_id: &str,
+    ) -> Result<Option<Assignment>, StoreError> {
+        with_pool!(self, reader, pool => {
+            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(campaign_id.as_str()).bind(unit_id);
+            Ok(query.fetch_optional(pool).await?)
+        })
+    }
+
+    /// The latest published version of each of `ids` that has one, in one statement.
+    pub async fn latest_versions(
+        &self,
+        tenant: &TenantId,
+        ids: &[CampaignId],
+    ) -> Result<Vec<CampaignVersion>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders: Vec<String> = (0..ids.len()).map(|i| format!("${}", i + 2)).collect();
+        let sql = format!(
+            "SELECT campaign_id, CAST(version AS BIGINT) AS version, arms, metrics, salt, note, published_at_us
+             FROM campaign_versions v WHERE tenant_id = $1 AND campaign_id IN ({})
+               AND version = (SELECT MAX(version) FROM campaign_versions w
+                              WHERE w.tenant_id = v.tenant_id AND w.campaign_id = v.campaign_id)",
+            placeholders.join(", ")
+        );
+        with_pool!(self, reader, pool => {
+            let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
+            for id in ids {
+                query = query.bind(id.as_str());
+            }
+            let rows: Vec<VersionRow> = query.fetch_all(pool).await?;
+            rows.into_iter().map(CampaignVersion::try_from).collect()
+        })
+    }
+}
+
+impl StoreTx {
+    /// Inserts the assignment unless the unit already has one; returns the stored one
+    /// (the first assignment always wins: sticky).
+    pub async fn assign(
+        &mut self,
+        tenant: &TenantId,
+        proposed: &Assignment,
+    ) -> Result<Assignment, StoreError> {
+        let mut stored = self
+            .assign_many(tenant, std::slice::from_ref(proposed))
+            .await?;
+        stored
+            .pop()
+            .ok_or_else(|| StoreError::Corrupt("an assignment was not stored".into()))
+    }
+
+    /// [`StoreTx::assign`] for many units at once: inserts the proposals (one per
+    /// `(campaign, unit)`, sorted, so concurrent calls lock in one order) and reads the
+    /// stored rows back, in a constant number of statements. One result per input, in
+    /// order.
+    pub async fn assign_many(
+        &mut self,
+        tenant: &TenantId,
+        proposed: &[Assignment],
+    ) -> Result<Vec<Assignment>, StoreError> {
+        let mut seen = HashSet::with_capacity(proposed.len());
+        let mut rows: Vec<&Assignment> = proposed
+            .iter()
+            .filter(|a| seen.insert((a.campaign_id.as_str(), a.unit_id.as_str())))
+            .collect();
+        rows.sort_by(|a, b| (&a.campaign_id, &a.unit_id).cmp(&(&b.campaign_id, &b.unit_id)));
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            let values: Vec<String> = (0..chunk.len())
+                .map(|r| {
+                    let p: Vec<String> = (1..=7).map(|c| format!("${}", r * 7 + c)).collect();
+                    format!("({})", p.join(", "))
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
+                 VALUES {} ON CONFLICT DO NOTHING",
+                values.join(", ")
+            );
+            with_tx!(self, conn => {
+                let mut query = sqlx::query(&sql);
+                for a in chunk {
+                    query = query.bind(tenant.as_str()).bind(a.campaign_id.as_str()).bind(&a.unit_id)
+                        .bind(a.assignment_id.as_str()).bind(&a.arm).bind(a.version as i32).bind(a.assigned_at_us);
+                }
+                query.execute(&mut *conn).await?;
+            });
+        }
+        let stored = self.stored_assignments(tenant, &rows).await?;
+        proposed
+            .iter()
+            .map(|a| {
+                stored
+                    .get(&(a.campaign_id.clone(), a.unit_id.clone()))
+                    .cloned()
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(format!("assignment of {} not stored", a.unit_id))
+                    })
+            })
+            .collect()
+    }
+
+    /// The stored assignments of `rows`' `(campaign, unit)` keys.
+    async fn stored_assignments(
+        &mut self,
+        tenant: &TenantId,
+        rows: &[&Assignment],
+    ) -> Result<HashMap<(CampaignId, String), Assignment>, StoreError> {
+        let mut found: Vec<Assignment> = Vec::with_capacity(rows.len());
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let campaigns: Vec<&str> = rows.iter().map(|a| a.campaign_id.as_str()).collect();
+                let units: Vec<&str> = rows.iter().map(|a| a.unit_id.as_str()).collect();
+                let query = sqlx::query_as(PG_SELECT_ASSIGNED)
+                    .bind(tenant.as_str())
+                    .bind(campaigns)
+                    .bind(units);
+                found = query.fetch_all(&mut **conn).await?;
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                    // The keys drive the join (CROSS JOIN fixes SQLite's loop order): one
+                    // primary-key probe per key. An OR of the keys scanned the campaign's rows.
+                    let sql = format!(
+                        "SELECT {ASSIGNMENT_COLUMNS} FROM (VALUES {}) k CROSS JOIN assignments a
+                         WHERE a.tenant_id = ? AND a.campaign_id = k.column1 AND a.unit_id = k.column2",
+                        vec!["(?, ?)"; chunk.len()].join(", ")
+                    );
+                    let mut query = sqlx::query_as(&sql);
+                    for a in chunk {
+                        query = query.bind(a.campaign_id.as_str()).bind(&a.unit_id);
+                    }
+                    query = query.bind(tenant.as_str());
+                    found.extend(query.fetch_all(&mut **conn).await?);
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|a| ((a.campaign_id.clone(), a.unit_id.clone()), a))
+            .collect())
+    }
+}

@@ -1,0 +1,575 @@
+//! Recording a batch of outcomes set-based: a constant number of statements per batch,
+//! whatever its size, as the events path does (`events.rs`).
+//!
+//! 1. insert the batch's candidates (the first item of each `(assignment_id, dedupe_key)`,
+//!    sorted so concurrent batches lock in one order) with `ON CONFLICT DO NOTHING
+//!    RETURNING` the keys inserted;
+//! 2. read the stored rows of the other candidates in one statement (a primary-key probe
+//!    per key);
+//! 3. judge every item in input order ([`judge`], pure): inserted, duplicate (same
+//!    fingerprint) or collision;
+//! 4. write every duplicate, every collision and the per-unit sums (one upsert row per
+//!    unit and metric, the batch's contributions added up) in one statement each.
+//!
+//! On SQLite every statement is split in chunks of [`SQLITE_ROWS_PER_STATEMENT`] rows (a
+//! 1,000-item batch is two statements); on PostgreSQL each is one `unnest` statement.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::experiments::{NewOutcome, OutcomeResult, StoredOutcome};
+use crate::tx::TxInner;
+use crate::{AssignmentId, CampaignId, StoreError, StoreTx, TenantId};
+
+/// Rows per multi-row statement on SQLite (13 parameters a row at most, far below its
+/// limit of 32,766).
+const SQLITE_ROWS_PER_STATEMENT: usize = 500;
+
+const OUTCOME_COLUMNS: &str = "assignment_id, dedupe_key, campaign_id, arm, metric, value, occurred_at_us, received_at_us, fingerprint";
+
+const PG_INSERT_OUTCOMES: &str = "INSERT INTO outcomes
+     (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint)
+     SELECT $1, u.a, u.k, u.c, u.arm, u.at, u.m, u.v, u.o, $2, u.f
+     FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::text[], $9::float8[], $10::int8[], $11::text[])
+       AS u(a, k, c, arm, at, m, v, o, f)
+     ON CONFLICT DO NOTHING RETURNING assignment_id, dedupe_key";
+
+const PG_SELECT_STORED: &str =
+    "SELECT o.assignment_id, o.dedupe_key, o.campaign_id, o.arm, o.metric, o.value,
+       o.occurred_at_us, o.received_at_us, o.fingerprint
+     FROM unnest($2::text[], $3::text[]) AS k(a, d)
+     CROSS JOIN LATERAL (SELECT * FROM outcomes
+       WHERE tenant_id = $1 AND assignment_id = k.a AND dedupe_key = k.d) o";
+
+const PG_INSERT_DUPLICATES: &str = "INSERT INTO outcome_duplicates
+     (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us, arrived_at_us)
+     SELECT $1, u.c, u.a, u.k, u.arm, u.at, u.m, u.v, u.o, $2
+     FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::text[], $9::float8[], $10::int8[])
+       AS u(c, a, k, arm, at, m, v, o)";
+
+const PG_INSERT_COLLISIONS: &str = "INSERT INTO outcome_collisions
+     (tenant_id, assignment_id, dedupe_key, campaign_id, incoming_payload, received_at_us)
+     SELECT $1, u.a, u.k, u.c, u.p, $2
+     FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS u(a, k, c, p)";
+
+const UNIT_METRICS_CONFLICT: &str =
+    "ON CONFLICT (tenant_id, campaign_id, metric, assignment_id) DO UPDATE SET
+       ev_n = unit_metrics.ev_n + excluded.ev_n, ev_v = unit_metrics.ev_v + excluded.ev_v,
+       ev_dn = unit_metrics.ev_dn + excluded.ev_dn, ev_dv = unit_metrics.ev_dv + excluded.ev_dv,
+       ar_n = unit_metrics.ar_n + excluded.ar_n, ar_v = unit_metrics.ar_v + excluded.ar_v,
+       ar_dn = unit_metrics.ar_dn + excluded.ar_dn, ar_dv = unit_metrics.ar_dv + excluded.ar_dv";
+
+const PG_BUMP_UNIT_METRICS: &str = "INSERT INTO unit_metrics
+     (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
+     SELECT $1, u.c, u.m, u.a, u.arm, u.evn, u.evv, u.evdn, u.evdv, u.arn, u.arv, u.ardn, u.ardv
+     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::float8[],
+                 $10::int8[], $11::float8[], $12::int8[], $13::float8[])
+       AS u(c, m, a, arm, evn, evv, evdn, evdv, arn, arv, ardn, ardv) ";
+
+/// `(assignment_id, dedupe_key)`: an outcome's identity.
+type Key = (AssignmentId, String);
+
+fn key_of(outcome: &NewOutcome) -> Key {
+    (
+        outcome.assignment.assignment_id.clone(),
+        outcome.dedupe_key.clone(),
+    )
+}
+
+impl StoreTx {
+    /// Records outcomes in this transaction, one result per input, in order, in a
+    /// constant number of statements (see the module's documentation).
+    pub async fn record_outcomes(
+        &mut self,
+        tenant: &TenantId,
+        outcomes: &[NewOutcome],
+        now_us: i64,
+    ) -> Result<Vec<OutcomeResult>, StoreError> {
+        debug_assert!(
+            outcomes
+                .iter()
+                .all(|o| !matches!(o.value, Some(v) if v.abs() > crate::OUTCOME_VALUE_ABS_MAX)),
+            "outcome values are bounded at the edge"
+        );
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let candidates = candidates(outcomes);
+        let inserted = self
+            .insert_outcome_rows(tenant, &candidates, now_us)
+            .await?;
+        let conflicting: Vec<&NewOutcome> = candidates
+            .iter()
+            .copied()
+            .filter(|o| !inserted.contains(&key_of(o)))
+            .collect();
+        let mut stored = self.stored_outcomes(tenant, &conflicting).await?;
+        for outcome in candidates.iter().filter(|o| inserted.contains(&key_of(o))) {
+            stored.insert(key_of(outcome), as_stored(outcome, now_us));
+        }
+        let judged = judge(outcomes, &inserted, &stored, now_us)?;
+        debug_assert_eq!(judged.results.len(), outcomes.len());
+        self.insert_duplicate_rows(tenant, &judged.duplicates, now_us)
+            .await?;
+        self.insert_collision_rows(tenant, &judged.collisions, now_us)
+            .await?;
+        self.bump_unit_rows(tenant, &judged.unit_sums).await?;
+        Ok(judged.results)
+    }
+
+    /// Inserts `rows` with `ON CONFLICT DO NOTHING`; returns the keys inserted.
+    async fn insert_outcome_rows(
+        &mut self,
+        tenant: &TenantId,
+        rows: &[&NewOutcome],
+        now_us: i64,
+    ) -> Result<HashSet<Key>, StoreError> {
+        let mut keys: Vec<(String, String)> = Vec::with_capacity(rows.len());
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let text =
+                    |f: fn(&NewOutcome) -> &str| rows.iter().map(|o| f(o)).collect::<Vec<&str>>();
+                let query = sqlx::query_as(PG_INSERT_OUTCOMES)
+                    .bind(tenant.as_str())
+                    .bind(now_us)
+                    .bind(text(|o| o.assignment.assignment_id.as_str()))
+                    .bind(text(|o| &o.dedupe_key))
+                    .bind(text(|o| o.assignment.campaign_id.as_str()))
+                    .bind(text(|o| &o.assignment.arm))
+                    .bind(
+                        rows.iter()
+                            .map(|o| o.assignment.assigned_at_us)
+                            .collect::<Vec<i64>>(),
+                    )
+                    .bind(text(|o| &o.metric))
+                    .bind(rows.iter().map(|o| o.value).collect::<Vec<Option<f64>>>())
+                    .bind(rows.iter().map(|o| o.occurred_at_us).collect::<Vec<i64>>())
+                    .bind(text(|o| &o.fingerprint));
+                keys = query.fetch_all(&mut **conn).await?;
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    let sql = format!(
+                        "INSERT INTO outcomes (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint)
+                         VALUES {} ON CONFLICT DO NOTHING RETURNING assignment_id, dedupe_key",
+                        vec!["(?,?,?,?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
+                    );
+                    let mut query = sqlx::query_as(&sql);
+                    for o in chunk {
+                        let a = &o.assignment;
+                        query = query
+                            .bind(tenant.as_str())
+                            .bind(a.assignment_id.as_str())
+                            .bind(&o.dedupe_key)
+                            .bind(a.campaign_id.as_str())
+                            .bind(&a.arm)
+                            .bind(a.assigned_at_us)
+                            .bind(&o.metric)
+                            .bind(o.value)
+                            .bind(o.occurred_at_us)
+                            .bind(now_us)
+                            .bind(&o.fingerprint);
+                    }
+                    keys.extend(query.fetch_all(&mut **conn).await?);
+                }
+            }
+        }
+        keys.into_iter()
+            .map(|(a, k)| Ok((AssignmentId::try_from(a).map_err(corrupt)?, k)))
+            .collect()
+    }
+
+    /// The stored rows of `rows`' keys (each exists: its insert conflicted).
+    async fn stored_outcomes(
+        &mut self,
+        tenant: &TenantId,
+        rows: &[&NewOutcome],
+    ) -> Result<HashMap<Key, StoredOutcome>, StoreError> {
+        let mut found: Vec<StoredOutcome> = Vec::with_capacity(rows.len());
+        if rows.is_empty() {
+            return Ok(HashMap::new());
+        }
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                // Read Committed: this statement sees the rows committed by the concurrent
+                // transactions our insert waited for. One primary-key probe per key.
+                let ids: Vec<&str> = rows
+                    .iter()
+                    .map(|o| o.assignment.assignment_id.as_str())
+                    .collect();
+                let keys: Vec<&str> = rows.iter().map(|o| o.dedupe_key.as_str()).collect();
+                let query = sqlx::query_as(PG_SELECT_STORED)
+                    .bind(tenant.as_str())
+                    .bind(ids)
+                    .bind(keys);
+                found = query.fetch_all(&mut **conn).await?;
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    // The keys drive the join (CROSS JOIN fixes SQLite's loop order): one
+                    // primary-key probe per key. An OR of the keys scanned the tenant's rows.
+                    let sql = format!(
+                        "SELECT {} FROM (VALUES {}) k CROSS JOIN outcomes o
+                         WHERE o.tenant_id = ? AND o.assignment_id = k.column1 AND o.dedupe_key = k.column2",
+                        qualified(OUTCOME_COLUMNS),
+                        vec!["(?, ?)"; chunk.len()].join(", ")
+                    );
+                    let mut query = sqlx::query_as(&sql);
+                    for o in chunk {
+                        query = query
+                            .bind(o.assignment.assignment_id.as_str())
+                            .bind(&o.dedupe_key);
+                    }
+                    query = query.bind(tenant.as_str());
+                    found.extend(query.fetch_all(&mut **conn).await?);
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|s| ((s.assignment_id.clone(), s.dedupe_key.clone()), s))
+            .collect())
+    }
+
+    /// Records every suppressed duplicate (`(incoming, stored)`), arrived now.
+    async fn insert_duplicate_rows(
+        &mut self,
+        tenant: &TenantId,
+        rows: &[(&NewOutcome, &StoredOutcome)],
+        now_us: i64,
+    ) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let text = |f: fn(&StoredOutcome) -> &str| {
+                    rows.iter().map(|(_, s)| f(s)).collect::<Vec<&str>>()
+                };
+                sqlx::query(PG_INSERT_DUPLICATES)
+                    .bind(tenant.as_str())
+                    .bind(now_us)
+                    .bind(text(|s| s.campaign_id.as_str()))
+                    .bind(text(|s| s.assignment_id.as_str()))
+                    .bind(text(|s| &s.dedupe_key))
+                    .bind(text(|s| &s.arm))
+                    .bind(
+                        rows.iter()
+                            .map(|(n, _)| n.assignment.assigned_at_us)
+                            .collect::<Vec<i64>>(),
+                    )
+                    .bind(text(|s| &s.metric))
+                    .bind(
+                        rows.iter()
+                            .map(|(_, s)| s.value)
+                            .collect::<Vec<Option<f64>>>(),
+                    )
+                    .bind(
+                        rows.iter()
+                            .map(|(_, s)| s.occurred_at_us)
+                            .collect::<Vec<i64>>(),
+                    )
+                    .execute(&mut **conn)
+                    .await?;
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    let sql = format!(
+                        "INSERT INTO outcome_duplicates (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us, arrived_at_us)
+                         VALUES {}",
+                        vec!["(?,?,?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
+                    );
+                    let mut query = sqlx::query(&sql);
+                    for (n, s) in chunk {
+                        query = query
+                            .bind(tenant.as_str())
+                            .bind(s.campaign_id.as_str())
+                            .bind(s.assignment_id.as_str())
+                            .bind(&s.dedupe_key)
+                            .bind(&s.arm)
+                            .bind(n.assignment.assigned_at_us)
+                            .bind(&s.metric)
+                            .bind(s.value)
+                            .bind(s.occurred_at_us)
+                            .bind(now_us);
+                    }
+                    query.execute(&mut **conn).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Logs every collision's incoming payload.
+    async fn insert_collision_rows(
+        &mut self,
+        tenant: &TenantId,
+        rows: &[&NewOutcome],
+        now_us: i64,
+    ) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let text =
+                    |f: fn(&NewOutcome) -> &str| rows.iter().map(|o| f(o)).collect::<Vec<&str>>();
+                sqlx::query(PG_INSERT_COLLISIONS)
+                    .bind(tenant.as_str())
+                    .bind(now_us)
+                    .bind(text(|o| o.assignment.assignment_id.as_str()))
+                    .bind(text(|o| &o.dedupe_key))
+                    .bind(text(|o| o.assignment.campaign_id.as_str()))
+                    .bind(text(|o| &o.payload))
+                    .execute(&mut **conn)
+                    .await?;
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    let sql = format!(
+                        "INSERT INTO outcome_collisions (tenant_id, assignment_id, dedupe_key, campaign_id, incoming_payload, received_at_us)
+                         VALUES {}",
+                        vec!["(?,?,?,?,?,?)"; chunk.len()].join(",")
+                    );
+                    let mut query = sqlx::query(&sql);
+                    for o in chunk {
+                        query = query
+                            .bind(tenant.as_str())
+                            .bind(o.assignment.assignment_id.as_str())
+                            .bind(&o.dedupe_key)
+                            .bind(o.assignment.campaign_id.as_str())
+                            .bind(&o.payload)
+                            .bind(now_us);
+                    }
+                    query.execute(&mut **conn).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the batch's per-unit sums, one upsert row per (campaign, metric, unit), in
+    /// key order (so concurrent batches lock these rows in one order too).
+    async fn bump_unit_rows(
+        &mut self,
+        tenant: &TenantId,
+        sums: &BTreeMap<UnitKey, UnitSums>,
+    ) -> Result<(), StoreError> {
+        if sums.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(&UnitKey, &UnitSums)> = sums.iter().collect();
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let text = |f: for<'a> fn(&'a UnitKey, &'a UnitSums) -> &'a str| {
+                    rows.iter().map(|(k, s)| f(k, s)).collect::<Vec<&str>>()
+                };
+                let count =
+                    |f: fn(&UnitSums) -> i64| rows.iter().map(|(_, s)| f(s)).collect::<Vec<i64>>();
+                let value =
+                    |f: fn(&UnitSums) -> f64| rows.iter().map(|(_, s)| f(s)).collect::<Vec<f64>>();
+                let sql = format!("{PG_BUMP_UNIT_METRICS}{UNIT_METRICS_CONFLICT}");
+                sqlx::query(&sql)
+                    .bind(tenant.as_str())
+                    .bind(text(|k, _| k.campaign_id.as_str()))
+                    .bind(text(|k, _| &k.metric))
+                    .bind(text(|k, _| k.assignment_id.as_str()))
+                    .bind(text(|_, s| &s.arm))
+                    .bind(count(|s| s.ev_n))
+                    .bind(value(|s| s.ev_v))
+                    .bind(count(|s| s.ev_dn))
+                    .bind(value(|s| s.ev_dv))
+                    .bind(count(|s| s.ar_n))
+                    .bind(value(|s| s.ar_v))
+                    .bind(count(|s| s.ar_dn))
+                    .bind(value(|s| s.ar_dv))
+                    .execute(&mut **conn)
+                    .await?;
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    let sql = format!(
+                        "INSERT INTO unit_metrics (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
+                         VALUES {} {UNIT_METRICS_CONFLICT}",
+                        vec!["(?,?,?,?,?,?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
+                    );
+                    let mut query = sqlx::query(&sql);
+                    for (k, s) in chunk {
+                        query = query
+                            .bind(tenant.as_str())
+                            .bind(k.campaign_id.as_str())
+                            .bind(&k.metric)
+                            .bind(k.assignment_id.as_str())
+                            .bind(&s.arm)
+                            .bind(s.ev_n)
+                            .bind(s.ev_v)
+                            .bind(s.ev_dn)
+                            .bind(s.ev_dv)
+                            .bind(s.ar_n)
+                            .bind(s.ar_v)
+                            .bind(s.ar_dn)
+                            .bind(s.ar_dv);
+                    }
+                    query.execute(&mut **conn).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `columns` (a comma-separated list) each prefixed with `o.`.
+fn qualified(columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("o.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn corrupt(err: traqlyte_experiments::RuleError) -> StoreError {
+    StoreError::Corrupt(format!("a stored assignment id {err}"))
+}
+
+/// The first item of each key, sorted by key (a stable lock order across batches).
+fn candidates(outcomes: &[NewOutcome]) -> Vec<&NewOutcome> {
+    let mut seen = HashSet::with_capacity(outcomes.len());
+    let mut first: Vec<&NewOutcome> = outcomes
+        .iter()
+        .filter(|o| seen.insert((o.assignment.assignment_id.as_str(), o.dedupe_key.as_str())))
+        .collect();
+    first.sort_by(|a, b| {
+        (a.assignment.assignment_id.as_str(), a.dedupe_key.as_str())
+            .cmp(&(b.assignment.assignment_id.as_str(), b.dedupe_key.as_str()))
+    });
+    first
+}
+
+/// The row an inserted outcome now is: exactly these values, no need to read it back
+/// (the duplicate-bytes test compares this answer with a replayed one).
+fn as_stored(new: &NewOutcome, now_us: i64) -> StoredOutcome {
+    let a = &new.assignment;
+    StoredOutcome {
+        assignment_id: a.assignment_id.clone(),
+        dedupe_key: new.dedupe_key.clone(),
+        campaign_id: a.campaign_id.clone(),
+        arm: a.arm.clone(),
+        metric: new.metric.clone(),
+        value: new.value,
+        occurred_at_us: new.occurred_at_us,
+        received_at_us: now_us,
+        fingerprint: new.fingerprint.clone(),
+    }
+}
+
+/// A row of `unit_metrics`: (campaign, metric, unit's assignment).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct UnitKey {
+    campaign_id: CampaignId,
+    metric: String,
+    assignment_id: AssignmentId,
+}
+
+/// What a batch adds to one `unit_metrics` row.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct UnitSums {
+    arm: String,
+    ev_n: i64,
+    ev_v: f64,
+    ev_dn: i64,
+    ev_dv: f64,
+    ar_n: i64,
+    ar_v: f64,
+    ar_dn: i64,
+    ar_dv: f64,
+}
+
+impl UnitSums {
+    /// Counts one stored outcome (`is_stored`) or one suppressed duplicate of it in each
+    /// window it falls into: event time, and arrival time (`arrival_us`).
+    fn add(&mut self, new: &NewOutcome, stored: &StoredOutcome, is_stored: bool, arrival_us: i64) {
+        let assigned = new.assignment.assigned_at_us;
+        let within = |at: i64| (0..=new.window_us).contains(&(at - assigned));
+        let value = stored.value.unwrap_or(0.0);
+        let (ev, ar) = (within(stored.occurred_at_us), within(arrival_us));
+        let ((ev_n, ev_v), (ar_n, ar_v)) = (n_v(ev, value), n_v(ar, value));
+        if is_stored {
+            (self.ev_n, self.ev_v, self.ar_n, self.ar_v) = (
+                self.ev_n + ev_n,
+                self.ev_v + ev_v,
+                self.ar_n + ar_n,
+                self.ar_v + ar_v,
+            );
+        } else {
+            (self.ev_dn, self.ev_dv, self.ar_dn, self.ar_dv) = (
+                self.ev_dn + ev_n,
+                self.ev_dv + ev_v,
+                self.ar_dn + ar_n,
+                self.ar_dv + ar_v,
+            );
+        }
+    }
+}
+
+/// `(1, value)` inside a window, `(0, 0.0)` outside.
+fn n_v(inside: bool, value: f64) -> (i64, f64) {
+    if inside {
+        (1, value)
+    } else {
+        (0, 0.0)
+    }
+}
+
+/// A batch judged against what the store holds.
+struct Judged<'a> {
+    results: Vec<OutcomeResult>,
+    duplicates: Vec<(&'a NewOutcome, &'a StoredOutcome)>,
+    collisions: Vec<&'a NewOutcome>,
+    unit_sums: BTreeMap<UnitKey, UnitSums>,
+}
+
+/// Judges every item in input order against the stored row of its key: the first item of
+/// a key this batch inserted is `Inserted`; any other is a `Duplicate` when its fingerprint
+/// equals the stored one, else a `Collision`. Pure.
+fn judge<'a>(
+    outcomes: &'a [NewOutcome],
+    inserted: &HashSet<Key>,
+    stored: &'a HashMap<Key, StoredOutcome>,
+    now_us: i64,
+) -> Result<Judged<'a>, StoreError> {
+    let mut judged = Judged {
+        results: Vec::with_capacity(outcomes.len()),
+        duplicates: Vec::new(),
+        collisions: Vec::new(),
+        unit_sums: BTreeMap::new(),
+    };
+    let mut answered_insert: HashSet<&Key> = HashSet::new();
+    for new in outcomes {
+        let key = key_of(new);
+        let (key, row) = stored.get_key_value(&key).ok_or_else(|| {
+            StoreError::Corrupt(format!("outcome {key:?} conflicted but is not stored"))
+        })?;
+        let first_insert = inserted.contains(key) && answered_insert.insert(key);
+        let unit = || UnitKey {
+            campaign_id: row.campaign_id.clone(),
+            metric: row.metric.clone(),
+            assignment_id: row.assignment_id.clone(),
+        };
+        let result = if first_insert {
+            let sums = judged.unit_sums.entry(unit()).or_default();
+            sums.arm.clone_from(&row.arm);
+            sums.add(new, row, true, row.received_at_us);
+            OutcomeResult::Inserted(row.clone())
+        } else if row.fingerprint == new.fingerprint {
+            let sums = judged.unit_sums.entry(unit()).or_default();
+            sums.arm.clone_from(&row.arm);
+            sums.add(new, row, false, now_us);
+            judged.duplicates.push((new, row));
+            OutcomeResult::Duplicate(row.clone())
+        } else {
+            judged.collisions.push(new);
+            OutcomeResult::Collision(row.clone())
+        };
+        judged.results.push(result);
+    }
+    Ok(judged)
+}

@@ -1,0 +1,399 @@
+//! Load generators of the hot path (issue 11): `bench outcomes` measures
+//! `POST /outcomes/batch` against `POST /events/{contract}/batch` in the same run, the
+//! same server, the same batch size and concurrency, rounds alternating which goes first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use traqlyte_identity::Contract;
+
+use crate::bench::{
+    bench_contract, bench_tenant_name, generate_events, http_round, median, run_concurrently, start,
+};
+
+/// Options of `bench outcomes`.
+#[derive(Args)]
+pub struct OutcomesArgs {
+    /// Database to measure (a fresh file or database is best).
+    #[arg(long)]
+    database_url: String,
+    /// Outcomes (and events) per round and path.
+    #[arg(long, default_value_t = 100_000)]
+    items: usize,
+    /// Items per batch.
+    #[arg(long, default_value_t = 1_000)]
+    batch: usize,
+    /// Concurrent connections.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Assigned units the outcomes are spread over.
+    #[arg(long, default_value_t = 1_000)]
+    units: usize,
+    /// Share of items that are retries of an earlier one.
+    #[arg(long, default_value_t = 0.2)]
+    duplicate_ratio: f64,
+    /// Rounds; each alternates which path goes first, medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+/// Options of `bench assignments`.
+#[derive(Args)]
+pub struct AssignmentsArgs {
+    /// Database to measure (a fresh file or database is best).
+    #[arg(long)]
+    database_url: String,
+    /// New units (and events) per round and path.
+    #[arg(long, default_value_t = 100_000)]
+    items: usize,
+    /// Units (and events) per batch.
+    #[arg(long, default_value_t = 1_000)]
+    batch: usize,
+    /// Concurrent connections of the batch paths.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Single `POST /assignments` requests per round (new units), and their connections.
+    #[arg(long, default_value_t = 10_000)]
+    singles: usize,
+    /// Concurrent connections of the single requests.
+    #[arg(long, default_value_t = 64)]
+    single_concurrency: usize,
+    /// Rounds; each alternates which path goes first, medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+/// `bench assignments`: `/assignments/batch` units/s and single `POST /assignments`/s
+/// (new units) against `/events/{contract}/batch` events/s, same run.
+pub(crate) async fn assignments(args: AssignmentsArgs) -> Result<()> {
+    let bench = start(
+        &args.database_url,
+        args.single_concurrency.max(args.concurrency),
+    )
+    .await?;
+    let contract =
+        Contract::from_json(&bench_contract()).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let events = generate_events(args.items, 0.0);
+    let event_bodies: Arc<Vec<String>> = Arc::new(
+        events
+            .chunks(args.batch)
+            .map(|c| Value::Array(c.to_vec()).to_string())
+            .collect(),
+    );
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.single_concurrency.max(args.concurrency))
+        .build()?;
+    let (mut batch_rates, mut single_rates, mut event_rates) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..args.rounds.max(1) {
+        let (tenant, key) = bench
+            .store
+            .create_tenant(&bench_tenant_name("bench assignments")?)
+            .await?;
+        bench.store.register_contract(&tenant, &contract).await?;
+        let api = Api {
+            client: client.clone(),
+            address: bench.address.clone(),
+            key: key.expose().to_string(),
+        };
+        let campaign = api.campaign().await?;
+        let unit_batches: Arc<Vec<String>> = Arc::new(
+            (0..args.items)
+                .collect::<Vec<usize>>()
+                .chunks(args.batch.max(1))
+                .map(|c| {
+                    let items: Vec<Value> = c
+                        .iter()
+                        .map(|u| json!({"campaign_id": campaign, "unit_id": format!("batch-{u}")}))
+                        .collect();
+                    Value::Array(items).to_string()
+                })
+                .collect(),
+        );
+        let event_round = || {
+            http_round(
+                &client,
+                &bench.address,
+                key.expose(),
+                event_bodies.clone(),
+                args.concurrency,
+            )
+        };
+        let event_first = round % 2 == 1;
+        let event_time = if event_first {
+            Some(event_round().await?)
+        } else {
+            None
+        };
+        let batch_time = api
+            .assignment_batches(unit_batches, args.concurrency)
+            .await?;
+        let single_time = api
+            .single_assignments(&campaign, args.singles, args.single_concurrency)
+            .await?;
+        let event_time = match event_time {
+            Some(time) => time,
+            None => event_round().await?,
+        };
+        batch_rates.push(args.items as f64 / batch_time.as_secs_f64());
+        single_rates.push(args.singles as f64 / single_time.as_secs_f64());
+        event_rates.push(args.items as f64 / event_time.as_secs_f64());
+        eprintln!(
+            "round {}: batch {:.0} units/s, single {:.0}/s, events {:.0}/s",
+            round + 1,
+            batch_rates[round],
+            single_rates[round],
+            event_rates[round]
+        );
+    }
+    let (batch, single, events) = (
+        median(&mut batch_rates),
+        median(&mut single_rates),
+        median(&mut event_rates),
+    );
+    println!("backend  units   batch  concurrency  batch_units_per_s  events_per_s  ratio  singles_per_s ({} connections)", args.single_concurrency);
+    println!(
+        "{:<8} {:<7} {:<6} {:<12} {:<18.0} {:<13.0} {:<6.2} {:.0}",
+        bench.store.backend_name(),
+        args.items,
+        args.batch,
+        args.concurrency,
+        batch,
+        events,
+        batch / events,
+        single
+    );
+    Ok(())
+}
+
+/// `bench outcomes`: prints outcomes/s, events/s and their ratio (medians of the rounds).
+pub(crate) async fn outcomes(args: OutcomesArgs) -> Result<()> {
+    let bench = start(&args.database_url, args.concurrency).await?;
+    let contract =
+        Contract::from_json(&bench_contract()).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let events = generate_events(args.items, args.duplicate_ratio);
+    let event_bodies: Arc<Vec<String>> = Arc::new(
+        events
+            .chunks(args.batch)
+            .map(|c| Value::Array(c.to_vec()).to_string())
+            .collect(),
+    );
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let (mut outcome_rates, mut event_rates) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds.max(1) {
+        let (tenant, key) = bench
+            .store
+            .create_tenant(&bench_tenant_name("bench outcomes")?)
+            .await?;
+        bench.store.register_contract(&tenant, &contract).await?;
+        let api = Api {
+            client: client.clone(),
+            address: bench.address.clone(),
+            key: key.expose().to_string(),
+        };
+        let assignments = api.assign_units(args.units, args.concurrency).await?;
+        let outcome_bodies = Arc::new(outcome_batches(&assignments, &args));
+        let outcome_round = || api.outcome_round(outcome_bodies.clone(), args.concurrency);
+        let event_round = || {
+            http_round(
+                &client,
+                &bench.address,
+                key.expose(),
+                event_bodies.clone(),
+                args.concurrency,
+            )
+        };
+        let (outcome_time, event_time) = if round % 2 == 0 {
+            (outcome_round().await?, event_round().await?)
+        } else {
+            let event_time = event_round().await?;
+            (outcome_round().await?, event_time)
+        };
+        outcome_rates.push(args.items as f64 / outcome_time.as_secs_f64());
+        event_rates.push(args.items as f64 / event_time.as_secs_f64());
+        eprintln!(
+            "round {}: outcomes {:.0}/s, events {:.0}/s",
+            round + 1,
+            outcome_rates[round],
+            event_rates[round]
+        );
+    }
+    let (outcomes, events) = (median(&mut outcome_rates), median(&mut event_rates));
+    println!(
+        "backend  items   batch  concurrency  duplicates  outcomes_per_s  events_per_s  ratio"
+    );
+    println!(
+        "{:<8} {:<7} {:<6} {:<12} {:<11} {:<15.0} {:<13.0} {:.2}",
+        bench.store.backend_name(),
+        args.items,
+        args.batch,
+        args.concurrency,
+        args.duplicate_ratio,
+        outcomes,
+        events,
+        outcomes / events
+    );
+    Ok(())
+}
+
+/// `items` outcome bodies over the assignments, `duplicate_ratio` of them resent, cut in
+/// batches. Deterministic, so every round and run sends the same outcomes.
+fn outcome_batches(assignments: &[String], args: &OutcomesArgs) -> Vec<String> {
+    let mut state: u64 = 0x6f75_7463_6f6d_6573;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        state >> 11
+    };
+    let occurred_at = traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us());
+    let mut items: Vec<Value> = Vec::with_capacity(args.items);
+    for index in 0..args.items {
+        let resend = (next() % 1_000) as f64 / 1_000.0 < args.duplicate_ratio;
+        if index > 0 && resend {
+            let earlier = items[(next() as usize) % index].clone();
+            items.push(earlier);
+            continue;
+        }
+        let assignment = &assignments[index % assignments.len().max(1)];
+        items.push(json!({
+            "assignment_id": assignment, "dedupe_key": format!("bench:order_{index}"),
+            "metric": "revenue", "value": (next() % 10_000) as f64 / 100.0, "occurred_at": occurred_at,
+        }));
+    }
+    items
+        .chunks(args.batch.max(1))
+        .map(|c| Value::Array(c.to_vec()).to_string())
+        .collect()
+}
+
+/// The bench's HTTP client for one tenant.
+#[derive(Clone)]
+struct Api {
+    client: reqwest::Client,
+    address: String,
+    key: String,
+}
+
+impl Api {
+    async fn post(&self, path: &str, body: String) -> Result<Value> {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.address))
+            .bearer_auth(&self.key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if !status.is_success() {
+            bail!("{path} answered {status}: {text}");
+        }
+        serde_json::from_str(&text).with_context(|| format!("{path} answered {text}"))
+    }
+
+    /// A published campaign; returns its id.
+    async fn campaign(&self) -> Result<String> {
+        let definition = json!({
+            "key": "bench", "name": "bench",
+            "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+            "metrics": [{"name": "revenue", "kind": "sum", "window_hours": 168}],
+        });
+        let created = self.post("/campaigns", definition.to_string()).await?;
+        let id = created["id"].as_str().context("campaign id")?.to_string();
+        self.post(&format!("/campaigns/{id}/publish"), "{}".into())
+            .await?;
+        Ok(id)
+    }
+
+    /// Posts every batch of units; each must assign every unit.
+    async fn assignment_batches(
+        &self,
+        bodies: Arc<Vec<String>>,
+        concurrency: usize,
+    ) -> Result<Duration> {
+        let api = self.clone();
+        run_concurrently(bodies.len(), concurrency, move |index| {
+            let (api, bodies) = (api.clone(), bodies.clone());
+            async move {
+                let answer = api
+                    .post("/assignments/batch", bodies[index].clone())
+                    .await?;
+                if answer["rejected"] != 0 {
+                    bail!("an assignment batch rejected {} units", answer["rejected"]);
+                }
+                Ok(())
+            }
+        })
+        .await
+    }
+
+    /// `count` single `POST /assignments` of new units.
+    async fn single_assignments(
+        &self,
+        campaign: &str,
+        count: usize,
+        concurrency: usize,
+    ) -> Result<Duration> {
+        let (api, campaign) = (self.clone(), campaign.to_string());
+        run_concurrently(count, concurrency, move |index| {
+            let (api, campaign) = (api.clone(), campaign.clone());
+            async move {
+                let body = json!({"campaign_id": campaign, "unit_id": format!("single-{index}")});
+                api.post("/assignments", body.to_string()).await.map(drop)
+            }
+        })
+        .await
+    }
+
+    /// A published campaign with `units` units assigned; returns their assignment ids.
+    async fn assign_units(&self, units: usize, concurrency: usize) -> Result<Vec<String>> {
+        let id = self.campaign().await?;
+        let ids = Arc::new(std::sync::Mutex::new(vec![String::new(); units]));
+        let (api, out) = (self.clone(), ids.clone());
+        run_concurrently(units, concurrency, move |index| {
+            let (api, out, id) = (api.clone(), out.clone(), id.clone());
+            async move {
+                let body = json!({"campaign_id": id, "unit_id": format!("unit-{index}")});
+                let answer = api.post("/assignments", body.to_string()).await?;
+                let assignment = answer["assignment_id"].as_str().context("assignment id")?;
+                if let Ok(mut ids) = out.lock() {
+                    ids[index] = assignment.to_string();
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        let ids = ids.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+        Ok(ids)
+    }
+
+    /// Posts every batch; each must have no rejected item and no collision.
+    async fn outcome_round(
+        &self,
+        bodies: Arc<Vec<String>>,
+        concurrency: usize,
+    ) -> Result<Duration> {
+        let api = self.clone();
+        run_concurrently(bodies.len(), concurrency, move |index| {
+            let (api, bodies) = (api.clone(), bodies.clone());
+            async move {
+                let answer = api.post("/outcomes/batch", bodies[index].clone()).await?;
+                if answer["rejected"] != 0 || answer["collisions"] != 0 {
+                    bail!(
+                        "an outcome batch was not clean: rejected {}, collisions {}",
+                        answer["rejected"],
+                        answer["collisions"]
+                    );
+                }
+                Ok(())
+            }
+        })
+        .await
+    }
+}
