@@ -31,3 +31,12 @@ pub use contract::{ArrayMode, Contract, ContractName, FieldSpec, FieldType, CONT
 pub use error::{ContractError, IdentityError};
 pub use id::{sha256_hex, EventId, Fingerprint, Identified};
 pub use timestamp::{format_rfc3339_micros, parse_rfc3339_micros};
+
+/// Every built-in contract, by name: `openlineage.run_event` and `segment.message`.
+pub fn builtin_contracts() -> impl Iterator<Item = &'static Contract> {
+    [
+        openlineage::run_event_contract(),
+        segment::message_contract(),
+    ]
+    .into_iter()
+}

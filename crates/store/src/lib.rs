@@ -11,7 +11,8 @@
 //! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`TenantName`], [`ApiKey`],
 //! [`KeyPrefix`] (tenants and key lifecycle: [`tenants`]), [`NewEvent`],
 //! [`EventOutcome`], [`ContractStats`], [`UiToken`]; lineage (OpenLineage run events and
-//! their graph): [`RunEventRow`], [`NodeRef`], [`Walk`].
+//! their graph): [`RunEventRow`], [`NodeRef`], [`Walk`]; Segment sources, write keys and
+//! metric bindings: [`sources`].
 
 #![deny(missing_docs)]
 
@@ -26,6 +27,7 @@ mod migrate;
 mod model;
 pub mod plan;
 mod postgres;
+pub mod sources;
 mod sql;
 mod sqlite;
 pub mod supersessions;
@@ -49,6 +51,10 @@ pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, 
 pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,
+};
+pub use sources::{
+    BindingInfo, BindingOutcome, BindingTally, MetricBinding, NewRejection, Rejection, Source,
+    SourceId, SourceInfo, SourceName, SourceTally, WriteKey,
 };
 pub use supersessions::{SupersedeOutcome, Supersession};
 pub use tenants::{ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};

@@ -19,6 +19,7 @@ mod numbers;
 mod ol_client;
 mod openapi;
 mod request_bodies;
+mod segment;
 mod supersessions;
 mod ui;
 
