@@ -31,6 +31,8 @@ pub enum BenchCommand {
     LineageIngest(crate::bench_lineage::IngestArgs),
     /// Ancestor-query latency on a generated lineage graph.
     Graph(crate::bench_lineage::GraphArgs),
+    /// `POST /v1/batch` (Segment) against `POST /events/{contract}/batch`, same events.
+    Segment(crate::bench_segment::SegmentArgs),
 }
 
 /// Options of `bench report`.
@@ -98,6 +100,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Report(args) => report(args).await,
         BenchCommand::LineageIngest(args) => crate::bench_lineage::ingest(args).await,
         BenchCommand::Graph(args) => crate::bench_lineage::graph(args).await,
+        BenchCommand::Segment(args) => crate::bench_segment::segment(args).await,
     }
 }
 
@@ -123,7 +126,7 @@ pub(crate) fn bench_tenant_name(what: &str) -> Result<TenantName> {
     TenantName::parse(&format!("{what} {}", traqlyte_store::now_us())).map_err(anyhow::Error::msg)
 }
 
-fn bench_contract() -> Value {
+pub(crate) fn bench_contract() -> Value {
     json!({
         "name": "checkout_completed", "version": 1,
         "fields": [{"pointer": "/merchant_id", "required": true}, {"pointer": "/order_id", "required": true},
@@ -134,7 +137,7 @@ fn bench_contract() -> Value {
 }
 
 /// `events` events in which `duplicate_ratio` are retries of earlier ones.
-fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
+pub(crate) fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
     let mut rng = Rng(0x7472_716c_7974_6521);
     let mut out: Vec<Value> = Vec::with_capacity(events);
     for index in 0..events {
@@ -158,14 +161,14 @@ fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
     out
 }
 
-struct Bench {
-    store: Store,
-    address: String,
+pub(crate) struct Bench {
+    pub(crate) store: Store,
+    pub(crate) address: String,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Connects, migrates and serves in-process on a free loopback port.
-async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
+pub(crate) async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
     let mut config = StoreConfig::new(database_url);
     config.pool_connections_max = (concurrency as u32 * 2).max(8);
     let store = Store::connect(&config).await.context("connect")?;
@@ -199,7 +202,11 @@ async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
 }
 
 /// Runs `jobs` with `concurrency` workers pulling from a shared index; returns wall time.
-async fn run_concurrently<F, Fut>(jobs: usize, concurrency: usize, job: F) -> Result<Duration>
+pub(crate) async fn run_concurrently<F, Fut>(
+    jobs: usize,
+    concurrency: usize,
+    job: F,
+) -> Result<Duration>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send,
@@ -346,7 +353,7 @@ async fn check_counts(
     Ok(())
 }
 
-async fn http_round(
+pub(crate) async fn http_round(
     client: &reqwest::Client,
     address: &str,
     key: &str,
@@ -398,7 +405,7 @@ async fn raw_round(
     .await
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
