@@ -242,3 +242,28 @@ fn the_batch_sent_at_and_context_apply_to_each_message_and_the_write_key_is_not_
         Some(parse_rfc3339_micros("2026-11-30T11:59:10Z").expect("a time"))
     );
 }
+
+#[test]
+fn frozen_message_ids_never_change() {
+    // Re-derived outside this code base (Python's hashlib and json with sorted keys):
+    // SHA-256 of "segment.message\n1\n" and the RFC 8785 bytes of the identity document.
+    // A change here re-keys stored messages: make it a new contract version instead.
+    let with_id = identify(&track(Some("m-1"))).expect("valid");
+    assert_eq!(
+        with_id.identified.event_id.as_str(),
+        "fd835642f673899ffa79f9411129f4e34d1bbc8aabf9c1e2137a0a37c1165317"
+    );
+    let content = json!({
+        "type": "track", "event": "Order Completed", "anonymousId": "a-1",
+        "properties": {"order_id": "o-1"}, "timestamp": "2026-11-30T11:59:00Z",
+        "sentAt": "2026-11-30T12:00:00Z"
+    });
+    assert_eq!(
+        identify(&content)
+            .expect("valid")
+            .identified
+            .event_id
+            .as_str(),
+        "d56a05e4f5a54c040c6573c0020624fb5b19b13e0626734751ae4af8442e4f27"
+    );
+}
