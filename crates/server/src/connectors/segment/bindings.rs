@@ -122,14 +122,11 @@ pub(crate) async fn create(
             StatusCode::CONFLICT,
             "binding_conflict",
             format!(
-                "metric {:?} is already bound to event {:?} with other pointers; bindings are immutable",
-                stored.metric, stored.event
+                "metric {:?} is already bound to event {:?} with value_pointer {:?} and key_pointer {:?}; bindings are immutable",
+                stored.metric, stored.event, stored.value_pointer, stored.key_pointer
             ),
         )
-        .with_detail(
-            "stored",
-            serde_json::to_value(BindingView::of(stored, None)).unwrap_or_default(),
-        )),
+        .with_field("metric")),
     }
 }
 

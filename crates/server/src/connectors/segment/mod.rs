@@ -233,26 +233,32 @@ fn rejection(index: usize, item: &Value, err: &SegmentError) -> NewRejection {
 }
 
 fn all_rejected(rejections: &[NewRejection]) -> ApiError {
-    let errors: Vec<Value> = rejections
+    let listed: Vec<String> = rejections
         .iter()
         .take(BATCH_ERRORS_LISTED_MAX)
-        .map(|r| serde_json::json!({"index": r.message_index, "code": r.code, "field": r.field, "message": r.reason}))
+        .map(|r| format!("message {}: {} ({})", r.message_index, r.reason, r.code))
         .collect();
+    let more = rejections.len().saturating_sub(listed.len());
+    let more = if more > 0 {
+        format!("; and {more} more")
+    } else {
+        String::new()
+    };
     let first = &rejections[0];
+    let field = if first.field.is_empty() {
+        format!("batch[{}]", first.message_index)
+    } else {
+        format!("batch[{}].{}", first.message_index, first.field)
+    };
     ApiError::new(
         StatusCode::BAD_REQUEST,
         "invalid_batch",
         format!(
-            "every message of the batch was rejected, nothing was stored; message {}: {}",
-            first.message_index, first.reason
+            "every message of the batch was rejected, nothing was stored: {}{more}",
+            listed.join("; ")
         ),
     )
-    .with_field(
-        format!("batch[{}].{}", first.message_index, first.field)
-            .trim_end_matches('.')
-            .to_string(),
-    )
-    .with_detail("errors", Value::Array(errors))
+    .with_field(field)
 }
 
 /// The answer of `GET /sources` (fields in alphabetical order: see `health::Health`).
