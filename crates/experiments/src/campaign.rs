@@ -118,6 +118,7 @@ impl std::ops::Deref for Arms {
 /// How a metric aggregates outcomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum MetricKind {
     /// Distinct converting units / units.
     Conversion,

@@ -19,6 +19,7 @@ use crate::{Campaign, CampaignVersion, MetricArmSums, MetricDef, MetricKind, Win
 
 /// `GET /campaigns/{id}/report`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Report {
     /// The campaign's id.
     pub campaign_id: String,
@@ -43,6 +44,7 @@ pub struct Report {
 
 /// Observed units against the weights of the version each unit was assigned under.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SrmReport {
     /// Pearson's statistic; `None` when it cannot be computed (one arm, no units).
     pub chi_square: Option<f64>,
@@ -58,6 +60,7 @@ pub struct SrmReport {
 
 /// One arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ArmReport {
     /// The arm's key.
     pub key: String,
@@ -71,6 +74,7 @@ pub struct ArmReport {
 
 /// One metric in one arm: on event time, with the arrival-time figures beside.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricReport {
     /// Figures with the window measured on event time (the report's answer).
     #[serde(flatten)]
@@ -81,6 +85,7 @@ pub struct MetricReport {
 
 /// One arm's figures for one metric and one window, with lifts against the control.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WindowReport {
     /// The metric's aggregation.
     pub kind: MetricKind,
@@ -115,6 +120,7 @@ pub struct WindowReport {
 
 /// A confidence interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Interval {
     /// Lower bound.
     pub low: f64,
@@ -125,6 +131,7 @@ pub struct Interval {
 /// What a verdict is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum VerdictKind {
     /// Units are not split as the weights say.
     Srm,
@@ -134,6 +141,7 @@ pub enum VerdictKind {
 
 /// A plain-language warning.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Verdict {
     /// What it is about.
     pub kind: VerdictKind,
@@ -149,6 +157,7 @@ pub struct Verdict {
 
 /// Duplicates suppressed in one arrival hour for one arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DuplicateBucket {
     /// Start of the hour, RFC 3339.
     pub bucket_start: String,

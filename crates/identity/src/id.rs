@@ -7,13 +7,13 @@ use crate::{canonical, Contract};
 
 /// An event's identity: lowercase hex SHA-256 of
 /// `contract name ‖ "\n" ‖ decimal version ‖ "\n" ‖ canonical identity bytes`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct EventId(String);
 
 /// Lowercase hex SHA-256 of the canonical whole event minus its transport pointers, with
 /// identity fields in their canonical form (rounded, set-sorted): equal fingerprints
 /// under one id mean a retry, different fingerprints mean a collision.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Fingerprint(String);
 
 macro_rules! hex_newtype {

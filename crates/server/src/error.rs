@@ -4,21 +4,61 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
 use traqlyte_identity::json::ParseError;
 use traqlyte_identity::{ContractError, IdentityError};
+use traqlyte_identity::{EventId, Fingerprint};
 use traqlyte_store::StoreError;
 
-/// An error answered as `{"error":{"code","message","field"?, …details}}`.
+/// An error answered as `{"error": ErrorBody}`.
 #[derive(Debug, Clone)]
 pub struct ApiError {
     status: StatusCode,
-    code: &'static str,
-    message: String,
-    field: Option<String>,
-    details: Map<String, Value>,
+    body: ErrorBody,
     cause: Option<String>,
     close_connection: bool,
+}
+
+/// The value under `"error"` of every error answer, and of a rejected item in a batch
+/// answer. Fields in alphabetical order, as the answers have always had them.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody {
+    /// A stable, machine-readable code such as `invalid_campaign`.
+    #[schema(value_type = String)]
+    code: &'static str,
+    /// The field, parameter or JSON path at fault (`arms[1].key`, `nodeId`), when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    field: Option<String>,
+    /// A collision's refused event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    incoming: Option<Box<EventRef>>,
+    /// What went wrong, for people.
+    message: String,
+    /// A collision's stored event or outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    stored: Option<Box<Stored>>,
+}
+
+/// One side of an event collision: the shared id and that side's fingerprint.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub(crate) struct EventRef {
+    #[schema(value_type = String)]
+    event_id: EventId,
+    #[schema(value_type = String)]
+    fingerprint: Fingerprint,
+}
+
+/// What a collision found stored.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub(crate) enum Stored {
+    /// An event collision: the stored event's id and fingerprint.
+    Event(EventRef),
+    /// An outcome collision: the stored outcome, as `POST /outcome` answers it.
+    Outcome(crate::experiments::OutcomeView),
 }
 
 /// The internal cause of a 5xx, carried to the logging middleware in response extensions.
@@ -30,10 +70,13 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
-            code,
-            message: message.into(),
-            field: None,
-            details: Map::new(),
+            body: ErrorBody {
+                code,
+                field: None,
+                incoming: None,
+                message: message.into(),
+                stored: None,
+            },
             cause: None,
             close_connection: false,
         }
@@ -41,13 +84,30 @@ impl ApiError {
 
     /// Names the offending field (a JSON pointer or a parameter name).
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
-        self.field = Some(field.into());
+        self.body.field = Some(field.into());
         self
     }
 
-    /// Adds a machine-readable detail to the error object.
-    pub fn with_detail(mut self, key: &str, value: Value) -> Self {
-        self.details.insert(key.to_string(), value);
+    /// An event collision's two sides: the stored row's and the refused delivery's
+    /// fingerprints under their shared id.
+    pub(crate) fn with_event_collision(
+        mut self,
+        event_id: &EventId,
+        stored: &Fingerprint,
+        incoming: &Fingerprint,
+    ) -> Self {
+        let side = |fingerprint: &Fingerprint| EventRef {
+            event_id: event_id.clone(),
+            fingerprint: fingerprint.clone(),
+        };
+        self.body.stored = Some(Box::new(Stored::Event(side(stored))));
+        self.body.incoming = Some(Box::new(side(incoming)));
+        self
+    }
+
+    /// An outcome collision's stored outcome.
+    pub(crate) fn with_stored_outcome(mut self, stored: crate::experiments::OutcomeView) -> Self {
+        self.body.stored = Some(Box::new(Stored::Outcome(stored)));
         self
     }
 
@@ -78,24 +138,28 @@ impl ApiError {
 
     /// The stable code.
     pub fn code(&self) -> &'static str {
-        self.code
+        self.body.code
     }
 
     /// The message.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.body.message
     }
 
-    /// The error object (the value under `"error"`).
-    pub fn body(&self) -> Value {
-        let mut error = Map::new();
-        error.insert("code".into(), json!(self.code));
-        error.insert("message".into(), json!(self.message));
-        if let Some(field) = &self.field {
-            error.insert("field".into(), json!(field));
-        }
-        error.extend(self.details.clone());
-        Value::Object(error)
+    /// The whole answer body, `{"error": …}`, as JSON bytes (for answers written outside
+    /// axum, such as the listener's to a head hyper refused).
+    pub(crate) fn envelope_json(&self) -> Vec<u8> {
+        let envelope = ErrorEnvelope {
+            error: self.body.clone(),
+        };
+        // Serialising plain strings cannot fail; an empty body would still carry the
+        // status.
+        serde_json::to_vec(&envelope).unwrap_or_default()
+    }
+
+    /// The error object, taken out (for a rejected item of a batch answer).
+    pub(crate) fn into_body(self) -> ErrorBody {
+        self.body
     }
 
     /// 401.
@@ -133,7 +197,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
-        let mut response = (status, Json(json!({ "error": self.body() }))).into_response();
+        let mut response = (status, Json(ErrorEnvelope { error: self.body })).into_response();
         if self.close_connection {
             response.headers_mut().insert(
                 axum::http::header::CONNECTION,
@@ -145,6 +209,15 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// Every error answer: `{"error": ErrorBody}`.
+#[derive(Serialize, utoipa::ToSchema, utoipa::ToResponse)]
+#[response(
+    description = "an error: a stable `code`, a `message` for people, and the `field` at fault when there is one (docs/api.md lists the codes)"
+)]
+pub(crate) struct ErrorEnvelope {
+    error: ErrorBody,
 }
 
 impl From<ParseError> for ApiError {

@@ -611,7 +611,7 @@ fn rejection_answer(hyper_head: &[u8]) -> Option<Vec<u8>> {
     }
     let status = StatusCode::from_bytes(digits).ok()?;
     let (code, message) = rejection_error(status);
-    let body = serde_json::json!({ "error": { "code": code, "message": message } }).to_string();
+    let body = crate::error::ApiError::new(status, code, message).envelope_json();
     let head = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
          connection: close\r\n\r\n",
@@ -619,7 +619,7 @@ fn rejection_answer(hyper_head: &[u8]) -> Option<Vec<u8>> {
         status.canonical_reason().unwrap_or("Error"),
         body.len()
     );
-    Some([head.into_bytes(), body.into_bytes()].concat())
+    Some([head.into_bytes(), body].concat())
 }
 
 /// The code and message of each status hyper answers by itself (`Server::on_error` in

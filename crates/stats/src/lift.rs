@@ -7,6 +7,7 @@ use crate::moments::Moments;
 /// A confidence level strictly between 0 and 1, such as 0.95 for a 95 % interval.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ConfidenceLevel(f64);
 
 impl ConfidenceLevel {
@@ -103,6 +104,7 @@ impl Proportion {
 /// than NaN; the functions that build a `Lift` document when each field is `None`. The
 /// interval bounds are either both present or both absent.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Lift {
     estimate: Option<f64>,
     ci_low: Option<f64>,

@@ -85,8 +85,12 @@ impl Store {
         key: &IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError> {
         // SQLite readers see every committed row (WAL), so lookups never queue behind the writer.
-        with_pool!(self, reader, pool => {
-            let row: Option<KeyRow> = sqlx::query_as(SELECT_KEY).bind(tenant.as_str()).bind(key.as_str()).fetch_optional(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let row: Option<KeyRow> = sqlx::query_as(SELECT_KEY)
+                .bind(tenant.as_str())
+                .bind(key.as_str())
+                .fetch_optional(pool)
+                .await?;
             row.map(KeyRecord::try_from).transpose()
         })
     }
@@ -100,7 +104,7 @@ impl Store {
         owner: &OwnerToken,
         now_us: i64,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, writer, pool => {
+        with_pool!(self, writer, |pool| {
             let done = sqlx::query("INSERT INTO idempotency_keys (tenant_id, idem_key, checksum, owner, reserved_at_us)
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
                 .bind(tenant.as_str()).bind(key.as_str()).bind(checksum).bind(owner.as_str()).bind(now_us)
@@ -119,11 +123,18 @@ impl Store {
         new_owner: &OwnerToken,
         now_us: i64,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, writer, pool => {
-            let done = sqlx::query("UPDATE idempotency_keys SET owner = $4, reserved_at_us = $5
-                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
-                .bind(tenant.as_str()).bind(key.as_str()).bind(stale_owner.as_str()).bind(new_owner.as_str()).bind(now_us)
-                .execute(pool).await?;
+        with_pool!(self, writer, |pool| {
+            let done = sqlx::query(
+                "UPDATE idempotency_keys SET owner = $4, reserved_at_us = $5
+                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL",
+            )
+            .bind(tenant.as_str())
+            .bind(key.as_str())
+            .bind(stale_owner.as_str())
+            .bind(new_owner.as_str())
+            .bind(now_us)
+            .execute(pool)
+            .await?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -136,7 +147,7 @@ impl Store {
         key: &IdempotencyKey,
         owner: &OwnerToken,
     ) -> Result<(), StoreError> {
-        with_pool!(self, writer, pool => {
+        with_pool!(self, writer, |pool| {
             sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
                 .bind(tenant.as_str()).bind(key.as_str()).bind(owner.as_str()).execute(pool).await?;
             Ok(())
@@ -145,8 +156,11 @@ impl Store {
 
     /// Deletes keys reserved before `before_us`; returns how many.
     pub async fn idempotency_purge(&self, before_us: i64) -> Result<u64, StoreError> {
-        with_pool!(self, writer, pool => {
-            let done = sqlx::query("DELETE FROM idempotency_keys WHERE reserved_at_us < $1").bind(before_us).execute(pool).await?;
+        with_pool!(self, writer, |pool| {
+            let done = sqlx::query("DELETE FROM idempotency_keys WHERE reserved_at_us < $1")
+                .bind(before_us)
+                .execute(pool)
+                .await?;
             Ok(done.rows_affected())
         })
     }
@@ -166,7 +180,7 @@ impl StoreTx {
     ) -> Result<bool, StoreError> {
         let headers = serde_json::to_string(&response.headers)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        with_tx!(self, conn => {
+        with_tx!(self, |conn| {
             let done = sqlx::query("UPDATE idempotency_keys SET status = $4, headers = $5, body = $6, completed_at_us = $7
                  WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL")
                 .bind(tenant.as_str()).bind(key.as_str()).bind(owner.as_str())

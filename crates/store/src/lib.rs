@@ -152,7 +152,11 @@ impl Store {
 
     /// Checks that the database answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        tx::with_pool!(self, reader, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()).map_err(StoreError::from))
+        tx::with_pool!(self, reader, |pool| sqlx::query("SELECT 1")
+            .execute(pool)
+            .await
+            .map(|_| ())
+            .map_err(StoreError::from))
     }
 
     /// Registers a contract in its own transaction; see [`StoreTx::register_contract`].
@@ -174,16 +178,25 @@ impl Store {
         name: &ContractName,
         version: Option<u32>,
     ) -> Result<Option<Contract>, StoreError> {
-        let definition = tx::with_pool!(self, reader, pool => sqlx::query_scalar::<_, String>(sql::SELECT_CONTRACT)
-                .bind(tenant.as_str()).bind(name.as_str()).bind(version.map(i64::from))
-                .fetch_optional(pool).await)?;
+        let definition = tx::with_pool!(self, reader, |pool| sqlx::query_scalar::<_, String>(
+            sql::SELECT_CONTRACT
+        )
+        .bind(tenant.as_str())
+        .bind(name.as_str())
+        .bind(version.map(i64::from))
+        .fetch_optional(pool)
+        .await)?;
         definition.map(|text| parse_definition(&text)).transpose()
     }
 
     /// Every version of every contract of a tenant, ordered by name then version.
     pub async fn contracts(&self, tenant: &TenantId) -> Result<Vec<Contract>, StoreError> {
-        let definitions = tx::with_pool!(self, reader, pool => sqlx::query_scalar::<_, String>(sql::SELECT_CONTRACTS)
-            .bind(tenant.as_str()).fetch_all(pool).await)?;
+        let definitions = tx::with_pool!(self, reader, |pool| sqlx::query_scalar::<_, String>(
+            sql::SELECT_CONTRACTS
+        )
+        .bind(tenant.as_str())
+        .fetch_all(pool)
+        .await)?;
         definitions
             .iter()
             .map(|text| parse_definition(text))
@@ -192,7 +205,7 @@ impl Store {
 
     /// Per-contract counts of stored events, suppressed duplicates and collisions.
     pub async fn stats(&self, tenant: &TenantId) -> Result<Vec<ContractStats>, StoreError> {
-        tx::with_pool!(self, reader, pool => {
+        tx::with_pool!(self, reader, |pool| {
             let query = sqlx::query_as(sql::SELECT_STATS).bind(tenant.as_str());
             Ok(query.fetch_all(pool).await?)
         })
@@ -205,8 +218,11 @@ impl Store {
         contract: &ContractName,
         event_id: &str,
     ) -> Result<Option<StoredEvent>, StoreError> {
-        tx::with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(sql::SELECT_EVENT).bind(tenant.as_str()).bind(contract.as_str()).bind(event_id);
+        tx::with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(sql::SELECT_EVENT)
+                .bind(tenant.as_str())
+                .bind(contract.as_str())
+                .bind(event_id);
             Ok(query.fetch_optional(pool).await?)
         })
     }
@@ -218,8 +234,11 @@ impl Store {
         contract: &ContractName,
         limit: u32,
     ) -> Result<Vec<CollisionRecord>, StoreError> {
-        tx::with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(sql::SELECT_COLLISIONS).bind(tenant.as_str()).bind(contract.as_str()).bind(i64::from(limit));
+        tx::with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(sql::SELECT_COLLISIONS)
+                .bind(tenant.as_str())
+                .bind(contract.as_str())
+                .bind(i64::from(limit));
             Ok(query.fetch_all(pool).await?)
         })
     }

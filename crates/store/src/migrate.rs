@@ -23,6 +23,7 @@
 //! this build does not know, or whose name differs from the file's, is refused.
 
 use std::collections::HashSet;
+use std::marker::PhantomData;
 
 use sqlx::migrate::{Migrate, Migrator};
 
@@ -56,7 +57,7 @@ impl crate::Store {
         let applied = match &mut tx.inner {
             TxInner::Sqlite(t) => {
                 let migrator = sqlx::migrate!("migrations/sqlite");
-                migrate_on::<sqlx::Sqlite>(&mut **t, migrator, SQLITE_LEGACY_EXISTS).await?
+                Steps::<sqlx::Sqlite>::migrate(&mut **t, migrator, SQLITE_LEGACY_EXISTS).await?
             }
             TxInner::Postgres(t) => {
                 sqlx::query(PG_LOCK)
@@ -64,7 +65,7 @@ impl crate::Store {
                     .execute(&mut **t)
                     .await?;
                 let migrator = sqlx::migrate!("migrations/postgres");
-                migrate_on::<sqlx::Postgres>(&mut **t, migrator, PG_LEGACY_EXISTS).await?
+                Steps::<sqlx::Postgres>::migrate(&mut **t, migrator, PG_LEGACY_EXISTS).await?
             }
         };
         tx.commit().await?;
@@ -72,13 +73,11 @@ impl crate::Store {
     }
 }
 
-/// Adopts a legacy `schema_migrations`, then runs the migrator, on a connection that is
-/// inside the migration transaction and holds its lock.
-async fn migrate_on<DB>(
-    conn: &mut DB::Connection,
-    mut migrator: Migrator,
-    legacy_exists: &'static str,
-) -> Result<Vec<String>, StoreError>
+/// The migration steps for one backend, generic over sqlx's database type; the bounds
+/// (what the steps bind and decode) are written once, here.
+struct Steps<DB>(PhantomData<DB>);
+
+impl<DB> Steps<DB>
 where
     DB: sqlx::Database,
     DB::Connection: Migrate,
@@ -89,22 +88,65 @@ where
     Vec<u8>: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    // The transaction's lock serialises migrators; see the module documentation.
-    migrator.set_locking(false);
+    /// Adopts a legacy `schema_migrations`, then runs the migrator, on a connection that is
+    /// inside the migration transaction and holds its lock.
+    async fn migrate(
+        conn: &mut DB::Connection,
+        mut migrator: Migrator,
+        legacy_exists: &'static str,
+    ) -> Result<Vec<String>, StoreError> {
+        // The transaction's lock serialises migrators; see the module documentation.
+        migrator.set_locking(false);
 
-    let legacy: i64 = sqlx::query_scalar(legacy_exists)
-        .fetch_one(&mut *conn)
-        .await?;
-    if legacy > 0 {
-        adopt_legacy::<DB>(conn, &migrator).await?;
+        let legacy: i64 = sqlx::query_scalar(legacy_exists)
+            .fetch_one(&mut *conn)
+            .await?;
+        if legacy > 0 {
+            Self::adopt_legacy(conn, &migrator).await?;
+        }
+        let before = applied_versions(conn).await?;
+        migrator.run_direct(conn).await.map_err(sqlx::Error::from)?;
+        Ok(migrator
+            .iter()
+            .filter(|m| !before.contains(&m.version))
+            .map(|m| format!("{:04}_{}", m.version, m.description.replace(' ', "_")))
+            .collect())
     }
-    let before = applied_versions(conn).await?;
-    migrator.run_direct(conn).await.map_err(sqlx::Error::from)?;
-    Ok(migrator
-        .iter()
-        .filter(|m| !before.contains(&m.version))
-        .map(|m| format!("{:04}_{}", m.version, m.description.replace(' ', "_")))
-        .collect())
+
+    /// Moves the rows of the old runner's `schema_migrations` into `_sqlx_migrations` with
+    /// this build's checksums, then drops the old table.
+    async fn adopt_legacy(
+        conn: &mut DB::Connection,
+        migrator: &Migrator,
+    ) -> Result<(), StoreError> {
+        let adopted = applied_versions(conn).await?;
+        let legacy: Vec<(i64, String)> =
+            sqlx::query_as(SELECT_LEGACY).fetch_all(&mut *conn).await?;
+        let legacy_rows = legacy.len();
+        for (version, name) in legacy {
+            let known = migrator.iter().find(|m| m.version == version);
+            let Some(migration) = known.filter(|m| m.description == name.replace('_', " ")) else {
+                return Err(StoreError::Corrupt(format!(
+                    "schema_migrations records migration {version:04}_{name}, which this build does not have"
+                )));
+            };
+            if adopted.contains(&version) {
+                continue;
+            }
+            sqlx::query(ADOPT_LEGACY)
+                .bind(version)
+                .bind(migration.description.to_string())
+                .bind(migration.checksum.to_vec())
+                .execute(&mut *conn)
+                .await?;
+        }
+        sqlx::query(DROP_LEGACY).execute(&mut *conn).await?;
+        tracing::info!(
+            adopted = legacy_rows,
+            "adopted schema_migrations into _sqlx_migrations"
+        );
+        Ok(())
+    }
 }
 
 /// The versions `_sqlx_migrations` records as applied (the table created if absent).
@@ -117,45 +159,4 @@ async fn applied_versions(conn: &mut impl Migrate) -> Result<HashSet<i64>, Store
         .await
         .map_err(sqlx::Error::from)?;
     Ok(applied.iter().map(|m| m.version).collect())
-}
-
-/// Moves the rows of the old runner's `schema_migrations` into `_sqlx_migrations` with
-/// this build's checksums, then drops the old table.
-async fn adopt_legacy<DB>(conn: &mut DB::Connection, migrator: &Migrator) -> Result<(), StoreError>
-where
-    DB: sqlx::Database,
-    DB::Connection: Migrate,
-    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
-    i64: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB>,
-    String: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB>,
-    Vec<u8>: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
-    usize: sqlx::ColumnIndex<DB::Row>,
-{
-    let adopted = applied_versions(conn).await?;
-    let legacy: Vec<(i64, String)> = sqlx::query_as(SELECT_LEGACY).fetch_all(&mut *conn).await?;
-    let legacy_rows = legacy.len();
-    for (version, name) in legacy {
-        let known = migrator.iter().find(|m| m.version == version);
-        let Some(migration) = known.filter(|m| m.description == name.replace('_', " ")) else {
-            return Err(StoreError::Corrupt(format!(
-                "schema_migrations records migration {version:04}_{name}, which this build does not have"
-            )));
-        };
-        if adopted.contains(&version) {
-            continue;
-        }
-        sqlx::query(ADOPT_LEGACY)
-            .bind(version)
-            .bind(migration.description.to_string())
-            .bind(migration.checksum.to_vec())
-            .execute(&mut *conn)
-            .await?;
-    }
-    sqlx::query(DROP_LEGACY).execute(&mut *conn).await?;
-    tracing::info!(
-        adopted = legacy_rows,
-        "adopted schema_migrations into _sqlx_migrations"
-    );
-    Ok(())
 }

@@ -158,12 +158,17 @@ impl Store {
         let mut tx = self.begin().await?;
         let now = now_us();
         let postgres = matches!(tx.inner, crate::tx::TxInner::Postgres(_));
-        let taken: i64 = with_tx!(tx, conn => {
+        let taken: i64 = with_tx!(tx, |conn| {
             if postgres {
-                sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(PG_TENANT_NAME_LOCK).execute(&mut *conn).await?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                    .bind(PG_TENANT_NAME_LOCK)
+                    .execute(&mut *conn)
+                    .await?;
             }
             sqlx::query_scalar("SELECT COUNT(*) FROM tenants WHERE name = $1 OR tenant_id = $1")
-                .bind(name.as_str()).fetch_one(&mut *conn).await?
+                .bind(name.as_str())
+                .fetch_one(&mut *conn)
+                .await?
         });
         if taken > 0 {
             return Err(StoreError::Conflict {
@@ -174,9 +179,13 @@ impl Store {
                 ),
             });
         }
-        with_tx!(tx, conn => {
+        with_tx!(tx, |conn| {
             sqlx::query("INSERT INTO tenants (tenant_id, name, created_at_us) VALUES ($1, $2, $3)")
-                .bind(tenant.as_str()).bind(name.as_str()).bind(now).execute(&mut *conn).await?;
+                .bind(tenant.as_str())
+                .bind(name.as_str())
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
         });
         let (key, _) = tx.insert_api_key(&tenant, now).await?;
         tx.commit().await?;
@@ -186,8 +195,11 @@ impl Store {
     /// Every tenant, by name (at most [`TENANTS_LIST_MAX`]).
     pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
         let sql = format!("{SELECT_TENANTS} ORDER BY t.name, t.created_at_us LIMIT $1");
-        with_pool!(self, reader, pool => {
-            let rows: Vec<TenantRow> = sqlx::query_as(&sql).bind(TENANTS_LIST_MAX).fetch_all(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let rows: Vec<TenantRow> = sqlx::query_as(&sql)
+                .bind(TENANTS_LIST_MAX)
+                .fetch_all(pool)
+                .await?;
             Ok(rows.into_iter().map(TenantRecord::from).collect())
         })
     }
@@ -200,8 +212,11 @@ impl Store {
         name: &TenantName,
     ) -> Result<Option<TenantRecord>, StoreError> {
         let sql = format!("{SELECT_TENANTS} WHERE t.name = $1 OR t.tenant_id = $1 ORDER BY t.created_at_us LIMIT 10");
-        let found = with_pool!(self, reader, pool => {
-            let rows: Vec<TenantRow> = sqlx::query_as(&sql).bind(name.as_str()).fetch_all(pool).await?;
+        let found = with_pool!(self, reader, |pool| {
+            let rows: Vec<TenantRow> = sqlx::query_as(&sql)
+                .bind(name.as_str())
+                .fetch_all(pool)
+                .await?;
             Ok::<_, StoreError>(rows.into_iter().map(TenantRecord::from).collect::<Vec<_>>())
         })?;
         match found.len() {
@@ -234,8 +249,12 @@ impl Store {
     /// A tenant's keys, oldest first (at most [`KEYS_LIST_MAX`], the newest kept).
     pub async fn api_keys(&self, tenant: &TenantId) -> Result<Vec<ApiKeyInfo>, StoreError> {
         let sql = format!("SELECT * FROM ({SELECT_KEY_COLUMNS} WHERE tenant_id = $1 ORDER BY created_at_us DESC, key_prefix DESC LIMIT $2) newest ORDER BY created_at_us, key_prefix");
-        with_pool!(self, reader, pool => {
-            let rows: Vec<KeyRow> = sqlx::query_as(&sql).bind(tenant.as_str()).bind(KEYS_LIST_MAX).fetch_all(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let rows: Vec<KeyRow> = sqlx::query_as(&sql)
+                .bind(tenant.as_str())
+                .bind(KEYS_LIST_MAX)
+                .fetch_all(pool)
+                .await?;
             Ok(rows.into_iter().map(ApiKeyInfo::from).collect())
         })
     }
@@ -258,9 +277,18 @@ impl Store {
         );
         let select = format!("{SELECT_KEY_COLUMNS} WHERE tenant_id = $1 AND {column} = $2");
         let mut tx = self.begin().await?;
-        let row = with_tx!(tx, conn => {
-            sqlx::query(&update).bind(tenant.as_str()).bind(&value).bind(now_us()).execute(&mut *conn).await?;
-            let row: Option<KeyRow> = sqlx::query_as(&select).bind(tenant.as_str()).bind(&value).fetch_optional(&mut *conn).await?;
+        let row = with_tx!(tx, |conn| {
+            sqlx::query(&update)
+                .bind(tenant.as_str())
+                .bind(&value)
+                .bind(now_us())
+                .execute(&mut *conn)
+                .await?;
+            let row: Option<KeyRow> = sqlx::query_as(&select)
+                .bind(tenant.as_str())
+                .bind(&value)
+                .fetch_optional(&mut *conn)
+                .await?;
             row.map(ApiKeyInfo::from)
         });
         tx.commit().await?;
@@ -270,9 +298,13 @@ impl Store {
     /// The tenant a working (not revoked) API key belongs to, if any. Read from the
     /// database on every call, never cached, so a revocation holds at once everywhere.
     pub async fn tenant_for_key(&self, key: &ApiKey) -> Result<Option<TenantId>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let row: Option<String> = sqlx::query_scalar("SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_us IS NULL")
-                .bind(key.hash()).fetch_optional(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let row: Option<String> = sqlx::query_scalar(
+                "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_us IS NULL",
+            )
+            .bind(key.hash())
+            .fetch_optional(pool)
+            .await?;
             Ok(row.map(TenantId::from_stored))
         })
     }
@@ -289,11 +321,18 @@ impl StoreTx {
         for _ in 0..KEY_ATTEMPTS_MAX {
             let key = ApiKey::generate();
             let prefix = KeyPrefix::of(&key);
-            let inserted = with_tx!(self, conn => {
-                sqlx::query("INSERT INTO api_keys (key_hash, tenant_id, created_at_us, key_prefix)
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
-                    .bind(key.hash()).bind(tenant.as_str()).bind(now).bind(prefix.hex())
-                    .execute(&mut *conn).await?.rows_affected()
+            let inserted = with_tx!(self, |conn| {
+                sqlx::query(
+                    "INSERT INTO api_keys (key_hash, tenant_id, created_at_us, key_prefix)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .bind(key.hash())
+                .bind(tenant.as_str())
+                .bind(now)
+                .bind(prefix.hex())
+                .execute(&mut *conn)
+                .await?
+                .rows_affected()
             });
             if inserted == 1 {
                 let info = ApiKeyInfo {

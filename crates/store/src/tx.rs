@@ -19,6 +19,10 @@ pub(crate) enum TxInner {
 /// SQL in named `const`s that rustfmt formats. SQL is written with `$N` placeholders,
 /// which both drivers bind by number (`tests/it/placeholders.rs`).
 macro_rules! with_tx {
+    // The closure-shaped form, which rustfmt formats like any call.
+    ($tx:expr, |$conn:ident| $body:expr) => {
+        $crate::tx::with_tx!($tx, $conn => $body)
+    };
     ($tx:expr, $conn:ident => $body:expr) => {
         match &mut $tx.inner {
             $crate::tx::TxInner::Sqlite(t) => {
@@ -36,6 +40,10 @@ macro_rules! with_tx {
 /// Runs `$body` once per backend with `$pool` bound to a pool (`writer` or `reader` for
 /// SQLite; PostgreSQL has one pool); see [`with_tx!`].
 macro_rules! with_pool {
+    // The closure-shaped form, which rustfmt formats like any call.
+    ($store:expr, $role:ident, |$pool:ident| $body:expr) => {
+        $crate::tx::with_pool!($store, $role, $pool => $body)
+    };
     ($store:expr, $role:ident, $pool:ident => $body:expr) => {
         match &$store.backend {
             $crate::Backend::Sqlite(s) => {
@@ -96,14 +104,24 @@ impl StoreTx {
     ) -> Result<crate::RegisterOutcome, StoreError> {
         let definition = String::from_utf8_lossy(&contract.canonical_definition()).into_owned();
         let (name, version) = (contract.name().as_str(), i64::from(contract.version()));
-        let stored: Option<String> = with_tx!(self, conn => {
+        let stored: Option<String> = with_tx!(self, |conn| {
             let done = sqlx::query(crate::sql::INSERT_CONTRACT)
-                .bind(tenant.as_str()).bind(name).bind(version).bind(&definition).bind(crate::now_us())
-                .execute(&mut *conn).await?;
+                .bind(tenant.as_str())
+                .bind(name)
+                .bind(version)
+                .bind(&definition)
+                .bind(crate::now_us())
+                .execute(&mut *conn)
+                .await?;
             if done.rows_affected() == 1 {
                 return Ok(crate::RegisterOutcome::Created);
             }
-            sqlx::query_scalar(crate::sql::SELECT_CONTRACT).bind(tenant.as_str()).bind(name).bind(Some(version)).fetch_optional(&mut *conn).await?
+            sqlx::query_scalar(crate::sql::SELECT_CONTRACT)
+                .bind(tenant.as_str())
+                .bind(name)
+                .bind(Some(version))
+                .fetch_optional(&mut *conn)
+                .await?
         });
         match stored {
             Some(text) if text == definition => Ok(crate::RegisterOutcome::Unchanged),

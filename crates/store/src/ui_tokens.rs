@@ -77,12 +77,22 @@ impl Store {
         expires_at_us: i64,
     ) -> Result<UiToken, StoreError> {
         let token = UiToken::generate();
-        with_pool!(self, writer, pool => {
-            sqlx::query("DELETE FROM ui_tokens WHERE expires_at_us <= $1").bind(now_us).execute(pool).await?;
-            sqlx::query("INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us)
-                 VALUES ($1, $2, $3, $4, $5)")
-                .bind(token.hash()).bind(tenant.as_str()).bind(kind.as_str()).bind(now_us).bind(expires_at_us)
-                .execute(pool).await?;
+        with_pool!(self, writer, |pool| {
+            sqlx::query("DELETE FROM ui_tokens WHERE expires_at_us <= $1")
+                .bind(now_us)
+                .execute(pool)
+                .await?;
+            sqlx::query(
+                "INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us)
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(token.hash())
+            .bind(tenant.as_str())
+            .bind(kind.as_str())
+            .bind(now_us)
+            .bind(expires_at_us)
+            .execute(pool)
+            .await?;
         });
         Ok(token)
     }
@@ -93,11 +103,19 @@ impl Store {
         token: &UiToken,
         now_us: i64,
     ) -> Result<Option<TenantId>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let row = sqlx::query("SELECT tenant_id FROM ui_tokens
-                 WHERE token_hash = $1 AND kind = 'session' AND expires_at_us > $2")
-                .bind(token.hash()).bind(now_us).fetch_optional(pool).await?;
-            Ok(row.map(|r| r.try_get::<String, _>(0)).transpose()?.map(TenantId::from_stored))
+        with_pool!(self, reader, |pool| {
+            let row = sqlx::query(
+                "SELECT tenant_id FROM ui_tokens
+                 WHERE token_hash = $1 AND kind = 'session' AND expires_at_us > $2",
+            )
+            .bind(token.hash())
+            .bind(now_us)
+            .fetch_optional(pool)
+            .await?;
+            Ok(row
+                .map(|r| r.try_get::<String, _>(0))
+                .transpose()?
+                .map(TenantId::from_stored))
         })
     }
 
@@ -108,18 +126,24 @@ impl Store {
         token: &UiToken,
         now_us: i64,
     ) -> Result<Option<TenantId>, StoreError> {
-        with_pool!(self, writer, pool => {
+        with_pool!(self, writer, |pool| {
             let row = sqlx::query("DELETE FROM ui_tokens
                  WHERE token_hash = $1 AND kind = 'login' AND expires_at_us > $2 RETURNING tenant_id")
                 .bind(token.hash()).bind(now_us).fetch_optional(pool).await?;
-            Ok(row.map(|r| r.try_get::<String, _>(0)).transpose()?.map(TenantId::from_stored))
+            Ok(row
+                .map(|r| r.try_get::<String, _>(0))
+                .transpose()?
+                .map(TenantId::from_stored))
         })
     }
 
     /// Revokes a token (logout). Unknown tokens are ignored.
     pub async fn delete_ui_token(&self, token: &UiToken) -> Result<(), StoreError> {
-        with_pool!(self, writer, pool => {
-            sqlx::query("DELETE FROM ui_tokens WHERE token_hash = $1").bind(token.hash()).execute(pool).await?;
+        with_pool!(self, writer, |pool| {
+            sqlx::query("DELETE FROM ui_tokens WHERE token_hash = $1")
+                .bind(token.hash())
+                .execute(pool)
+                .await?;
         });
         Ok(())
     }

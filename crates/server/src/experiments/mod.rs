@@ -25,7 +25,7 @@ use crate::body::typed::{parse, Id};
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
-pub(crate) use outcomes::{post_outcome, post_outcomes_batch};
+pub(crate) use outcomes::{post_outcome, post_outcomes_batch, OutcomeView};
 
 /// A `POST /assignments` body.
 #[derive(Deserialize, ToSchema)]

@@ -71,8 +71,8 @@ pub(crate) struct OutcomeBatchAnswer {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct OutcomeItem {
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false, value_type = crate::openapi::ErrorObject)]
-    error: Option<Value>,
+    #[schema(required = false)]
+    error: Option<crate::error::ErrorBody>,
     index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false, value_type = OutcomeView)]
@@ -110,7 +110,7 @@ pub(crate) async fn post_outcomes_batch(
             }
             Err(err) if err.status_code().is_server_error() => return Err(err),
             Err(err) => results.push(Some(OutcomeItem {
-                error: Some(err.body()),
+                error: Some(err.into_body()),
                 index,
                 outcome: None,
                 status: "rejected",
@@ -125,7 +125,7 @@ pub(crate) async fn post_outcomes_batch(
         let (status, stored, error) = match &result {
             OutcomeResult::Inserted(s) => ("inserted", s, None),
             OutcomeResult::Duplicate(s) => ("duplicate", s, None),
-            OutcomeResult::Collision(s) => ("collision", s, Some(collision(s).body())),
+            OutcomeResult::Collision(s) => ("collision", s, Some(collision(s).into_body())),
         };
         *counts.entry(status).or_default() += 1;
         let outcome = error.is_none().then(|| outcome_json(stored));
@@ -298,7 +298,7 @@ fn outcome_json(stored: &StoredOutcome) -> OutcomeView {
 
 /// A stored outcome as answered (fields in alphabetical order: see
 /// `routes::health::Health`).
-#[derive(Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct OutcomeView {
     arm: String,
     assignment_id: String,
@@ -328,7 +328,7 @@ fn collision(stored: &StoredOutcome) -> ApiError {
             stored.assignment_id, stored.dedupe_key
         ),
     )
-    .with_detail("stored", serde_json::to_value(outcome_json(stored)).unwrap_or_default())
+    .with_stored_outcome(outcome_json(stored))
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ const DUPLICATE_BUCKETS_MAX: i64 = 2_000;
 /// `GET /campaigns/{id}/report`.
 #[utoipa::path(get, path = "/campaigns/{id}/report", tag = "experiments", security(("api_key" = [])),
     params(("id" = String, Path, description = "the campaign's id")),
-    responses((status = 200, body = crate::openapi::ReportSchema, description = "the dedupe-aware report"), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+    responses((status = 200, body = traqlyte_experiments::Report, description = "the dedupe-aware report"), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn get_report(
     State(state): State<AppState>,

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, Fingerprint};
 use traqlyte_store::{EventOutcome, NewEvent};
 use utoipa::ToSchema;
@@ -96,7 +96,7 @@ pub(crate) async fn post_batch(
                 events.push(event);
                 positions.push(index);
             }
-            Err(err) => results[index].error = Some(err.body()),
+            Err(err) => results[index].error = Some(err.into_body()),
         }
     }
     let outcomes = state
@@ -116,7 +116,7 @@ pub(crate) async fn post_batch(
             EventOutcome::Duplicate => totals.duplicates += 1,
             EventOutcome::Collision { stored_fingerprint } => {
                 totals.collisions += 1;
-                result.error = Some(collision(event, stored_fingerprint).body());
+                result.error = Some(collision(event, stored_fingerprint).into_body());
             }
         }
     }
@@ -135,8 +135,8 @@ pub(crate) struct ItemResult<'a> {
     /// `inserted`, `duplicate`, `collision` or `rejected`.
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false, value_type = crate::openapi::ErrorObject)]
-    error: Option<Value>,
+    #[schema(required = false)]
+    error: Option<crate::error::ErrorBody>,
 }
 
 #[derive(Serialize, Default, ToSchema)]
@@ -269,6 +269,9 @@ pub(crate) fn collision(event: &NewEvent, stored_fingerprint: &Fingerprint) -> A
              if both events are real, the contract is missing an identity field: register a new contract version"
         ),
     )
-    .with_detail("stored", json!({"event_id": event_id, "fingerprint": stored_fingerprint.as_str()}))
-    .with_detail("incoming", json!({"event_id": event_id, "fingerprint": event.identified.fingerprint.as_str()}))
+    .with_event_collision(
+        &event.identified.event_id,
+        stored_fingerprint,
+        &event.identified.fingerprint,
+    )
 }

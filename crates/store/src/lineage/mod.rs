@@ -188,9 +188,18 @@ const INSERT_RUN_OUTPUTS: &str =
 /// Rows one level query may return at most; beyond it the walk is marked truncated.
 const LEVEL_ROWS_MAX: i64 = 1_000_000;
 
+/// One edge of a level of the walk: from a frontier node to a neighbour of the other kind.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct LevelEdge {
+    from_namespace: String,
+    from_name: String,
+    namespace: String,
+    name: String,
+}
+
 /// The query of one breadth-first level: for every node of `frontier` (a `WITH f(ns, nm)`
 /// table, all of one kind, since the graph is bipartite) its neighbours in `direction`, as
-/// `(from namespace, from name, to namespace, to name)`. Each names its driving table first
+/// [`LevelEdge`] rows. Each names its driving table first
 /// and joins with CROSS JOIN, which SQLite reads as a fixed join order: without statistics
 /// its planner otherwise drives from the other table on `tenant_id` alone and scans the
 /// whole tenant (measured: 60 ms instead of 0.1 ms per step on 10,000 runs). PostgreSQL
@@ -205,25 +214,25 @@ pub(crate) fn level_sql(
         (NodeKind::Dataset, Direction::Upstream) => (
             "lineage_run_outputs e",
             "lineage_runs r",
-            "r.job_namespace, r.job_name",
+            "r.job_namespace AS namespace, r.job_name AS name",
             "e",
         ),
         (NodeKind::Dataset, Direction::Downstream) => (
             "lineage_run_inputs e",
             "lineage_runs r",
-            "r.job_namespace, r.job_name",
+            "r.job_namespace AS namespace, r.job_name AS name",
             "e",
         ),
         (NodeKind::Job, Direction::Upstream) => (
             "lineage_runs r",
             "lineage_run_inputs e",
-            "e.namespace, e.name",
+            "e.namespace AS namespace, e.name AS name",
             "r",
         ),
         (NodeKind::Job, Direction::Downstream) => (
             "lineage_runs r",
             "lineage_run_outputs e",
-            "e.namespace, e.name",
+            "e.namespace AS namespace, e.name AS name",
             "r",
         ),
     };
@@ -234,7 +243,7 @@ pub(crate) fn level_sql(
     };
     format!(
         "WITH f(ns, nm) AS ({frontier})
-         SELECT DISTINCT f.ns, f.nm, {select}
+         SELECT DISTINCT f.ns AS from_namespace, f.nm AS from_name, {select}
          FROM f CROSS JOIN {first} CROSS JOIN {second}
          WHERE {on_first}.tenant_id = $1 AND {ns} = f.ns AND {nm} = f.nm
            AND e.tenant_id = r.tenant_id AND e.run_id = r.run_id
@@ -348,16 +357,16 @@ impl Store {
             NodeKind::Job => NodeKind::Dataset,
         };
         let mut by_node: HashMap<NodeRef, Vec<NodeRef>> = HashMap::new();
-        for (from_ns, from_name, namespace, name) in rows {
+        for edge in rows {
             let from = NodeRef {
                 kind,
-                namespace: from_ns,
-                name: from_name,
+                namespace: edge.from_namespace,
+                name: edge.from_name,
             };
             by_node.entry(from).or_default().push(NodeRef {
                 kind: other,
-                namespace,
-                name,
+                namespace: edge.namespace,
+                name: edge.name,
             });
         }
         by_node.values_mut().for_each(|next| next.sort());
@@ -438,7 +447,7 @@ impl Store {
         tenant: &TenantId,
         node: Option<&NodeRef>,
     ) -> Result<i64, StoreError> {
-        crate::tx::with_pool!(self, reader, pool => {
+        crate::tx::with_pool!(self, reader, |pool| {
             let mut query = sqlx::query_scalar(sql).bind(tenant.as_str());
             if let Some(node) = node {
                 query = query.bind(&node.namespace).bind(&node.name);
@@ -509,7 +518,7 @@ impl crate::StoreTx {
                 sql.push(')');
             }
             sql.push_str(" ON CONFLICT DO NOTHING");
-            crate::tx::with_tx!(self, conn => {
+            crate::tx::with_tx!(self, |conn| {
                 let mut query = sqlx::query(&sql);
                 for param in chunk.iter().flatten() {
                     query = match param {

@@ -2,7 +2,7 @@
 //! transaction waits for it and the following select sees its committed row; the event
 //! rows and their graph rows commit together.
 
-use super::{level_sql, Direction, NodeKind};
+use super::{level_sql, Direction, LevelEdge, NodeKind};
 use crate::postgres::PgStore;
 use crate::{StoreError, TenantId};
 
@@ -14,7 +14,7 @@ impl PgStore {
         direction: Direction,
         frontier: &[(&str, &str)],
         limit: i64,
-    ) -> Result<Vec<(String, String, String, String)>, StoreError> {
+    ) -> Result<Vec<LevelEdge>, StoreError> {
         let namespaces: Vec<&str> = frontier.iter().map(|(ns, _)| *ns).collect();
         let names: Vec<&str> = frontier.iter().map(|(_, name)| *name).collect();
         let frontier_sql = "SELECT * FROM unnest($2::text[], $3::text[])";

@@ -1,7 +1,7 @@
 //! Lineage on SQLite: the single writer connection serialises transactions
 //! (`BEGIN IMMEDIATE`), so the event rows and their graph rows commit together.
 
-use super::{level_sql, Direction, NodeKind};
+use super::{level_sql, Direction, LevelEdge, NodeKind};
 use crate::sqlite::SqliteStore;
 use crate::{StoreError, TenantId};
 
@@ -13,7 +13,7 @@ impl SqliteStore {
         direction: Direction,
         frontier: &[(&str, &str)],
         limit: i64,
-    ) -> Result<Vec<(String, String, String, String)>, StoreError> {
+    ) -> Result<Vec<LevelEdge>, StoreError> {
         // The frontier travels as one JSON array of [namespace, name] pairs.
         let pairs =
             serde_json::to_string(frontier).map_err(|e| StoreError::Corrupt(e.to_string()))?;

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app, Backend, ServerProcess};
+use crate::helpers::{checkout_event, spawn_app, Backend, ServerProcess, TestApp};
 
 /// Every route of the route table (`crates/server/src/routes/mod.rs`, `routes/admin.rs`,
 /// `ui/mod.rs`), as `METHOD path`. A route added there and not described fails here.
@@ -131,9 +132,12 @@ async fn openapi_json_is_openapi_3_1_and_lists_every_route(backend: Backend) {
 async fn schemathesis_finds_no_server_error_and_no_nonconforming_answer(backend: Backend) {
     let schemathesis = venv_schemathesis();
     let app = spawn_app(backend).await;
+    let config = SeededConfig::write(&app).await;
     let server = ServerProcess::start(app.database_url(), &[]);
     let started = Instant::now();
     let output = Command::new(&schemathesis)
+        .arg("--config-file")
+        .arg(&config.path)
         .args([
             "run",
             &format!("{}/openapi.json", server.address),
@@ -176,6 +180,126 @@ async fn schemathesis_finds_no_server_error_and_no_nonconforming_answer(backend:
         started.elapsed()
     );
     drop(server);
+}
+
+/// A schemathesis configuration whose path parameters are drawn, most of the time, from
+/// data seeded before the run: a published campaign with assignments and outcomes, a
+/// registered contract with a stored event, a lineage run. Without it nearly every
+/// operation under `/campaigns/{id}` or `/events/{contract}/…` only ever meets a 404,
+/// and the report's schema is never checked against a real report.
+struct SeededConfig {
+    path: PathBuf,
+}
+
+/// How often a seeded value is used instead of a generated one.
+const SEEDED_PROBABILITY: f64 = 0.8;
+
+impl SeededConfig {
+    async fn write(app: &TestApp) -> SeededConfig {
+        let Seeded {
+            campaign,
+            event_id,
+            assignments,
+        } = seed(app).await;
+        let assignments = assignments.join("\", \"");
+        let toml = format!(
+            r#"[dictionaries]
+campaigns = {{ values = ["{campaign}"] }}
+contracts = {{ values = ["checkout_completed", "openlineage.run_event"] }}
+events = {{ values = ["{event_id}"] }}
+assignments = {{ values = ["{assignments}"] }}
+
+[parameters]
+"path.id" = {{ dictionary = "campaigns", probability = {SEEDED_PROBABILITY} }}
+"path.contract" = {{ dictionary = "contracts", probability = {SEEDED_PROBABILITY} }}
+"path.name" = {{ dictionary = "contracts", probability = {SEEDED_PROBABILITY} }}
+"path.event_id" = {{ dictionary = "events", probability = {SEEDED_PROBABILITY} }}
+"body.campaign_id" = {{ dictionary = "campaigns", probability = {SEEDED_PROBABILITY} }}
+"body.assignment_id" = {{ dictionary = "assignments", probability = {SEEDED_PROBABILITY} }}
+"#
+        );
+        let path = std::env::temp_dir().join(format!(
+            "traqlyte-schemathesis-{}-{}.toml",
+            std::process::id(),
+            traqlyte_store::now_us()
+        ));
+        std::fs::write(&path, toml).expect("write the schemathesis configuration");
+        SeededConfig { path }
+    }
+}
+
+impl Drop for SeededConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Ids of the data seeded before a run.
+struct Seeded {
+    campaign: String,
+    event_id: String,
+    assignments: Vec<String>,
+}
+
+/// Seeds what the run's parameters point at.
+async fn seed(app: &TestApp) -> Seeded {
+    app.register_checkout_contract().await;
+    let event = app.post_event(&checkout_event("order-seeded")).await;
+    assert!(event.status.is_success(), "{}", event.body);
+    let event_id = event.body["event_id"]
+        .as_str()
+        .expect("event_id")
+        .to_string();
+    let created = app
+        .post_json(
+            "/campaigns",
+            &json!({
+                "key": "seeded", "name": "Seeded",
+                "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+                "metrics": [
+                    {"name": "purchase", "kind": "conversion", "window_hours": 168},
+                    {"name": "revenue", "kind": "sum", "window_hours": 168}
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let campaign = created.body["id"].as_str().expect("id").to_string();
+    let published = app
+        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
+        .await;
+    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let occurred_at =
+        traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us() + 60_000_000);
+    let mut assignments = Vec::new();
+    for unit in 0..8 {
+        let assignment = app
+            .post_json(
+                "/assignments",
+                &json!({"campaign_id": campaign, "unit_id": format!("u{unit}")}),
+            )
+            .await;
+        assert_eq!(assignment.status, StatusCode::OK, "{}", assignment.body);
+        let id = assignment.body["assignment_id"]
+            .as_str()
+            .expect("assignment_id");
+        assignments.push(id.to_string());
+        let outcome = json!({
+            "assignment_id": assignment.body["assignment_id"], "dedupe_key": format!("order-{unit}"),
+            "metric": "revenue", "value": 10.0 + f64::from(unit), "occurred_at": occurred_at,
+        });
+        for _ in 0..2 {
+            let answer = app.post_json("/outcome", &outcome).await;
+            assert!(answer.status.is_success(), "{}", answer.body);
+        }
+    }
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    assert_eq!(report.status, StatusCode::OK, "{}", report.body);
+    Seeded {
+        campaign,
+        event_id,
+        assignments,
+    }
 }
 
 /// `.venv/bin/schemathesis` of the checkout (`scripts/python-venv.sh` installs it);
