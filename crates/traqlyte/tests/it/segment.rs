@@ -344,6 +344,15 @@ async fn a_reused_message_id_with_other_content_is_a_collision_and_changes_nothi
     let changed = track("m-1", "user-1", "order-1", 99.0);
     let answer = post_v1(&app, "/v1/track", Some(&key), &changed).await;
     assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
+    assert_eq!(answer.code(), "collision");
+    assert_eq!(
+        answer.body["error"]["stored"]["event_id"],
+        answer.body["error"]["incoming"]["event_id"]
+    );
+    assert_ne!(
+        answer.body["error"]["stored"]["fingerprint"],
+        answer.body["error"]["incoming"]["fingerprint"]
+    );
     // The same messageId from another source is another message.
     let answer = post_v1(&app, "/v1/track", Some(&other_source), &changed).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);

@@ -77,9 +77,16 @@ async fn single(
         context: None,
     };
     let message = identify_message(&value, &envelope).map_err(bad_message)?;
-    let stored = ingest::store(state, &source, &[message], &[], received_at_us).await?;
-    if let Some(EventOutcome::Collision { .. }) = stored.outcomes.first() {
-        return Err(collision());
+    let stored = ingest::store(
+        state,
+        &source,
+        std::slice::from_ref(&message),
+        &[],
+        received_at_us,
+    )
+    .await?;
+    if let Some(EventOutcome::Collision { stored_fingerprint }) = stored.outcomes.first() {
+        return Err(collision(&message, stored_fingerprint));
     }
     Ok(Json(Success { success: true }))
 }
@@ -200,13 +207,23 @@ fn bad_message(err: SegmentError) -> ApiError {
     }
 }
 
-fn collision() -> ApiError {
+/// `409 collision` with the stored and the refused fingerprints under the shared id, as
+/// the native routes answer it.
+fn collision(
+    message: &traqlyte_identity::segment::SegmentMessage,
+    stored_fingerprint: &traqlyte_identity::Fingerprint,
+) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         "collision",
         "a different message is stored under this messageId for this source; nothing was overwritten and this payload was logged (GET /contracts/segment.message/collisions). Give every message its own messageId",
     )
     .with_field("messageId")
+    .with_event_collision(
+        &message.identified.event_id,
+        stored_fingerprint,
+        &message.identified.fingerprint,
+    )
 }
 
 fn rejection(index: usize, item: &Value, err: &SegmentError) -> NewRejection {
