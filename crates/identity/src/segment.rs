@@ -220,14 +220,14 @@ pub fn identify_message(
             found: type_name(message),
         });
     };
-    let bytes = serde_json::to_string(message).map_or(usize::MAX, |text| text.len());
+    let bytes = compact_len(raw);
     if bytes > MESSAGE_BYTES_MAX {
         return Err(SegmentError::TooLarge {
             bytes,
             max: MESSAGE_BYTES_MAX,
         });
     }
-    let mut content = canonical::normalize(&Value::Object(raw.clone()), "")?;
+    let mut content = canonical::normalize(message, "")?;
     let kind = message_type(&mut content, envelope.route_type)?;
     let fields = Fields::read(&content, kind)?;
     let sent_at = match optional_str(&content, "sentAt")? {
@@ -240,13 +240,7 @@ pub fn identify_message(
     merge_context(&mut content, envelope.context)?;
     let projection = projection(&content, &fields, envelope.source);
     let mut identified = message_contract().identify_owned(Value::Object(projection))?;
-    let mut fingerprinted = content.clone();
-    for pointer in TRANSPORT_POINTERS {
-        if let Ok(pointer) = Pointer::parse(pointer) {
-            pointer.remove(&mut fingerprinted);
-        }
-    }
-    identified.fingerprint = Fingerprint::of(&fingerprinted);
+    identified.fingerprint = fingerprint_without_transport(&mut content);
     let corrected = corrected_timestamp(envelope.received_at_us, sent_at, fields.timestamp_us);
     identified.occurred_at_us = Some(corrected);
     let payload = stored_payload(content, envelope.received_at_us, corrected);
@@ -259,6 +253,63 @@ pub fn identify_message(
         original_timestamp_us: fields.timestamp_us,
         payload,
     })
+}
+
+/// The size of `message` as compact JSON, counted without building the text.
+fn compact_len(message: &Map<String, Value>) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, message) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// The fingerprint of `content` without its transport fields, which are taken out for
+/// the hash and put back (cheaper than hashing a copy: `bench segment`).
+fn fingerprint_without_transport(content: &mut Value) -> Fingerprint {
+    static POINTERS: OnceLock<Vec<Pointer>> = OnceLock::new();
+    let pointers = POINTERS.get_or_init(|| {
+        TRANSPORT_POINTERS
+            .iter()
+            .filter_map(|p| Pointer::parse(p).ok())
+            .collect()
+    });
+    let removed: Vec<(&Pointer, Value)> = pointers
+        .iter()
+        .filter_map(|p| p.remove(content).map(|value| (p, value)))
+        .collect();
+    let fingerprint = Fingerprint::of(content);
+    for (pointer, value) in removed {
+        put_back(content, pointer, value);
+    }
+    fingerprint
+}
+
+/// Inserts `value` at `pointer`, whose parents are objects (they were: it was removed).
+fn put_back(content: &mut Value, pointer: &Pointer, value: Value) {
+    let Some((last, parents)) = pointer.tokens().split_last() else {
+        return;
+    };
+    let mut current = content;
+    for token in parents {
+        let Some(next) = current.as_object_mut().and_then(|map| map.get_mut(token)) else {
+            return;
+        };
+        current = next;
+    }
+    if let Some(map) = current.as_object_mut() {
+        map.insert(last.clone(), value);
+    }
 }
 
 /// Segment's clock-skew correction: with both the client's `timestamp` and `sentAt`,
