@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv at the repository root with the official OpenLineage Python client, which
-# the lineage tests drive against a running server, and schemathesis, which the OpenAPI
+# the lineage tests drive against a running server, the official Segment client
+# (segment-analytics-python), which the Segment tests drive through a lossy proxy, and
+# schemathesis, which the OpenAPI
 # test runs against one. Idempotent and fast when the pinned
 # version is already installed. Exits non-zero, loudly, when it cannot: tests never skip.
 set -euo pipefail
@@ -8,6 +10,7 @@ cd "$(dirname "$0")/.."
 
 OPENLINEAGE_PYTHON_VERSION=1.54.0
 SCHEMATHESIS_VERSION=4.32.5
+SEGMENT_ANALYTICS_PYTHON_VERSION=2.4.0
 VENV=.venv
 
 python_bin() {
@@ -24,7 +27,8 @@ installed_version() {
 
 ready() {
   [ "$(installed_version openlineage-python)" = "$OPENLINEAGE_PYTHON_VERSION" ] \
-    && [ "$(installed_version schemathesis)" = "$SCHEMATHESIS_VERSION" ]
+    && [ "$(installed_version schemathesis)" = "$SCHEMATHESIS_VERSION" ] \
+    && [ "$(installed_version segment-analytics-python)" = "$SEGMENT_ANALYTICS_PYTHON_VERSION" ]
 }
 
 if ready; then
@@ -42,9 +46,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-  "openlineage-python==$OPENLINEAGE_PYTHON_VERSION" "schemathesis==$SCHEMATHESIS_VERSION"
+  "openlineage-python==$OPENLINEAGE_PYTHON_VERSION" "schemathesis==$SCHEMATHESIS_VERSION" \
+  "segment-analytics-python==$SEGMENT_ANALYTICS_PYTHON_VERSION"
 ready || {
-  echo "error: openlineage-python $OPENLINEAGE_PYTHON_VERSION or schemathesis $SCHEMATHESIS_VERSION did not install into $VENV" >&2
+  echo "error: openlineage-python $OPENLINEAGE_PYTHON_VERSION, schemathesis $SCHEMATHESIS_VERSION or segment-analytics-python $SEGMENT_ANALYTICS_PYTHON_VERSION did not install into $VENV" >&2
   exit 1
 }
-echo "python tools ready: $VENV with openlineage-python $OPENLINEAGE_PYTHON_VERSION, schemathesis $SCHEMATHESIS_VERSION" >&2
+echo "python tools ready: $VENV with openlineage-python $OPENLINEAGE_PYTHON_VERSION, schemathesis $SCHEMATHESIS_VERSION, segment-analytics-python $SEGMENT_ANALYTICS_PYTHON_VERSION" >&2

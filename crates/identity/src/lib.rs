@@ -11,7 +11,8 @@
 //! Main types: [`Contract`], [`ContractName`], [`EventId`], [`Fingerprint`],
 //! [`Identified`]; parsing with limits lives in [`json`], the canonical form in
 //! [`canonical`], RFC 6901 pointers in [`pointer`](mod@pointer), and the built-in OpenLineage RunEvent
-//! contract with its projection and run-id helper in [`openlineage`].
+//! contract with its projection and run-id helper in [`openlineage`], and the built-in
+//! Segment message contract with its projection and clock-skew correction in [`segment`].
 
 #![deny(missing_docs)]
 
@@ -23,9 +24,19 @@ pub mod json;
 pub mod number;
 pub mod openlineage;
 pub mod pointer;
+pub mod segment;
 mod timestamp;
 
 pub use contract::{ArrayMode, Contract, ContractName, FieldSpec, FieldType, CONTRACT_FIELDS_MAX};
 pub use error::{ContractError, IdentityError};
 pub use id::{sha256_hex, EventId, Fingerprint, Identified};
 pub use timestamp::{format_rfc3339_micros, parse_rfc3339_micros};
+
+/// Every built-in contract, by name: `openlineage.run_event` and `segment.message`.
+pub fn builtin_contracts() -> impl Iterator<Item = &'static Contract> {
+    [
+        openlineage::run_event_contract(),
+        segment::message_contract(),
+    ]
+    .into_iter()
+}

@@ -191,9 +191,14 @@ pub fn run_event_contract() -> &'static Contract {
     })
 }
 
-/// The built-in contract called `name`, if there is one.
+/// The built-in contract called `name`, if there is one: this module's
+/// `openlineage.run_event` or [`crate::segment`]'s `segment.message`.
 pub fn builtin_contract(name: &str) -> Option<&'static Contract> {
-    (name == RUN_EVENT_CONTRACT).then(run_event_contract)
+    match name {
+        RUN_EVENT_CONTRACT => Some(run_event_contract()),
+        crate::segment::MESSAGE_CONTRACT => Some(crate::segment::message_contract()),
+        _ => None,
+    }
 }
 
 /// Validates, projects and identifies an OpenLineage RunEvent.

@@ -105,6 +105,17 @@ impl Modify for Security {
             }
         }
         components.add_security_scheme(
+            "write_key",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Basic)
+                    .description(Some(
+                        "a source's write key (`tlw_…`, `traqlyte source create`) as the user name, the password empty; or `writeKey` in the body (docs/segment.md)",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
             "admin_token",
             bearer("the operator's admin token of `traqlyte serve --admin-token-file`, for `/admin/…` only"),
         );
@@ -144,6 +155,17 @@ impl Modify for Security {
         lineage::ancestors,
         lineage::descendants,
         lineage::stats,
+        crate::connectors::segment::track,
+        crate::connectors::segment::identify,
+        crate::connectors::segment::page,
+        crate::connectors::segment::screen,
+        crate::connectors::segment::group,
+        crate::connectors::segment::alias,
+        crate::connectors::segment::batch,
+        crate::connectors::segment::list_sources,
+        crate::connectors::segment::rejections,
+        crate::connectors::segment::bindings::create,
+        crate::connectors::segment::bindings::list,
         admin::list_tenants,
         admin::create_tenant,
         admin::list_keys,

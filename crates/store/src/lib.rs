@@ -11,7 +11,8 @@
 //! Main types: [`Store`], [`StoreConfig`], [`TenantId`], [`TenantName`], [`ApiKey`],
 //! [`KeyPrefix`] (tenants and key lifecycle: [`tenants`]), [`NewEvent`],
 //! [`EventOutcome`], [`ContractStats`], [`UiToken`]; lineage (OpenLineage run events and
-//! their graph): [`RunEventRow`], [`NodeRef`], [`Walk`].
+//! their graph): [`RunEventRow`], [`NodeRef`], [`Walk`]; Segment sources, write keys and
+//! metric bindings: [`sources`].
 
 #![deny(missing_docs)]
 
@@ -25,10 +26,11 @@ pub mod idempotency;
 mod lineage;
 mod migrate;
 mod model;
-pub mod partitions;
 mod outcomes_batch;
+pub mod partitions;
 pub mod plan;
 mod postgres;
+pub mod sources;
 mod sql;
 mod sqlite;
 pub mod supersessions;
@@ -57,6 +59,10 @@ pub use model::{
     TenantId,
 };
 pub use partitions::{DedupeHorizon, LateEvents, Maintenance, OutsideHorizon, PartitionInfo};
+pub use sources::{
+    BindingInfo, BindingOutcome, BindingTally, MetricBinding, NewRejection, Rejection, Source,
+    SourceId, SourceInfo, SourceName, SourceTally, WriteKey,
+};
 pub use supersessions::{SupersedeOutcome, Supersession};
 pub use tenants::{ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
 pub use tx::StoreTx;

@@ -38,6 +38,8 @@ pub enum BenchCommand {
     Outcomes(crate::bench_hot::OutcomesArgs),
     /// `/assignments/batch` units/s and single assignments/s vs event batches, one run.
     Assignments(crate::bench_hot::AssignmentsArgs),
+    /// `POST /v1/batch` (Segment) against `POST /events/{contract}/batch`, same events.
+    Segment(crate::bench_segment::SegmentArgs),
 }
 
 /// Options of `bench report`.
@@ -108,6 +110,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Growth(args) => crate::bench_growth::growth(args).await,
         BenchCommand::Outcomes(args) => crate::bench_hot::outcomes(args).await,
         BenchCommand::Assignments(args) => crate::bench_hot::assignments(args).await,
+        BenchCommand::Segment(args) => crate::bench_segment::segment(args).await,
     }
 }
 

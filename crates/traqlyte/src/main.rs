@@ -8,6 +8,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod backfill;
 mod partitions;
+mod sources;
 mod tenants;
 
 use std::io::Read;
@@ -54,6 +55,10 @@ enum Command {
     /// Manage a tenant's API keys: create, list (by prefix), revoke.
     #[command(subcommand)]
     Key(tenants::KeyCommand),
+    /// Manage the sources of the Segment-compatible API (`/v1/*`) and their write keys:
+    /// create, list (with counts), revoke.
+    #[command(subcommand)]
+    Source(sources::SourceCommand),
     /// Load a file of events (NDJSON) through the live identification and dedupe path and
     /// report inserted / already present / collided / rejected; `--dry-run` writes nothing.
     Backfill(backfill::BackfillArgs),
@@ -220,6 +225,7 @@ async fn run(command: Command) -> Result<()> {
         }
         Command::Tenant(command) => tenants::run_tenant(command).await,
         Command::Key(command) => tenants::run_key(command).await,
+        Command::Source(command) => sources::run(command).await,
         Command::Contracts(ContractsCommand::Show { contract, source }) => {
             print!("{}", resolve_contract(&contract, &source).await?.describe());
             Ok(())

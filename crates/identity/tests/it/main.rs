@@ -6,6 +6,7 @@ mod fixtures;
 mod openlineage;
 mod properties;
 mod rules;
+mod segment;
 
 use serde_json::{json, Value};
 use traqlyte_identity::{Contract, Identified, IdentityError};

@@ -30,6 +30,10 @@ pub(crate) struct VersionQuery {
 /// The answer of `GET /contracts`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ContractList {
+    /// The built-in contracts (`openlineage.run_event`, `segment.message`): every
+    /// tenant has them; their events arrive through their own endpoints.
+    #[schema(value_type = Vec<Object>)]
+    builtin: Vec<Value>,
     /// Every version of every contract of the tenant.
     #[schema(value_type = Vec<Object>)]
     contracts: Vec<Value>,
@@ -87,7 +91,8 @@ pub(crate) async fn register(
     Ok((status, Json(contract.to_json())).into_response())
 }
 
-/// `GET /contracts`: every version of every contract.
+/// `GET /contracts`: every version of every contract of the tenant, and the built-in
+/// contracts beside them.
 #[utoipa::path(get, path = "/contracts", tag = "contracts", security(("api_key" = [])),
     responses((status = 200, body = ContractList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
@@ -102,7 +107,10 @@ pub(crate) async fn list(
         .iter()
         .map(Contract::to_json)
         .collect();
-    Ok(Json(ContractList { contracts }))
+    let builtin = traqlyte_identity::builtin_contracts()
+        .map(Contract::to_json)
+        .collect();
+    Ok(Json(ContractList { builtin, contracts }))
 }
 
 /// `GET /contracts/{name}[?version=N]`: the latest (or the given) version.

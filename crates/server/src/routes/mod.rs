@@ -80,6 +80,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/lineage/ancestors", get(lineage::ancestors))
         .route("/lineage/descendants", get(lineage::descendants))
         .route("/lineage/stats", get(lineage::stats))
+        .merge(segment_routes())
         .fallback(not_found)
         // First layer: it runs after routing (so path parameters have their names) and
         // before any handler or extractor binds a parameter to a query.
@@ -94,6 +95,26 @@ pub(crate) fn router(state: AppState) -> Router {
         .layer(middleware::from_fn(json_errors))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Segment's HTTP Tracking API (write-key auth, no idempotency layer: messages dedupe by
+/// content) and the tenant's views of its sources and bindings.
+fn segment_routes() -> Router<AppState> {
+    use crate::connectors::segment::{self, bindings};
+    Router::new()
+        .route("/v1/track", post(segment::track))
+        .route("/v1/identify", post(segment::identify))
+        .route("/v1/page", post(segment::page))
+        .route("/v1/screen", post(segment::screen))
+        .route("/v1/group", post(segment::group))
+        .route("/v1/alias", post(segment::alias))
+        .route("/v1/batch", post(segment::batch))
+        .route("/sources", get(segment::list_sources))
+        .route("/sources/{id}/rejections", get(segment::rejections))
+        .route(
+            "/campaigns/{id}/bindings",
+            post(bindings::create).get(bindings::list),
+        )
 }
 
 async fn not_found(request: Request) -> ApiError {

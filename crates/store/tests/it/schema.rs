@@ -14,6 +14,10 @@ const NOT_BY_TENANT: &[(&str, &str)] = &[
     // a reference table on a distributed engine.
     ("api_keys_pkey", "authentication lookup by key hash"),
     ("ui_tokens_pkey", "session lookup by token hash"),
+    (
+        "sources_by_write_key",
+        "Segment authentication lookup by write-key hash",
+    ),
 ];
 
 const UNIQUE_KEYS: &str = "

@@ -21,6 +21,7 @@ mod ol_client;
 mod openapi;
 mod partitions;
 mod request_bodies;
+mod segment;
 mod supersessions;
 mod ui;
 

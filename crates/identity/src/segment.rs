@@ -1,0 +1,553 @@
+//! Segment messages under the built-in contract `segment.message` version 1.
+//!
+//! [`identify_message`] checks one message of Segment's HTTP Tracking API (`track`,
+//! `identify`, `page`, `screen`, `group`, `alias`), projects it to its identity (the
+//! source and `messageId` when the message has one, else the source and its semantic
+//! content), applies the built-in contract (a data file, [`message_contract`]) to that
+//! projection, and takes the payload fingerprint over the whole message minus its
+//! transport fields ([`TRANSPORT_POINTERS`]: `sentAt`, which the official clients renew on
+//! every retry, the write key, `context.library`, …). It also corrects the client's
+//! clock the way Segment documents it: `timestamp = receivedAt - (sentAt - timestamp)`.
+//!
+//! Pure: the caller passes the receive time and the source; nothing here reads a clock.
+
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use crate::canonical::{self, type_name};
+use crate::pointer::Pointer;
+use crate::IdentityError;
+use crate::{format_rfc3339_micros, parse_rfc3339_micros, Contract, Fingerprint, Identified};
+
+/// Name of the built-in contract of Segment messages.
+pub const MESSAGE_CONTRACT: &str = "segment.message";
+
+/// The contract document, a data file embedded at build time.
+pub const MESSAGE_CONTRACT_V1_JSON: &str = include_str!("../contracts/segment.message.v1.json");
+
+/// Largest message, in bytes of its compact JSON (Segment's documented 32 KB).
+pub const MESSAGE_BYTES_MAX: usize = 32 * 1024;
+
+/// Largest `messageId`, in UTF-8 bytes.
+pub const MESSAGE_ID_BYTES_MAX: usize = 256;
+
+/// Largest `userId`, `anonymousId`, `event`, `groupId` or `previousId`, in UTF-8 bytes
+/// (they key assignments and dedupe keys, B-tree entries on PostgreSQL).
+pub const ID_BYTES_MAX: usize = 256;
+
+/// Pointers left out of the payload fingerprint: transport and observation metadata.
+pub const TRANSPORT_POINTERS: [&str; 6] = [
+    "/sentAt",
+    "/writeKey",
+    "/context/library",
+    "/_metadata",
+    "/receivedAt",
+    "/originalTimestamp",
+];
+
+/// The kind of a Segment message, its `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageType {
+    /// `track`: a named event with properties.
+    Track,
+    /// `identify`: a user and their traits.
+    Identify,
+    /// `page`: a web page view.
+    Page,
+    /// `screen`: an app screen view.
+    Screen,
+    /// `group`: a user joins a group.
+    Group,
+    /// `alias`: two user ids are one user.
+    Alias,
+}
+
+impl MessageType {
+    /// Every type, in the order of Segment's documentation.
+    pub const ALL: [MessageType; 6] = [
+        MessageType::Track,
+        MessageType::Identify,
+        MessageType::Page,
+        MessageType::Screen,
+        MessageType::Group,
+        MessageType::Alias,
+    ];
+
+    /// The type as Segment spells it (`track`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageType::Track => "track",
+            MessageType::Identify => "identify",
+            MessageType::Page => "page",
+            MessageType::Screen => "screen",
+            MessageType::Group => "group",
+            MessageType::Alias => "alias",
+        }
+    }
+
+    /// The type named `text`, if any.
+    pub fn parse(text: &str) -> Option<MessageType> {
+        MessageType::ALL.into_iter().find(|t| t.as_str() == text)
+    }
+}
+
+/// What the request around a message says: who sent it, when it arrived, and the
+/// batch-level fields that apply to every message of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Envelope<'a> {
+    /// The source (`src_…`) the write key belongs to.
+    pub source: &'a str,
+    /// When the server received the request, microseconds since the epoch.
+    pub received_at_us: i64,
+    /// The type the route implies (`/v1/track` → `track`); `None` for `/v1/batch`.
+    pub route_type: Option<MessageType>,
+    /// The batch's `sentAt`, used when a message has none.
+    pub sent_at: Option<&'a str>,
+    /// The batch's `context`, merged under each message's own context keys.
+    pub context: Option<&'a Map<String, Value>>,
+}
+
+/// A message that passed every rule, identified under [`MESSAGE_CONTRACT`].
+#[derive(Debug, Clone)]
+pub struct SegmentMessage {
+    /// Event id, payload fingerprint, and the clock-skew-corrected event time.
+    pub identified: Identified,
+    /// The message's type.
+    pub kind: MessageType,
+    /// `event` of a track call.
+    pub event: Option<String>,
+    /// `userId`, NFC.
+    pub user_id: Option<String>,
+    /// `anonymousId`, NFC.
+    pub anonymous_id: Option<String>,
+    /// The client's own `timestamp`, microseconds since the epoch, before correction:
+    /// the one time that is the same in every re-send of a message.
+    pub original_timestamp_us: Option<i64>,
+    /// The message as stored: normalised, batch context merged, without the write key,
+    /// with `receivedAt`, `originalTimestamp` and the corrected `timestamp` set.
+    pub payload: Value,
+}
+
+/// Why a message is not acceptable. `field` is the message's own field name
+/// (`userId`, `properties`), empty for the message as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SegmentError {
+    /// A required field is absent (or `null`).
+    #[error("{field} is required: {why}")]
+    Missing {
+        /// The offending field.
+        field: &'static str,
+        /// Which rule asks for it.
+        why: &'static str,
+    },
+    /// A field has the wrong JSON type.
+    #[error("{field} must be {expected}, got {found}")]
+    WrongType {
+        /// The offending field (empty: the message itself).
+        field: String,
+        /// What the rule expects.
+        expected: &'static str,
+        /// The JSON type that was found.
+        found: &'static str,
+    },
+    /// A field has the right type but a value that is not allowed.
+    #[error("{field} is invalid: {reason}")]
+    Invalid {
+        /// The offending field.
+        field: String,
+        /// Why the value is not acceptable.
+        reason: String,
+    },
+    /// The message is larger than [`MESSAGE_BYTES_MAX`].
+    #[error("a message holds at most {max} bytes of JSON (Segment's limit), this one {bytes}")]
+    TooLarge {
+        /// The message's size in bytes.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The message breaks a canonical-form rule (NFC key clash, integer out of range).
+    #[error(transparent)]
+    Canonical(#[from] IdentityError),
+}
+
+impl SegmentError {
+    /// The field the error is about (empty: the message as a whole).
+    pub fn field(&self) -> String {
+        match self {
+            SegmentError::Missing { field, .. } => (*field).to_string(),
+            SegmentError::WrongType { field, .. } | SegmentError::Invalid { field, .. } => {
+                field.clone()
+            }
+            SegmentError::TooLarge { .. } => String::new(),
+            SegmentError::Canonical(err) => err.field().trim_start_matches('/').replace('/', "."),
+        }
+    }
+
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SegmentError::Missing { .. } => "missing_required_field",
+            SegmentError::WrongType { .. } => "wrong_type",
+            SegmentError::Invalid { .. } => "invalid_value",
+            SegmentError::TooLarge { .. } => "message_too_large",
+            SegmentError::Canonical(err) => err.code(),
+        }
+    }
+}
+
+/// The built-in contract `segment.message` version 1, loaded from its data file.
+pub fn message_contract() -> &'static Contract {
+    static CONTRACT: OnceLock<Contract> = OnceLock::new();
+    CONTRACT.get_or_init(|| {
+        let value: Value = serde_json::from_str(MESSAGE_CONTRACT_V1_JSON)
+            .expect("the embedded contract file is JSON (checked by the tests)");
+        Contract::from_json(&value).expect("the embedded contract is valid (checked by the tests)")
+    })
+}
+
+/// Validates, projects and identifies one Segment message.
+pub fn identify_message(
+    message: &Value,
+    envelope: &Envelope<'_>,
+) -> Result<SegmentMessage, SegmentError> {
+    let Value::Object(raw) = message else {
+        return Err(SegmentError::WrongType {
+            field: String::new(),
+            expected: "a JSON object (a Segment message)",
+            found: type_name(message),
+        });
+    };
+    let bytes = compact_len(raw);
+    if bytes > MESSAGE_BYTES_MAX {
+        return Err(SegmentError::TooLarge {
+            bytes,
+            max: MESSAGE_BYTES_MAX,
+        });
+    }
+    let mut content = canonical::normalize(message, "")?;
+    let kind = message_type(&mut content, envelope.route_type)?;
+    let fields = Fields::read(&content, kind)?;
+    let sent_at = match optional_str(&content, "sentAt")? {
+        Some(text) => Some(timestamp("sentAt", &text)?),
+        None => envelope
+            .sent_at
+            .map(|text| timestamp("sentAt", text))
+            .transpose()?,
+    };
+    merge_context(&mut content, envelope.context)?;
+    let projection = projection(&content, &fields, envelope.source);
+    let mut identified = message_contract().identify_owned(Value::Object(projection))?;
+    identified.fingerprint = fingerprint_without_transport(&mut content);
+    let corrected = corrected_timestamp(envelope.received_at_us, sent_at, fields.timestamp_us);
+    identified.occurred_at_us = Some(corrected);
+    let payload = stored_payload(content, envelope.received_at_us, corrected);
+    Ok(SegmentMessage {
+        identified,
+        kind,
+        event: fields.event,
+        user_id: fields.user_id,
+        anonymous_id: fields.anonymous_id,
+        original_timestamp_us: fields.timestamp_us,
+        payload,
+    })
+}
+
+/// The size of `message` as compact JSON, counted without building the text.
+fn compact_len(message: &Map<String, Value>) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, message) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// The fingerprint of `content` without its transport fields, which are taken out for
+/// the hash and put back (cheaper than hashing a copy: `bench segment`).
+fn fingerprint_without_transport(content: &mut Value) -> Fingerprint {
+    static POINTERS: OnceLock<Vec<Pointer>> = OnceLock::new();
+    let pointers = POINTERS.get_or_init(|| {
+        TRANSPORT_POINTERS
+            .iter()
+            .filter_map(|p| Pointer::parse(p).ok())
+            .collect()
+    });
+    let removed: Vec<(&Pointer, Value)> = pointers
+        .iter()
+        .filter_map(|p| p.remove(content).map(|value| (p, value)))
+        .collect();
+    let fingerprint = Fingerprint::of(content);
+    for (pointer, value) in removed {
+        put_back(content, pointer, value);
+    }
+    fingerprint
+}
+
+/// Inserts `value` at `pointer`, whose parents are objects (they were: it was removed).
+fn put_back(content: &mut Value, pointer: &Pointer, value: Value) {
+    let Some((last, parents)) = pointer.tokens().split_last() else {
+        return;
+    };
+    let mut current = content;
+    for token in parents {
+        let Some(next) = current.as_object_mut().and_then(|map| map.get_mut(token)) else {
+            return;
+        };
+        current = next;
+    }
+    if let Some(map) = current.as_object_mut() {
+        map.insert(last.clone(), value);
+    }
+}
+
+/// Segment's clock-skew correction: with both the client's `timestamp` and `sentAt`,
+/// `receivedAt - (sentAt - timestamp)`; with a `timestamp` alone, that timestamp; with
+/// neither, `receivedAt`.
+pub fn corrected_timestamp(
+    received_at_us: i64,
+    sent_at_us: Option<i64>,
+    timestamp_us: Option<i64>,
+) -> i64 {
+    match (timestamp_us, sent_at_us) {
+        (Some(at), Some(sent)) => received_at_us.saturating_sub(sent.saturating_sub(at)),
+        (Some(at), None) => at,
+        (None, _) => received_at_us,
+    }
+}
+
+/// The fields the rules and the identity read.
+struct Fields {
+    message_id: Option<String>,
+    event: Option<String>,
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
+    timestamp_us: Option<i64>,
+}
+
+impl Fields {
+    fn read(content: &Value, kind: MessageType) -> Result<Fields, SegmentError> {
+        let message_id = bounded_id(content, "messageId", MESSAGE_ID_BYTES_MAX)?;
+        let user_id = bounded_id(content, "userId", ID_BYTES_MAX)?;
+        let anonymous_id = bounded_id(content, "anonymousId", ID_BYTES_MAX)?;
+        let event = bounded_id(content, "event", ID_BYTES_MAX)?;
+        for field in ["groupId", "previousId", "name", "category"] {
+            bounded_id(content, field, ID_BYTES_MAX)?;
+        }
+        for field in ["properties", "traits", "context", "integrations"] {
+            match content.get(field) {
+                None | Some(Value::Null | Value::Object(_)) => {}
+                Some(other) => {
+                    return Err(SegmentError::WrongType {
+                        field: field.to_string(),
+                        expected: "a JSON object",
+                        found: type_name(other),
+                    })
+                }
+            }
+        }
+        let timestamp_us = optional_str(content, "timestamp")?
+            .map(|text| timestamp("timestamp", &text))
+            .transpose()?;
+        let fields = Fields {
+            message_id,
+            event,
+            user_id,
+            anonymous_id,
+            timestamp_us,
+        };
+        fields.check_required(content, kind)?;
+        Ok(fields)
+    }
+
+    fn check_required(&self, content: &Value, kind: MessageType) -> Result<(), SegmentError> {
+        let present = |field: &str| content.get(field).is_some_and(|v| !v.is_null());
+        if self.user_id.is_none() && self.anonymous_id.is_none() && kind != MessageType::Alias {
+            return Err(SegmentError::Missing {
+                field: "userId",
+                why: "every message needs a userId or an anonymousId",
+            });
+        }
+        let required = match kind {
+            MessageType::Track => Some(("event", "a track call names its event")),
+            MessageType::Group => Some(("groupId", "a group call names its group")),
+            MessageType::Alias if self.user_id.is_none() => {
+                Some(("userId", "an alias call names the new userId"))
+            }
+            MessageType::Alias => Some(("previousId", "an alias call names the previousId")),
+            _ => None,
+        };
+        match required {
+            Some((field, why)) if !present(field) => Err(SegmentError::Missing { field, why }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The message's type: the route's, which a `type` in the body must agree with, else
+/// the body's, which must be one of Segment's six.
+fn message_type(
+    content: &mut Value,
+    route: Option<MessageType>,
+) -> Result<MessageType, SegmentError> {
+    let stated = optional_str(content, "type")?;
+    let kind = match (route, stated.as_deref()) {
+        (Some(route), None) => route,
+        (Some(route), Some(text)) if text == route.as_str() => route,
+        (Some(route), Some(text)) => {
+            return Err(SegmentError::Invalid {
+                field: "type".into(),
+                reason: format!(
+                    "{text:?} sent to the {} endpoint; send it to /v1/{text} or /v1/batch",
+                    route.as_str()
+                ),
+            })
+        }
+        (None, None) => {
+            return Err(SegmentError::Missing {
+                field: "type",
+                why: "a batch item names its type (track, identify, page, screen, group or alias)",
+            })
+        }
+        (None, Some(text)) => MessageType::parse(text).ok_or_else(|| SegmentError::Invalid {
+            field: "type".into(),
+            reason: format!("{text:?} is not one of track, identify, page, screen, group, alias"),
+        })?,
+    };
+    if let Value::Object(map) = content {
+        map.insert("type".into(), kind.as_str().into());
+    }
+    Ok(kind)
+}
+
+/// The identity document the contract hashes: the source and `messageId`, or, without
+/// one, the source and the semantic content.
+fn projection(content: &Value, fields: &Fields, source: &str) -> Map<String, Value> {
+    let mut projection = Map::new();
+    projection.insert("source".into(), source.into());
+    if let Some(id) = &fields.message_id {
+        projection.insert("messageId".into(), id.clone().into());
+        return projection;
+    }
+    for field in [
+        "type",
+        "event",
+        "name",
+        "category",
+        "userId",
+        "anonymousId",
+        "groupId",
+        "previousId",
+        "properties",
+        "traits",
+    ] {
+        if let Some(value) = content.get(field).filter(|v| !v.is_null()) {
+            projection.insert(field.into(), value.clone());
+        }
+    }
+    if let Some(at) = fields.timestamp_us {
+        projection.insert("timestamp".into(), format_rfc3339_micros(at).into());
+    }
+    projection
+}
+
+/// Puts the batch's context under the message's: a key the message sets itself wins.
+fn merge_context(
+    content: &mut Value,
+    batch: Option<&Map<String, Value>>,
+) -> Result<(), SegmentError> {
+    let (Some(batch), Value::Object(map)) = (batch, content) else {
+        return Ok(());
+    };
+    let batch = canonical::normalize(&Value::Object(batch.clone()), "/context")?;
+    let Value::Object(batch) = batch else {
+        return Ok(());
+    };
+    let context = map
+        .entry("context")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if context.is_null() {
+        *context = Value::Object(Map::new());
+    }
+    if let Value::Object(own) = context {
+        for (key, value) in batch {
+            own.entry(key).or_insert(value);
+        }
+    }
+    Ok(())
+}
+
+fn stored_payload(content: Value, received_at_us: i64, corrected_us: i64) -> Value {
+    let mut payload = content;
+    if let Value::Object(map) = &mut payload {
+        map.remove("writeKey");
+        if let Some(original) = map.remove("timestamp") {
+            map.insert("originalTimestamp".into(), original);
+        }
+        map.insert(
+            "timestamp".into(),
+            format_rfc3339_micros(corrected_us).into(),
+        );
+        map.insert(
+            "receivedAt".into(),
+            format_rfc3339_micros(received_at_us).into(),
+        );
+    }
+    payload
+}
+
+/// A string field, `None` when absent or `null`; any other type is an error.
+fn optional_str(content: &Value, field: &str) -> Result<Option<String>, SegmentError> {
+    match content.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(other) => Err(SegmentError::WrongType {
+            field: field.to_string(),
+            expected: "a string",
+            found: type_name(other),
+        }),
+    }
+}
+
+/// An id-like string: non-empty (an empty one counts as absent), bounded, without NUL.
+fn bounded_id(
+    content: &Value,
+    field: &str,
+    bytes_max: usize,
+) -> Result<Option<String>, SegmentError> {
+    let Some(text) = optional_str(content, field)?.filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| SegmentError::Invalid {
+        field: field.to_string(),
+        reason,
+    };
+    if text.len() > bytes_max {
+        return Err(invalid(format!(
+            "at most {bytes_max} bytes, got {}",
+            text.len()
+        )));
+    }
+    if text.contains('\0') {
+        return Err(invalid("must not contain NUL (U+0000)".into()));
+    }
+    Ok(Some(text))
+}
+
+fn timestamp(field: &str, text: &str) -> Result<i64, SegmentError> {
+    parse_rfc3339_micros(text).map_err(|reason| SegmentError::Invalid {
+        field: field.to_string(),
+        reason: format!("{text:?} is not an ISO-8601 (RFC 3339) date with an offset: {reason}"),
+    })
+}

@@ -1,0 +1,278 @@
+//! Storing accepted messages in one transaction: the events under `segment.message`
+//! through the shared dedupe path (`StoreTx::insert_events`), then, for each message this
+//! transaction newly inserted, the outcomes of the metric bindings it matches (the
+//! outcome recording path, `StoreTx::record_outcomes`), then the batch's rejections and
+//! counts. Nothing is acknowledged before the commit.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use traqlyte_experiments::{outcome_fingerprint, DedupeKey};
+use traqlyte_identity::pointer::Pointer;
+use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
+use traqlyte_store::{
+    BindingTally, Campaign, EventOutcome, MetricBinding, MetricKind, NewEvent, NewOutcome,
+    NewRejection, Source, SourceTally, StoreTx, TenantId, OUTCOME_VALUE_ABS_MAX,
+};
+
+use crate::{ApiError, AppState};
+
+/// What a stored request did.
+pub(crate) struct Stored {
+    /// One outcome per accepted message, in order.
+    pub(crate) outcomes: Vec<EventOutcome>,
+}
+
+/// Stores `messages` (and records `rejections`) for `source` in one transaction.
+pub(crate) async fn store(
+    state: &AppState,
+    source: &Source,
+    messages: &[SegmentMessage],
+    rejections: &[NewRejection],
+    now_us: i64,
+) -> Result<Stored, ApiError> {
+    let tenant = &source.tenant;
+    let events = messages
+        .iter()
+        .map(|m| {
+            Ok(NewEvent {
+                identified: m.identified.clone(),
+                payload: serde_json::to_string(&m.payload).map_err(ApiError::internal)?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let bound = Bound::load(state, tenant, messages).await?;
+    let mut tx = state.store.begin().await?;
+    let outcomes = tx
+        .insert_events(tenant, message_contract(), &events)
+        .await?;
+    debug_assert_eq!(outcomes.len(), messages.len());
+    let new: Vec<(&SegmentMessage, &NewEvent)> = messages
+        .iter()
+        .zip(&events)
+        .zip(&outcomes)
+        .filter(|(_, outcome)| **outcome == EventOutcome::Inserted)
+        .map(|(pair, _)| pair)
+        .collect();
+    let (facts, tallies) = bound.outcomes(&mut tx, source, &new).await?;
+    if !facts.is_empty() {
+        tx.record_outcomes(tenant, &facts, now_us).await?;
+    }
+    tx.tally_bindings(tenant, &tallies, now_us).await?;
+    tx.record_rejections(tenant, &source.source_id, rejections, now_us)
+        .await?;
+    tx.tally_source(
+        tenant,
+        &source.source_id,
+        tally(&outcomes, rejections),
+        now_us,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Stored { outcomes })
+}
+
+fn tally(outcomes: &[EventOutcome], rejections: &[NewRejection]) -> SourceTally {
+    let mut tally = SourceTally {
+        rejected: rejections.len() as i64,
+        ..SourceTally::default()
+    };
+    for outcome in outcomes {
+        match outcome {
+            EventOutcome::Inserted => tally.inserted += 1,
+            EventOutcome::Duplicate => tally.duplicates += 1,
+            EventOutcome::Collision { .. } => tally.collisions += 1,
+        }
+    }
+    tally
+}
+
+/// The bindings of the track events of a request, with their campaigns, read before the
+/// transaction opens.
+struct Bound {
+    bindings: Vec<(MetricBinding, Campaign)>,
+}
+
+impl Bound {
+    async fn load(
+        state: &AppState,
+        tenant: &TenantId,
+        messages: &[SegmentMessage],
+    ) -> Result<Bound, ApiError> {
+        let mut events: Vec<&str> = messages
+            .iter()
+            .filter(|m| m.kind == MessageType::Track)
+            .filter_map(|m| m.event.as_deref())
+            .collect();
+        events.sort_unstable();
+        events.dedup();
+        let mut bindings = Vec::new();
+        if events.is_empty() {
+            return Ok(Bound { bindings });
+        }
+        let mut campaigns: HashMap<String, Option<Campaign>> = HashMap::new();
+        for binding in state.store.bindings_for_events(tenant, &events).await? {
+            if !campaigns.contains_key(&binding.campaign_id) {
+                // A binding's campaign id was checked when the binding was made.
+                let found = match traqlyte_store::CampaignId::try_from(binding.campaign_id.as_str())
+                {
+                    Ok(id) => state.store.campaign(tenant, &id).await?,
+                    Err(_) => None,
+                };
+                campaigns.insert(binding.campaign_id.clone(), found);
+            }
+            if let Some(Some(campaign)) = campaigns.get(&binding.campaign_id) {
+                bindings.push((binding, campaign.clone()));
+            }
+        }
+        Ok(Bound { bindings })
+    }
+
+    /// The outcomes of the newly stored messages, and per binding what became of them.
+    async fn outcomes(
+        &self,
+        tx: &mut StoreTx,
+        source: &Source,
+        new: &[(&SegmentMessage, &NewEvent)],
+    ) -> Result<(Vec<NewOutcome>, Vec<BindingTally>), ApiError> {
+        let mut facts = Vec::new();
+        let mut tallies = Vec::new();
+        for (binding, campaign) in &self.bindings {
+            let mut tally = BindingTally {
+                campaign_id: binding.campaign_id.clone(),
+                metric: binding.metric.clone(),
+                event: binding.event.clone(),
+                outcomes: 0,
+                unassigned: 0,
+                unusable: 0,
+            };
+            for (message, event) in new {
+                if message.kind != MessageType::Track
+                    || message.event.as_deref() != Some(binding.event.as_str())
+                {
+                    continue;
+                }
+                let Some(fact) = Fact::of(binding, campaign, source, message, event) else {
+                    tally.unusable += 1;
+                    continue;
+                };
+                match assignment(tx, &source.tenant, campaign, message).await? {
+                    Some(assignment) => {
+                        facts.push(fact.into_outcome(assignment));
+                        tally.outcomes += 1;
+                    }
+                    None => tally.unassigned += 1,
+                }
+            }
+            if tally.outcomes + tally.unassigned + tally.unusable > 0 {
+                tallies.push(tally);
+            }
+        }
+        Ok((facts, tallies))
+    }
+}
+
+/// The unit's assignment: by `userId`, else by `anonymousId`.
+async fn assignment(
+    tx: &mut StoreTx,
+    tenant: &TenantId,
+    campaign: &Campaign,
+    message: &SegmentMessage,
+) -> Result<Option<traqlyte_store::Assignment>, ApiError> {
+    for unit in [&message.user_id, &message.anonymous_id]
+        .into_iter()
+        .flatten()
+    {
+        if let Some(found) = tx
+            .assignment_for_unit(tenant, campaign.id.as_str(), unit)
+            .await?
+        {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+/// An outcome before its unit is matched.
+struct Fact {
+    dedupe_key: String,
+    metric: String,
+    value: Option<f64>,
+    occurred_at_us: i64,
+    window_us: i64,
+    payload: String,
+}
+
+impl Fact {
+    /// `None` when the message lacks a usable value or business key, or the campaign no
+    /// longer has the metric.
+    fn of(
+        binding: &MetricBinding,
+        campaign: &Campaign,
+        source: &Source,
+        message: &SegmentMessage,
+        event: &NewEvent,
+    ) -> Option<Fact> {
+        let definition = campaign.metrics.iter().find(|m| m.name == binding.metric)?;
+        let value = match &binding.value_pointer {
+            Some(pointer) => Some(number_at(&message.payload, pointer)?),
+            None => None,
+        };
+        if definition.kind == MetricKind::Sum && value.is_none() {
+            return None;
+        }
+        let key = match &binding.key_pointer {
+            Some(pointer) => key_at(&message.payload, pointer)?,
+            None => format!("message:{}", event.identified.event_id),
+        };
+        // Outcomes are unique per (assignment, dedupe key) whatever their metric, so the
+        // metric closes the key: one order may feed a conversion and a sum.
+        let dedupe_key = format!(
+            "{}:{}:{key}:{}",
+            source.source_id, binding.event, binding.metric
+        );
+        let dedupe_key = DedupeKey::try_from(dedupe_key).ok()?.into_string();
+        // The client's own timestamp is the one time every re-send of the message
+        // repeats (the corrected one moves with each sentAt and receivedAt), so a re-sent
+        // fact is a duplicate outcome, not a collision.
+        let occurred_at_us = message
+            .original_timestamp_us
+            .or(message.identified.occurred_at_us)?;
+        Some(Fact {
+            dedupe_key,
+            metric: binding.metric.clone(),
+            value,
+            occurred_at_us,
+            window_us: i64::from(definition.window_hours) * 3_600_000_000,
+            payload: event.payload.clone(),
+        })
+    }
+
+    fn into_outcome(self, assignment: traqlyte_store::Assignment) -> NewOutcome {
+        NewOutcome {
+            assignment,
+            fingerprint: outcome_fingerprint(&self.metric, self.value, self.occurred_at_us),
+            dedupe_key: self.dedupe_key,
+            metric: self.metric,
+            value: self.value,
+            occurred_at_us: self.occurred_at_us,
+            window_us: self.window_us,
+            payload: self.payload,
+        }
+    }
+}
+
+/// A finite number within the outcome bound at `pointer`.
+fn number_at(payload: &Value, pointer: &str) -> Option<f64> {
+    let value = Pointer::parse(pointer).ok()?.get(payload)?.as_f64()?;
+    (value.is_finite() && value.abs() <= OUTCOME_VALUE_ABS_MAX).then_some(value)
+}
+
+/// A business key at `pointer`: a non-empty string without NUL, or an integer.
+fn key_at(payload: &Value, pointer: &str) -> Option<String> {
+    match Pointer::parse(pointer).ok()?.get(payload)? {
+        Value::String(text) if !text.is_empty() && !text.contains('\0') => Some(text.clone()),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        _ => None,
+    }
+}

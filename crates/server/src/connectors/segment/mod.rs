@@ -1,0 +1,410 @@
+//! Segment's HTTP Tracking API (docs/segment.md): `POST /v1/track`, `/v1/identify`,
+//! `/v1/page`, `/v1/screen`, `/v1/group`, `/v1/alias` and `/v1/batch`, authenticated by
+//! a source's write key (`auth`), each message identified under the built-in contract
+//! `segment.message` (`traqlyte_identity::segment`) and stored, with the outcomes of the
+//! metric bindings it feeds, in one transaction (`ingest`); answered
+//! `200 {"success": true}` only after the commit. Also the tenant's views: `GET /sources`,
+//! `GET /sources/{id}/rejections`, and the bindings of a campaign (`bindings`).
+
+mod auth;
+pub(crate) mod bindings;
+mod config;
+mod ingest;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_identity::segment::{identify_message, Envelope, MessageType, SegmentError};
+use traqlyte_store::{now_us, EventOutcome, NewRejection, Rejection, SourceId, SourceInfo};
+use utoipa::ToSchema;
+
+use crate::auth::Tenant;
+use crate::body::read_limited;
+use crate::body::typed::parse;
+use crate::{ApiError, AppState};
+use config::{BATCH_BYTES_MAX, BATCH_DEPTH_EXTRA, BATCH_ERRORS_LISTED_MAX, MESSAGE_BYTES_MAX};
+
+/// The answer Segment's libraries expect.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Success {
+    /// Always `true`: every message of the request is durably stored (or, in a batch,
+    /// rejected alone and recorded).
+    success: bool,
+}
+
+macro_rules! single_route {
+    ($name:ident, $path:literal, $kind:expr) => {
+        #[doc = concat!("`POST ", $path, "`: one message, stored before the answer.")]
+        #[utoipa::path(post, path = $path, tag = "segment", security(("write_key" = [])),
+            request_body(content = Object, description = "a Segment message (docs/segment.md)"),
+            responses((status = 200, body = Success, description = "stored, or a retry of a stored message"),
+                (status = "4XX", response = crate::openapi::ErrorEnvelope),
+                (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+        pub(crate) async fn $name(
+            State(state): State<AppState>,
+            headers: HeaderMap,
+            body: Body,
+        ) -> Result<Json<Success>, ApiError> {
+            single(&state, &headers, body, $kind).await
+        }
+    };
+}
+
+single_route!(track, "/v1/track", MessageType::Track);
+single_route!(identify, "/v1/identify", MessageType::Identify);
+single_route!(page, "/v1/page", MessageType::Page);
+single_route!(screen, "/v1/screen", MessageType::Screen);
+single_route!(group, "/v1/group", MessageType::Group);
+single_route!(alias, "/v1/alias", MessageType::Alias);
+
+async fn single(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    kind: MessageType,
+) -> Result<Json<Success>, ApiError> {
+    let (value, source) = read_authenticated(state, headers, body).await?;
+    let received_at_us = now_us();
+    let envelope = Envelope {
+        source: source.source_id.as_str(),
+        received_at_us,
+        route_type: Some(kind),
+        sent_at: None,
+        context: None,
+    };
+    let message = identify_message(&value, &envelope).map_err(bad_message)?;
+    let stored = ingest::store(
+        state,
+        &source,
+        std::slice::from_ref(&message),
+        &[],
+        received_at_us,
+    )
+    .await?;
+    if let Some(EventOutcome::Collision { stored_fingerprint }) = stored.outcomes.first() {
+        return Err(collision(&message, stored_fingerprint));
+    }
+    Ok(Json(Success { success: true }))
+}
+
+/// The body of `POST /v1/batch`. Messages stay JSON values: each is judged alone.
+#[derive(Deserialize, ToSchema)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a JSON object {\"batch\": [messages…]}"
+)]
+pub(crate) struct BatchBody {
+    /// The messages (each at most 32 KB; the request at most 500 KB).
+    #[schema(value_type = Vec<Object>)]
+    batch: Vec<Value>,
+    /// Context merged under each message's own.
+    #[schema(value_type = Option<Object>)]
+    context: Option<Map<String, Value>>,
+    /// Integrations (kept in each message as sent; not interpreted).
+    #[schema(value_type = Option<Object>)]
+    #[allow(dead_code)] // accepted, as Segment accepts it; not interpreted
+    integrations: Option<Map<String, Value>>,
+    /// When the client sent the request (for clock-skew correction).
+    #[serde(rename = "sentAt")]
+    sent_at: Option<String>,
+    /// Sent by some libraries beside `sentAt`; not interpreted.
+    #[schema(value_type = Option<String>)]
+    #[allow(dead_code)] // accepted, as Segment accepts it; not interpreted
+    timestamp: Option<Value>,
+    /// The write key, when not sent as HTTP Basic auth.
+    #[serde(rename = "writeKey")]
+    #[allow(dead_code)] // accepted, as Segment accepts it; not interpreted
+    write_key: Option<String>,
+}
+
+/// `POST /v1/batch`: every valid message stored, each invalid one rejected alone and
+/// recorded (`GET /sources/{id}/rejections`); a batch whose every message is invalid is
+/// a `400` that writes nothing.
+#[utoipa::path(post, path = "/v1/batch", tag = "segment", security(("write_key" = [])),
+    request_body = BatchBody,
+    responses((status = 200, body = Success, description = "every valid message stored; invalid ones recorded"),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn batch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Success>, ApiError> {
+    let (value, source) = read_authenticated(&state, &headers, body).await?;
+    let body: BatchBody = parse(&value).map_err(|r| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_batch", r.message).with_field(r.field)
+    })?;
+    let received_at_us = now_us();
+    let envelope = Envelope {
+        source: source.source_id.as_str(),
+        received_at_us,
+        route_type: None,
+        sent_at: body.sent_at.as_deref(),
+        context: body.context.as_ref(),
+    };
+    let mut messages = Vec::with_capacity(body.batch.len());
+    let mut rejections = Vec::new();
+    for (index, item) in body.batch.iter().enumerate() {
+        match identify_message(item, &envelope) {
+            Ok(message) => messages.push(message),
+            Err(err) => rejections.push(rejection(index, item, &err)),
+        }
+    }
+    if messages.is_empty() && !rejections.is_empty() {
+        return Err(all_rejected(&rejections));
+    }
+    let stored = ingest::store(&state, &source, &messages, &rejections, received_at_us).await?;
+    let collisions = stored
+        .outcomes
+        .iter()
+        .filter(|o| matches!(o, EventOutcome::Collision { .. }))
+        .count();
+    tracing::debug!(source = %source.source_id, messages = messages.len(), rejected = rejections.len(), collisions, "segment batch stored");
+    Ok(Json(Success { success: true }))
+}
+
+/// Reads the body (at most 500 KB: a larger one is `400 body_too_large`) and finds the
+/// source of its write key (`401` without a working one). A request with an
+/// `Authorization` header is authenticated before its body is read.
+async fn read_authenticated(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Value, traqlyte_store::Source), ApiError> {
+    let early = if auth::has_header(headers) {
+        Some(auth::source(state, headers, None).await?)
+    } else {
+        None
+    };
+    let bytes = read_limited(headers, body, BATCH_BYTES_MAX)
+        .await
+        .map_err(|err| {
+            err.with_status_if(StatusCode::PAYLOAD_TOO_LARGE, StatusCode::BAD_REQUEST)
+        })?;
+    let depth = state.config.json_depth_max + BATCH_DEPTH_EXTRA;
+    let value = traqlyte_identity::json::parse(&bytes, depth).map_err(|err| {
+        ApiError::from(err)
+            .with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
+    })?;
+    let source = match early {
+        Some(source) => source,
+        None => auth::source(state, headers, Some(&value)).await?,
+    };
+    Ok((value, source))
+}
+
+fn bad_message(err: SegmentError) -> ApiError {
+    let field = err.field();
+    let api = ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string());
+    if field.is_empty() {
+        api
+    } else {
+        api.with_field(field)
+    }
+}
+
+/// `409 collision` with the stored and the refused fingerprints under the shared id, as
+/// the native routes answer it.
+fn collision(
+    message: &traqlyte_identity::segment::SegmentMessage,
+    stored_fingerprint: &traqlyte_identity::Fingerprint,
+) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "collision",
+        "a different message is stored under this messageId for this source; nothing was overwritten and this payload was logged (GET /contracts/segment.message/collisions). Give every message its own messageId",
+    )
+    .with_field("messageId")
+    .with_event_collision(
+        &message.identified.event_id,
+        stored_fingerprint,
+        &message.identified.fingerprint,
+    )
+}
+
+fn rejection(index: usize, item: &Value, err: &SegmentError) -> NewRejection {
+    let mut item = item.clone();
+    if let Value::Object(map) = &mut item {
+        map.remove("writeKey");
+    }
+    let mut payload = item.to_string();
+    if payload.len() > MESSAGE_BYTES_MAX {
+        // An oversized message is kept as its first 32 KB: enough to recognise it.
+        let cut = (0..=MESSAGE_BYTES_MAX)
+            .rev()
+            .find(|&i| payload.is_char_boundary(i))
+            .unwrap_or(0);
+        payload.truncate(cut);
+    }
+    // Stored text never holds NUL (PostgreSQL's `text` cannot); a reason quoting a key
+    // of the message could.
+    let text = |t: String| t.replace('\0', "\u{FFFD}");
+    NewRejection {
+        message_index: u32::try_from(index).unwrap_or(u32::MAX),
+        code: err.code().to_string(),
+        field: text(err.field()),
+        reason: text(err.to_string()),
+        payload,
+    }
+}
+
+fn all_rejected(rejections: &[NewRejection]) -> ApiError {
+    let listed: Vec<String> = rejections
+        .iter()
+        .take(BATCH_ERRORS_LISTED_MAX)
+        .map(|r| format!("message {}: {} ({})", r.message_index, r.reason, r.code))
+        .collect();
+    let more = rejections.len().saturating_sub(listed.len());
+    let more = if more > 0 {
+        format!("; and {more} more")
+    } else {
+        String::new()
+    };
+    let first = &rejections[0];
+    let field = if first.field.is_empty() {
+        format!("batch[{}]", first.message_index)
+    } else {
+        format!("batch[{}].{}", first.message_index, first.field)
+    };
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_batch",
+        format!(
+            "every message of the batch was rejected, nothing was stored: {}{more}",
+            listed.join("; ")
+        ),
+    )
+    .with_field(field)
+}
+
+/// The answer of `GET /sources` (fields in alphabetical order: see `health::Health`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SourceList {
+    sources: Vec<SourceView>,
+}
+
+/// A source as answered.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SourceView {
+    /// Messages refused because another message holds their identity.
+    collisions: i64,
+    created_at: String,
+    /// Re-deliveries of stored messages, suppressed.
+    duplicates: i64,
+    id: String,
+    /// The first 8 hex digits of the write key, `tlw_1a2b3c4d`.
+    key_prefix: String,
+    name: String,
+    /// Messages of accepted batches rejected alone.
+    rejected: i64,
+    revoked_at: Option<String>,
+    /// Messages stored.
+    stored: i64,
+}
+
+impl From<SourceInfo> for SourceView {
+    fn from(s: SourceInfo) -> Self {
+        SourceView {
+            collisions: s.collisions,
+            created_at: format_rfc3339_micros(s.created_at_us),
+            duplicates: s.duplicates,
+            id: s.source_id.to_string(),
+            key_prefix: format!("tlw_{}", s.key_prefix),
+            name: s.name,
+            rejected: s.rejected,
+            revoked_at: s.revoked_at_us.map(format_rfc3339_micros),
+            stored: s.inserted,
+        }
+    }
+}
+
+/// `GET /sources`: the tenant's sources with their counts.
+#[utoipa::path(get, path = "/sources", tag = "segment", security(("api_key" = [])),
+    responses((status = 200, body = SourceList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn list_sources(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+) -> Result<Json<SourceList>, ApiError> {
+    let sources = state.store.sources(&tenant).await?;
+    Ok(Json(SourceList {
+        sources: sources.into_iter().map(SourceView::from).collect(),
+    }))
+}
+
+/// The answer of `GET /sources/{id}/rejections`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RejectionList {
+    /// Newest first, 100 at most.
+    rejections: Vec<RejectionView>,
+    source: String,
+}
+
+/// A rejected message as answered.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RejectionView {
+    code: String,
+    /// The message's field (empty: the message itself).
+    field: String,
+    /// The message's position in its batch.
+    index: i64,
+    message: String,
+    /// The message as received (the write key removed), or its first 32 KB as text.
+    #[schema(value_type = Object)]
+    payload: Value,
+    received_at: String,
+}
+
+impl From<Rejection> for RejectionView {
+    fn from(r: Rejection) -> Self {
+        let payload = serde_json::from_str(&r.payload).unwrap_or(Value::String(r.payload));
+        RejectionView {
+            code: r.code,
+            field: r.field,
+            index: r.message_index,
+            message: r.reason,
+            payload,
+            received_at: format_rfc3339_micros(r.received_at_us),
+        }
+    }
+}
+
+/// `GET /sources/{id}/rejections`: the source's latest rejected messages with reasons.
+#[utoipa::path(get, path = "/sources/{id}/rejections", tag = "segment", security(("api_key" = [])),
+    params(("id" = String, Path, description = "the source's id (src_…)")),
+    responses((status = 200, body = RejectionList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn rejections(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<RejectionList>, ApiError> {
+    let missing = || {
+        ApiError::not_found(
+            "source_not_found",
+            format!("no source {id:?}; list them with GET /sources"),
+        )
+        .with_field("id")
+    };
+    let source = SourceId::parse(&id).ok_or_else(missing)?;
+    if state
+        .store
+        .source(&tenant, source.as_str())
+        .await?
+        .is_none()
+    {
+        return Err(missing());
+    }
+    let rows = state
+        .store
+        .rejections(&tenant, &source, config::REJECTIONS_LISTED_MAX)
+        .await?;
+    Ok(Json(RejectionList {
+        rejections: rows.into_iter().map(RejectionView::from).collect(),
+        source: source.to_string(),
+    }))
+}

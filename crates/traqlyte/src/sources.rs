@@ -1,0 +1,110 @@
+//! `traqlyte source …`: the sources of the Segment-compatible API and their write keys,
+//! straight on the database (no server needed). The write key goes to stdout alone (one
+//! line), so `WRITE_KEY=$(traqlyte source create web --tenant acme)` works; listings are
+//! tab-separated lines.
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_store::{SourceInfo, SourceName};
+
+use crate::tenants::{find, open};
+use crate::DbArgs;
+
+#[derive(Subcommand)]
+pub(crate) enum SourceCommand {
+    /// Create a source; prints its new write key alone on stdout (shown once). Names are
+    /// unique per tenant.
+    Create {
+        /// A name for people (e.g. `web`, `ios`).
+        name: String,
+        /// The tenant's name (or id).
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// List a tenant's sources, one per line: id, name, key prefix, created at, `active`
+    /// or `revoked <time>`, stored, duplicates, rejected (tab-separated).
+    List {
+        /// The tenant's name (or id).
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Revoke a source's write key: every server refuses it from its next request on.
+    /// The source and its messages are kept.
+    Revoke {
+        /// The tenant's name (or id).
+        #[arg(long)]
+        tenant: String,
+        /// The source's id (`src_…`) or name.
+        source: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+/// Runs a `source` subcommand.
+pub(crate) async fn run(command: SourceCommand) -> Result<()> {
+    match command {
+        SourceCommand::Create { name, tenant, db } => {
+            let name = SourceName::parse(&name).map_err(anyhow::Error::msg)?;
+            let store = open(&db).await?;
+            let tenant = find(&store, &tenant).await?;
+            let (source, key) = store
+                .create_source(&tenant.tenant_id, &name)
+                .await
+                .context("create the source")?;
+            tracing::info!(tenant = %tenant.tenant_id, source = %source.source_id, "source created");
+            println!("{}", key.expose());
+        }
+        SourceCommand::List { tenant, db } => {
+            let store = open(&db).await?;
+            let tenant = find(&store, &tenant).await?;
+            for source in store
+                .sources(&tenant.tenant_id)
+                .await
+                .context("list sources")?
+            {
+                println!("{}", line(&source));
+            }
+        }
+        SourceCommand::Revoke { tenant, source, db } => {
+            let store = open(&db).await?;
+            let tenant = find(&store, &tenant).await?;
+            let Some(revoked) = store
+                .revoke_source(&tenant.tenant_id, &source)
+                .await
+                .context("revoke the source")?
+            else {
+                bail!(
+                    "tenant {:?} has no source {source:?}; `traqlyte source list --tenant {}` shows them",
+                    tenant.name,
+                    tenant.tenant_id
+                );
+            };
+            tracing::info!(tenant = %tenant.tenant_id, source = %revoked.source_id, "source revoked");
+            println!("{}", line(&revoked));
+        }
+    }
+    Ok(())
+}
+
+fn line(source: &SourceInfo) -> String {
+    let state = match source.revoked_at_us {
+        Some(at) => format!("revoked {}", format_rfc3339_micros(at)),
+        None => "active".to_string(),
+    };
+    format!(
+        "{}\t{}\ttlw_{}\t{}\t{state}\t{}\t{}\t{}",
+        source.source_id,
+        source.name,
+        source.key_prefix,
+        format_rfc3339_micros(source.created_at_us),
+        source.inserted,
+        source.duplicates,
+        source.rejected
+    )
+}

@@ -1,0 +1,690 @@
+//! The Segment-compatible tracking API: sources and write keys (CLI and `GET /sources`),
+//! every `/v1/*` route, dedupe of retries by (source, messageId), bad input refused with
+//! nothing stored, a batch whose invalid message is rejected alone and recorded, a
+//! revocation refused at once by another process, metric bindings that turn track events
+//! into outcomes once whatever their messageIds, and the official Python client through
+//! a proxy that drops replies so it really retries.
+
+use std::process::{Command, Output};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn_app, Answer, Backend, ServerProcess, TestApp};
+use crate::lineage::repository_root;
+
+crate::on_both_backends!(
+    a_source_created_by_the_cli_stores_a_track_call_once_whatever_its_sent_at,
+    every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_the_body,
+    bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing,
+    an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_reason,
+    a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing,
+    a_revoked_source_is_refused_at_once_by_another_server_process,
+    bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
+    bindings_are_checked_against_the_campaign_and_immutable,
+    the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once,
+);
+
+/// `traqlyte ARGS --database-url URL`.
+fn traqlyte(app: &TestApp, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(args)
+        .args(["--database-url", app.database_url()])
+        .output()
+        .expect("run traqlyte")
+}
+
+fn stdout(output: Output) -> String {
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).expect("utf-8")
+}
+
+/// A new source of the test tenant; its write key, printed alone by the CLI.
+fn create_source(app: &TestApp, name: &str) -> String {
+    let text = stdout(traqlyte(
+        app,
+        &["source", "create", name, "--tenant", "test tenant"],
+    ));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(
+        lines[0].starts_with("tlw_") && lines[0].len() == 52,
+        "{text}"
+    );
+    lines[0].to_string()
+}
+
+async fn post_v1(app: &TestApp, path: &str, write_key: Option<&str>, body: &Value) -> Answer {
+    let mut request = app
+        .client
+        .post(app.url(path))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(key) = write_key {
+        request = request.basic_auth(key, Some(""));
+    }
+    app.send(request).await
+}
+
+fn track(message_id: &str, user: &str, order: &str, revenue: f64) -> Value {
+    json!({
+        "type": "track", "messageId": message_id, "userId": user, "event": "Order Completed",
+        "properties": {"order_id": order, "revenue": revenue},
+        "timestamp": traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us() + 60_000_000),
+        "sentAt": traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us()),
+        "context": {"library": {"name": "analytics-test", "version": "1"}}
+    })
+}
+
+/// `(stored, duplicates, collisions)` of `segment.message` in `GET /stats`.
+async fn segment_stats(app: &TestApp) -> (i64, i64, i64) {
+    let answer = app.get("/stats").await;
+    let row = &answer.body["contracts"]["segment.message"];
+    let n = |k: &str| row[k].as_i64().unwrap_or(0);
+    (n("stored"), n("duplicates"), n("collisions"))
+}
+
+async fn source_row(app: &TestApp, name: &str) -> Value {
+    let listed = app.get("/sources").await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    listed.body["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .find(|s| s["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no source {name}: {}", listed.body))
+}
+
+async fn a_source_created_by_the_cli_stores_a_track_call_once_whatever_its_sent_at(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let message = track("m-1", "user-1", "order-1", 10.0);
+    let first = post_v1(&app, "/v1/track", Some(&key), &message).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    assert_eq!(first.body, json!({"success": true}));
+    let mut retry = message.clone();
+    retry["sentAt"] = json!("2030-01-01T00:00:00Z");
+    retry["context"]["library"]["version"] = json!("2");
+    let again = post_v1(&app, "/v1/track", Some(&key), &retry).await;
+    assert_eq!(again.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (1, 1, 0));
+    let row = source_row(&app, "web").await;
+    assert_eq!(
+        (row["stored"].as_i64(), row["duplicates"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert!(row["id"].as_str().is_some_and(|id| id.starts_with("src_")));
+    assert_eq!(row["key_prefix"], json!(&key[..12]));
+    let listed = app.get("/sources").await.body.to_string();
+    assert!(!listed.contains(&key), "the write key is never shown again");
+    let cli = stdout(traqlyte(
+        &app,
+        &["source", "list", "--tenant", "test tenant"],
+    ));
+    assert!(
+        cli.contains("\tweb\t") && cli.contains("\tactive\t1\t1\t0"),
+        "{cli}"
+    );
+    let contracts = app.get("/contracts").await;
+    let builtin: Vec<&str> = contracts.body["builtin"]
+        .as_array()
+        .expect("builtin")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(builtin.contains(&"segment.message"), "{}", contracts.body);
+    // The stored message: receivedAt and the corrected timestamp set, the key not kept.
+    let taken = app.get("/contracts/segment.message").await;
+    assert_eq!(taken.status, StatusCode::OK);
+}
+
+async fn every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_the_body(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "server");
+    let messages = [
+        ("/v1/track", json!({"userId": "u1", "event": "Signed Up"})),
+        (
+            "/v1/identify",
+            json!({"userId": "u1", "traits": {"plan": "pro"}}),
+        ),
+        ("/v1/page", json!({"anonymousId": "a1", "name": "Home"})),
+        ("/v1/screen", json!({"userId": "u1", "name": "Settings"})),
+        ("/v1/group", json!({"userId": "u1", "groupId": "g1"})),
+        ("/v1/alias", json!({"userId": "u1", "previousId": "a1"})),
+    ];
+    for (path, message) in &messages {
+        let answer = post_v1(&app, path, Some(&key), message).await;
+        assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.body);
+        // The same content without a messageId again: one identity, a duplicate.
+        let mut in_body = message.clone();
+        in_body["writeKey"] = json!(key);
+        let answer = post_v1(&app, path, None, &in_body).await;
+        assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.body);
+    }
+    let batch = json!({"writeKey": key, "sentAt": "2026-11-30T12:00:00Z", "context": {"ip": "203.0.113.9"},
+        "batch": [{"type": "track", "userId": "u2", "event": "Signed Up", "messageId": "b-1"},
+                  {"type": "identify", "anonymousId": "a2", "messageId": "b-2"}]});
+    let answer = post_v1(&app, "/v1/batch", None, &batch).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (8, 6, 0));
+}
+
+async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let good = json!({"userId": "u1", "event": "E"});
+    let unknown = format!("tlw_{}", "0".repeat(48));
+    for (write_key, body) in [
+        (None, good.clone()),
+        (Some(unknown.as_str()), good.clone()),
+        (Some("tlk_x"), good.clone()),
+    ] {
+        let answer = post_v1(&app, "/v1/track", write_key, &body).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{}", answer.body);
+    }
+    let big = "x".repeat(33 * 1024);
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "/v1/track",
+            json!({"event": "E"}),
+            "missing_required_field",
+            "userId",
+        ),
+        (
+            "/v1/track",
+            json!({"userId": 42, "event": "E"}),
+            "wrong_type",
+            "userId",
+        ),
+        (
+            "/v1/track",
+            json!({"userId": "u", "event": "E", "properties": "p"}),
+            "wrong_type",
+            "properties",
+        ),
+        (
+            "/v1/track",
+            json!({"userId": "u"}),
+            "missing_required_field",
+            "event",
+        ),
+        (
+            "/v1/track",
+            json!({"userId": "u", "event": "E", "properties": {"blob": big}}),
+            "message_too_large",
+            "",
+        ),
+        (
+            "/v1/identify",
+            json!({"type": "track", "userId": "u", "event": "E"}),
+            "invalid_value",
+            "type",
+        ),
+        (
+            "/v1/batch",
+            json!({"batch": [{"type": "track", "event": "E"}]}),
+            "invalid_batch",
+            "batch[0].userId",
+        ),
+        (
+            "/v1/batch",
+            json!({"batch": "none"}),
+            "invalid_batch",
+            "batch",
+        ),
+        (
+            "/v1/batch",
+            json!({"batch": [], "extra": 1}),
+            "invalid_batch",
+            "extra",
+        ),
+    ];
+    for (path, body, code, field) in cases {
+        let answer = post_v1(&app, path, Some(&key), &body).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{path} {body}: {}",
+            answer.body
+        );
+        assert_eq!(answer.code(), code, "{}", answer.body);
+        assert_eq!(
+            answer.body["error"]["field"].as_str().unwrap_or(""),
+            field,
+            "{}",
+            answer.body
+        );
+    }
+    let items: Vec<Value> = (0..40)
+        .map(|i| json!({"type": "track", "userId": "u", "event": "E", "messageId": i.to_string(), "properties": {"blob": "y".repeat(14_000)}}))
+        .collect();
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &json!({"batch": items})).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::BAD_REQUEST,
+        "a 560 KB batch: {}",
+        answer.body
+    );
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &json!("not an object")).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    let malformed = app
+        .send(
+            app.client
+                .post(app.url("/v1/track"))
+                .basic_auth(&key, Some(""))
+                .body("{\"userId\":"),
+        )
+        .await;
+    assert_eq!(
+        malformed.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        malformed.body
+    );
+    assert_eq!(segment_stats(&app).await, (0, 0, 0));
+    let row = source_row(&app, "web").await;
+    let id = row["id"].as_str().expect("id");
+    let rejections = app.get(&format!("/sources/{id}/rejections")).await;
+    assert_eq!(
+        rejections.body["rejections"],
+        json!([]),
+        "bad input writes nothing"
+    );
+}
+
+async fn an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_reason(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let batch = json!({"batch": [
+        track("m-1", "user-1", "order-1", 1.0),
+        {"type": "track", "event": "E", "messageId": "m-2", "writeKey": key},
+        track("m-3", "user-3", "order-3", 3.0),
+    ]});
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (2, 0, 0));
+    let row = source_row(&app, "web").await;
+    assert_eq!(row["rejected"], 1);
+    let id = row["id"].as_str().expect("id");
+    let listed = app.get(&format!("/sources/{id}/rejections")).await;
+    let rejections = listed.body["rejections"].as_array().expect("rejections");
+    assert_eq!(rejections.len(), 1, "{}", listed.body);
+    let r = &rejections[0];
+    assert_eq!(
+        (r["index"].as_i64(), r["code"].as_str(), r["field"].as_str()),
+        (Some(1), Some("missing_required_field"), Some("userId"))
+    );
+    assert_eq!(r["payload"]["messageId"], "m-2");
+    assert!(
+        r["payload"].get("writeKey").is_none(),
+        "the write key is never kept"
+    );
+    let other = app.get("/sources/src_0000000000000000/rejections").await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+}
+
+async fn a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let other_source = create_source(&app, "ios");
+    let first = track("m-1", "user-1", "order-1", 10.0);
+    assert_eq!(
+        post_v1(&app, "/v1/track", Some(&key), &first).await.status,
+        StatusCode::OK
+    );
+    let changed = track("m-1", "user-1", "order-1", 99.0);
+    let answer = post_v1(&app, "/v1/track", Some(&key), &changed).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
+    assert_eq!(answer.code(), "collision");
+    assert_eq!(
+        answer.body["error"]["stored"]["event_id"],
+        answer.body["error"]["incoming"]["event_id"]
+    );
+    assert_ne!(
+        answer.body["error"]["stored"]["fingerprint"],
+        answer.body["error"]["incoming"]["fingerprint"]
+    );
+    // The same messageId from another source is another message.
+    let answer = post_v1(&app, "/v1/track", Some(&other_source), &changed).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (2, 0, 1));
+    let collisions = app.get("/contracts/segment.message/collisions").await;
+    assert_eq!(
+        collisions.body["collisions"].as_array().map(Vec::len),
+        Some(1)
+    );
+}
+
+async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let other = ServerProcess::start(app.database_url(), &[]);
+    let message = json!({"userId": "u1", "event": "E"});
+    let send = |base: String| {
+        let client = app.client.clone();
+        let body = message.to_string();
+        let key = key.clone();
+        async move {
+            client
+                .post(format!("{base}/v1/track"))
+                .basic_auth(key, Some(""))
+                .body(body)
+                .send()
+                .await
+                .expect("sent")
+                .status()
+        }
+    };
+    assert_eq!(send(other.address.clone()).await, StatusCode::OK);
+    let revoked = stdout(traqlyte(
+        &app,
+        &["source", "revoke", "--tenant", "test tenant", "web"],
+    ));
+    assert!(revoked.contains("\trevoked "), "{revoked}");
+    assert_eq!(send(other.address.clone()).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(send(app.address.clone()).await, StatusCode::UNAUTHORIZED);
+    assert!(source_row(&app, "web").await["revoked_at"].is_string());
+}
+
+/// A campaign with a conversion and a sum metric, published, with `units` assigned.
+async fn campaign_with_units(app: &TestApp, units: &[String]) -> (String, Vec<(String, String)>) {
+    let body = json!({
+        "key": "checkout", "name": "Checkout",
+        "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+        "metrics": [
+            {"name": "purchase", "kind": "conversion", "window_hours": 168},
+            {"name": "revenue", "kind": "sum", "window_hours": 168}
+        ]
+    });
+    let created = app.post_json("/campaigns", &body).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let id = created.body["id"].as_str().expect("id").to_string();
+    assert_eq!(
+        app.post_raw(&format!("/campaigns/{id}/publish"), "")
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let mut arms = Vec::new();
+    for unit in units {
+        let answer = app
+            .post_json("/assignments", &json!({"campaign_id": id, "unit_id": unit}))
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        arms.push((
+            unit.clone(),
+            answer.body["arm"].as_str().expect("arm").to_string(),
+        ));
+    }
+    (id, arms)
+}
+
+async fn bind(app: &TestApp, campaign: &str) {
+    for body in [
+        json!({"metric": "purchase", "event": "Order Completed", "key_pointer": "/properties/order_id"}),
+        json!({"metric": "revenue", "event": "Order Completed", "value_pointer": "/properties/revenue", "key_pointer": "/properties/order_id"}),
+    ] {
+        let answer = app
+            .post_json(&format!("/campaigns/{campaign}/bindings"), &body)
+            .await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+}
+
+/// Per arm: (units, converters, stored outcomes, value sum) as the report gives them.
+async fn report_figures(app: &TestApp, campaign: &str) -> Vec<(String, u64, u64, u64, f64)> {
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    assert_eq!(report.status, StatusCode::OK, "{}", report.body);
+    let mut figures = Vec::new();
+    for arm in report.body["arms"].as_array().expect("arms") {
+        let purchase = &arm["metrics"]["purchase"];
+        let revenue = &arm["metrics"]["revenue"];
+        let units = arm["units"].as_u64().unwrap_or(0);
+        let value = revenue["value"].as_f64().unwrap_or(0.0) * units as f64;
+        figures.push((
+            arm["key"].as_str().unwrap_or("?").to_string(),
+            units,
+            purchase["converters"].as_u64().unwrap_or(0),
+            revenue["stored_events"].as_u64().unwrap_or(0),
+            (value * 100.0).round() / 100.0,
+        ));
+    }
+    figures
+}
+
+/// What the report must say when `orders` (unit, revenue) were each counted once.
+fn expected_figures(
+    arms: &[(String, String)],
+    orders: &[(String, f64)],
+) -> Vec<(String, u64, u64, u64, f64)> {
+    ["control", "treatment"]
+        .iter()
+        .map(|arm| {
+            let units: Vec<&String> = arms
+                .iter()
+                .filter(|(_, a)| a == arm)
+                .map(|(u, _)| u)
+                .collect();
+            let mine: Vec<&(String, f64)> =
+                orders.iter().filter(|(u, _)| units.contains(&u)).collect();
+            let mut converters: Vec<&String> = mine.iter().map(|(u, _)| u).collect();
+            converters.sort();
+            converters.dedup();
+            let sum: f64 = mine.iter().map(|(_, v)| v).sum();
+            (
+                arm.to_string(),
+                units.len() as u64,
+                converters.len() as u64,
+                mine.len() as u64,
+                (sum * 100.0).round() / 100.0,
+            )
+        })
+        .collect()
+}
+
+async fn bound_track_events_become_outcomes_once_and_unassigned_units_are_counted(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let units: Vec<String> = (0..6).map(|i| format!("user-{i}")).collect();
+    let (campaign, arms) = campaign_with_units(&app, &units).await;
+    bind(&app, &campaign).await;
+    let mut orders = Vec::new();
+    let mut batch = Vec::new();
+    for i in 0..12 {
+        let unit = format!("user-{}", i % 6);
+        let revenue = f64::from(i) + 0.5;
+        batch.push(track(
+            &format!("m-{i}"),
+            &unit,
+            &format!("order-{i}"),
+            revenue,
+        ));
+        orders.push((unit, revenue));
+    }
+    batch.push(track("m-stranger", "stranger", "order-s", 7.0));
+    let send = |messages: Vec<Value>| {
+        let body = json!({"batch": messages});
+        let app = &app;
+        let key = key.clone();
+        async move {
+            let answer = post_v1(app, "/v1/batch", Some(&key), &body).await;
+            assert_eq!(answer.body, json!({"success": true}));
+        }
+    };
+    send(batch.clone()).await;
+    let expected = expected_figures(&arms, &orders);
+    assert_eq!(report_figures(&app, &campaign).await, expected);
+    // A client retry (same messageIds), then a replayed queue with new messageIds and a
+    // later sentAt: the report does not move.
+    send(batch.clone()).await;
+    let replayed: Vec<Value> = batch
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            m["messageId"] = json!(format!("replay-{}", m["messageId"].as_str().unwrap_or("?")));
+            m["sentAt"] = json!(traqlyte_identity::format_rfc3339_micros(
+                traqlyte_store::now_us() + 5_000_000
+            ));
+            m
+        })
+        .collect();
+    send(replayed).await;
+    assert_eq!(report_figures(&app, &campaign).await, expected);
+    assert_eq!(segment_stats(&app).await, (26, 13, 0));
+    let bindings = app.get(&format!("/campaigns/{campaign}/bindings")).await;
+    for binding in bindings.body["bindings"].as_array().expect("bindings") {
+        assert_eq!(
+            (
+                binding["outcomes"].as_i64(),
+                binding["unassigned"].as_i64(),
+                binding["unusable"].as_i64()
+            ),
+            (Some(24), Some(2), Some(0)),
+            "{binding}"
+        );
+    }
+}
+
+async fn bindings_are_checked_against_the_campaign_and_immutable(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (campaign, _) = campaign_with_units(&app, &[]).await;
+    let path = format!("/campaigns/{campaign}/bindings");
+    let body = json!({"metric": "purchase", "event": "Order Completed"});
+    assert_eq!(
+        app.post_json(&path, &body).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(app.post_json(&path, &body).await.status, StatusCode::OK);
+    let other =
+        json!({"metric": "purchase", "event": "Order Completed", "key_pointer": "/properties/id"});
+    assert_eq!(
+        app.post_json(&path, &other).await.status,
+        StatusCode::CONFLICT
+    );
+    for (body, field) in [
+        (json!({"metric": "nope", "event": "E"}), "metric"),
+        (json!({"metric": "revenue", "event": "E"}), "value_pointer"),
+        (json!({"metric": "purchase", "event": ""}), "event"),
+        (
+            json!({"metric": "purchase", "event": "E", "key_pointer": "properties"}),
+            "key_pointer",
+        ),
+        (
+            json!({"metric": "purchase", "event": "E", "extra": 1}),
+            "extra",
+        ),
+    ] {
+        let answer = app.post_json(&path, &body).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}: {}",
+            answer.body
+        );
+        assert_eq!(answer.body["error"]["field"], field, "{}", answer.body);
+    }
+    let missing = app
+        .post_json("/campaigns/cmp_missing/bindings", &body)
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    let listed = app.get(&path).await;
+    assert_eq!(
+        listed.body["bindings"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        listed.body
+    );
+}
+
+/// Runs `tools/segment_client_emit.py` (the official client behind a lossy proxy).
+async fn python_client(
+    app: &TestApp,
+    key: &str,
+    drop_every: u32,
+    timestamp: &str,
+    events: &Value,
+) -> Value {
+    use tokio::io::AsyncWriteExt;
+    let python = repository_root().join(".venv/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing: run scripts/python-venv.sh (scripts/test does)",
+        python.display()
+    );
+    let mut child = tokio::process::Command::new(&python)
+        .arg("tools/segment_client_emit.py")
+        .args([&app.address, key, &drop_every.to_string(), timestamp])
+        .current_dir(repository_root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the Python client script");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(events.to_string().as_bytes())
+        .await
+        .expect("write events");
+    drop(stdin);
+    let output = child.wait_with_output().await.expect("the client finished");
+    assert!(
+        output.status.success(),
+        "the Segment client failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the script prints JSON")
+}
+
+async fn the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "python");
+    let units: Vec<String> = (0..10).map(|i| format!("user-{i}")).collect();
+    let (campaign, arms) = campaign_with_units(&app, &units).await;
+    bind(&app, &campaign).await;
+    let mut orders = Vec::new();
+    let mut events = Vec::new();
+    for i in 0..60 {
+        let unit = format!("user-{}", (i * 7) % 10);
+        let revenue = f64::from(i % 9) * 2.25 + 1.0;
+        events.push(json!({"userId": unit, "event": "Order Completed", "properties": {"order_id": format!("order-{i}"), "revenue": revenue}}));
+        orders.push((unit, revenue));
+    }
+    let events = Value::Array(events);
+    let timestamp = traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us() + 60_000_000);
+    let run = python_client(&app, &key, 3, &timestamp, &events).await;
+    let dropped = run["dropped_messages"].as_i64().expect("dropped_messages");
+    assert!(
+        run["dropped_requests"].as_i64().unwrap_or(0) >= 2,
+        "the proxy dropped replies: {run}"
+    );
+    assert_eq!(segment_stats(&app).await, (60, dropped, 0), "{run}");
+    let expected = expected_figures(&arms, &orders);
+    assert_eq!(report_figures(&app, &campaign).await, expected);
+    // The same events again: new messageIds from the client, another lossy run.
+    let again = python_client(&app, &key, 4, &timestamp, &events).await;
+    let dropped_again = again["dropped_messages"]
+        .as_i64()
+        .expect("dropped_messages");
+    assert_eq!(
+        segment_stats(&app).await,
+        (120, dropped + dropped_again, 0),
+        "{again}"
+    );
+    assert_eq!(report_figures(&app, &campaign).await, expected);
+    let row = source_row(&app, "python").await;
+    assert_eq!(row["stored"], 120);
+}
