@@ -1,5 +1,6 @@
 //! The HTTP API of TraqLyte (axum): authentication, contracts, JSON ingestion (single and
-//! batch), stats and health, and the web UI's pages ([`ui`]). Every error of the API,
+//! batch), stats and health, the web UI's pages ([`ui`]), and the connectors that ingest
+//! from a broker ([`connectors::nats`]). Every error of the API,
 //! including the framework's own rejections, is answered as
 //! `{"error":{"code","message","field"?}}`; the UI answers its errors as HTML pages.
 //!
@@ -13,6 +14,7 @@
 pub mod auth;
 pub mod body;
 mod config;
+pub mod connectors;
 mod error;
 pub mod experiments;
 pub mod idempotency;

@@ -18,6 +18,7 @@
 #[cfg(feature = "bench")]
 mod bench;
 pub mod campaigns;
+pub mod deadletters;
 mod events;
 pub mod experiments;
 pub mod idempotency;
@@ -40,6 +41,7 @@ use traqlyte_identity::{Contract, ContractName};
 #[cfg(feature = "bench")]
 pub use bench::SeededExperiment;
 pub use campaigns::{Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign};
+pub use deadletters::{DeadLetter, NewDeadLetter, DEAD_LETTERS_LIST_MAX};
 pub use experiments::{
     Assignment, MetricArmSums, MetricWindow, NewOutcome, OutcomeResult, StoredOutcome, WindowSums,
     OUTCOME_VALUE_ABS_MAX, UNIT_VALUE_ABS_MAX,

@@ -4,6 +4,8 @@
 //!
 //! - `bench ingest`: HTTP batch ingestion (with retried duplicates) against the raw store
 //!   limit, the same rows inserted straight into the same table.
+//! - `bench nats` (`bench_nats.rs`): messages/s through the JetStream consumer against the
+//!   same raw reference.
 //! - `bench publish`: `POST /campaigns/{id}/publish` with fresh idempotency keys, with
 //!   replays, and without the header.
 
@@ -29,6 +31,8 @@ pub enum BenchCommand {
     Report(ReportArgs),
     /// Run-event ingestion rate vs the foundation's endpoints, against a running server.
     LineageIngest(crate::bench_lineage::IngestArgs),
+    /// Messages/s through the NATS JetStream consumer vs the raw batched insert.
+    Nats(crate::bench_nats::NatsArgs),
     /// Ancestor-query latency on a generated lineage graph.
     Graph(crate::bench_lineage::GraphArgs),
 }
@@ -98,6 +102,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Report(args) => report(args).await,
         BenchCommand::LineageIngest(args) => crate::bench_lineage::ingest(args).await,
         BenchCommand::Graph(args) => crate::bench_lineage::graph(args).await,
+        BenchCommand::Nats(args) => crate::bench_nats::nats(args).await,
     }
 }
 
@@ -123,7 +128,7 @@ pub(crate) fn bench_tenant_name(what: &str) -> Result<TenantName> {
     TenantName::parse(&format!("{what} {}", traqlyte_store::now_us())).map_err(anyhow::Error::msg)
 }
 
-fn bench_contract() -> Value {
+pub(crate) fn bench_contract() -> Value {
     json!({
         "name": "checkout_completed", "version": 1,
         "fields": [{"pointer": "/merchant_id", "required": true}, {"pointer": "/order_id", "required": true},
@@ -134,7 +139,7 @@ fn bench_contract() -> Value {
 }
 
 /// `events` events in which `duplicate_ratio` are retries of earlier ones.
-fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
+pub(crate) fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
     let mut rng = Rng(0x7472_716c_7974_6521);
     let mut out: Vec<Value> = Vec::with_capacity(events);
     for index in 0..events {
@@ -158,14 +163,14 @@ fn generate_events(events: usize, duplicate_ratio: f64) -> Vec<Value> {
     out
 }
 
-struct Bench {
-    store: Store,
+pub(crate) struct Bench {
+    pub(crate) store: Store,
     address: String,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Connects, migrates and serves in-process on a free loopback port.
-async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
+pub(crate) async fn start(database_url: &str, concurrency: usize) -> Result<Bench> {
     let mut config = StoreConfig::new(database_url);
     config.pool_connections_max = (concurrency as u32 * 2).max(8);
     let store = Store::connect(&config).await.context("connect")?;
@@ -226,6 +231,29 @@ where
     Ok(started.elapsed())
 }
 
+/// The events identified, in batches of `batch`, for the raw batched insert.
+pub(crate) fn raw_batches(
+    contract: &Contract,
+    events: &[Value],
+    batch: usize,
+) -> Result<Vec<Vec<NewEvent>>> {
+    let mut batches: Vec<Vec<NewEvent>> = Vec::new();
+    for chunk in events.chunks(batch.max(1)) {
+        let mut batch = Vec::with_capacity(chunk.len());
+        for event in chunk {
+            let identified = contract.identify(event).context("identify")?;
+            batch.push(NewEvent {
+                identified,
+                payload: event.to_string(),
+            });
+        }
+        // Sorted like the product path, so concurrent batches take locks in one order.
+        batch.sort_by(|a, b| a.identified.event_id.cmp(&b.identified.event_id));
+        batches.push(batch);
+    }
+    Ok(batches)
+}
+
 async fn ingest(args: IngestArgs) -> Result<()> {
     let bench = start(&args.database_url, args.concurrency).await?;
     let contract =
@@ -237,21 +265,7 @@ async fn ingest(args: IngestArgs) -> Result<()> {
             .map(|c| Value::Array(c.to_vec()).to_string())
             .collect(),
     );
-    let mut raw_batches: Vec<Vec<NewEvent>> = Vec::new();
-    for chunk in events.chunks(args.batch) {
-        let mut batch = Vec::with_capacity(chunk.len());
-        for event in chunk {
-            let identified = contract.identify(event).context("identify")?;
-            batch.push(NewEvent {
-                identified,
-                payload: event.to_string(),
-            });
-        }
-        // Sorted like the product path, so concurrent batches take locks in one order.
-        batch.sort_by(|a, b| a.identified.event_id.cmp(&b.identified.event_id));
-        raw_batches.push(batch);
-    }
-    let raw_batches = Arc::new(raw_batches);
+    let raw_batches = Arc::new(raw_batches(&contract, &events, args.batch)?);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
@@ -379,7 +393,7 @@ async fn http_round(
     .await
 }
 
-async fn raw_round(
+pub(crate) async fn raw_round(
     store: &Store,
     tenant: TenantId,
     batches: Arc<Vec<Vec<NewEvent>>>,
@@ -398,7 +412,7 @@ async fn raw_round(
     .await
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }

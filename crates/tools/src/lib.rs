@@ -8,5 +8,6 @@
 
 pub mod bench;
 pub mod bench_lineage;
+pub mod bench_nats;
 pub mod demo;
 pub mod fire;
