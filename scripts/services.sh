@@ -2,7 +2,9 @@
 # Makes sure the services the tests talk to are running on loopback: PostgreSQL on
 # 127.0.0.1:5432 (user postgres, trust auth). Starts it when stopped and installs it from
 # Debian's packages when absent, along with the tools the tests run (python3, chromium).
-# Only what a test uses is brought up: NATS joins when the JetStream consumer exists.
+# Only what a test uses is brought up. The JetStream consumer's tests start their own
+# private nats-server instances (one server, or a 3-node cluster they kill a node of), so
+# only the binary is needed: Debian's nats-server package.
 # Exits non-zero, loudly, when one cannot be brought up: tests must never skip.
 set -euo pipefail
 
@@ -63,4 +65,6 @@ ensure_postgres
 command -v python3 >/dev/null || apt_install python3
 # The web UI tests load pages in headless Chromium (Debian's package).
 command -v chromium >/dev/null || apt_install chromium
+# The JetStream consumer's tests run private nats-server processes.
+command -v nats-server >/dev/null || apt_install nats-server
 echo "services ready: PostgreSQL 127.0.0.1:$PG_PORT" >&2

@@ -1,6 +1,7 @@
 //! The HTTP API of TraqLyte (axum): authentication, contracts, JSON ingestion (single and
-//! batch), Segment's HTTP Tracking API (`connectors::segment`), stats and health, and the
-//! web UI's pages ([`ui`]). Every error of the API,
+//! batch), Segment's HTTP Tracking API (`connectors::segment`), stats and health, the web
+//! UI's pages ([`ui`]), and the connector that ingests from a broker
+//! ([`connectors::nats`]). Every error of the API,
 //! including the framework's own rejections, is answered as
 //! `{"error":{"code","message","field"?}}`; the UI answers its errors as HTML pages.
 //!
@@ -14,7 +15,7 @@
 pub mod auth;
 pub mod body;
 mod config;
-mod connectors;
+pub mod connectors;
 mod error;
 pub mod experiments;
 pub mod idempotency;

@@ -137,6 +137,7 @@ impl Modify for Security {
         contracts::list,
         contracts::show,
         contracts::collisions,
+        crate::routes::deadletters::list,
         events::post_one,
         events::post_batch,
         events::get_one,

@@ -20,6 +20,7 @@ mod assignments_batch;
 #[cfg(feature = "bench")]
 mod bench;
 pub mod campaigns;
+pub mod deadletters;
 mod events;
 pub mod experiments;
 pub mod idempotency;
@@ -47,6 +48,7 @@ pub use bench::{ArmScan, SeededExperiment};
 pub use campaigns::{
     Arm, Arms, Campaign, CampaignId, CampaignVersion, MetricDef, MetricKind, NewCampaign,
 };
+pub use deadletters::{DeadLetter, NewDeadLetter, DEAD_LETTERS_LIST_MAX};
 pub use experiments::{
     Assignment, AssignmentId, DuplicatesInBucket, MetricArmSums, MetricWindow, NewOutcome,
     OutcomeResult, StoredOutcome, UnitsByVersion, WindowSums, OUTCOME_VALUE_ABS_MAX,

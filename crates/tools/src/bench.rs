@@ -4,6 +4,8 @@
 //!
 //! - `bench ingest`: HTTP batch ingestion (with retried duplicates) against the raw store
 //!   limit, the same rows inserted straight into the same table.
+//! - `bench nats` (`bench_nats.rs`): messages/s through the JetStream consumer against the
+//!   same raw reference.
 //! - `bench publish`: `POST /campaigns/{id}/publish` with fresh idempotency keys, with
 //!   replays, and without the header.
 
@@ -29,6 +31,8 @@ pub enum BenchCommand {
     Report(ReportArgs),
     /// Run-event ingestion rate vs the foundation's endpoints, against a running server.
     LineageIngest(crate::bench_lineage::IngestArgs),
+    /// Messages/s through the NATS JetStream consumer vs the raw batched insert.
+    Nats(crate::bench_nats::NatsArgs),
     /// Ancestor-query latency on a generated lineage graph.
     Graph(crate::bench_lineage::GraphArgs),
     /// Write throughput per slice as the events table grows to 20 M rows, with time
@@ -111,6 +115,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Outcomes(args) => crate::bench_hot::outcomes(args).await,
         BenchCommand::Assignments(args) => crate::bench_hot::assignments(args).await,
         BenchCommand::Segment(args) => crate::bench_segment::segment(args).await,
+        BenchCommand::Nats(args) => crate::bench_nats::nats(args).await,
     }
 }
 
@@ -246,6 +251,29 @@ where
     Ok(started.elapsed())
 }
 
+/// The events identified, in batches of `batch`, for the raw batched insert.
+pub(crate) fn raw_batches(
+    contract: &Contract,
+    events: &[Value],
+    batch: usize,
+) -> Result<Vec<Vec<NewEvent>>> {
+    let mut batches: Vec<Vec<NewEvent>> = Vec::new();
+    for chunk in events.chunks(batch.max(1)) {
+        let mut batch = Vec::with_capacity(chunk.len());
+        for event in chunk {
+            let identified = contract.identify(event).context("identify")?;
+            batch.push(NewEvent {
+                identified,
+                payload: event.to_string(),
+            });
+        }
+        // Sorted like the product path, so concurrent batches take locks in one order.
+        batch.sort_by(|a, b| a.identified.event_id.cmp(&b.identified.event_id));
+        batches.push(batch);
+    }
+    Ok(batches)
+}
+
 async fn ingest(args: IngestArgs) -> Result<()> {
     let bench = start(&args.database_url, args.concurrency).await?;
     let contract =
@@ -257,21 +285,7 @@ async fn ingest(args: IngestArgs) -> Result<()> {
             .map(|c| Value::Array(c.to_vec()).to_string())
             .collect(),
     );
-    let mut raw_batches: Vec<Vec<NewEvent>> = Vec::new();
-    for chunk in events.chunks(args.batch) {
-        let mut batch = Vec::with_capacity(chunk.len());
-        for event in chunk {
-            let identified = contract.identify(event).context("identify")?;
-            batch.push(NewEvent {
-                identified,
-                payload: event.to_string(),
-            });
-        }
-        // Sorted like the product path, so concurrent batches take locks in one order.
-        batch.sort_by(|a, b| a.identified.event_id.cmp(&b.identified.event_id));
-        raw_batches.push(batch);
-    }
-    let raw_batches = Arc::new(raw_batches);
+    let raw_batches = Arc::new(raw_batches(&contract, &events, args.batch)?);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
@@ -399,7 +413,7 @@ pub(crate) async fn http_round(
     .await
 }
 
-async fn raw_round(
+pub(crate) async fn raw_round(
     store: &Store,
     tenant: TenantId,
     batches: Arc<Vec<Vec<NewEvent>>>,

@@ -7,6 +7,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod backfill;
+mod consume;
 mod partitions;
 mod sources;
 mod tenants;
@@ -76,6 +77,10 @@ enum Command {
     /// Send one JSON body many times concurrently, like an at-least-once client retrying,
     /// and print how the server answered (status → count) as JSON.
     Fire(fire::FireArgs),
+    /// Consume a broker: `traqlyte consume nats --url URL --stream STREAM --durable NAME
+    /// --tenant TENANT` stores each message, acked only after the commit.
+    #[command(subcommand)]
+    Consume(consume::ConsumeCommand),
     /// Load generators for BENCHMARKS.md.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -154,6 +159,8 @@ struct ServeArgs {
         default_value = "refuse"
     )]
     late_events: partitions::LateEventsArg,
+    #[command(flatten)]
+    nats: consume::ServeNats,
 }
 
 #[derive(Subcommand)]
@@ -243,6 +250,7 @@ async fn run(command: Command) -> Result<()> {
         Command::Fire(args) => fire::run(args).await,
         Command::Backfill(args) => backfill::run(args).await,
         Command::Partitions(command) => partitions::run(command).await,
+        Command::Consume(command) => consume::run(command, shutdown_signal()).await,
         Command::Bench(command) => bench::run(command).await,
     }
 }
@@ -295,9 +303,48 @@ async fn serve(args: ServeArgs) -> Result<()> {
         tracing::info!(%address, "listening");
         println!("traqlyte listening on http://{address} (web UI: http://{address}/ui)");
     };
-    traqlyte_server::serve(store, config, on_bound, shutdown_signal())
+    let Some(nats) = args.nats.config()? else {
+        return traqlyte_server::serve(store, config, on_bound, shutdown_signal())
+            .await
+            .context("serve HTTP");
+    };
+    serve_and_consume(store, config, nats, on_bound).await
+}
+
+/// `serve` with `--nats-url`: the HTTP server and the consumer stop together, on a signal
+/// or when the consumer fails to start.
+async fn serve_and_consume(
+    store: Store,
+    config: ServerConfig,
+    nats: traqlyte_server::connectors::nats::NatsConfig,
+    on_bound: impl FnOnce(std::net::SocketAddr),
+) -> Result<()> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = std::sync::Arc::new(stop);
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let signalled = stop.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = signalled.send(true);
+    });
+    let consumer = tokio::spawn({
+        let (store, stop, stopped) = (store.clone(), stop.clone(), stopped.clone());
+        async move {
+            let result =
+                traqlyte_server::connectors::nats::run(store, nats, until_stopped(stopped)).await;
+            let _ = stop.send(true);
+            result
+        }
+    });
+    traqlyte_server::serve(store, config, on_bound, until_stopped(stopped))
         .await
-        .context("serve HTTP")
+        .context("serve HTTP")?;
+    consumer
+        .await
+        .context("the consumer task")?
+        .context("consume NATS JetStream")
 }
 
 /// Raises the open-file soft limit to the hard limit and returns the soft limit now in

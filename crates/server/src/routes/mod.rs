@@ -4,6 +4,7 @@
 pub(crate) mod admin;
 pub(crate) mod campaigns;
 pub(crate) mod contracts;
+pub(crate) mod deadletters;
 pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod lineage;
@@ -62,6 +63,7 @@ pub(crate) fn router(state: AppState) -> Router {
             "/outcomes/batch",
             post(crate::experiments::post_outcomes_batch),
         )
+        .route("/deadletters", get(deadletters::list))
         .route("/contracts/{name}", get(contracts::show))
         .route("/contracts/{name}/collisions", get(contracts::collisions))
         .route("/events/{contract}", post(events::post_one))

@@ -16,6 +16,8 @@ mod idempotency;
 mod ingest;
 mod keys;
 mod lineage;
+mod nats;
+mod nats_server;
 mod numbers;
 mod ol_client;
 mod openapi;

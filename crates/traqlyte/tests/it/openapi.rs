@@ -20,6 +20,7 @@ const ROUTES: &[&str] = &[
     "GET /contracts",
     "GET /contracts/{name}",
     "GET /contracts/{name}/collisions",
+    "GET /deadletters",
     "POST /campaigns",
     "GET /campaigns/{id}",
     "GET /campaigns/{id}/versions",

@@ -1,0 +1,388 @@
+//! The consumer's runtime: [`run`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
+use async_nats::jetstream::{AckKind, Message};
+use futures_util::StreamExt;
+use traqlyte_identity::{Contract, ContractName};
+use traqlyte_store::{EventOutcome, NewDeadLetter, NewEvent, Store, StoreError, TenantId};
+
+use super::decode::{decode, Decoded, Refusal};
+use super::NatsConfig;
+use crate::routes::events::identify;
+
+/// Why the consumer could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    /// No tenant of that name.
+    #[error("no tenant named {0:?}; create it with `traqlyte tenant create`")]
+    UnknownTenant(String),
+    /// The NATS server did not answer.
+    #[error("connect to NATS at {url}: {cause}")]
+    Connect {
+        /// The URL given.
+        url: String,
+        /// The client's error.
+        cause: String,
+    },
+    /// The stream does not exist or JetStream is off.
+    #[error("JetStream stream {stream:?}: {cause}")]
+    Stream {
+        /// The stream's name.
+        stream: String,
+        /// The client's error.
+        cause: String,
+    },
+    /// The durable consumer could not be read or created.
+    #[error("JetStream consumer {durable:?}: {cause}")]
+    Consumer {
+        /// The durable consumer's name.
+        durable: String,
+        /// The client's error.
+        cause: String,
+    },
+    /// The durable consumer exists with another ack policy: acking only after the
+    /// commit needs explicit acks.
+    #[error("JetStream consumer {durable:?} has ack policy {policy}; TraqLyte needs explicit acks (ack only after commit): delete it or name another durable")]
+    NotExplicitAck {
+        /// The durable consumer's name.
+        durable: String,
+        /// Its ack policy.
+        policy: String,
+    },
+    /// The store failed at start.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Consumes until `shutdown` completes, then finishes the batch in flight (stored and
+/// acked, or Nak'd) and returns. Fails at start when the tenant, the server, the stream
+/// or an explicit-ack durable consumer is missing; afterwards errors are logged and
+/// retried, never fatal.
+pub async fn run(
+    store: Store,
+    config: NatsConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ConsumerError> {
+    let tenant = store
+        .tenant_by_name(&config.tenant)
+        .await?
+        .ok_or_else(|| ConsumerError::UnknownTenant(config.tenant.as_str().to_string()))?
+        .tenant_id;
+    // A cluster is given as URLs separated by commas, which the client takes as a list.
+    let urls: Vec<&str> = config.url.split(',').map(str::trim).collect();
+    let client = async_nats::connect(urls)
+        .await
+        .map_err(|e| ConsumerError::Connect {
+            url: config.url.clone(),
+            cause: e.to_string(),
+        })?;
+    let consumer = durable_consumer(client.clone(), &config).await?;
+    tracing::info!(stream = %config.stream, durable = %config.durable, tenant = %tenant, "consuming");
+    let stopping = Arc::new(AtomicBool::new(false));
+    let flag = stopping.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        flag.store(true, Ordering::SeqCst);
+    });
+    let mut worker = Worker {
+        store,
+        tenant,
+        config,
+        failures: 0,
+    };
+    let mut last_full = false;
+    while !stopping.load(Ordering::SeqCst) {
+        let batch = worker.fetch(&consumer, last_full).await;
+        last_full = batch.len() >= worker.config.batch_messages_max;
+        if !batch.is_empty() {
+            worker.handle(batch).await;
+        }
+    }
+    // Acks are buffered by the client: send them before the process exits.
+    if let Err(err) = client.flush().await {
+        tracing::warn!(error = %err, "flushing the last acks failed; those messages will be redelivered");
+    }
+    tracing::info!(durable = %worker.config.durable, "consumer stopped");
+    Ok(())
+}
+
+/// The stream's durable pull consumer, created with explicit acks when absent; an
+/// existing one with another ack policy is refused.
+async fn durable_consumer(
+    client: async_nats::Client,
+    config: &NatsConfig,
+) -> Result<PullConsumer, ConsumerError> {
+    let jetstream = async_nats::jetstream::new(client);
+    let stream = jetstream
+        .get_stream(&config.stream)
+        .await
+        .map_err(|e| ConsumerError::Stream {
+            stream: config.stream.clone(),
+            cause: e.to_string(),
+        })?;
+    let wanted = pull::Config {
+        durable_name: Some(config.durable.clone()),
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: Duration::from_millis(config.ack_wait_ms),
+        ..pull::Config::default()
+    };
+    let consumer_error = |e: &dyn std::fmt::Display| ConsumerError::Consumer {
+        durable: config.durable.clone(),
+        cause: e.to_string(),
+    };
+    let consumer: PullConsumer = stream
+        .get_or_create_consumer(&config.durable, wanted)
+        .await
+        .map_err(|e| consumer_error(&e))?;
+    let policy = consumer.cached_info().config.ack_policy;
+    if policy != AckPolicy::Explicit {
+        return Err(ConsumerError::NotExplicitAck {
+            durable: config.durable.clone(),
+            policy: format!("{policy:?}"),
+        });
+    }
+    Ok(consumer)
+}
+
+/// The state of the fetch loop.
+struct Worker {
+    store: Store,
+    tenant: TenantId,
+    config: NatsConfig,
+    /// Consecutive batches that failed to store: the exponent of the Nak backoff.
+    failures: u32,
+}
+
+/// One message of a batch on its way to the store.
+struct Pending {
+    message: Message,
+    sequence: i64,
+    fate: Fate,
+}
+
+/// What becomes of a message.
+enum Fate {
+    Store,
+    Dead(Refusal),
+}
+
+/// What a batch did, for the log.
+#[derive(Default)]
+struct Counts {
+    inserted: usize,
+    duplicates: usize,
+    collisions: usize,
+    dead_lettered: usize,
+}
+
+impl Worker {
+    /// Fetches one batch: at once what is waiting after a full batch, else waiting up to
+    /// `fetch_wait_ms` for messages. A fetch error is logged and yields an empty batch.
+    async fn fetch(&self, consumer: &PullConsumer, immediate: bool) -> Vec<Message> {
+        let config = &self.config;
+        let wait = Duration::from_millis(config.fetch_wait_ms.max(1));
+        let requested = if immediate {
+            consumer
+                .fetch()
+                .max_messages(config.batch_messages_max)
+                .max_bytes(config.batch_bytes_max)
+                .messages()
+                .await
+        } else {
+            consumer
+                .batch()
+                .max_messages(config.batch_messages_max)
+                .max_bytes(config.batch_bytes_max)
+                .expires(wait)
+                .messages()
+                .await
+        };
+        let mut incoming = match requested {
+            Ok(incoming) => incoming,
+            Err(err) => {
+                tracing::warn!(error = %err, "fetch failed; retrying");
+                tokio::time::sleep(wait).await;
+                return Vec::new();
+            }
+        };
+        let mut batch = Vec::new();
+        while let Some(item) = incoming.next().await {
+            match item {
+                Ok(message) => batch.push(message),
+                // A status ends the pull (max bytes reached, leader change): keep what came.
+                Err(err) => {
+                    tracing::debug!(error = %err, "pull request ended");
+                    break;
+                }
+            }
+        }
+        batch
+    }
+
+    /// Stores a batch and acks it, or Naks all of it after a store error.
+    async fn handle(&mut self, batch: Vec<Message>) {
+        match self.store_batch(&batch).await {
+            Ok((pending, counts)) => {
+                self.failures = 0;
+                self.settle(&pending).await;
+                tracing::info!(
+                    tenant = %self.tenant,
+                    messages = pending.len(),
+                    inserted = counts.inserted,
+                    duplicates = counts.duplicates,
+                    collisions = counts.collisions,
+                    dead_lettered = counts.dead_lettered,
+                    "batch stored"
+                );
+            }
+            Err(err) => {
+                self.failures = self.failures.saturating_add(1);
+                let delay = self.config.nak_delay(self.failures);
+                tracing::warn!(error = %err, failures = self.failures, delay_ms = delay.as_millis() as u64, "batch not stored; Nak");
+                for message in &batch {
+                    if let Err(err) = message.ack_with(AckKind::Nak(Some(delay))).await {
+                        tracing::debug!(error = %err, "Nak failed; the message will be redelivered after the ack wait");
+                    }
+                }
+                // Pause too, so a consumer does not spin on other messages while the
+                // store is down.
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+
+    /// Decodes, identifies and stores a batch: one transaction per contract, then the
+    /// dead letters. Nothing is acked here.
+    async fn store_batch(&self, batch: &[Message]) -> Result<(Vec<Pending>, Counts), StoreError> {
+        let mut pending = Vec::with_capacity(batch.len());
+        let mut groups: BTreeMap<ContractName, Vec<(serde_json::Value, usize)>> = BTreeMap::new();
+        for (index, message) in batch.iter().enumerate() {
+            let sequence = message
+                .info()
+                .map(|info| i64::try_from(info.stream_sequence).unwrap_or(i64::MAX))
+                .unwrap_or(0);
+            let fate = match decode(
+                message.subject.as_str(),
+                &message.payload,
+                self.config.json_depth_max,
+            ) {
+                Decoded::Event { contract, value } => {
+                    groups.entry(contract).or_default().push((value, index));
+                    Fate::Store
+                }
+                Decoded::Dead(refusal) => Fate::Dead(refusal),
+            };
+            pending.push(Pending {
+                message: message.clone(),
+                sequence,
+                fate,
+            });
+        }
+        let mut counts = Counts::default();
+        for (name, values) in groups {
+            let Some(contract) = self.store.contract(&self.tenant, &name, None).await? else {
+                let refusal = Refusal::new(
+                    "unknown_contract",
+                    format!("no contract named {:?} for this tenant", name.as_str()),
+                );
+                for (_, index) in values {
+                    pending[index].fate = Fate::Dead(refusal.clone());
+                }
+                continue;
+            };
+            self.store_group(&contract, values, &mut pending, &mut counts)
+                .await?;
+        }
+        let letters = self.dead_letters(&pending);
+        counts.dead_lettered = letters.len();
+        self.store
+            .insert_dead_letters(&self.tenant, &letters)
+            .await?;
+        Ok((pending, counts))
+    }
+
+    /// Identifies one contract's messages and stores them in one transaction.
+    async fn store_group(
+        &self,
+        contract: &Contract,
+        values: Vec<(serde_json::Value, usize)>,
+        pending: &mut [Pending],
+        counts: &mut Counts,
+    ) -> Result<(), StoreError> {
+        let mut events: Vec<NewEvent> = Vec::with_capacity(values.len());
+        let mut positions = Vec::with_capacity(values.len());
+        for (value, index) in values {
+            match identify(contract, value) {
+                Ok(event) => {
+                    events.push(event);
+                    positions.push(index);
+                }
+                Err(err) => pending[index].fate = Fate::Dead(Refusal::of(&err)),
+            }
+        }
+        let outcomes = self
+            .store
+            .insert_events(&self.tenant, contract, &events)
+            .await?;
+        debug_assert_eq!(outcomes.len(), events.len());
+        for ((event, outcome), index) in events.iter().zip(outcomes).zip(positions) {
+            match outcome {
+                EventOutcome::Inserted => counts.inserted += 1,
+                EventOutcome::Duplicate => counts.duplicates += 1,
+                // Logged in the collisions table by the store; resending cannot help,
+                // so the message is acked like the others.
+                EventOutcome::Collision { .. } => {
+                    counts.collisions += 1;
+                    let sequence = pending[index].sequence;
+                    tracing::warn!(contract = %contract.name(), event_id = %event.identified.event_id, sequence, "collision: same identity, other content; logged");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The dead letters of a batch, in stream order.
+    fn dead_letters(&self, pending: &[Pending]) -> Vec<NewDeadLetter> {
+        pending
+            .iter()
+            .filter_map(|p| match &p.fate {
+                Fate::Dead(refusal) => Some(NewDeadLetter {
+                    stream: self.config.stream.clone(),
+                    stream_sequence: p.sequence,
+                    subject: p.message.subject.to_string(),
+                    reason: refusal.reason.clone(),
+                    detail: refusal.detail.clone(),
+                    raw: p.message.payload.to_vec(),
+                }),
+                Fate::Store => None,
+            })
+            .collect()
+    }
+
+    /// After the commit: acks stored messages, terminates dead letters.
+    async fn settle(&self, pending: &[Pending]) {
+        #[cfg(feature = "test-hooks")]
+        if self.config.test_ack_delay_ms > 0 {
+            tracing::info!(
+                delay_ms = self.config.test_ack_delay_ms,
+                "test hook: committed, acking after a delay"
+            );
+            tokio::time::sleep(Duration::from_millis(self.config.test_ack_delay_ms)).await;
+        }
+        for p in pending {
+            let kind = match p.fate {
+                Fate::Store => AckKind::Ack,
+                Fate::Dead(_) => AckKind::Term,
+            };
+            if let Err(err) = p.message.ack_with(kind).await {
+                tracing::debug!(error = %err, sequence = p.sequence, "ack failed; the message will be redelivered and absorbed as a duplicate");
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The pure part of the consumer: from a message's subject and bytes to the contract it
+//! is stored under and its parsed JSON, or to the reason it is a dead letter.
+
+use serde_json::Value;
+use traqlyte_identity::{json, ContractName};
+
+use crate::ApiError;
+
+/// The subject prefix: a message on `traqlyte.{contract}` is an event of `{contract}`.
+pub const SUBJECT_PREFIX: &str = "traqlyte.";
+
+/// The subject Segment-shaped messages will use (issue 12, part 1); refused until the
+/// built-in `segment.message` contract exists. TODO(segment): map it to that contract.
+pub const SEGMENT_SUBJECT: &str = "traqlyte.segment";
+
+/// What a message is, before its contract is looked up.
+#[derive(Debug, PartialEq)]
+pub enum Decoded {
+    /// A JSON document for the tenant's contract of that name.
+    Event {
+        /// The contract named by the subject.
+        contract: ContractName,
+        /// The parsed document.
+        value: Value,
+    },
+    /// A message that can never be stored as it is.
+    Dead(Refusal),
+}
+
+/// Why a message is a dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// A stable code (`invalid_json`, `unknown_contract`, `segment_not_supported_yet`, or
+    /// the code the HTTP API would answer for the same body).
+    pub reason: String,
+    /// The explanation, for people.
+    pub detail: String,
+}
+
+impl Refusal {
+    /// A refusal with `reason` and `detail`.
+    pub fn new(reason: &str, detail: impl Into<String>) -> Refusal {
+        Refusal {
+            reason: reason.to_string(),
+            detail: detail.into(),
+        }
+    }
+
+    /// The refusal the HTTP API's error would be (same code, same message).
+    pub fn of(err: &ApiError) -> Refusal {
+        Refusal::new(err.code(), err.message())
+    }
+}
+
+/// Reads the contract from the subject and parses the payload as strictly as the HTTP
+/// API parses a body (UTF-8, nesting within `depth_max`, no duplicate keys, no NaN).
+pub fn decode(subject: &str, payload: &[u8], depth_max: usize) -> Decoded {
+    if subject == SEGMENT_SUBJECT {
+        return Decoded::Dead(Refusal::new(
+            "segment_not_supported_yet",
+            "Segment-shaped messages are not mapped to the segment.message contract yet",
+        ));
+    }
+    let Some(name) = subject.strip_prefix(SUBJECT_PREFIX) else {
+        return Decoded::Dead(Refusal::new(
+            "unknown_contract",
+            format!("subject {subject:?} is not traqlyte.{{contract}}"),
+        ));
+    };
+    let Ok(contract) = ContractName::parse(name) else {
+        return Decoded::Dead(Refusal::new(
+            "unknown_contract",
+            format!("{name:?} is not a contract name"),
+        ));
+    };
+    match json::parse(payload, depth_max) {
+        Ok(value) => Decoded::Event { contract, value },
+        Err(err) => {
+            // One reason for every way a payload fails to parse; the detail keeps the
+            // parser's own code (`duplicate_key`, `number_out_of_range`, …).
+            let err = ApiError::from(err);
+            let detail = format!("{}: {}", err.code(), err.message());
+            Decoded::Dead(Refusal::new("invalid_json", detail))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(decoded: Decoded) -> String {
+        match decoded {
+            Decoded::Dead(refusal) => refusal.reason,
+            Decoded::Event { .. } => panic!("expected a refusal"),
+        }
+    }
+
+    #[test]
+    fn a_subject_names_the_contract_and_the_payload_is_parsed() {
+        let decoded = decode("traqlyte.checkout_completed", br#"{"a":1}"#, 32);
+        let Decoded::Event { contract, value } = decoded else {
+            panic!("expected an event");
+        };
+        assert_eq!(contract.as_str(), "checkout_completed");
+        assert_eq!(value, serde_json::json!({"a": 1}));
+    }
+
+    #[test]
+    fn bad_json_duplicate_keys_and_bad_subjects_are_refused_with_their_reason() {
+        let table: [(&str, &[u8], &str); 5] = [
+            ("traqlyte.c", b"{not json", "invalid_json"),
+            ("traqlyte.c", br#"{"a":1,"a":2}"#, "invalid_json"),
+            ("traqlyte.c", b"\xff\xfe", "invalid_json"),
+            ("orders.created", b"{}", "unknown_contract"),
+            ("traqlyte.segment", b"{}", "segment_not_supported_yet"),
+        ];
+        for (subject, payload, expected) in table {
+            assert_eq!(reason(decode(subject, payload, 32)), expected, "{subject}");
+        }
+    }
+}

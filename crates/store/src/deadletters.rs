@@ -1,0 +1,113 @@
+//! Dead letters: broker messages a consumer could not store (bad JSON, an unknown
+//! contract, an identity error), kept with the reason and their raw bytes so an operator
+//! can read, fix and re-publish them. The consumer writes them before it terminates the
+//! message on the broker, so a message is never dropped unseen; the key is the message's
+//! place in its stream, so a redelivery after a crash adds no second row.
+
+use crate::tx::with_pool;
+use crate::{Store, StoreError, TenantId};
+
+/// Most dead letters one read returns.
+pub const DEAD_LETTERS_LIST_MAX: u32 = 1_000;
+
+/// A message refused by a consumer, to be recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDeadLetter {
+    /// The broker stream it came from.
+    pub stream: String,
+    /// Its sequence number in that stream (JetStream's are u64; the store's column is
+    /// BIGINT, which 9.2e18 messages would take to overflow).
+    pub stream_sequence: i64,
+    /// The subject it was published on.
+    pub subject: String,
+    /// A stable code: `invalid_json`, `unknown_contract`, `segment_not_supported_yet`,
+    /// or the identity error's code (`missing_required_field`, …).
+    pub reason: String,
+    /// The explanation, for people.
+    pub detail: String,
+    /// The message's bytes, exactly as received.
+    pub raw: Vec<u8>,
+}
+
+/// A stored dead letter.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DeadLetter {
+    /// The broker stream it came from.
+    pub stream: String,
+    /// Its sequence number in that stream.
+    pub stream_sequence: i64,
+    /// The subject it was published on.
+    pub subject: String,
+    /// A stable code (see [`NewDeadLetter::reason`]).
+    pub reason: String,
+    /// The explanation, for people.
+    pub detail: String,
+    /// The message's bytes, exactly as received.
+    pub raw: Vec<u8>,
+    /// When it was recorded (µs since the epoch).
+    pub received_at_us: i64,
+}
+
+const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters
+     (tenant_id, stream, stream_sequence, subject, reason, detail, raw, received_at_us)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+     ON CONFLICT DO NOTHING";
+
+const SELECT_DEAD_LETTERS: &str =
+    "SELECT stream, stream_sequence, subject, reason, detail, raw, received_at_us
+     FROM dead_letters
+     WHERE tenant_id = $1
+     ORDER BY received_at_us DESC, stream, stream_sequence DESC
+     LIMIT $2";
+
+impl Store {
+    /// Records dead letters in one transaction, durable before returning; a letter whose
+    /// (stream, sequence) is already recorded is skipped. Returns how many were new.
+    pub async fn insert_dead_letters(
+        &self,
+        tenant: &TenantId,
+        letters: &[NewDeadLetter],
+    ) -> Result<u64, StoreError> {
+        if letters.is_empty() {
+            return Ok(0);
+        }
+        let now_us = crate::now_us();
+        let mut tx = self.begin().await?;
+        let mut inserted = 0;
+        for letter in letters {
+            let done = crate::tx::with_tx!(tx, |conn| sqlx::query(INSERT_DEAD_LETTER)
+                .bind(tenant.as_str())
+                .bind(&letter.stream)
+                .bind(letter.stream_sequence)
+                .bind(&letter.subject)
+                .bind(&letter.reason)
+                .bind(&letter.detail)
+                .bind(&letter.raw)
+                .bind(now_us)
+                .execute(conn)
+                .await?
+                .rows_affected());
+            inserted += done;
+        }
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    /// A tenant's dead letters, newest first, at most `limit` (capped at
+    /// [`DEAD_LETTERS_LIST_MAX`]).
+    pub async fn dead_letters(
+        &self,
+        tenant: &TenantId,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let limit = i64::from(limit.min(DEAD_LETTERS_LIST_MAX));
+        with_pool!(self, reader, |pool| {
+            let rows: Vec<DeadLetter> = sqlx::query_as(SELECT_DEAD_LETTERS)
+                .bind(tenant.as_str())
+                .bind(limit)
+                .fetch_all(pool)
+                .await?;
+            Ok(rows)
+        })
+    }
+}

@@ -1,0 +1,131 @@
+//! `traqlyte consume nats` and the `--nats-…` options of `serve`: clap wiring of the
+//! JetStream consumer (`traqlyte_server::connectors::nats`).
+
+use std::future::Future;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use traqlyte_server::connectors::nats::{self, NatsConfig};
+use traqlyte_store::TenantName;
+
+use crate::DbArgs;
+
+/// What to consume.
+#[derive(Subcommand)]
+pub(crate) enum ConsumeCommand {
+    /// A NATS JetStream stream through a durable pull consumer with explicit acks: each
+    /// fetched batch is stored (one transaction per contract) and only then acked;
+    /// messages on `traqlyte.{contract}` are events of that contract.
+    Nats(ConsumeNatsArgs),
+}
+
+/// Options of `traqlyte consume nats`.
+#[derive(Args)]
+pub(crate) struct ConsumeNatsArgs {
+    /// The NATS server, e.g. `nats://127.0.0.1:4222` (a cluster: several, comma-separated).
+    #[arg(long)]
+    url: String,
+    /// The JetStream stream to read (it must exist).
+    #[arg(long)]
+    stream: String,
+    /// The durable consumer's name (created with explicit acks when absent; several
+    /// processes with one name share the work).
+    #[arg(long)]
+    durable: String,
+    /// The tenant every message is stored under (its name, as given to `tenant create`).
+    #[arg(long)]
+    tenant: String,
+    #[command(flatten)]
+    bounds: NatsBounds,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+/// The consumer's bounds, shared by `consume nats` and `serve`.
+#[derive(Args, Clone)]
+pub(crate) struct NatsBounds {
+    /// Most messages fetched and stored as one batch.
+    #[arg(long, default_value_t = 500)]
+    nats_batch_messages_max: usize,
+    /// Most bytes fetched as one batch (keep it above the stream's largest message).
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    nats_batch_bytes_max: usize,
+    /// How long one fetch waits for messages (also how long SIGTERM may take when idle).
+    #[arg(long, default_value_t = 1_000)]
+    nats_fetch_wait_ms: u64,
+    /// Ack wait of a durable consumer this process creates: unacked messages are
+    /// redelivered after it.
+    #[arg(long, default_value_t = 30_000)]
+    nats_ack_wait_ms: u64,
+    /// First Nak delay after a store error (doubled per consecutive failure).
+    #[arg(long, default_value_t = 100)]
+    nats_nak_delay_ms_min: u64,
+    /// Largest Nak delay.
+    #[arg(long, default_value_t = 30_000)]
+    nats_nak_delay_ms_max: u64,
+}
+
+/// The `--nats-…` options of `serve`: with `--nats-url`, the server also runs a consumer.
+#[derive(Args, Clone)]
+pub(crate) struct ServeNats {
+    /// Also consume this NATS server's JetStream stream (see `traqlyte consume nats`).
+    #[arg(long, requires_all = ["nats_stream", "nats_durable", "nats_tenant"])]
+    nats_url: Option<String>,
+    /// The stream to consume.
+    #[arg(long)]
+    nats_stream: Option<String>,
+    /// The durable consumer's name.
+    #[arg(long)]
+    nats_durable: Option<String>,
+    /// The tenant the messages are stored under.
+    #[arg(long)]
+    nats_tenant: Option<String>,
+    #[command(flatten)]
+    bounds: NatsBounds,
+}
+
+impl NatsBounds {
+    fn config(&self, url: &str, stream: &str, durable: &str, tenant: &str) -> Result<NatsConfig> {
+        let tenant = TenantName::parse(tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+        let mut config = NatsConfig::new(url.into(), stream.into(), durable.into(), tenant);
+        config.batch_messages_max = self.nats_batch_messages_max.max(1);
+        config.batch_bytes_max = self.nats_batch_bytes_max;
+        config.fetch_wait_ms = self.nats_fetch_wait_ms;
+        config.ack_wait_ms = self.nats_ack_wait_ms;
+        config.nak_delay_ms_min = self.nats_nak_delay_ms_min;
+        config.nak_delay_ms_max = self.nats_nak_delay_ms_max;
+        Ok(config)
+    }
+}
+
+impl ServeNats {
+    /// The consumer's config when `--nats-url` is given.
+    pub(crate) fn config(&self) -> Result<Option<NatsConfig>> {
+        let (Some(url), Some(stream), Some(durable), Some(tenant)) = (
+            &self.nats_url,
+            &self.nats_stream,
+            &self.nats_durable,
+            &self.nats_tenant,
+        ) else {
+            return Ok(None);
+        };
+        self.bounds.config(url, stream, durable, tenant).map(Some)
+    }
+}
+
+/// Runs the command until `shutdown`.
+pub(crate) async fn run(
+    command: ConsumeCommand,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let ConsumeCommand::Nats(args) = command;
+    let config = args
+        .bounds
+        .config(&args.url, &args.stream, &args.durable, &args.tenant)?;
+    let store = crate::connect(&args.db, 4).await?;
+    let applied = store.migrate().await.context("apply migrations")?;
+    tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
+    nats::run(store, config, shutdown)
+        .await
+        .context("consume NATS JetStream")
+}

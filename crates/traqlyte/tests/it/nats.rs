@@ -1,0 +1,373 @@
+//! The NATS JetStream consumer (`traqlyte consume nats`, run as an OS process) against
+//! real JetStream: private `nats-server` processes (`nats_server.rs`), one server or a
+//! 3-node cluster. Every message published is stored exactly once, whatever is
+//! redelivered, re-published with a fresh `Nats-Msg-Id`, or killed mid-way.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
+use crate::nats_server::{create_stream, jetstream, publish, NatsCluster, NatsNode};
+
+/// How long counts may take to settle (redeliveries wait for the ack wait).
+const SETTLE_WAIT_MS: u64 = 60_000;
+/// The ack wait of the consumers these tests create: a crash redelivers after it.
+const ACK_WAIT_MS: &str = "2000";
+const STREAM: &str = "EVENTS";
+const DURABLE: &str = "traqlyte";
+
+/// A `traqlyte consume nats` process, killed (SIGKILL) when dropped.
+struct ConsumerProcess {
+    child: Child,
+}
+
+impl ConsumerProcess {
+    fn start(app: &TestApp, url: &str, extra: &[&str], env: &[(&str, &str)]) -> ConsumerProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .envs(env.iter().copied())
+            .args(["consume", "nats", "--database-url", app.database_url()])
+            .args(["--url", url, "--stream", STREAM, "--durable", DURABLE])
+            .args(["--tenant", "test tenant", "--nats-ack-wait-ms", ACK_WAIT_MS])
+            .args(["--nats-fetch-wait-ms", "200"])
+            .args(extra)
+            .stdout(Stdio::null())
+            // Its log goes to the test's output, shown when a test fails.
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn traqlyte consume nats");
+        ConsumerProcess { child }
+    }
+
+    /// SIGKILL: no drain, no acks, like a crash.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then the exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        self.child.wait().expect("wait for the consumer")
+    }
+}
+
+impl Drop for ConsumerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `(stored, duplicates)` of `checkout_completed`, 0 before any is stored.
+async fn counts(app: &TestApp) -> (i64, i64) {
+    let answer = app.get("/stats").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let row = &answer.body["contracts"]["checkout_completed"];
+    let n = |k: &str| row[k].as_i64().unwrap_or(0);
+    (n("stored"), n("duplicates"))
+}
+
+/// Waits until `check` holds of the counts, or fails naming the last ones.
+async fn wait_for(app: &TestApp, what: &str, check: impl Fn((i64, i64)) -> bool) -> (i64, i64) {
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    loop {
+        let now = counts(app).await;
+        if check(now) {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{what}: counts stayed {now:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the durable consumer has nothing pending and nothing awaiting an ack.
+async fn wait_until_drained(js: &jetstream::Context) {
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    loop {
+        let info = js
+            .get_stream(STREAM)
+            .await
+            .expect("stream")
+            .consumer_info(DURABLE)
+            .await;
+        if let Ok(info) = info {
+            if info.num_pending == 0 && info.num_ack_pending == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "consumer never drained: {} pending, {} unacked",
+                info.num_pending,
+                info.num_ack_pending
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Publishes orders `0..distinct`, then re-publishes the first `republished` of them with
+/// fresh message ids (a publisher retrying past JetStream's dedupe window).
+async fn publish_orders(js: &jetstream::Context, distinct: usize, republished: usize) {
+    let body = |i: usize| serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
+    for i in 0..distinct {
+        publish(
+            js,
+            "traqlyte.checkout_completed",
+            &body(i),
+            &format!("m-{i}"),
+        )
+        .await;
+    }
+    for i in 0..republished {
+        publish(
+            js,
+            "traqlyte.checkout_completed",
+            &body(i),
+            &format!("again-{i}"),
+        )
+        .await;
+    }
+}
+
+/// A fresh app with the checkout contract, a private JetStream server and its stream.
+async fn setup(backend: Backend) -> (TestApp, NatsNode, jetstream::Context) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let nats = NatsNode::start();
+    let js = jetstream(&nats.url).await;
+    create_stream(&js, STREAM, 1).await;
+    (app, nats, js)
+}
+
+async fn republished_messages_are_stored_once_and_counted_as_duplicates(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    publish_orders(&js, 40, 10).await;
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    wait_for(&app, "all stored", |(stored, dups)| {
+        stored == 40 && dups == 10
+    })
+    .await;
+    wait_until_drained(&js).await;
+    assert_eq!(counts(&app).await, (40, 10));
+}
+
+async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    let good = serde_json::to_vec(&checkout_event("order-1")).expect("JSON");
+    let missing_order = br#"{"merchant_id":"m"}"#;
+    publish(&js, "traqlyte.checkout_completed", b"{not json", "bad-json").await;
+    publish(&js, "traqlyte.no_such_contract", &good, "unknown").await;
+    publish(
+        &js,
+        "traqlyte.checkout_completed",
+        missing_order,
+        "no-order",
+    )
+    .await;
+    publish(&js, "traqlyte.segment", &good, "segment").await;
+    publish(&js, "traqlyte.checkout_completed", &good, "good").await;
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    wait_for(&app, "the good one stored", |(stored, _)| stored == 1).await;
+    wait_until_drained(&js).await;
+
+    let answer = app.get("/deadletters").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let letters = answer.body["dead_letters"].as_array().expect("a list");
+    let mut reasons: Vec<(&str, i64)> = letters
+        .iter()
+        .map(|l| {
+            (
+                l["reason"].as_str().unwrap_or(""),
+                l["stream_sequence"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    reasons.sort_by_key(|(_, sequence)| *sequence);
+    assert_eq!(
+        reasons,
+        [
+            ("invalid_json", 1),
+            ("unknown_contract", 2),
+            ("missing_required_field", 3),
+            ("segment_not_supported_yet", 4)
+        ]
+    );
+    let bad = letters
+        .iter()
+        .find(|l| l["stream_sequence"] == 1)
+        .expect("letter 1");
+    assert_eq!(bad["raw_text"], "{not json");
+    assert_eq!(bad["raw_base64"], "e25vdCBqc29u");
+    assert_eq!(bad["subject"], "traqlyte.checkout_completed");
+    assert_eq!(bad["stream"], STREAM);
+    // Another tenant sees none of them.
+    let other = app.other_tenant_key().await;
+    let theirs = app
+        .send(app.client.get(app.url("/deadletters")).bearer_auth(other))
+        .await;
+    assert_eq!(theirs.body["dead_letters"], Value::Array(vec![]));
+}
+
+async fn a_consumer_killed_after_commit_before_ack_leaves_each_message_stored_once(
+    backend: Backend,
+) {
+    let (app, nats, js) = setup(backend).await;
+    publish_orders(&js, 30, 6).await;
+    let hook = [("TRAQLYTE_TEST_ACK_DELAY_MS", "600000")];
+    let mut doomed = ConsumerProcess::start(&app, &nats.url, &[], &hook);
+    // Committed (all 36 were in its first batch), never acked.
+    wait_for(&app, "committed", |(stored, dups)| {
+        stored == 30 && dups == 6
+    })
+    .await;
+    doomed.kill();
+
+    let _restarted = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    // Every message of the killed batch comes back after the ack wait: all duplicates.
+    wait_for(&app, "redelivered", |(_, dups)| dups == 6 + 36).await;
+    wait_until_drained(&js).await;
+    assert_eq!(counts(&app).await, (30, 42));
+}
+
+async fn two_consumer_processes_on_one_durable_store_each_message_once(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    let small = ["--nats-batch-messages-max", "7"];
+    let _first = ConsumerProcess::start(&app, &nats.url, &small, &[]);
+    let _second = ConsumerProcess::start(&app, &nats.url, &small, &[]);
+    publish_orders(&js, 120, 30).await;
+    wait_for(&app, "all stored", |(stored, dups)| {
+        stored == 120 && dups == 30
+    })
+    .await;
+    wait_until_drained(&js).await;
+    assert_eq!(counts(&app).await, (120, 30));
+}
+
+async fn sigterm_finishes_the_batch_in_flight_and_acks_it(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    publish_orders(&js, 20, 0).await;
+    let hook = [("TRAQLYTE_TEST_ACK_DELAY_MS", "1500")];
+    let mut consumer = ConsumerProcess::start(&app, &nats.url, &[], &hook);
+    wait_for(&app, "committed", |(stored, _)| stored == 20).await;
+    // Still inside the delay between commit and acks.
+    let status = consumer.terminate();
+    assert!(status.success(), "exit status {status}");
+    let info = js
+        .get_stream(STREAM)
+        .await
+        .expect("stream")
+        .consumer_info(DURABLE)
+        .await
+        .expect("consumer info");
+    assert_eq!((info.num_pending, info.num_ack_pending), (0, 0));
+    assert_eq!(info.ack_floor.stream_sequence, 20, "all acked before exit");
+}
+
+async fn a_consumer_refuses_a_durable_without_explicit_acks(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    let stream = js.get_stream(STREAM).await.expect("stream");
+    stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some(DURABLE.to_string()),
+            ack_policy: jetstream::consumer::AckPolicy::None,
+            ..Default::default()
+        })
+        .await
+        .expect("create a consumer without acks");
+    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["consume", "nats", "--database-url", app.database_url()])
+        .args(["--url", &nats.url, "--stream", STREAM, "--durable", DURABLE])
+        .args(["--tenant", "test tenant"])
+        .output()
+        .expect("run traqlyte consume nats");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("explicit acks"), "{stderr}");
+}
+
+crate::on_both_backends!(
+    republished_messages_are_stored_once_and_counted_as_duplicates,
+    a_poison_message_is_dead_lettered_and_the_rest_flow,
+    sigterm_finishes_the_batch_in_flight_and_acks_it,
+    a_consumer_refuses_a_durable_without_explicit_acks,
+);
+
+/// The multi-process tests: PostgreSQL, the backend several processes share in production.
+mod postgres_only {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_consumer_killed_after_commit_before_ack_leaves_each_message_stored_once() {
+        super::a_consumer_killed_after_commit_before_ack_leaves_each_message_stored_once(
+            Backend::Postgres,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_consumer_processes_on_one_durable_store_each_message_once() {
+        super::two_consumer_processes_on_one_durable_store_each_message_once(Backend::Postgres)
+            .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_three_node_cluster_losing_a_node_mid_load_still_stores_each_message_once() {
+        super::a_three_node_cluster_losing_a_node_mid_load_still_stores_each_message_once().await
+    }
+}
+
+async fn a_three_node_cluster_losing_a_node_mid_load_still_stores_each_message_once() {
+    let app = spawn_app(Backend::Postgres).await;
+    app.register_checkout_contract().await;
+    let mut cluster = NatsCluster::start();
+    let js = jetstream(&cluster.nodes[0].url).await;
+    create_stream(&js, STREAM, 3).await;
+    let urls = cluster.urls();
+    let small = ["--nats-batch-messages-max", "10"];
+    let _consumer = ConsumerProcess::start(&app, &urls, &small, &[]);
+    let body = |i: usize| serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
+    for i in 0..100 {
+        publish(
+            &js,
+            "traqlyte.checkout_completed",
+            &body(i),
+            &format!("m-{i}"),
+        )
+        .await;
+    }
+    wait_for(&app, "first half flowing", |(stored, _)| stored > 0).await;
+    cluster.nodes[2].kill();
+    for i in 100..200 {
+        publish(
+            &js,
+            "traqlyte.checkout_completed",
+            &body(i),
+            &format!("m-{i}"),
+        )
+        .await;
+    }
+    for i in 0..40 {
+        publish(
+            &js,
+            "traqlyte.checkout_completed",
+            &body(i),
+            &format!("again-{i}"),
+        )
+        .await;
+    }
+    wait_for(&app, "all stored", |(stored, dups)| {
+        stored == 200 && dups >= 40
+    })
+    .await;
+    wait_until_drained(&js).await;
+    let (stored, duplicates) = counts(&app).await;
+    assert_eq!(stored, 200);
+    // Re-publishes are duplicates; a node's death may also redeliver a batch whose acks
+    // it lost, counted as duplicates too, never stored twice.
+    assert!(duplicates >= 40, "{duplicates}");
+}

@@ -1,0 +1,183 @@
+//! Private `nats-server -js` processes for the JetStream consumer's tests: one server, or
+//! a 3-node cluster on loopback ports, each with its own store directory, killed
+//! (SIGKILL) when dropped. The shared service on 4222 is left alone, so tests never
+//! share subjects or streams.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+
+/// How long a server may take to accept connections, and a cluster to elect leaders.
+const START_WAIT_MS: u64 = 30_000;
+
+/// A free loopback port (bound, then released for the server to take).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("address").port()
+}
+
+/// One `nats-server` process.
+pub struct NatsNode {
+    /// `nats://127.0.0.1:PORT`.
+    pub url: String,
+    child: Child,
+    store_dir: PathBuf,
+}
+
+impl NatsNode {
+    fn spawn(name: &str, extra: &[String]) -> NatsNode {
+        let port = free_port();
+        let store_dir = std::env::temp_dir().join(format!(
+            "traqlyte_nats_{}_{name}_{port}",
+            std::process::id()
+        ));
+        let child = Command::new("nats-server")
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-js",
+                "--server_name",
+                name,
+            ])
+            .arg("-sd")
+            .arg(&store_dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nats-server (scripts/services.sh installs it)");
+        let node = NatsNode {
+            url: format!("nats://127.0.0.1:{port}"),
+            child,
+            store_dir,
+        };
+        let deadline = Instant::now() + Duration::from_millis(START_WAIT_MS);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nats-server {name} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        node
+    }
+
+    /// A standalone JetStream server.
+    pub fn start() -> NatsNode {
+        NatsNode::spawn("solo", &[])
+    }
+
+    /// SIGKILL, like a crashed machine.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NatsNode {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.store_dir);
+    }
+}
+
+/// Three clustered JetStream servers on loopback ports.
+pub struct NatsCluster {
+    /// The nodes, in start order.
+    pub nodes: Vec<NatsNode>,
+}
+
+impl NatsCluster {
+    /// Starts three nodes routed to each other.
+    pub fn start() -> NatsCluster {
+        let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let routes = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let name = format!("tl{}", std::process::id());
+        let nodes = cluster_ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let extra = [
+                    "--cluster_name".to_string(),
+                    name.clone(),
+                    "--cluster".to_string(),
+                    format!("nats://127.0.0.1:{port}"),
+                    "--routes".to_string(),
+                    routes.clone(),
+                ];
+                NatsNode::spawn(&format!("n{i}"), &extra)
+            })
+            .collect();
+        NatsCluster { nodes }
+    }
+
+    /// Every node's URL, comma-separated (as `--url` takes them).
+    pub fn urls(&self) -> String {
+        let urls: Vec<&str> = self.nodes.iter().map(|n| n.url.as_str()).collect();
+        urls.join(",")
+    }
+}
+
+/// A JetStream context on `url`.
+pub async fn jetstream(url: &str) -> jetstream::Context {
+    let client = async_nats::connect(url)
+        .await
+        .expect("connect to nats-server");
+    jetstream::new(client)
+}
+
+/// Creates the stream `name` over `traqlyte.>` with `replicas` replicas, retrying while a
+/// fresh cluster has no JetStream leader yet.
+pub async fn create_stream(js: &jetstream::Context, name: &str, replicas: usize) {
+    let deadline = Instant::now() + Duration::from_millis(START_WAIT_MS);
+    loop {
+        let config = stream::Config {
+            name: name.to_string(),
+            subjects: vec!["traqlyte.>".to_string()],
+            num_replicas: replicas,
+            ..stream::Config::default()
+        };
+        match js.create_stream(config).await {
+            Ok(_) => return,
+            Err(err) if Instant::now() < deadline => {
+                eprintln!("stream not created yet: {err}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(err) => panic!("create stream {name}: {err}"),
+        }
+    }
+}
+
+/// Publishes `body` on `subject` with `Nats-Msg-Id: msg_id` and waits for JetStream's ack.
+pub async fn publish(js: &jetstream::Context, subject: &str, body: &[u8], msg_id: &str) {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", msg_id);
+    let deadline = Instant::now() + Duration::from_millis(START_WAIT_MS);
+    // A publish during a leader election fails; a publisher retries with the same id.
+    loop {
+        let sent = js
+            .publish_with_headers(subject.to_string(), headers.clone(), body.to_vec().into())
+            .await;
+        let acked = match sent {
+            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        match acked {
+            Ok(()) => return,
+            Err(err) if Instant::now() < deadline => {
+                eprintln!("publish retried: {err}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => panic!("publish {msg_id}: {err}"),
+        }
+    }
+}
