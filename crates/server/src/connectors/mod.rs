@@ -1,5 +1,5 @@
 //! Connectors: ingestion surfaces that speak another product's protocol and feed the
-//! same identity and store path as the native API. [`segment`]: Segment's HTTP Tracking
+//! same identity and store path as the native API. `segment`: Segment's HTTP Tracking
 //! API; [`nats`]: a JetStream stream.
 
 pub mod nats;
