@@ -348,7 +348,8 @@ impl<'de> Deserialize<'de> for OutcomeValue {
                 OutcomeValue::try_from(v).map_err(|_| E::invalid_value(Unexpected::Float(v), &self))
             }
 
-            // The strict reader refuses integers beyond 2^53, so these are exact.
+            // The strict reader accepts an integer beyond 2^53 only when a double holds it
+            // exactly, so these conversions are exact.
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<OutcomeValue, E> {
                 OutcomeValue::try_from(v as f64)
                     .map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))

@@ -10,7 +10,7 @@ use crate::IdentityError;
 pub const EXACT_INTEGER_MAX: u64 = (1 << 53) - 1;
 
 /// Returns `value` with every string and object key in Unicode NFC, refusing keys that
-/// collide after normalisation and integers outside ±[`EXACT_INTEGER_MAX`].
+/// collide after normalisation and integers no IEEE double holds exactly.
 /// `at` is the pointer of `value` in its document, used in error messages.
 pub fn normalize(value: &Value, at: &str) -> Result<Value, IdentityError> {
     let mut owned = value.clone();
@@ -282,12 +282,16 @@ fn nfc(text: &str) -> String {
     }
 }
 
+/// Whether the canonical form (an IEEE double) holds `number` exactly: always within
+/// ±[`EXACT_INTEGER_MAX`] and for floats (already doubles); beyond it, by the body
+/// reader's own rule ([`crate::number::check_literal`]).
 fn is_exact(number: &Number) -> bool {
-    match (number.as_u64(), number.as_i64()) {
-        (Some(u), _) => u <= EXACT_INTEGER_MAX,
-        (None, Some(i)) => i.unsigned_abs() <= EXACT_INTEGER_MAX,
-        (None, None) => true,
-    }
+    let magnitude = match (number.as_u64(), number.as_i64()) {
+        (Some(u), _) => u,
+        (None, Some(i)) => i.unsigned_abs(),
+        (None, None) => return true,
+    };
+    magnitude <= EXACT_INTEGER_MAX || crate::number::check_literal(&number.to_string()).is_ok()
 }
 
 #[cfg(test)]

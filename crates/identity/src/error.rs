@@ -39,8 +39,9 @@ pub enum IdentityError {
         /// The clashing key, normalised.
         key: String,
     },
-    /// An integer outside ±(2^53−1), which RFC 8785 numbers (IEEE doubles) cannot hold exactly.
-    #[error("number at {field} is outside ±(2^53-1), the exact integer range of JSON numbers (RFC 8785, I-JSON); send it as a string")]
+    /// An integer no IEEE double holds exactly (beyond ±(2^53−1) and not a double's
+    /// shortest form), which an RFC 8785 number could not keep apart from its neighbours.
+    #[error("number at {field} has no exact IEEE double (RFC 8785 numbers are doubles); send it as a string")]
     NumberOutOfRange {
         /// The pointer (or name) of the offending field.
         field: String,

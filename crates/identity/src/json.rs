@@ -83,8 +83,8 @@ fn number_message(field: &str, literal: &str, fault: NumberFault) -> String {
     let shown: String = literal.chars().take(40).collect();
     match fault {
         NumberFault::OutOfRange => format!(
-            "number {shown} at {place} is out of range: integers must lie within ±(2^53−1) \
-             and other numbers within the range of an IEEE double; send it as a string"
+            "number {shown} at {place} is beyond the range of an IEEE double; send it as a \
+             string"
         ),
         NumberFault::NotExact => format!(
             "number {shown} at {place} has no exact IEEE double: it would be stored as a \
