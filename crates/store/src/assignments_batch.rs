@@ -36,8 +36,11 @@ impl Store {
         campaign_id: &CampaignId,
         unit_id: &str,
     ) -> Result<Option<Assignment>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(campaign_id.as_str()).bind(unit_id);
+        with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .bind(unit_id);
             Ok(query.fetch_optional(pool).await?)
         })
     }
@@ -59,7 +62,7 @@ impl Store {
                               WHERE w.tenant_id = v.tenant_id AND w.campaign_id = v.campaign_id)",
             placeholders.join(", ")
         );
-        with_pool!(self, reader, pool => {
+        with_pool!(self, reader, |pool| {
             let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
             for id in ids {
                 query = query.bind(id.as_str());
@@ -113,11 +116,17 @@ impl StoreTx {
                  VALUES {} ON CONFLICT DO NOTHING",
                 values.join(", ")
             );
-            with_tx!(self, conn => {
+            with_tx!(self, |conn| {
                 let mut query = sqlx::query(&sql);
                 for a in chunk {
-                    query = query.bind(tenant.as_str()).bind(a.campaign_id.as_str()).bind(&a.unit_id)
-                        .bind(a.assignment_id.as_str()).bind(&a.arm).bind(a.version as i32).bind(a.assigned_at_us);
+                    query = query
+                        .bind(tenant.as_str())
+                        .bind(a.campaign_id.as_str())
+                        .bind(&a.unit_id)
+                        .bind(a.assignment_id.as_str())
+                        .bind(&a.arm)
+                        .bind(a.version as i32)
+                        .bind(a.assigned_at_us);
                 }
                 query.execute(&mut *conn).await?;
             });

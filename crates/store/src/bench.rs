@@ -115,8 +115,10 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &CampaignId,
     ) -> Result<Vec<ArmScan>, StoreError> {
-        crate::tx::with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(PLAIN_SCAN).bind(tenant.as_str()).bind(campaign_id.as_str());
+        crate::tx::with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(PLAIN_SCAN)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str());
             Ok(query.fetch_all(pool).await?)
         })
     }

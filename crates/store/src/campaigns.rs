@@ -46,8 +46,12 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &CampaignId,
     ) -> Result<Option<Campaign>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let row: Option<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGN).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_optional(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let row: Option<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGN)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .fetch_optional(pool)
+                .await?;
             row.map(Campaign::try_from).transpose()
         })
     }
@@ -92,8 +96,12 @@ impl Store {
         tenant: &TenantId,
         rows_max: i64,
     ) -> Result<Vec<Campaign>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let rows: Vec<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGNS).bind(tenant.as_str()).bind(rows_max).fetch_all(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let rows: Vec<CampaignRow> = sqlx::query_as(SELECT_CAMPAIGNS)
+                .bind(tenant.as_str())
+                .bind(rows_max)
+                .fetch_all(pool)
+                .await?;
             rows.into_iter().map(Campaign::try_from).collect()
         })
     }
@@ -104,8 +112,12 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &CampaignId,
     ) -> Result<Vec<CampaignVersion>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let rows: Vec<VersionRow> = sqlx::query_as(SELECT_VERSIONS).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_all(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let rows: Vec<VersionRow> = sqlx::query_as(SELECT_VERSIONS)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .fetch_all(pool)
+                .await?;
             rows.into_iter().map(CampaignVersion::try_from).collect()
         })
     }
@@ -130,11 +142,19 @@ impl StoreTx {
         };
         let arms = to_json(&created.arms)?;
         let metrics = to_json(&created.metrics)?;
-        let inserted = with_tx!(self, conn => {
+        let inserted = with_tx!(self, |conn| {
             sqlx::query(INSERT_CAMPAIGN)
-                .bind(tenant.as_str()).bind(created.id.as_str()).bind(&created.key).bind(&created.name)
-                .bind(&arms).bind(&metrics).bind(&created.salt).bind(now_us)
-                .execute(&mut *conn).await?.rows_affected()
+                .bind(tenant.as_str())
+                .bind(created.id.as_str())
+                .bind(&created.key)
+                .bind(&created.name)
+                .bind(&arms)
+                .bind(&metrics)
+                .bind(&created.salt)
+                .bind(now_us)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected()
         });
         if inserted == 0 {
             return Err(StoreError::Conflict {
@@ -162,10 +182,18 @@ impl StoreTx {
             ""
         };
         let select = format!("{SELECT_CAMPAIGN}{lock}");
-        let found = with_tx!(self, conn => {
-            let row: Option<CampaignRow> = sqlx::query_as(&select).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_optional(&mut *conn).await?;
+        let found = with_tx!(self, |conn| {
+            let row: Option<CampaignRow> = sqlx::query_as(&select)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .fetch_optional(&mut *conn)
+                .await?;
             let Some(base) = row else { return Ok(None) };
-            let latest: Option<LatestRow> = sqlx::query_as(SELECT_LATEST_VERSION).bind(tenant.as_str()).bind(campaign_id.as_str()).fetch_optional(&mut *conn).await?;
+            let latest: Option<LatestRow> = sqlx::query_as(SELECT_LATEST_VERSION)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .fetch_optional(&mut *conn)
+                .await?;
             (Campaign::try_from(base)?, latest)
         });
         let (base, latest) = found;
@@ -183,11 +211,18 @@ impl StoreTx {
             published_at_us: now_us,
         };
         let (arms_json, metrics_json) = (to_json(&published.arms)?, to_json(&published.metrics)?);
-        with_tx!(self, conn => {
+        with_tx!(self, |conn| {
             sqlx::query(INSERT_VERSION)
-                .bind(tenant.as_str()).bind(campaign_id.as_str()).bind(published.version as i32).bind(&arms_json).bind(&metrics_json)
-                .bind(&published.salt).bind(&published.note).bind(now_us)
-                .execute(&mut *conn).await?;
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .bind(published.version as i32)
+                .bind(&arms_json)
+                .bind(&metrics_json)
+                .bind(&published.salt)
+                .bind(&published.note)
+                .bind(now_us)
+                .execute(&mut *conn)
+                .await?;
         });
         Ok(Some(published))
     }

@@ -446,11 +446,19 @@ impl StoreTx {
         now: i64,
     ) -> Result<(), StoreError> {
         for c in collisions {
-            with_tx!(self, conn => sqlx::query(crate::sql::INSERT_COLLISION)
-                .bind(tenant.as_str()).bind(contract.name().as_str()).bind(c.event.identified.event_id.as_str()).bind(i64::from(contract.version()))
-                .bind(c.stored_fingerprint.as_str()).bind(c.event.identified.fingerprint.as_str())
-                .bind(&c.stored_payload).bind(&c.event.payload).bind(now)
-                .execute(&mut *conn).await.map(|_| ())?);
+            with_tx!(self, |conn| sqlx::query(crate::sql::INSERT_COLLISION)
+                .bind(tenant.as_str())
+                .bind(contract.name().as_str())
+                .bind(c.event.identified.event_id.as_str())
+                .bind(i64::from(contract.version()))
+                .bind(c.stored_fingerprint.as_str())
+                .bind(c.event.identified.fingerprint.as_str())
+                .bind(&c.stored_payload)
+                .bind(&c.event.payload)
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map(|_| ())?);
         }
         Ok(())
     }
@@ -464,9 +472,16 @@ impl StoreTx {
         duplicates: i64,
         collisions: i64,
     ) -> Result<(), StoreError> {
-        with_tx!(self, conn => sqlx::query(crate::sql::INSERT_TALLY)
-            .bind(tenant.as_str()).bind(contract).bind(now).bind(inserted).bind(duplicates).bind(collisions)
-            .execute(&mut *conn).await.map(|_| ())?);
+        with_tx!(self, |conn| sqlx::query(crate::sql::INSERT_TALLY)
+            .bind(tenant.as_str())
+            .bind(contract)
+            .bind(now)
+            .bind(inserted)
+            .bind(duplicates)
+            .bind(collisions)
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())?);
         Ok(())
     }
 }
@@ -520,6 +535,10 @@ impl Store {
 
     /// Rows in the tally table (for tests and operators).
     pub async fn tally_rows(&self) -> Result<i64, StoreError> {
-        crate::tx::with_pool!(self, reader, pool => Ok(sqlx::query_scalar("SELECT COUNT(*) FROM event_tallies").fetch_one(pool).await?))
+        crate::tx::with_pool!(self, reader, |pool| Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM event_tallies"
+        )
+        .fetch_one(pool)
+        .await?))
     }
 }

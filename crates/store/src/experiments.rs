@@ -146,8 +146,10 @@ impl Store {
         tenant: &TenantId,
         assignment_id: &AssignmentId,
     ) -> Result<Option<Assignment>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_ASSIGNMENT).bind(tenant.as_str()).bind(assignment_id.as_str());
+        with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(SELECT_ASSIGNMENT)
+                .bind(tenant.as_str())
+                .bind(assignment_id.as_str());
             Ok(query.fetch_optional(pool).await?)
         })
     }
@@ -190,10 +192,19 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &CampaignId,
     ) -> Result<Vec<UnitsByVersion>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_UNITS_BY_VERSION).bind(tenant.as_str()).bind(campaign_id.as_str());
+        with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(SELECT_UNITS_BY_VERSION)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str());
             let rows: Vec<UnitsRow> = query.fetch_all(pool).await?;
-            Ok(rows.into_iter().map(|r| UnitsByVersion { version: r.version, arm: r.arm, units: r.units }).collect())
+            Ok(rows
+                .into_iter()
+                .map(|r| UnitsByVersion {
+                    version: r.version,
+                    arm: r.arm,
+                    units: r.units,
+                })
+                .collect())
         })
     }
 
@@ -205,10 +216,21 @@ impl Store {
         bucket_us: i64,
         rows_max: i64,
     ) -> Result<Vec<DuplicatesInBucket>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME).bind(tenant.as_str()).bind(campaign_id.as_str()).bind(bucket_us).bind(rows_max);
+        with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .bind(bucket_us)
+                .bind(rows_max);
             let rows: Vec<BucketRow> = query.fetch_all(pool).await?;
-            Ok(rows.into_iter().map(|r| DuplicatesInBucket { bucket_start_us: r.bucket_start_us, arm: r.arm, duplicates: r.duplicates }).collect())
+            Ok(rows
+                .into_iter()
+                .map(|r| DuplicatesInBucket {
+                    bucket_start_us: r.bucket_start_us,
+                    arm: r.arm,
+                    duplicates: r.duplicates,
+                })
+                .collect())
         })
     }
 
@@ -255,9 +277,15 @@ impl Store {
              SELECT $1, $2, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv FROM ({}) u",
             per_unit_sql(metrics)
         );
-        with_tx!(tx, conn => {
-            sqlx::query("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2").bind(tenant.as_str()).bind(campaign_id.as_str()).execute(&mut *conn).await?;
-            let mut query = sqlx::query(&insert).bind(tenant.as_str()).bind(campaign_id.as_str());
+        with_tx!(tx, |conn| {
+            sqlx::query("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2")
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .execute(&mut *conn)
+                .await?;
+            let mut query = sqlx::query(&insert)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str());
             for m in metrics {
                 query = query.bind(&m.metric);
             }
@@ -273,26 +301,45 @@ impl Store {
         campaign_id: &CampaignId,
         metrics: &[MetricWindow],
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let mut query = sqlx::query(sql).bind(tenant.as_str()).bind(campaign_id.as_str());
+        with_pool!(self, reader, |pool| {
+            let mut query = sqlx::query(sql)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str());
             for m in metrics {
                 query = query.bind(&m.metric);
             }
             let rows = query.fetch_all(pool).await?;
             let mut out = HashMap::new();
             for row in rows {
-                let f = |i: usize| -> Result<f64, StoreError> { Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(0.0)) };
+                let f = |i: usize| -> Result<f64, StoreError> {
+                    Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(0.0))
+                };
                 // A value column is NULL only when a per-unit value is out of range (see
                 // `per_arm_columns`): read as infinite, which the report shows as unavailable.
-                let v = |i: usize| -> Result<f64, StoreError> { Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(f64::INFINITY)) };
+                let v = |i: usize| -> Result<f64, StoreError> {
+                    Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(f64::INFINITY))
+                };
                 let window = |base: usize| -> Result<WindowSums, StoreError> {
                     Ok(WindowSums {
-                        units_with_events: f(base)?, events: f(base + 1)?, events_sq: f(base + 2)?, value: v(base + 3)?, value_sq: v(base + 4)?,
-                        duplicates: f(base + 5)?, duplicate_value: v(base + 6)?, naive_events_sq: f(base + 7)?, naive_value_sq: v(base + 8)?,
+                        units_with_events: f(base)?,
+                        events: f(base + 1)?,
+                        events_sq: f(base + 2)?,
+                        value: v(base + 3)?,
+                        value_sq: v(base + 4)?,
+                        duplicates: f(base + 5)?,
+                        duplicate_value: v(base + 6)?,
+                        naive_events_sq: f(base + 7)?,
+                        naive_value_sq: v(base + 8)?,
                     })
                 };
                 let key: (String, String) = (row.try_get(0)?, row.try_get(1)?);
-                out.insert(key, MetricArmSums { event_time: window(2)?, arrival_time: window(11)? });
+                out.insert(
+                    key,
+                    MetricArmSums {
+                        event_time: window(2)?,
+                        arrival_time: window(11)?,
+                    },
+                );
             }
             Ok(out)
         })

@@ -346,15 +346,26 @@ impl Store {
         let now = now_us();
         for _ in 0..KEY_ATTEMPTS_MAX {
             let (id, key) = (SourceId::generate(), WriteKey::generate());
-            let taken: i64 = with_tx!(tx, conn => {
+            let taken: i64 = with_tx!(tx, |conn| {
                 let done = sqlx::query(INSERT_SOURCE)
-                    .bind(tenant.as_str()).bind(id.as_str()).bind(name.as_str()).bind(key.hash()).bind(key.prefix()).bind(now)
-                    .execute(&mut *conn).await?;
+                    .bind(tenant.as_str())
+                    .bind(id.as_str())
+                    .bind(name.as_str())
+                    .bind(key.hash())
+                    .bind(key.prefix())
+                    .bind(now)
+                    .execute(&mut *conn)
+                    .await?;
                 if done.rows_affected() == 1 {
                     0
                 } else {
-                    sqlx::query_scalar("SELECT COUNT(*) FROM sources WHERE tenant_id = $1 AND name = $2")
-                        .bind(tenant.as_str()).bind(name.as_str()).fetch_one(&mut *conn).await?
+                    sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM sources WHERE tenant_id = $1 AND name = $2",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(name.as_str())
+                    .fetch_one(&mut *conn)
+                    .await?
                 }
             });
             if taken > 0 {
@@ -366,9 +377,13 @@ impl Store {
                     ),
                 });
             }
-            let row = with_tx!(tx, conn => {
+            let row = with_tx!(tx, |conn| {
                 let sql = format!("{SELECT_SOURCES} AND s.source_id = $2");
-                sqlx::query_as::<_, SourceRow>(&sql).bind(tenant.as_str()).bind(id.as_str()).fetch_optional(&mut *conn).await?
+                sqlx::query_as::<_, SourceRow>(&sql)
+                    .bind(tenant.as_str())
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *conn)
+                    .await?
             });
             if let Some(row) = row {
                 tx.commit().await?;
@@ -383,8 +398,12 @@ impl Store {
     /// A tenant's sources with their counts, by name (at most [`SOURCES_LIST_MAX`]).
     pub async fn sources(&self, tenant: &TenantId) -> Result<Vec<SourceInfo>, StoreError> {
         let sql = format!("{SELECT_SOURCES} ORDER BY s.name LIMIT $2");
-        with_pool!(self, reader, pool => {
-            let rows: Vec<SourceRow> = sqlx::query_as(&sql).bind(tenant.as_str()).bind(SOURCES_LIST_MAX).fetch_all(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let rows: Vec<SourceRow> = sqlx::query_as(&sql)
+                .bind(tenant.as_str())
+                .bind(SOURCES_LIST_MAX)
+                .fetch_all(pool)
+                .await?;
             Ok(rows.into_iter().map(SourceInfo::from).collect())
         })
     }
@@ -396,8 +415,12 @@ impl Store {
         id_or_name: &str,
     ) -> Result<Option<SourceInfo>, StoreError> {
         let sql = format!("{SELECT_SOURCES} AND (s.source_id = $2 OR s.name = $2)");
-        with_pool!(self, reader, pool => {
-            let row: Option<SourceRow> = sqlx::query_as(&sql).bind(tenant.as_str()).bind(id_or_name).fetch_optional(pool).await?;
+        with_pool!(self, reader, |pool| {
+            let row: Option<SourceRow> = sqlx::query_as(&sql)
+                .bind(tenant.as_str())
+                .bind(id_or_name)
+                .fetch_optional(pool)
+                .await?;
             Ok(row.map(SourceInfo::from))
         })
     }
@@ -411,9 +434,16 @@ impl Store {
         id_or_name: &str,
     ) -> Result<Option<SourceInfo>, StoreError> {
         let mut tx = self.begin().await?;
-        with_tx!(tx, conn => sqlx::query("UPDATE sources SET revoked_at_us = $3
-             WHERE tenant_id = $1 AND (source_id = $2 OR name = $2) AND revoked_at_us IS NULL")
-            .bind(tenant.as_str()).bind(id_or_name).bind(now_us()).execute(&mut *conn).await.map(|_| ())?);
+        with_tx!(tx, |conn| sqlx::query(
+            "UPDATE sources SET revoked_at_us = $3
+             WHERE tenant_id = $1 AND (source_id = $2 OR name = $2) AND revoked_at_us IS NULL"
+        )
+        .bind(tenant.as_str())
+        .bind(id_or_name)
+        .bind(now_us())
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())?);
         tx.commit().await?;
         self.source(tenant, id_or_name).await
     }
@@ -421,10 +451,16 @@ impl Store {
     /// The source a working (not revoked) write key belongs to. Read from the database
     /// on every call, never cached, so a revocation holds at once everywhere.
     pub async fn source_for_write_key(&self, key: &WriteKey) -> Result<Option<Source>, StoreError> {
-        with_pool!(self, reader, pool => {
+        with_pool!(self, reader, |pool| {
             let row: Option<(String, String, String)> = sqlx::query_as(SELECT_SOURCE_FOR_KEY)
-                .bind(key.hash()).fetch_optional(pool).await?;
-            Ok(row.map(|(tenant, id, name)| Source { tenant: TenantId::from_stored(tenant), source_id: SourceId(id), name }))
+                .bind(key.hash())
+                .fetch_optional(pool)
+                .await?;
+            Ok(row.map(|(tenant, id, name)| Source {
+                tenant: TenantId::from_stored(tenant),
+                source_id: SourceId(id),
+                name,
+            }))
         })
     }
 
@@ -435,8 +471,11 @@ impl Store {
         source: &SourceId,
         limit: u32,
     ) -> Result<Vec<Rejection>, StoreError> {
-        with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_REJECTIONS).bind(tenant.as_str()).bind(source.as_str()).bind(i64::from(limit));
+        with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(SELECT_REJECTIONS)
+                .bind(tenant.as_str())
+                .bind(source.as_str())
+                .bind(i64::from(limit));
             Ok(query.fetch_all(pool).await?)
         })
     }
@@ -452,14 +491,24 @@ impl Store {
         let mut tx = self.begin().await?;
         let b = binding;
         let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND campaign_id = $2 AND metric = $3 AND event = $4");
-        let (inserted, stored) = with_tx!(tx, conn => {
+        let (inserted, stored) = with_tx!(tx, |conn| {
             let done = sqlx::query(INSERT_BINDING)
-                .bind(tenant.as_str()).bind(&b.campaign_id).bind(&b.metric).bind(&b.event)
-                .bind(&b.value_pointer).bind(&b.key_pointer).bind(b.created_at_us)
-                .execute(&mut *conn).await?;
+                .bind(tenant.as_str())
+                .bind(&b.campaign_id)
+                .bind(&b.metric)
+                .bind(&b.event)
+                .bind(&b.value_pointer)
+                .bind(&b.key_pointer)
+                .bind(b.created_at_us)
+                .execute(&mut *conn)
+                .await?;
             let stored: MetricBinding = sqlx::query_as(&select)
-                .bind(tenant.as_str()).bind(&b.campaign_id).bind(&b.metric).bind(&b.event)
-                .fetch_one(&mut *conn).await?;
+                .bind(tenant.as_str())
+                .bind(&b.campaign_id)
+                .bind(&b.metric)
+                .bind(&b.event)
+                .fetch_one(&mut *conn)
+                .await?;
             (done.rows_affected() == 1, stored)
         });
         tx.commit().await?;
@@ -478,9 +527,18 @@ impl Store {
         campaign_id: &str,
     ) -> Result<Vec<BindingInfo>, StoreError> {
         let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY metric, event");
-        let (bindings, counts) = with_pool!(self, reader, pool => {
-            let bindings: Vec<MetricBinding> = sqlx::query_as(&select).bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
-            let counts: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(SELECT_BINDING_COUNTS).bind(tenant.as_str()).bind(campaign_id).fetch_all(pool).await?;
+        let (bindings, counts) = with_pool!(self, reader, |pool| {
+            let bindings: Vec<MetricBinding> = sqlx::query_as(&select)
+                .bind(tenant.as_str())
+                .bind(campaign_id)
+                .fetch_all(pool)
+                .await?;
+            let counts: Vec<(String, String, i64, i64, i64)> =
+                sqlx::query_as(SELECT_BINDING_COUNTS)
+                    .bind(tenant.as_str())
+                    .bind(campaign_id)
+                    .fetch_all(pool)
+                    .await?;
             (bindings, counts)
         });
         Ok(bindings
@@ -510,7 +568,12 @@ impl Store {
         // One probe per distinct name: a batch holds few, and the index answers each.
         for event in events {
             let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND event = $2 ORDER BY campaign_id, metric");
-            let rows: Vec<MetricBinding> = with_pool!(self, reader, pool => sqlx::query_as(&select).bind(tenant.as_str()).bind(*event).fetch_all(pool).await)?;
+            let rows: Vec<MetricBinding> =
+                with_pool!(self, reader, |pool| sqlx::query_as(&select)
+                    .bind(tenant.as_str())
+                    .bind(*event)
+                    .fetch_all(pool)
+                    .await)?;
             found.extend(rows);
         }
         Ok(found)
@@ -527,10 +590,18 @@ impl StoreTx {
         now: i64,
     ) -> Result<(), StoreError> {
         for r in rejections {
-            with_tx!(self, conn => sqlx::query(INSERT_REJECTION)
-                .bind(tenant.as_str()).bind(source.as_str()).bind(i64::from(r.message_index)).bind(&r.code)
-                .bind(&r.field).bind(&r.reason).bind(&r.payload).bind(now)
-                .execute(&mut *conn).await.map(|_| ())?);
+            with_tx!(self, |conn| sqlx::query(INSERT_REJECTION)
+                .bind(tenant.as_str())
+                .bind(source.as_str())
+                .bind(i64::from(r.message_index))
+                .bind(&r.code)
+                .bind(&r.field)
+                .bind(&r.reason)
+                .bind(&r.payload)
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map(|_| ())?);
         }
         Ok(())
     }
@@ -543,10 +614,17 @@ impl StoreTx {
         tally: SourceTally,
         now: i64,
     ) -> Result<(), StoreError> {
-        with_tx!(self, conn => sqlx::query(INSERT_SOURCE_TALLY)
-            .bind(tenant.as_str()).bind(source.as_str()).bind(now)
-            .bind(tally.inserted).bind(tally.duplicates).bind(tally.collisions).bind(tally.rejected)
-            .execute(&mut *conn).await.map(|_| ())?);
+        with_tx!(self, |conn| sqlx::query(INSERT_SOURCE_TALLY)
+            .bind(tenant.as_str())
+            .bind(source.as_str())
+            .bind(now)
+            .bind(tally.inserted)
+            .bind(tally.duplicates)
+            .bind(tally.collisions)
+            .bind(tally.rejected)
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())?);
         Ok(())
     }
 
@@ -558,10 +636,18 @@ impl StoreTx {
         now: i64,
     ) -> Result<(), StoreError> {
         for t in tallies {
-            with_tx!(self, conn => sqlx::query(INSERT_BINDING_TALLY)
-                .bind(tenant.as_str()).bind(&t.campaign_id).bind(&t.metric).bind(&t.event).bind(now)
-                .bind(t.outcomes).bind(t.unassigned).bind(t.unusable)
-                .execute(&mut *conn).await.map(|_| ())?);
+            with_tx!(self, |conn| sqlx::query(INSERT_BINDING_TALLY)
+                .bind(tenant.as_str())
+                .bind(&t.campaign_id)
+                .bind(&t.metric)
+                .bind(&t.event)
+                .bind(now)
+                .bind(t.outcomes)
+                .bind(t.unassigned)
+                .bind(t.unusable)
+                .execute(&mut *conn)
+                .await
+                .map(|_| ())?);
         }
         Ok(())
     }
@@ -573,8 +659,11 @@ impl StoreTx {
         campaign_id: &str,
         unit_id: &str,
     ) -> Result<Option<Assignment>, StoreError> {
-        with_tx!(self, conn => {
-            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT).bind(tenant.as_str()).bind(campaign_id).bind(unit_id);
+        with_tx!(self, |conn| {
+            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT)
+                .bind(tenant.as_str())
+                .bind(campaign_id)
+                .bind(unit_id);
             Ok(query.fetch_optional(&mut *conn).await?)
         })
     }

@@ -109,16 +109,22 @@ impl StoreTx {
             crate::tx::TxInner::Sqlite(_) => SELECT_FINGERPRINT,
             crate::tx::TxInner::Postgres(_) => PG_SELECT_FINGERPRINT,
         };
-        let original: Option<String> = with_tx!(self, conn => {
-            let query = sqlx::query_scalar(select).bind(tenant.as_str()).bind(contract).bind(event_id);
+        let original: Option<String> = with_tx!(self, |conn| {
+            let query = sqlx::query_scalar(select)
+                .bind(tenant.as_str())
+                .bind(contract)
+                .bind(event_id);
             query.fetch_optional(&mut *conn).await?
         });
         let Some(original) = original else {
             return Ok(None);
         };
         let original = stored_fingerprint(&original)?;
-        let rows: Vec<SupersessionRow> = with_tx!(self, conn => {
-            let query = sqlx::query_as(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id);
+        let rows: Vec<SupersessionRow> = with_tx!(self, |conn| {
+            let query = sqlx::query_as(SELECT_SUPERSESSIONS)
+                .bind(tenant.as_str())
+                .bind(contract)
+                .bind(event_id);
             query.fetch_all(&mut *conn).await?
         });
         let history = rows
@@ -132,10 +138,18 @@ impl StoreTx {
         if &current == fingerprint || history.iter().any(|s| &s.fingerprint == fingerprint) {
             return Ok(Some(SupersedeOutcome::Unchanged));
         }
-        let inserted = with_tx!(self, conn => sqlx::query(INSERT_SUPERSESSION)
-            .bind(tenant.as_str()).bind(contract).bind(event_id).bind(fingerprint.as_str()).bind(current.as_str())
-            .bind(&corrected.payload).bind(reason).bind(now_us)
-            .execute(&mut *conn).await?.rows_affected());
+        let inserted = with_tx!(self, |conn| sqlx::query(INSERT_SUPERSESSION)
+            .bind(tenant.as_str())
+            .bind(contract)
+            .bind(event_id)
+            .bind(fingerprint.as_str())
+            .bind(current.as_str())
+            .bind(&corrected.payload)
+            .bind(reason)
+            .bind(now_us)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected());
         Ok(Some(if inserted == 1 {
             SupersedeOutcome::Superseded {
                 supersedes: current,
@@ -154,8 +168,11 @@ impl StoreTx {
     ) -> Result<Vec<SupersedingRow>, StoreError> {
         let mut found = Vec::new();
         for id in ids {
-            with_tx!(self, conn => {
-                let query = sqlx::query_as(SELECT_SUPERSEDING).bind(tenant.as_str()).bind(contract).bind(id.as_str());
+            with_tx!(self, |conn| {
+                let query = sqlx::query_as(SELECT_SUPERSEDING)
+                    .bind(tenant.as_str())
+                    .bind(contract)
+                    .bind(id.as_str());
                 found.extend(query.fetch_all(&mut *conn).await?);
             });
         }
@@ -171,8 +188,11 @@ impl Store {
         contract: &str,
         event_id: &EventId,
     ) -> Result<Vec<Supersession>, StoreError> {
-        let rows: Vec<SupersessionRow> = with_pool!(self, reader, pool => {
-            let query = sqlx::query_as(SELECT_SUPERSESSIONS).bind(tenant.as_str()).bind(contract).bind(event_id.as_str());
+        let rows: Vec<SupersessionRow> = with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(SELECT_SUPERSESSIONS)
+                .bind(tenant.as_str())
+                .bind(contract)
+                .bind(event_id.as_str());
             query.fetch_all(pool).await?
         });
         rows.into_iter().map(Supersession::try_from).collect()

@@ -23,11 +23,8 @@ pub(crate) enum TxInner {
 /// SQL in named `const`s that rustfmt formats. SQL is written with `$N` placeholders,
 /// which both drivers bind by number (`tests/it/placeholders.rs`).
 macro_rules! with_tx {
-    // The closure-shaped form, which rustfmt formats like any call.
+    // Closure-shaped, so rustfmt formats the body like any call.
     ($tx:expr, |$conn:ident| $body:expr) => {
-        $crate::tx::with_tx!($tx, $conn => $body)
-    };
-    ($tx:expr, $conn:ident => $body:expr) => {
         match &mut $tx.inner {
             $crate::tx::TxInner::Sqlite(t) => {
                 let $conn: &mut sqlx::SqliteConnection = &mut **t;
@@ -44,11 +41,8 @@ macro_rules! with_tx {
 /// Runs `$body` once per backend with `$pool` bound to a pool (`writer` or `reader` for
 /// SQLite; PostgreSQL has one pool); see [`with_tx!`].
 macro_rules! with_pool {
-    // The closure-shaped form, which rustfmt formats like any call.
+    // Closure-shaped, so rustfmt formats the body like any call.
     ($store:expr, $role:ident, |$pool:ident| $body:expr) => {
-        $crate::tx::with_pool!($store, $role, $pool => $body)
-    };
-    ($store:expr, $role:ident, $pool:ident => $body:expr) => {
         match &$store.backend {
             $crate::Backend::Sqlite(s) => {
                 let $pool = &s.$role;

@@ -150,6 +150,9 @@ async fn durable_consumer(
     Ok(consumer)
 }
 
+/// How long past its wait a pull may stay open before it is given up on.
+const PULL_GRACE: Duration = Duration::from_secs(5);
+
 /// The state of the fetch loop.
 struct Worker {
     store: Store,
@@ -212,15 +215,31 @@ impl Worker {
             }
         };
         let mut batch = Vec::new();
-        while let Some(item) = incoming.next().await {
-            match item {
-                Ok(message) => batch.push(message),
-                // A status ends the pull (max bytes reached, leader change): keep what came.
-                Err(err) => {
-                    tracing::debug!(error = %err, "pull request ended");
-                    break;
+        let drain = async {
+            while let Some(item) = incoming.next().await {
+                match item {
+                    Ok(message) => batch.push(message),
+                    // A status ends the pull (max bytes reached, leader change): keep what
+                    // came.
+                    Err(err) => {
+                        tracing::debug!(error = %err, "pull request ended");
+                        break;
+                    }
                 }
             }
+        };
+        // The server ends every pull with a status, but a status lost with a node (or a
+        // reconnect) would leave the pull open for ever: the client bounds only pulls
+        // that expire, not the immediate ones. Give up on it and pull again; what
+        // already came is handled, anything else is redelivered after the ack wait.
+        if tokio::time::timeout(wait + PULL_GRACE, drain)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                received = batch.len(),
+                "pull request never ended (server lost?); pulling again"
+            );
         }
         batch
     }
