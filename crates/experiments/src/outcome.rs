@@ -4,7 +4,10 @@
 //! a collision (refused, logged).
 
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use traqlyte_identity::{canonical, sha256_hex};
+
+use crate::{AssignmentId, CampaignId, OutcomeId};
 
 /// SHA-256 (hex) of the RFC 8785 bytes of `{"metric","value","occurred_at_us"}`: what
 /// the business fact says, nothing of its transport. The constants in
@@ -12,4 +15,27 @@ use traqlyte_identity::{canonical, sha256_hex};
 pub fn outcome_fingerprint(metric: &str, value: Option<f64>, occurred_at_us: i64) -> String {
     let document = json!({"metric": metric, "value": value, "occurred_at_us": occurred_at_us});
     sha256_hex(&canonical::jcs(&document))
+}
+
+/// The id of a stored outcome: `out_` and the first 32 hex digits of SHA-256 of
+/// `tenant ‖ "\n" ‖ campaign ‖ "\n" ‖ assignment ‖ "\n" ‖ dedupe_key`. A function of the
+/// outcome's identity only (never of its payload or arrival), so every delivery of it,
+/// and every correction, names the same outcome; the tenant is in it because the store's
+/// key starts with the tenant. Frozen by `tests/it/fixtures.rs`.
+pub fn outcome_id(
+    tenant: &str,
+    campaign: &CampaignId,
+    assignment: &AssignmentId,
+    dedupe_key: &str,
+) -> OutcomeId {
+    let digest = Sha256::new()
+        .chain_update(tenant.as_bytes())
+        .chain_update(b"\n")
+        .chain_update(campaign.as_str().as_bytes())
+        .chain_update(b"\n")
+        .chain_update(assignment.as_str().as_bytes())
+        .chain_update(b"\n")
+        .chain_update(dedupe_key.as_bytes())
+        .finalize();
+    OutcomeId::from_digest(&digest)
 }

@@ -168,6 +168,22 @@ text_value!(
     |text| is_prefixed_hex(text, "asg_", 32..=32)
 );
 
+text_value!(
+    /// A stored outcome's id: `out_` and the 32 lowercase hex digits
+    /// [`crate::outcome_id`] derives from the tenant, campaign, assignment and dedupe key,
+    /// so every delivery of an outcome is answered with the same id.
+    OutcomeId,
+    "out_ followed by 32 lowercase hex digits",
+    |text| is_prefixed_hex(text, "out_", 32..=32)
+);
+
+impl OutcomeId {
+    /// The id made of `digest`'s first 16 bytes (see [`crate::outcome_id`]).
+    pub(crate) fn from_digest(digest: &[u8]) -> OutcomeId {
+        OutcomeId(format!("out_{}", hex(&digest[..16])))
+    }
+}
+
 impl CampaignId {
     /// A new campaign's id from 8 random bytes (the caller's random source: this crate
     /// does no I/O).

@@ -1,10 +1,46 @@
 //! Recorded constants, re-derived by hand in Python when they were frozen
 //! (`sha256(JCS({"metric","occurred_at_us","value"}))`, `"asg_" + sha256(campaign + "\n" +
-//! unit)[:32]`, `int(sha256(salt + ":" + unit)[:8]) % total weight`).
+//! unit)[:32]`, `int(sha256(salt + ":" + unit)[:8]) % total weight`,
+//! `"out_" + sha256("\n".join([tenant, campaign, assignment, dedupe_key]))[:32]`).
 
 use traqlyte_experiments::bucketing::{assignment_id, bucket};
 use traqlyte_experiments::CampaignId;
-use traqlyte_experiments::{outcome_fingerprint, Arm};
+use traqlyte_experiments::{outcome_fingerprint, outcome_id, Arm, AssignmentId};
+
+#[test]
+fn outcome_ids_are_frozen() {
+    let cases: &[(&str, &str, &str, &str, &str)] = &[
+        (
+            "ten_1",
+            "cmp_1",
+            "asg_ae91d74e83c8d6f362465e4df0b9a968",
+            "prod:checkout:order_1",
+            "out_c22b68d0cc2860c7c5f359e429079c15",
+        ),
+        (
+            "ten_2",
+            "cmp_1",
+            "asg_ae91d74e83c8d6f362465e4df0b9a968",
+            "prod:checkout:order_1",
+            "out_adf6aeef1e1d7f2bb58929bf43bca371",
+        ),
+        (
+            "ten_1",
+            "cmp_2",
+            "asg_eac1458637e16b2154370c7b13effb29",
+            "ключ ✓",
+            "out_1017fa3ecd4bcd9ccfe3d6015202d094",
+        ),
+    ];
+    for (tenant, campaign, assignment, key, expected) in cases {
+        let campaign = CampaignId::try_from(*campaign).expect("a fixture campaign id");
+        let assignment = AssignmentId::try_from(*assignment).expect("a fixture assignment id");
+        assert_eq!(
+            outcome_id(tenant, &campaign, &assignment, key).as_str(),
+            *expected
+        );
+    }
+}
 
 #[test]
 fn outcome_fingerprints_are_frozen() {
