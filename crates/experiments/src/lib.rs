@@ -21,9 +21,9 @@ pub use campaign::{
     Arm, Arms, ArmsError, Campaign, CampaignVersion, MetricArmSums, MetricDef, MetricKind, Metrics,
     MetricsError, NewCampaign, WindowSums,
 };
-pub use outcome::outcome_fingerprint;
+pub use outcome::{outcome_fingerprint, outcome_id};
 pub use report::Report;
 pub use values::{
     ArmKey, AssignmentId, CampaignId, CampaignKey, CampaignName, DedupeKey, MetricName, OccurredAt,
-    OutcomeValue, RuleError, UnitId, VersionNote, Weight, WindowHours, NUL_RULE,
+    OutcomeId, OutcomeValue, RuleError, UnitId, VersionNote, Weight, WindowHours, NUL_RULE,
 };

@@ -43,6 +43,11 @@ pub struct Report {
     pub verdicts: Vec<Verdict>,
     /// Duplicate deliveries suppressed per arrival hour and arm.
     pub duplicates_over_time: Vec<DuplicateBucket>,
+    /// Outcomes whose value was corrected by a supersession
+    /// (`POST /outcomes/{outcome_id}/supersessions`); every figure above uses their
+    /// current value.
+    #[serde(default)]
+    pub corrected_outcomes: u64,
 }
 
 /// Observed units against the weights of the version each unit was assigned under.
@@ -205,6 +210,8 @@ pub struct ReportInput<'a> {
     pub sums: &'a HashMap<(String, String), MetricArmSums>,
     /// Duplicates per hour and arm.
     pub duplicates_over_time: &'a [DuplicatesInBucket],
+    /// Outcomes corrected at least once.
+    pub corrected_outcomes: u64,
 }
 
 impl Report {
@@ -274,6 +281,7 @@ impl Report {
             arms,
             verdicts,
             duplicates_over_time,
+            corrected_outcomes: input.corrected_outcomes,
         }
     }
 

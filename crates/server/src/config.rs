@@ -20,6 +20,9 @@ pub struct ServerConfig {
     pub idempotency_retention_ms: u64,
     /// How often the purge runs.
     pub idempotency_purge_every_ms: u64,
+    /// How often the semantic-duplicate scan runs over the latest version of every
+    /// contract of every tenant (`None`: never; docs/semantic-scan.md).
+    pub semantic_scan_every_ms: Option<u64>,
     /// A request (body reading and handling) taking longer than this is answered 408 and
     /// its work abandoned (an open transaction rolls back).
     pub request_timeout_ms: u64,
@@ -64,6 +67,7 @@ impl Default for ServerConfig {
             idempotency_stale_after_ms: 30_000,
             idempotency_retention_ms: 24 * 3_600_000,
             idempotency_purge_every_ms: 600_000,
+            semantic_scan_every_ms: None,
             request_timeout_ms: 30_000,
             #[cfg(feature = "test-hooks")]
             test_publish_delay_ms: std::env::var("TRAQLYTE_TEST_PUBLISH_DELAY_MS")

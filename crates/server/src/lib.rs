@@ -74,10 +74,17 @@ pub async fn serve(
     let purge = tokio::spawn(purge_idempotency_keys(state.clone()));
     let roll_up = tokio::spawn(roll_up_tallies(state.clone()));
     let partitions = tokio::spawn(maintain_partitions(state.clone()));
+    let semantic = state
+        .config
+        .semantic_scan_every_ms
+        .map(|every_ms| tokio::spawn(semantic_scans(state.clone(), every_ms)));
     let served = listener::serve(listener, router(state), limits, shutdown).await;
     purge.abort();
     roll_up.abort();
     partitions.abort();
+    if let Some(task) = semantic {
+        task.abort();
+    }
     served
 }
 
@@ -130,6 +137,60 @@ async fn roll_up_tallies(state: AppState) {
             Err(err) => tracing::warn!(error = %err, "tally roll-up failed"),
         }
     }
+}
+
+/// Runs the semantic-duplicate scan every `every_ms` (the first run one interval after
+/// the start) over the latest version of every contract of every tenant, and stores each
+/// result for `GET /ops/semantic-duplicates`. One scan at a time: a run longer than the
+/// interval delays the next instead of overlapping it.
+async fn semantic_scans(state: AppState, every_ms: u64) {
+    let mut ticker = tokio::time::interval(std::time::Duration::from_millis(every_ms.max(1_000)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        if let Err(err) = semantic_scan_all(&state.store).await {
+            tracing::warn!(error = %err, "semantic-duplicate scan failed");
+        }
+    }
+}
+
+/// One pass of [`semantic_scans`].
+pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::StoreError> {
+    for tenant in store.tenants().await? {
+        let contracts = store.contracts(&tenant.tenant_id).await?;
+        // Ordered by name then version: the last of each name is its latest version.
+        let latest = contracts
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| {
+                contracts
+                    .get(i + 1)
+                    .is_none_or(|next| next.name() != c.name())
+            })
+            .map(|(_, c)| c);
+        for contract in latest {
+            let scope = traqlyte_store::SemanticScope {
+                tenant: &tenant.tenant_id,
+                contract,
+                since_us: None,
+            };
+            let scan = store
+                .semantic_scan(scope, traqlyte_store::now_us, |_| {})
+                .await?;
+            if !scan.findings.is_empty() {
+                tracing::warn!(
+                    tenant = %tenant.tenant_id,
+                    contract = %scan.contract,
+                    version = scan.version,
+                    suspects = ?scan.findings.iter().map(|f| f.pointer.as_str()).collect::<Vec<_>>(),
+                    "semantic duplicates found: an identity field differs where all else is equal"
+                );
+            }
+            store.save_semantic_scan(&tenant.tenant_id, &scan).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Deletes idempotency keys older than the retention, periodically.

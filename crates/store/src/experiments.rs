@@ -402,6 +402,16 @@ fn per_arm_columns() -> String {
     format!("{}, {}", per_arm("ev"), per_arm("ar"))
 }
 
+/// A stored outcome's current value: its newest correction's, else its own
+/// (`outcome_corrections.rs`). Duplicates keep the value they were delivered with: they
+/// stand for what a pipeline without dedupe counted.
+const CURRENT_VALUE: &str = "CASE WHEN EXISTS (SELECT 1 FROM outcome_supersessions s
+       WHERE s.tenant_id = outcomes.tenant_id AND s.outcome_id = outcomes.outcome_id)
+     THEN (SELECT s.value FROM outcome_supersessions s
+       WHERE s.tenant_id = outcomes.tenant_id AND s.outcome_id = outcomes.outcome_id
+       ORDER BY s.seq DESC LIMIT 1)
+     ELSE value END";
+
 /// Per (metric, arm, unit) sums recomputed from outcomes and duplicates. Windows are
 /// inlined as integer literals (they come from validated campaign definitions, never from
 /// a request); metric names are bound as `$3…`.
@@ -423,9 +433,9 @@ fn per_unit_sql(metrics: &[MetricWindow]) -> String {
              SUM(CASE WHEN stored = 0 AND {flag} = 1 THEN COALESCE(value, 0) ELSE 0 END) AS {p}_dv"
         )
     };
-    let source = |table: &str, stored: u8, arrival: &str| {
+    let source = |table: &str, stored: u8, arrival: &str, value: &str| {
         format!(
-            "SELECT metric, arm, assignment_id, value, {stored} AS stored,
+            "SELECT metric, arm, assignment_id, {value} AS value, {stored} AS stored,
                     CASE WHEN occurred_at_us - assigned_at_us BETWEEN 0 AND {window} THEN 1 ELSE 0 END AS ev_in,
                     CASE WHEN {arrival} - assigned_at_us BETWEEN 0 AND {window} THEN 1 ELSE 0 END AS ar_in
              FROM {table} WHERE tenant_id = $1 AND campaign_id = $2 AND metric IN ({})",
@@ -436,7 +446,7 @@ fn per_unit_sql(metrics: &[MetricWindow]) -> String {
         "SELECT metric, arm, assignment_id, {}, {} FROM ({} UNION ALL {}) x GROUP BY metric, arm, assignment_id",
         sums("ev", "ev_in"),
         sums("ar", "ar_in"),
-        source("outcomes", 1, "received_at_us"),
-        source("outcome_duplicates", 0, "arrived_at_us"),
+        source("outcomes", 1, "received_at_us", CURRENT_VALUE),
+        source("outcome_duplicates", 0, "arrived_at_us", "value"),
     )
 }

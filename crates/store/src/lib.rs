@@ -12,7 +12,7 @@
 //! [`KeyPrefix`] (tenants and key lifecycle: [`tenants`]), [`NewEvent`],
 //! [`EventOutcome`], [`ContractStats`], [`UiToken`]; lineage (OpenLineage run events and
 //! their graph): [`RunEventRow`], [`NodeRef`], [`Walk`]; Segment sources, write keys and
-//! metric bindings: [`sources`].
+//! metric bindings: [`sources`]; the semantic-duplicate scan: [`semantic`].
 
 #![deny(missing_docs)]
 
@@ -27,10 +27,12 @@ pub mod idempotency;
 mod lineage;
 mod migrate;
 mod model;
+pub mod outcome_corrections;
 mod outcomes_batch;
 pub mod partitions;
 pub mod plan;
 mod postgres;
+pub mod semantic;
 pub mod sources;
 mod sql;
 mod sqlite;
@@ -60,7 +62,14 @@ pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,
 };
+pub use outcome_corrections::{
+    stored_outcome_id, CorrectionResult, OutcomeCorrection, OutcomeHistory,
+};
 pub use partitions::{DedupeHorizon, LateEvents, Maintenance, OutsideHorizon, PartitionInfo};
+pub use semantic::{
+    SemanticFinding, SemanticGroup, SemanticProgress, SemanticScan, SemanticScope,
+    SEMANTIC_EXAMPLES_MAX,
+};
 pub use sources::{
     BindingInfo, BindingOutcome, BindingTally, MetricBinding, NewRejection, Rejection, Source,
     SourceId, SourceInfo, SourceName, SourceTally, WriteKey,

@@ -16,6 +16,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use traqlyte_experiments::outcome_id;
+
 use crate::experiments::{NewOutcome, OutcomeResult, StoredOutcome};
 use crate::tx::TxInner;
 use crate::{AssignmentId, CampaignId, StoreError, StoreTx, TenantId};
@@ -27,10 +29,10 @@ const SQLITE_ROWS_PER_STATEMENT: usize = 500;
 const OUTCOME_COLUMNS: &str = "assignment_id, dedupe_key, campaign_id, arm, metric, value, occurred_at_us, received_at_us, fingerprint";
 
 const PG_INSERT_OUTCOMES: &str = "INSERT INTO outcomes
-     (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint)
-     SELECT $1, u.a, u.k, u.c, u.arm, u.at, u.m, u.v, u.o, $2, u.f
-     FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::text[], $9::float8[], $10::int8[], $11::text[])
-       AS u(a, k, c, arm, at, m, v, o, f)
+     (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint, outcome_id)
+     SELECT $1, u.a, u.k, u.c, u.arm, u.at, u.m, u.v, u.o, $2, u.f, u.id
+     FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::text[], $9::float8[], $10::int8[], $11::text[], $12::text[])
+       AS u(a, k, c, arm, at, m, v, o, f, id)
      ON CONFLICT DO NOTHING RETURNING assignment_id, dedupe_key";
 
 const PG_SELECT_STORED: &str =
@@ -124,6 +126,20 @@ impl StoreTx {
         now_us: i64,
     ) -> Result<HashSet<Key>, StoreError> {
         let mut keys: Vec<(String, String)> = Vec::with_capacity(rows.len());
+        // Each row's deterministic id (`outcome_corrections.rs`), for its corrections.
+        let ids: Vec<String> = rows
+            .iter()
+            .map(|o| {
+                let a = &o.assignment;
+                outcome_id(
+                    tenant.as_str(),
+                    &a.campaign_id,
+                    &a.assignment_id,
+                    &o.dedupe_key,
+                )
+                .into_string()
+            })
+            .collect();
         match &mut self.inner {
             TxInner::Postgres(conn) => {
                 let text =
@@ -143,18 +159,22 @@ impl StoreTx {
                     .bind(text(|o| &o.metric))
                     .bind(rows.iter().map(|o| o.value).collect::<Vec<Option<f64>>>())
                     .bind(rows.iter().map(|o| o.occurred_at_us).collect::<Vec<i64>>())
-                    .bind(text(|o| &o.fingerprint));
+                    .bind(text(|o| &o.fingerprint))
+                    .bind(ids);
                 keys = query.fetch_all(&mut **conn).await?;
             }
             TxInner::Sqlite(conn) => {
-                for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                for (chunk, ids) in rows
+                    .chunks(SQLITE_ROWS_PER_STATEMENT)
+                    .zip(ids.chunks(SQLITE_ROWS_PER_STATEMENT))
+                {
                     let sql = format!(
-                        "INSERT INTO outcomes (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint)
+                        "INSERT INTO outcomes (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value, occurred_at_us, received_at_us, fingerprint, outcome_id)
                          VALUES {} ON CONFLICT DO NOTHING RETURNING assignment_id, dedupe_key",
-                        vec!["(?,?,?,?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
+                        vec!["(?,?,?,?,?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
                     );
                     let mut query = sqlx::query_as(&sql);
-                    for o in chunk {
+                    for (o, id) in chunk.iter().zip(ids) {
                         let a = &o.assignment;
                         query = query
                             .bind(tenant.as_str())
@@ -167,7 +187,8 @@ impl StoreTx {
                             .bind(o.value)
                             .bind(o.occurred_at_us)
                             .bind(now_us)
-                            .bind(&o.fingerprint);
+                            .bind(&o.fingerprint)
+                            .bind(id);
                     }
                     keys.extend(query.fetch_all(&mut **conn).await?);
                 }

@@ -9,6 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod backfill;
 mod consume;
 mod partitions;
+mod scan;
 mod sources;
 mod tenants;
 
@@ -66,6 +67,11 @@ enum Command {
     /// The time partitions of the events table (PostgreSQL): status, maintain.
     #[command(subcommand)]
     Partitions(partitions::PartitionsCommand),
+    /// Scans of the stored data: `traqlyte scan semantic --tenant T --contract NAME`
+    /// finds events that differ in one identity field only (a field that should not be
+    /// identity).
+    #[command(subcommand)]
+    Scan(scan::ScanCommand),
     /// Inspect identity contracts.
     #[command(subcommand)]
     Contracts(ContractsCommand),
@@ -161,6 +167,44 @@ struct ServeArgs {
     late_events: partitions::LateEventsArg,
     #[command(flatten)]
     nats: consume::ServeNats,
+    /// How often the semantic-duplicate scan runs over the latest version of every
+    /// contract (`off`, or a duration such as `30m`, `6h`, `1d`); results at
+    /// `GET /ops/semantic-duplicates`.
+    #[arg(long, env = "TRAQLYTE_SEMANTIC_SCAN_INTERVAL", default_value = "off", value_parser = parse_interval)]
+    semantic_scan_interval: Interval,
+}
+
+/// `off` or a duration.
+#[derive(Clone, Copy, Debug)]
+struct Interval(Option<u64>);
+
+/// Parses `off` or a whole number followed by `s`, `m`, `h` or `d` into milliseconds.
+fn parse_interval(text: &str) -> Result<Interval, String> {
+    if text == "off" {
+        return Ok(Interval(None));
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let unit_ms: u64 = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "{text:?}: use off or a number with s, m, h or d (e.g. 6h)"
+            ))
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: use off or a number with s, m, h or d (e.g. 6h)"))?;
+    match n.checked_mul(unit_ms) {
+        Some(ms) if ms >= 1_000 => Ok(Interval(Some(ms))),
+        _ => Err(format!("{text:?}: between 1s and centuries, please")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -250,6 +294,7 @@ async fn run(command: Command) -> Result<()> {
         Command::Fire(args) => fire::run(args).await,
         Command::Backfill(args) => backfill::run(args).await,
         Command::Partitions(command) => partitions::run(command).await,
+        Command::Scan(command) => scan::run(command).await,
         Command::Consume(command) => consume::run(command, shutdown_signal()).await,
         Command::Bench(command) => bench::run(command).await,
     }
@@ -296,6 +341,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         connections_max,
         dedupe_horizon: args.horizon.dedupe_horizon_days,
         late_events: args.late_events.into(),
+        semantic_scan_every_ms: args.semantic_scan_interval.0,
         // The purge interval, and in test builds the test hooks.
         ..ServerConfig::default()
     };

@@ -81,6 +81,7 @@ fn report(control: MetricArmSums, treatment: MetricArmSums) -> Report {
             arm: "treatment".to_string(),
             duplicates: 7,
         }],
+        corrected_outcomes: 2,
     })
 }
 

@@ -1,12 +1,13 @@
 //! Experiments: sticky assignments (`POST /assignments`), deduplicated outcomes
 //! (`POST /outcome`, `POST /outcomes/batch`) and the dedupe-aware report
-//! (`GET /campaigns/{id}/report`).
+//! (`GET /campaigns/{id}/report`); corrections of outcomes (`corrections.rs`).
 //!
 //! Outcomes rely on layer 1 only: `(assignment_id, dedupe_key)` is unique in the store,
 //! a retry gets the original answer byte for byte and is counted against its arm, so the
 //! report can show what a pipeline without dedupe would have concluded.
 
 pub(crate) mod assignments;
+pub(crate) mod corrections;
 pub(crate) mod outcomes;
 pub mod report;
 

@@ -12,11 +12,13 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use traqlyte_experiments::{
-    outcome_fingerprint, AssignmentId, CampaignId, DedupeKey, MetricName, OccurredAt, OutcomeValue,
+    outcome_fingerprint, AssignmentId, CampaignId, DedupeKey, MetricName, OccurredAt, OutcomeId,
+    OutcomeValue,
 };
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
-    now_us, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult, StoredOutcome, TenantId,
+    now_us, stored_outcome_id, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult,
+    StoredOutcome, TenantId,
 };
 use utoipa::ToSchema;
 
@@ -51,9 +53,9 @@ pub(crate) async fn post_outcome(
         .await?;
     tx.commit().await?;
     match results.into_iter().next() {
-        Some(OutcomeResult::Inserted(stored)) => Ok(answer(&stored, "inserted")),
-        Some(OutcomeResult::Duplicate(stored)) => Ok(answer(&stored, "duplicate")),
-        Some(OutcomeResult::Collision(stored)) => Err(collision(&stored)),
+        Some(OutcomeResult::Inserted(stored)) => Ok(answer(&tenant, &stored, "inserted")),
+        Some(OutcomeResult::Duplicate(stored)) => Ok(answer(&tenant, &stored, "duplicate")),
+        Some(OutcomeResult::Collision(stored)) => Err(collision(&tenant, &stored)),
         None => Err(ApiError::internal("store returned no outcome")),
     }
 }
@@ -134,10 +136,12 @@ pub(crate) async fn post_outcomes_batch(
         let (status, stored, error) = match &result {
             OutcomeResult::Inserted(s) => ("inserted", s, None),
             OutcomeResult::Duplicate(s) => ("duplicate", s, None),
-            OutcomeResult::Collision(s) => ("collision", s, Some(collision(s).into_body())),
+            OutcomeResult::Collision(s) => {
+                ("collision", s, Some(collision(&tenant, s).into_body()))
+            }
         };
         *counts.entry(status).or_default() += 1;
-        let outcome = error.is_none().then(|| outcome_json(stored));
+        let outcome = error.is_none().then(|| outcome_json(&tenant, stored));
         results[index] = Some(OutcomeItem {
             error,
             index,
@@ -308,9 +312,11 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::unprocessable("invalid_outcome", message).with_field(field)
 }
 
-/// The answer to every delivery of an outcome: rendered from the stored row only.
-fn outcome_json(stored: &StoredOutcome) -> OutcomeView {
+/// The answer to every delivery of an outcome: rendered from the stored row only (its
+/// id is derived from the row's key, so a retry gets the same bytes).
+pub(crate) fn outcome_json(tenant: &TenantId, stored: &StoredOutcome) -> OutcomeView {
     OutcomeView {
+        outcome_id: stored_outcome_id(tenant, stored),
         arm: stored.arm.clone(),
         assignment_id: stored.assignment_id.clone(),
         campaign_id: stored.campaign_id.clone(),
@@ -334,19 +340,24 @@ pub(crate) struct OutcomeView {
     dedupe_key: String,
     metric: String,
     occurred_at: String,
+    /// The outcome's id, the same for every delivery: name it to correct the value
+    /// (`POST /outcomes/{outcome_id}/supersessions`). The value here is always the one
+    /// first stored; `GET /outcomes/{outcome_id}` shows the current one.
+    #[schema(value_type = String)]
+    outcome_id: OutcomeId,
     received_at: String,
     value: Option<f64>,
 }
 
-fn answer(stored: &StoredOutcome, status: &'static str) -> Response {
-    let mut response = Json(outcome_json(stored)).into_response();
+fn answer(tenant: &TenantId, stored: &StoredOutcome, status: &'static str) -> Response {
+    let mut response = Json(outcome_json(tenant, stored)).into_response();
     response
         .headers_mut()
         .insert(DEDUPE_HEADER, HeaderValue::from_static(status));
     response
 }
 
-fn collision(stored: &StoredOutcome) -> ApiError {
+fn collision(tenant: &TenantId, stored: &StoredOutcome) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         "outcome_collision",
@@ -356,7 +367,7 @@ fn collision(stored: &StoredOutcome) -> ApiError {
             stored.assignment_id, stored.dedupe_key
         ),
     )
-    .with_stored_outcome(outcome_json(stored))
+    .with_stored_outcome(outcome_json(tenant, stored))
 }
 
 #[cfg(test)]

@@ -47,11 +47,13 @@ pub async fn build(
     let duplicates_over_time = store
         .duplicates_over_time(tenant, campaign_id, HOUR_US, DUPLICATE_BUCKETS_MAX)
         .await?;
+    let corrected = store.corrected_outcomes(tenant, campaign_id).await?;
     Ok(Report::compute(ReportInput {
         campaign: &campaign,
         versions: &versions,
         units_by_version: &units_by_version,
         sums: &sums,
         duplicates_over_time: &duplicates_over_time,
+        corrected_outcomes: u64::try_from(corrected).unwrap_or(0),
     }))
 }

@@ -8,6 +8,7 @@ pub(crate) mod deadletters;
 pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod lineage;
+pub(crate) mod semantic;
 pub(crate) mod supersessions;
 pub(crate) mod text;
 
@@ -63,7 +64,16 @@ pub(crate) fn router(state: AppState) -> Router {
             "/outcomes/batch",
             post(crate::experiments::post_outcomes_batch),
         )
+        .route(
+            "/outcomes/{outcome_id}",
+            get(crate::experiments::corrections::get_outcome),
+        )
+        .route(
+            "/outcomes/{outcome_id}/supersessions",
+            idempotent(post(crate::experiments::corrections::supersede_outcome)),
+        )
         .route("/deadletters", get(deadletters::list))
+        .route("/ops/semantic-duplicates", get(semantic::list))
         .route("/contracts/{name}", get(contracts::show))
         .route("/contracts/{name}/collisions", get(contracts::collisions))
         .route("/events/{contract}", post(events::post_one))

@@ -127,7 +127,9 @@ pub(crate) fn report(report: &Report) -> String {
             "key " code { (report.key) } " · id " code { (report.campaign_id) } " · "
             (report.versions) " published version(s) · "
             (Format::Percent.number(report.confidence_level)) " confidence intervals · control arm "
-            b { (control) }
+            b { (control) } " · "
+            span data-field="corrected_outcomes" { (report.corrected_outcomes) }
+            " outcome(s) corrected (figures use their current value)"
         }
         (verdicts(report))
         (srm(&report.srm, report))

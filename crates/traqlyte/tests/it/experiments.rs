@@ -20,7 +20,7 @@ fn in_window() -> String {
     traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us() + 60_000_000)
 }
 
-async fn published_campaign(app: &TestApp, weights: [u32; 2]) -> String {
+pub(crate) async fn published_campaign(app: &TestApp, weights: [u32; 2]) -> String {
     let body = json!({
         "key": "checkout", "name": "Checkout",
         "arms": [{"key": "control", "weight": weights[0]}, {"key": "treatment", "weight": weights[1]}],
@@ -42,7 +42,7 @@ async fn published_campaign(app: &TestApp, weights: [u32; 2]) -> String {
     id
 }
 
-async fn assign(app: &TestApp, campaign: &str, unit: &str) -> Value {
+pub(crate) async fn assign(app: &TestApp, campaign: &str, unit: &str) -> Value {
     let answer = app
         .post_json(
             "/assignments",
@@ -53,11 +53,14 @@ async fn assign(app: &TestApp, campaign: &str, unit: &str) -> Value {
     answer.body
 }
 
-fn outcome(assignment: &Value, key: &str, metric: &str, value: Option<f64>) -> Value {
+pub(crate) fn outcome(assignment: &Value, key: &str, metric: &str, value: Option<f64>) -> Value {
     json!({"assignment_id": assignment["assignment_id"], "dedupe_key": key, "metric": metric, "value": value, "occurred_at": in_window()})
 }
 
-async fn post_outcome_bytes(app: &TestApp, body: &Value) -> (StatusCode, Option<String>, Vec<u8>) {
+pub(crate) async fn post_outcome_bytes(
+    app: &TestApp,
+    body: &Value,
+) -> (StatusCode, Option<String>, Vec<u8>) {
     let response = app
         .client
         .post(app.url("/outcome"))
@@ -79,13 +82,13 @@ async fn post_outcome_bytes(app: &TestApp, body: &Value) -> (StatusCode, Option<
     )
 }
 
-async fn report(app: &TestApp, campaign: &str) -> Value {
+pub(crate) async fn report(app: &TestApp, campaign: &str) -> Value {
     let answer = app.get(&format!("/campaigns/{campaign}/report")).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     answer.body
 }
 
-fn metric<'a>(report: &'a Value, arm: &str, name: &str) -> &'a Value {
+pub(crate) fn metric<'a>(report: &'a Value, arm: &str, name: &str) -> &'a Value {
     let arms = report["arms"].as_array().expect("arms");
     let entry = arms.iter().find(|a| a["key"] == arm).expect("arm");
     &entry["metrics"][name]

@@ -21,9 +21,11 @@ mod nats_server;
 mod numbers;
 mod ol_client;
 mod openapi;
+mod outcome_corrections;
 mod partitions;
 mod request_bodies;
 mod segment;
+mod semantic;
 mod supersessions;
 mod ui;
 

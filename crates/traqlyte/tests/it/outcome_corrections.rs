@@ -1,0 +1,198 @@
+//! Correcting an outcome by supersession: the report uses the current value in both
+//! windows, the original and the history are kept, a retry of the original still gets
+//! identical bytes, a different value under the same dedupe key is still a collision,
+//! and no tenant corrects another's outcome.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::experiments::{
+    assert_unit_metrics_match_the_facts, assign, metric, outcome, post_outcome_bytes,
+    published_campaign, report,
+};
+use crate::helpers::{spawn_app, Backend};
+
+crate::on_both_backends!(
+    a_corrected_outcome_changes_the_report_and_keeps_its_history,
+    a_correction_is_refused_for_another_tenant_and_for_bad_bodies,
+    batch_answers_name_the_same_outcome_id,
+);
+
+/// `value` per unit of `arm`'s revenue, event and arrival time.
+fn revenue(report: &Value, arm: &str) -> (Value, Value) {
+    let m = metric(report, arm, "revenue");
+    (m["value"].clone(), m["arrival_time"]["value"].clone())
+}
+
+async fn a_corrected_outcome_changes_the_report_and_keeps_its_history(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let arm = unit["arm"].as_str().expect("arm").to_string();
+    let body = outcome(&unit, "prod:checkout:order_1", "revenue", Some(100.0));
+    let first = post_outcome_bytes(&app, &body).await;
+    assert_eq!(first.0, StatusCode::OK);
+    let answered: Value = serde_json::from_slice(&first.2).expect("json");
+    let id = answered["outcome_id"]
+        .as_str()
+        .expect("an outcome_id")
+        .to_string();
+    assert!(id.starts_with("out_") && id.len() == 36, "{id}");
+    let before = report(&app, &campaign).await;
+    assert_eq!(revenue(&before, &arm), (json!(100.0), json!(100.0)));
+    assert_eq!(before["corrected_outcomes"], 0);
+
+    let path = format!("/outcomes/{id}/supersessions");
+    let correction = json!({"value": 40.0, "reason": "partial refund"});
+    let stored = app.post_json(&path, &correction).await;
+    assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
+    assert_eq!(stored.body["status"], "superseded");
+    assert_eq!(stored.body["correction"]["supersedes_value"], 100.0);
+    // The same correction again changes nothing.
+    let again = app.post_json(&path, &correction).await;
+    assert_eq!(
+        (again.status, again.body["status"].clone()),
+        (StatusCode::OK, json!("unchanged"))
+    );
+
+    let after = report(&app, &campaign).await;
+    assert_eq!(revenue(&after, &arm), (json!(40.0), json!(40.0)));
+    assert_eq!(after["corrected_outcomes"], 1);
+    assert_unit_metrics_match_the_facts(&app, &campaign).await;
+
+    // A second correction: history oldest first, the original untouched.
+    let second = app
+        .post_json(
+            &path,
+            &json!({"value": 55.0, "reason": "refund reversed in part"}),
+        )
+        .await;
+    assert_eq!(second.status, StatusCode::CREATED, "{}", second.body);
+    let history = app.get(&format!("/outcomes/{id}")).await;
+    assert_eq!(history.status, StatusCode::OK, "{}", history.body);
+    assert_eq!(
+        history.body["outcome"]["value"], 100.0,
+        "the original is kept"
+    );
+    assert_eq!(history.body["current_value"], 55.0);
+    let values: Vec<(Value, Value)> = history.body["corrections"]
+        .as_array()
+        .expect("corrections")
+        .iter()
+        .map(|c| (c["supersedes_value"].clone(), c["value"].clone()))
+        .collect();
+    assert_eq!(
+        values,
+        vec![(json!(100.0), json!(40.0)), (json!(40.0), json!(55.0))]
+    );
+    assert_eq!(history.body["corrections"][0]["reason"], "partial refund");
+    assert_eq!(
+        revenue(&report(&app, &campaign).await, &arm),
+        (json!(55.0), json!(55.0))
+    );
+    assert_unit_metrics_match_the_facts(&app, &campaign).await;
+
+    // A retry of the original delivery: identical bytes, counted as a duplicate.
+    let retry = post_outcome_bytes(&app, &body).await;
+    assert_eq!(
+        (retry.0, retry.1.as_deref(), retry.2),
+        (StatusCode::OK, Some("duplicate"), first.2.clone())
+    );
+    // A different value under the same dedupe key is still a collision, not a correction.
+    let resend = outcome(&unit, "prod:checkout:order_1", "revenue", Some(70.0));
+    let mut resend = resend;
+    resend["occurred_at"] = body["occurred_at"].clone();
+    let collided = app.post_json("/outcome", &resend).await;
+    assert_eq!(collided.status, StatusCode::CONFLICT, "{}", collided.body);
+    assert_eq!(collided.code(), "outcome_collision");
+    assert_eq!(collided.body["error"]["stored"]["outcome_id"], json!(id));
+    assert_eq!(
+        revenue(&report(&app, &campaign).await, &arm),
+        (json!(55.0), json!(55.0))
+    );
+    assert_unit_metrics_match_the_facts(&app, &campaign).await;
+}
+
+async fn a_correction_is_refused_for_another_tenant_and_for_bad_bodies(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let body = outcome(&unit, "prod:checkout:order_1", "revenue", Some(100.0));
+    let first = app.post_json("/outcome", &body).await;
+    let id = first.body["outcome_id"].as_str().expect("id").to_string();
+    let path = format!("/outcomes/{id}/supersessions");
+
+    let other = app.other_tenant_key().await;
+    let theirs = app
+        .send(
+            app.client
+                .post(app.url(&path))
+                .bearer_auth(&other)
+                .body(json!({"value": 1.0, "reason": "not mine"}).to_string()),
+        )
+        .await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND, "{}", theirs.body);
+    assert_eq!(theirs.code(), "outcome_not_found");
+    let read = app
+        .send(
+            app.client
+                .get(app.url(&format!("/outcomes/{id}")))
+                .bearer_auth(&other),
+        )
+        .await;
+    assert_eq!(read.status, StatusCode::NOT_FOUND);
+
+    for (bad, field) in [
+        (json!({"value": 1.0}), "reason"),
+        (json!({"value": 1.0, "reason": ""}), "reason"),
+        (json!({"value": 1e16, "reason": "too big"}), "value"),
+        (
+            json!({"value": null, "reason": "a sum needs a value"}),
+            "value",
+        ),
+        (json!({"value": 1.0, "reason": "x", "extra": 1}), "extra"),
+    ] {
+        let answer = app.post_json(&path, &bad).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{bad}: {}",
+            answer.body
+        );
+        assert_eq!(
+            answer.body["error"]["field"], field,
+            "{bad}: {}",
+            answer.body
+        );
+    }
+    let unknown = app
+        .post_json(
+            "/outcomes/out_00000000000000000000000000000000/supersessions",
+            &json!({"value": 1.0, "reason": "nothing there"}),
+        )
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    let history = app.get(&format!("/outcomes/{id}")).await;
+    assert_eq!(
+        history.body["corrections"],
+        json!([]),
+        "nothing was written"
+    );
+    assert_eq!(history.body["current_value"], 100.0);
+    assert_eq!(report(&app, &campaign).await["corrected_outcomes"], 0);
+}
+
+async fn batch_answers_name_the_same_outcome_id(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let body = outcome(&unit, "prod:checkout:order_9", "revenue", Some(10.0));
+    let single = app.post_json("/outcome", &body).await;
+    let batch = app.post_json("/outcomes/batch", &json!([body])).await;
+    assert_eq!(batch.status, StatusCode::OK, "{}", batch.body);
+    assert_eq!(batch.body["results"][0]["status"], "duplicate");
+    assert_eq!(
+        batch.body["results"][0]["outcome"]["outcome_id"],
+        single.body["outcome_id"]
+    );
+}

@@ -1,0 +1,180 @@
+//! The semantic-duplicate scan: a contract that wrongly holds an emit time in its
+//! identity stores every retry as a new event; the scan names that field with the number
+//! of groups, and finds nothing under a contract that lists the emit time as transport.
+
+use std::process::Command;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use traqlyte_server::ServerConfig;
+
+use crate::helpers::{spawn_app, spawn_app_with, Backend, TestApp};
+
+crate::on_both_backends!(
+    the_scan_names_an_emit_time_in_the_identity_with_its_group_count,
+    a_sound_contract_has_no_semantic_duplicates,
+    serve_runs_the_scan_periodically_and_shows_it_per_tenant,
+);
+
+/// Version 1 holds `/emitted_at`, the client's send time, among its identity fields: the
+/// mistake under test. Version 2 lists it as transport.
+fn page_view_contract(version: u32) -> Value {
+    let mut fields = vec![
+        json!({"pointer": "/user_id", "required": true}),
+        json!({"pointer": "/page", "required": true}),
+    ];
+    let mut transport = vec![json!("/attempt")];
+    if version == 1 {
+        fields.push(json!({"pointer": "/emitted_at"}));
+    } else {
+        transport.push(json!("/emitted_at"));
+    }
+    json!({"name": "page_view", "version": version, "fields": fields, "transport": transport})
+}
+
+fn page_view(user: &str, page: &str, attempt: u32) -> Value {
+    json!({"user_id": user, "page": page, "referrer": "search",
+           "emitted_at": format!("2026-11-29T10:00:0{attempt}Z"), "attempt": attempt})
+}
+
+/// Sends business event `(user, page)` `deliveries` times, each a retry with a new emit
+/// time and attempt counter; returns how many the store kept as distinct events.
+async fn deliver(app: &TestApp, version: u32, user: &str, page: &str, deliveries: u32) -> usize {
+    let mut ids = std::collections::BTreeSet::new();
+    for attempt in 1..=deliveries {
+        let answer = app
+            .post_json(
+                &format!("/events/page_view?version={version}"),
+                &page_view(user, page, attempt),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        ids.insert(answer.body["event_id"].as_str().map(str::to_string));
+    }
+    ids.len()
+}
+
+/// The traffic of both tests: three business events retried (4, 3 and 2 deliveries) and
+/// one delivered once. Returns the distinct events stored.
+async fn feed(app: &TestApp, version: u32) -> usize {
+    let answer = app
+        .post_json("/contracts", &page_view_contract(version))
+        .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let mut stored = 0;
+    stored += deliver(app, version, "u1", "/home", 4).await;
+    stored += deliver(app, version, "u2", "/pricing", 3).await;
+    stored += deliver(app, version, "u3", "/docs", 2).await;
+    stored += deliver(app, version, "u4", "/about", 1).await;
+    stored
+}
+
+/// `traqlyte scan semantic … --json`, parsed.
+fn scan_cli(app: &TestApp, version: u32, extra: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args([
+            "scan",
+            "semantic",
+            "--tenant",
+            "test tenant",
+            "--contract",
+            "page_view",
+        ])
+        .args(["--version", &version.to_string(), "--json"])
+        .args(["--database-url", app.database_url()])
+        .args(extra)
+        .output()
+        .expect("run traqlyte scan semantic");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("one JSON line")
+}
+
+async fn the_scan_names_an_emit_time_in_the_identity_with_its_group_count(backend: Backend) {
+    let app = spawn_app(backend).await;
+    // Every retry carries a new emit time, so the wrong contract stores each as an event.
+    assert_eq!(feed(&app, 1).await, 10);
+
+    let scan = scan_cli(&app, 1, &[]);
+    assert_eq!(scan["events"], 10);
+    assert_eq!(
+        scan["fields_checked"],
+        json!(["/user_id", "/page", "/emitted_at"])
+    );
+    let findings = scan["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 1, "only the emit time is suspect: {scan}");
+    let finding = &findings[0];
+    assert_eq!(finding["pointer"], "/emitted_at");
+    assert_eq!(finding["groups"], 3, "u1, u2 and u3 were retried");
+    assert_eq!(finding["events"], 4 + 3 + 2);
+    assert_eq!(finding["examples"][0]["events"], 4, "largest group first");
+
+    // The same result is stored and answered over HTTP.
+    let listed = app.get("/ops/semantic-duplicates").await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    let answered = &listed.body["scans"][0];
+    assert_eq!(answered["contract"], "page_view");
+    assert_eq!(answered["version"], 1);
+    assert_eq!(answered["findings"][0]["pointer"], "/emitted_at");
+    assert_eq!(answered["findings"][0]["groups"], 3);
+    assert_eq!(answered["findings"][0]["events"], 9);
+
+    // --since after every arrival scans nothing.
+    let later = scan_cli(&app, 1, &["--since", "2999-01-01T00:00:00Z"]);
+    assert_eq!(
+        (later["events"].clone(), later["findings"].clone()),
+        (json!(0), json!([]))
+    );
+}
+
+async fn a_sound_contract_has_no_semantic_duplicates(backend: Backend) {
+    let app = spawn_app(backend).await;
+    // The emit time is transport: every retry is a duplicate of its first delivery.
+    assert_eq!(feed(&app, 2).await, 4);
+    let scan = scan_cli(&app, 2, &[]);
+    assert_eq!(scan["events"], 4);
+    assert_eq!(scan["fields_checked"], json!(["/user_id", "/page"]));
+    assert_eq!(scan["findings"], json!([]), "{scan}");
+}
+
+async fn serve_runs_the_scan_periodically_and_shows_it_per_tenant(backend: Backend) {
+    let config = ServerConfig {
+        late_events: traqlyte_store::LateEvents::Reconcile,
+        semantic_scan_every_ms: Some(1_000),
+        ..ServerConfig::default()
+    };
+    let app = spawn_app_with(backend, config).await;
+    assert_eq!(feed(&app, 1).await, 10);
+    let mut scans = Value::Null;
+    for _ in 0..100 {
+        let listed = app.get("/ops/semantic-duplicates?contract=page_view").await;
+        assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+        scans = listed.body["scans"].clone();
+        if scans[0]["events"] == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        scans[0]["events"], 10,
+        "no periodic scan saw the events: {scans}"
+    );
+    assert_eq!(scans[0]["findings"][0]["pointer"], "/emitted_at");
+    assert_eq!(scans[0]["findings"][0]["groups"], 3);
+
+    // Another tenant sees none of it.
+    let other = app.other_tenant_key().await;
+    let theirs = app
+        .send(
+            app.client
+                .get(app.url("/ops/semantic-duplicates"))
+                .bearer_auth(&other),
+        )
+        .await;
+    assert_eq!(theirs.status, StatusCode::OK);
+    assert_eq!(theirs.body["scans"], json!([]));
+}
