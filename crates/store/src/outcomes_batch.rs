@@ -20,7 +20,7 @@ use traqlyte_experiments::outcome_id;
 
 use crate::experiments::{NewOutcome, OutcomeResult, StoredOutcome};
 use crate::tx::TxInner;
-use crate::{AssignmentId, CampaignId, StoreError, StoreTx, TenantId};
+use crate::{AssignmentId, CampaignId, DedupeKey, StoreError, StoreTx, TenantId};
 
 /// Rows per multi-row statement on SQLite (13 parameters a row at most, far below its
 /// limit of 32,766).
@@ -68,7 +68,7 @@ const PG_BUMP_UNIT_METRICS: &str = "INSERT INTO unit_metrics
        AS u(c, m, a, arm, evn, evv, evdn, evdv, arn, arv, ardn, ardv) ";
 
 /// `(assignment_id, dedupe_key)`: an outcome's identity.
-type Key = (AssignmentId, String);
+type Key = (AssignmentId, DedupeKey);
 
 fn key_of(outcome: &NewOutcome) -> Key {
     (
@@ -148,7 +148,7 @@ impl StoreTx {
                     .bind(tenant.as_str())
                     .bind(now_us)
                     .bind(text(|o| o.assignment.assignment_id.as_str()))
-                    .bind(text(|o| &o.dedupe_key))
+                    .bind(text(|o| o.dedupe_key.as_str()))
                     .bind(text(|o| o.assignment.campaign_id.as_str()))
                     .bind(text(|o| &o.assignment.arm))
                     .bind(
@@ -179,7 +179,7 @@ impl StoreTx {
                         query = query
                             .bind(tenant.as_str())
                             .bind(a.assignment_id.as_str())
-                            .bind(&o.dedupe_key)
+                            .bind(o.dedupe_key.as_str())
                             .bind(a.campaign_id.as_str())
                             .bind(&a.arm)
                             .bind(a.assigned_at_us)
@@ -195,7 +195,10 @@ impl StoreTx {
             }
         }
         keys.into_iter()
-            .map(|(a, k)| Ok((AssignmentId::try_from(a).map_err(corrupt)?, k)))
+            .map(|(a, k)| {
+                let a = AssignmentId::try_from(a).map_err(corrupt)?;
+                Ok((a, DedupeKey::try_from(k).map_err(corrupt)?))
+            })
             .collect()
     }
 
@@ -238,7 +241,7 @@ impl StoreTx {
                     for o in chunk {
                         query = query
                             .bind(o.assignment.assignment_id.as_str())
-                            .bind(&o.dedupe_key);
+                            .bind(o.dedupe_key.as_str());
                     }
                     query = query.bind(tenant.as_str());
                     found.extend(query.fetch_all(&mut **conn).await?);
@@ -271,7 +274,7 @@ impl StoreTx {
                     .bind(now_us)
                     .bind(text(|s| s.campaign_id.as_str()))
                     .bind(text(|s| s.assignment_id.as_str()))
-                    .bind(text(|s| &s.dedupe_key))
+                    .bind(text(|s| s.dedupe_key.as_str()))
                     .bind(text(|s| &s.arm))
                     .bind(
                         rows.iter()
@@ -305,7 +308,7 @@ impl StoreTx {
                             .bind(tenant.as_str())
                             .bind(s.campaign_id.as_str())
                             .bind(s.assignment_id.as_str())
-                            .bind(&s.dedupe_key)
+                            .bind(s.dedupe_key.as_str())
                             .bind(&s.arm)
                             .bind(n.assignment.assigned_at_us)
                             .bind(&s.metric)
@@ -338,7 +341,7 @@ impl StoreTx {
                     .bind(tenant.as_str())
                     .bind(now_us)
                     .bind(text(|o| o.assignment.assignment_id.as_str()))
-                    .bind(text(|o| &o.dedupe_key))
+                    .bind(text(|o| o.dedupe_key.as_str()))
                     .bind(text(|o| o.assignment.campaign_id.as_str()))
                     .bind(text(|o| &o.payload))
                     .execute(&mut **conn)
@@ -356,7 +359,7 @@ impl StoreTx {
                         query = query
                             .bind(tenant.as_str())
                             .bind(o.assignment.assignment_id.as_str())
-                            .bind(&o.dedupe_key)
+                            .bind(o.dedupe_key.as_str())
                             .bind(o.assignment.campaign_id.as_str())
                             .bind(&o.payload)
                             .bind(now_us);
