@@ -7,7 +7,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use traqlyte_identity::{canonical, sha256_hex};
 
-use crate::{AssignmentId, CampaignId, OutcomeId};
+use crate::{AssignmentId, CampaignId, DedupeKey, OutcomeId};
 
 /// SHA-256 (hex) of the RFC 8785 bytes of `{"metric","value","occurred_at_us"}`: what
 /// the business fact says, nothing of its transport. The constants in
@@ -26,7 +26,7 @@ pub fn outcome_id(
     tenant: &str,
     campaign: &CampaignId,
     assignment: &AssignmentId,
-    dedupe_key: &str,
+    dedupe_key: &DedupeKey,
 ) -> OutcomeId {
     let digest = Sha256::new()
         .chain_update(tenant.as_bytes())
@@ -35,7 +35,7 @@ pub fn outcome_id(
         .chain_update(b"\n")
         .chain_update(assignment.as_str().as_bytes())
         .chain_update(b"\n")
-        .chain_update(dedupe_key.as_bytes())
+        .chain_update(dedupe_key.as_str().as_bytes())
         .finalize();
     OutcomeId::from_digest(&digest)
 }

@@ -13,7 +13,7 @@
 //! write), so two concurrent corrections of one outcome take turns; SQLite's write
 //! transactions already do.
 
-use traqlyte_experiments::{outcome_id, OutcomeId};
+use traqlyte_experiments::{outcome_id, DedupeKey, OutcomeId};
 
 use crate::experiments::StoredOutcome;
 use crate::tx::{with_pool, with_tx, TxInner};
@@ -253,7 +253,9 @@ impl Store {
                     .map_err(|e| StoreError::Corrupt(format!("a stored campaign id {e}")))?;
                 let assignment = AssignmentId::try_from(assignment.as_str())
                     .map_err(|e| StoreError::Corrupt(format!("a stored assignment id {e}")))?;
-                let id = outcome_id(tenant, &campaign, &assignment, key);
+                let typed_key = DedupeKey::try_from(key.as_str())
+                    .map_err(|e| StoreError::Corrupt(format!("a stored dedupe key {e}")))?;
+                let id = outcome_id(tenant, &campaign, &assignment, &typed_key);
                 with_tx!(tx, |conn| {
                     sqlx::query(SET_OUTCOME_ID)
                         .bind(tenant)

@@ -5,7 +5,7 @@
 
 use traqlyte_experiments::bucketing::{assignment_id, bucket};
 use traqlyte_experiments::CampaignId;
-use traqlyte_experiments::{outcome_fingerprint, outcome_id, Arm, AssignmentId};
+use traqlyte_experiments::{outcome_fingerprint, outcome_id, Arm, AssignmentId, DedupeKey};
 
 #[test]
 fn outcome_ids_are_frozen() {
@@ -35,8 +35,9 @@ fn outcome_ids_are_frozen() {
     for (tenant, campaign, assignment, key, expected) in cases {
         let campaign = CampaignId::try_from(*campaign).expect("a fixture campaign id");
         let assignment = AssignmentId::try_from(*assignment).expect("a fixture assignment id");
+        let key = DedupeKey::try_from(*key).expect("a fixture dedupe key");
         assert_eq!(
-            outcome_id(tenant, &campaign, &assignment, key).as_str(),
+            outcome_id(tenant, &campaign, &assignment, &key).as_str(),
             *expected
         );
     }
