@@ -43,6 +43,9 @@ async fn app(backend: Backend, enabled: bool) -> TestApp {
             batch_max: 64,
             ..GroupCommitConfig::default()
         },
+        // 1,000 requests at once on a loaded machine: no request may hit the 30 s default
+        // and be answered 408 instead of its outcome.
+        request_timeout_ms: 300_000,
         ..ServerConfig::default()
     };
     spawn_app_with(backend, config).await
