@@ -51,6 +51,10 @@ pub struct ServerConfig {
     /// Whether an event older than the horizon is refused (the default) or reconciled
     /// against rows of any age, as a backfill does.
     pub late_events: traqlyte_store::LateEvents,
+    /// Whether metrics are recorded, and who may read `GET /metrics`.
+    pub metrics: crate::metrics::MetricsConfig,
+    /// Whether this server runs the webhook dispatcher (`ops::webhooks`).
+    pub webhook_dispatch: bool,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +82,8 @@ impl Default for ServerConfig {
             connections_max: 10_000,
             dedupe_horizon: traqlyte_store::DedupeHorizon::default(),
             late_events: traqlyte_store::LateEvents::Refuse,
+            metrics: crate::metrics::MetricsConfig::default(),
+            webhook_dispatch: true,
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod idempotency;
 mod lineage;
 mod migrate;
 mod model;
+pub mod ops;
 mod outcomes_batch;
 pub mod partitions;
 pub mod plan;
@@ -59,6 +60,10 @@ pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, 
 pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,
+};
+pub use ops::{
+    Bucket, ClaimedDelivery, CollisionCursor, CollisionEntry, CollisionsQuery, IngestSource,
+    PoolUsage, TrendQuery, TrendRow, Webhook, WEBHOOKS_PER_TENANT_MAX,
 };
 pub use partitions::{DedupeHorizon, LateEvents, Maintenance, OutsideHorizon, PartitionInfo};
 pub use sources::{

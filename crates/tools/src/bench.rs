@@ -44,6 +44,8 @@ pub enum BenchCommand {
     Assignments(crate::bench_hot::AssignmentsArgs),
     /// `POST /v1/batch` (Segment) against `POST /events/{contract}/batch`, same events.
     Segment(crate::bench_segment::SegmentArgs),
+    /// HTTP batch ingestion with Prometheus metrics recorded vs paused, one run.
+    Metrics(crate::bench_metrics::MetricsArgs),
 }
 
 /// Options of `bench report`.
@@ -116,6 +118,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Assignments(args) => crate::bench_hot::assignments(args).await,
         BenchCommand::Segment(args) => crate::bench_segment::segment(args).await,
         BenchCommand::Nats(args) => crate::bench_nats::nats(args).await,
+        BenchCommand::Metrics(args) => crate::bench_metrics::metrics(args).await,
     }
 }
 

@@ -159,8 +159,30 @@ struct ServeArgs {
         default_value = "refuse"
     )]
     late_events: partitions::LateEventsArg,
+    /// Record Prometheus metrics and serve `GET /metrics` (`off`: nothing recorded, 404).
+    #[arg(long, env = "TRAQLYTE_METRICS", value_enum, default_value = "on")]
+    metrics: OnOff,
+    /// Require `Authorization: Bearer <token>` on `GET /metrics` from every peer (by
+    /// default only loopback peers may read it, with no token).
+    #[arg(long, env = "TRAQLYTE_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
+    /// Serve `GET /metrics` on this address only, to any peer (or token holders with
+    /// --metrics-token); the API's listener then answers it 404.
+    #[arg(long, env = "TRAQLYTE_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// Do not run the collision webhook dispatcher in this process (another server
+    /// runs it; deliveries wait in the outbox).
+    #[arg(long)]
+    no_webhook_dispatch: bool,
     #[command(flatten)]
     nats: consume::ServeNats,
+}
+
+/// A switch.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Subcommand)]
@@ -296,6 +318,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         connections_max,
         dedupe_horizon: args.horizon.dedupe_horizon_days,
         late_events: args.late_events.into(),
+        metrics: traqlyte_server::metrics::MetricsConfig {
+            enabled: args.metrics == OnOff::On,
+            token: args.metrics_token,
+            listen: args.metrics_listen,
+        },
+        webhook_dispatch: !args.no_webhook_dispatch,
         // The purge interval, and in test builds the test hooks.
         ..ServerConfig::default()
     };

@@ -50,6 +50,7 @@ pub(crate) async fn post_outcome(
         .record_outcomes(&tenant, std::slice::from_ref(&outcome), now_us())
         .await?;
     tx.commit().await?;
+    crate::metrics::record_outcomes(&tenant, &results);
     match results.into_iter().next() {
         Some(OutcomeResult::Inserted(stored)) => Ok(answer(&stored, "inserted")),
         Some(OutcomeResult::Duplicate(stored)) => Ok(answer(&stored, "duplicate")),
@@ -129,6 +130,8 @@ pub(crate) async fn post_outcomes_batch(
     let mut tx = state.store.begin().await?;
     let recorded = tx.record_outcomes(&tenant, &valid, now_us()).await?;
     tx.commit().await?;
+    crate::metrics::record_batch_size("http_outcomes", items.len());
+    crate::metrics::record_outcomes(&tenant, &recorded);
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for (index, result) in positions.into_iter().zip(recorded) {
         let (status, stored, error) = match &result {

@@ -68,6 +68,14 @@ pub(crate) async fn post_event(
         .insert_run_events(&tenant, std::slice::from_ref(&row))
         .await?;
     tx.commit().await?;
+    crate::metrics::record_events(
+        &tenant,
+        run_event_contract().name().as_str(),
+        &traqlyte_store::IngestSource::http(),
+        std::slice::from_ref(&row.event),
+        &outcomes,
+        0,
+    );
     let outcome = outcomes
         .into_iter()
         .next()
