@@ -290,7 +290,8 @@ pub(crate) async fn track_latency(request: Request, next: Next) -> Response {
 /// `GET /metrics` on the API's listener: loopback peers only, unless a token is set.
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String),
-        (status = "4XX", response = crate::openapi::ErrorEnvelope)))]
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn scrape(State(state): State<AppState>, request: Request) -> Response {
     if state.config.metrics.listen.is_some() {
         return ApiError::not_found(
