@@ -55,6 +55,12 @@ pub struct ServerConfig {
     pub metrics: crate::metrics::MetricsConfig,
     /// Whether this server runs the webhook dispatcher (`ops::webhooks`).
     pub webhook_dispatch: bool,
+    /// Group commit of single requests (`crate::group_commit`).
+    pub group_commit: crate::GroupCommitConfig,
+    /// Benchmark only: serve `POST /bench/ceiling`, which reads and parses a body like
+    /// `POST /events/{contract}` and answers without authentication or store work, the
+    /// HTTP ceiling `traqlyte bench single` compares against. Off in `serve`.
+    pub bench_ceiling_route: bool,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +90,8 @@ impl Default for ServerConfig {
             late_events: traqlyte_store::LateEvents::Refuse,
             metrics: crate::metrics::MetricsConfig::default(),
             webhook_dispatch: true,
+            group_commit: crate::GroupCommitConfig::default(),
+            bench_ceiling_route: false,
         }
     }
 }

@@ -47,7 +47,7 @@ enum Command {
     /// fresh SQLite file, and show the naive and the deduplicated lift; then keep serving.
     Demo(demo::DemoArgs),
     /// Run the HTTP server (migrates the database first).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply pending database migrations and exit.
     Migrate(DbArgs),
     /// Manage tenants.
@@ -174,11 +174,21 @@ struct ServeArgs {
     /// runs it; deliveries wait in the outbox).
     #[arg(long)]
     no_webhook_dispatch: bool,
+    /// Group commit: concurrent single requests (events, lineage run events, outcomes,
+    /// first assignments) share one durable commit; `off` gives each its own.
+    #[arg(long, env = "TRAQLYTE_GROUP_COMMIT", value_enum, default_value = "on")]
+    group_commit: OnOff,
+    /// How long a group-commit batch waits for more requests after its first, in µs.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=2_000))]
+    group_commit_wait_us: u64,
+    /// Most requests one group-commit batch (one transaction) holds.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    group_commit_max: u64,
     #[command(flatten)]
     nats: consume::ServeNats,
 }
 
-/// A switch.
+/// A switch flag's value.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum OnOff {
     On,
@@ -245,7 +255,7 @@ fn main() -> Result<()> {
 async fn run(command: Command) -> Result<()> {
     match command {
         Command::Demo(args) => demo::run(args, shutdown_signal()).await,
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Migrate(db) => {
             let store = connect(&db, 4).await?;
             let applied = store.migrate().await.context("apply migrations")?;
@@ -324,6 +334,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
             listen: args.metrics_listen,
         },
         webhook_dispatch: !args.no_webhook_dispatch,
+        group_commit: traqlyte_server::GroupCommitConfig {
+            enabled: args.group_commit == OnOff::On,
+            wait_us: args.group_commit_wait_us,
+            batch_max: usize::try_from(args.group_commit_max).unwrap_or(1_000),
+            ..traqlyte_server::GroupCommitConfig::default()
+        },
         // The purge interval, and in test builds the test hooks.
         ..ServerConfig::default()
     };
