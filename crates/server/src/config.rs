@@ -54,6 +54,10 @@ pub struct ServerConfig {
     /// Whether an event older than the horizon is refused (the default) or reconciled
     /// against rows of any age, as a backfill does.
     pub late_events: traqlyte_store::LateEvents,
+    /// Whether metrics are recorded, and who may read `GET /metrics`.
+    pub metrics: crate::metrics::MetricsConfig,
+    /// Whether this server runs the webhook dispatcher (`ops::webhooks`).
+    pub webhook_dispatch: bool,
     /// Group commit of single requests (`crate::group_commit`).
     pub group_commit: crate::GroupCommitConfig,
     /// Benchmark only: serve `POST /bench/ceiling`, which reads and parses a body like
@@ -88,6 +92,8 @@ impl Default for ServerConfig {
             connections_max: 10_000,
             dedupe_horizon: traqlyte_store::DedupeHorizon::default(),
             late_events: traqlyte_store::LateEvents::Refuse,
+            metrics: crate::metrics::MetricsConfig::default(),
+            webhook_dispatch: true,
             group_commit: crate::GroupCommitConfig::default(),
             bench_ceiling_route: false,
         }

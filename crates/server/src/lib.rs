@@ -21,7 +21,9 @@ pub mod experiments;
 pub mod group_commit;
 pub mod idempotency;
 mod listener;
+pub mod metrics;
 mod openapi;
+pub mod ops;
 mod routes;
 pub mod ui;
 
@@ -67,7 +69,12 @@ pub async fn serve(
     maintain_partitions_once(&store, &config.dedupe_horizon)
         .await
         .map_err(std::io::Error::other)?;
+    metrics::install(config.metrics.enabled).map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(&config.listen).await?;
+    let metrics_listener = match &config.metrics.listen {
+        Some(address) => Some(TcpListener::bind(address).await?),
+        None => None,
+    };
     let address = listener.local_addr()?;
     on_bound(address);
     let limits = listener::Limits::from_config(&config);
@@ -77,18 +84,31 @@ pub async fn serve(
         config: Arc::new(config),
         group_commit,
     };
-    let purge = tokio::spawn(purge_idempotency_keys(state.clone()));
-    let roll_up = tokio::spawn(roll_up_tallies(state.clone()));
-    let partitions = tokio::spawn(maintain_partitions(state.clone()));
-    let semantic = state
-        .config
-        .semantic_scan_every_ms
-        .map(|every_ms| tokio::spawn(semantic_scans(state.clone(), every_ms)));
+    let mut tasks = vec![
+        tokio::spawn(purge_idempotency_keys(state.clone())),
+        tokio::spawn(roll_up_tallies(state.clone())),
+        tokio::spawn(maintain_partitions(state.clone())),
+    ];
+    if let Some(every_ms) = state.config.semantic_scan_every_ms {
+        tasks.push(tokio::spawn(semantic_scans(state.clone(), every_ms)));
+    }
+    if state.config.webhook_dispatch {
+        tasks.push(tokio::spawn(ops::webhooks::run(state.clone())));
+    }
+    if let Some(metrics_listener) = metrics_listener {
+        if let Ok(address) = metrics_listener.local_addr() {
+            tracing::info!(%address, "metrics listening");
+        }
+        let router = routes::metrics_router(state.clone());
+        tasks.push(tokio::spawn(async move {
+            let never = std::future::pending::<()>();
+            if let Err(err) = listener::serve(metrics_listener, router, limits, never).await {
+                tracing::error!(error = %err, "metrics listener failed");
+            }
+        }));
+    }
     let served = listener::serve(listener, router(state), limits, shutdown).await;
-    purge.abort();
-    roll_up.abort();
-    partitions.abort();
-    if let Some(task) = semantic {
+    for task in tasks {
         task.abort();
     }
     served

@@ -153,7 +153,7 @@ pub(crate) async fn serve(
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) if is_connection_error(&err) => continue,
                 Err(err) => {
                     // Out of file descriptors or memory: retrying at once would spin.
@@ -166,8 +166,10 @@ pub(crate) async fn serve(
                 }
             },
         };
+        let (stream, peer) = stream;
         tokio::spawn(serve_connection(
             stream,
+            peer,
             router.clone(),
             builder.clone(),
             limits,
@@ -198,6 +200,7 @@ fn is_connection_error(err: &io::Error) -> bool {
 /// Serves one connection until it closes, its deadline passes, or the server stops.
 async fn serve_connection(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     router: Router,
     builder: http1::Builder,
     limits: Limits,
@@ -208,6 +211,7 @@ async fn serve_connection(
     let service = Served {
         router,
         tracker: tracker.clone(),
+        peer,
     };
     let connection =
         builder.serve_connection(TokioIo::new(Watched::new(stream, tracker.clone())), service);
@@ -378,6 +382,9 @@ impl Tracker {
 struct Served {
     router: Router,
     tracker: Arc<Tracker>,
+    /// The peer's address, given to handlers as `ConnectInfo` (`GET /metrics` serves
+    /// loopback peers only by default).
+    peer: std::net::SocketAddr,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Served {
@@ -390,8 +397,12 @@ impl hyper::service::Service<Request<Incoming>> for Served {
         // Made here, so that a request dropped before it is answered also ends `Serving`.
         let done = ResponseDone(self.tracker.clone());
         let router = self.router.clone();
+        let mut request = request.map(Body::new);
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
         Box::pin(async move {
-            let response = router.oneshot(request.map(Body::new)).await?;
+            let response = router.oneshot(request).await?;
             Ok(response.map(|body| TrackedBody { body, _done: done }))
         })
     }

@@ -446,19 +446,16 @@ impl StoreTx {
         now: i64,
     ) -> Result<(), StoreError> {
         for c in collisions {
-            with_tx!(self, |conn| sqlx::query(crate::sql::INSERT_COLLISION)
-                .bind(tenant.as_str())
-                .bind(contract.name().as_str())
-                .bind(c.event.identified.event_id.as_str())
-                .bind(i64::from(contract.version()))
-                .bind(c.stored_fingerprint.as_str())
-                .bind(c.event.identified.fingerprint.as_str())
-                .bind(&c.stored_payload)
-                .bind(&c.event.payload)
-                .bind(now)
-                .execute(&mut *conn)
-                .await
-                .map(|_| ())?);
+            let row = crate::ops::CollisionInsert {
+                contract: contract.name().as_str(),
+                event_id: c.event.identified.event_id.as_str(),
+                contract_version: i64::from(contract.version()),
+                stored_fingerprint: c.stored_fingerprint.as_str(),
+                incoming_fingerprint: c.event.identified.fingerprint.as_str(),
+                stored_payload: &c.stored_payload,
+                incoming_payload: &c.event.payload,
+            };
+            self.log_collision(tenant, &row, now).await?;
         }
         Ok(())
     }
@@ -472,6 +469,7 @@ impl StoreTx {
         duplicates: i64,
         collisions: i64,
     ) -> Result<(), StoreError> {
+        let source = self.source.as_str().to_string();
         with_tx!(self, |conn| sqlx::query(crate::sql::INSERT_TALLY)
             .bind(tenant.as_str())
             .bind(contract)
@@ -479,6 +477,7 @@ impl StoreTx {
             .bind(inserted)
             .bind(duplicates)
             .bind(collisions)
+            .bind(&source)
             .execute(&mut *conn)
             .await
             .map(|_| ())?);
@@ -491,16 +490,16 @@ const TALLY_BUCKET_US: i64 = 60_000_000;
 
 const PG_ROLL_UP_TALLIES: &str = "WITH moved AS (
        DELETE FROM event_tallies WHERE rolled_up = 0 AND at_us < $1
-       RETURNING tenant_id, contract_name, at_us, inserted, duplicates, collisions)
+       RETURNING tenant_id, contract_name, source, at_us, inserted, duplicates, collisions)
      , folded AS (
-       INSERT INTO event_tallies (tenant_id, contract_name, at_us, inserted, duplicates, collisions, rolled_up)
-       SELECT tenant_id, contract_name, (at_us / $2) * $2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
-       FROM moved GROUP BY tenant_id, contract_name, (at_us / $2) * $2)
+       INSERT INTO event_tallies (tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, rolled_up)
+       SELECT tenant_id, contract_name, source, (at_us / $2) * $2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
+       FROM moved GROUP BY tenant_id, contract_name, source, (at_us / $2) * $2)
      SELECT COUNT(*) FROM moved";
 
 impl Store {
     /// Folds the per-call tally rows older than `before_us` into one row per (tenant,
-    /// contract, minute), so `GET /stats` reads a bounded number of rows. Counts are
+    /// contract, source, minute), so `GET /stats` reads a bounded number of rows. Counts are
     /// unchanged: on PostgreSQL the rows are moved by one statement (delete-returning
     /// feeding the insert), on SQLite inside one `BEGIN IMMEDIATE` transaction, so no
     /// concurrent insert can slip between reading and deleting. Returns how many per-call rows
@@ -517,9 +516,9 @@ impl Store {
             }
             TxInner::Sqlite(conn) => {
                 sqlx::query(
-                    "INSERT INTO event_tallies (tenant_id, contract_name, at_us, inserted, duplicates, collisions, rolled_up)
-                     SELECT tenant_id, contract_name, (at_us / ?2) * ?2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
-                     FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1 GROUP BY tenant_id, contract_name, (at_us / ?2) * ?2",
+                    "INSERT INTO event_tallies (tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, rolled_up)
+                     SELECT tenant_id, contract_name, source, (at_us / ?2) * ?2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
+                     FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1 GROUP BY tenant_id, contract_name, source, (at_us / ?2) * ?2",
                 )
                 .bind(before_us).bind(TALLY_BUCKET_US).execute(&mut **conn).await?;
                 sqlx::query("DELETE FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1")

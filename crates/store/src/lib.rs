@@ -27,6 +27,7 @@ pub mod idempotency;
 mod lineage;
 mod migrate;
 mod model;
+pub mod ops;
 pub mod outcome_corrections;
 mod outcomes_batch;
 pub mod partitions;
@@ -61,6 +62,10 @@ pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, 
 pub use model::{
     ApiKey, CollisionRecord, ContractStats, EventOutcome, NewEvent, RegisterOutcome, StoredEvent,
     TenantId,
+};
+pub use ops::{
+    Bucket, ClaimedDelivery, CollisionCursor, CollisionEntry, CollisionsQuery, IngestSource,
+    PoolUsage, TrendQuery, TrendRow, Webhook, WEBHOOKS_PER_TENANT_MAX,
 };
 pub use outcome_corrections::{
     stored_outcome_id, CorrectionResult, OutcomeCorrection, OutcomeHistory,

@@ -12,13 +12,8 @@ pub(crate) const SELECT_CONTRACT: &str = "SELECT definition FROM contracts
 pub(crate) const SELECT_CONTRACTS: &str =
     "SELECT definition FROM contracts WHERE tenant_id = $1 ORDER BY name, version";
 
-pub(crate) const INSERT_COLLISION: &str = "INSERT INTO event_collisions
-     (tenant_id, contract_name, event_id, contract_version, stored_fingerprint, incoming_fingerprint,
-      stored_payload, incoming_payload, received_at_us)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
-
 pub(crate) const INSERT_TALLY: &str = "INSERT INTO event_tallies
-     (tenant_id, contract_name, at_us, inserted, duplicates, collisions) VALUES ($1, $2, $3, $4, $5, $6)";
+     (tenant_id, contract_name, at_us, inserted, duplicates, collisions, source) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 pub(crate) const SELECT_STATS: &str = "SELECT c.name AS contract,
        CAST(COALESCE(SUM(t.inserted), 0) AS BIGINT) AS stored,

@@ -10,6 +10,9 @@ pub struct StoreTx {
     /// the partition that holds its day, attached or detached. Live transactions write
     /// attached partitions only.
     pub(crate) any_age: bool,
+    /// The surface whose events this transaction counts (see
+    /// [`StoreTx::set_ingest_source`]).
+    pub(crate) source: crate::ops::IngestSource,
 }
 
 pub(crate) enum TxInner {
@@ -71,6 +74,7 @@ impl Store {
         Ok(StoreTx {
             inner,
             any_age: false,
+            source: crate::ops::IngestSource::http(),
         })
     }
 

@@ -47,6 +47,8 @@ pub enum BenchCommand {
     Single(crate::bench_hot::SingleArgs),
     /// `POST /v1/batch` (Segment) against `POST /events/{contract}/batch`, same events.
     Segment(crate::bench_segment::SegmentArgs),
+    /// HTTP batch ingestion with Prometheus metrics recorded vs paused, one run.
+    Metrics(crate::bench_metrics::MetricsArgs),
 }
 
 /// Options of `bench report`.
@@ -120,6 +122,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Single(args) => crate::bench_hot::single(args).await,
         BenchCommand::Segment(args) => crate::bench_segment::segment(args).await,
         BenchCommand::Nats(args) => crate::bench_nats::nats(args).await,
+        BenchCommand::Metrics(args) => crate::bench_metrics::metrics(args).await,
     }
 }
 

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod bench_growth;
 mod bench_hot;
 pub mod bench_lineage;
+pub mod bench_metrics;
 pub mod bench_nats;
 pub mod bench_segment;
 pub mod demo;

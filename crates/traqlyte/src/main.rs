@@ -48,7 +48,7 @@ enum Command {
     /// fresh SQLite file, and show the naive and the deduplicated lift; then keep serving.
     Demo(demo::DemoArgs),
     /// Run the HTTP server (migrates the database first).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply pending database migrations and exit.
     Migrate(DbArgs),
     /// Manage tenants.
@@ -165,6 +165,21 @@ struct ServeArgs {
         default_value = "refuse"
     )]
     late_events: partitions::LateEventsArg,
+    /// Record Prometheus metrics and serve `GET /metrics` (`off`: nothing recorded, 404).
+    #[arg(long, env = "TRAQLYTE_METRICS", value_enum, default_value = "on")]
+    metrics: OnOff,
+    /// Require `Authorization: Bearer <token>` on `GET /metrics` from every peer (by
+    /// default only loopback peers may read it, with no token).
+    #[arg(long, env = "TRAQLYTE_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
+    /// Serve `GET /metrics` on this address only, to any peer (or token holders with
+    /// --metrics-token); the API's listener then answers it 404.
+    #[arg(long, env = "TRAQLYTE_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// Do not run the collision webhook dispatcher in this process (another server
+    /// runs it; deliveries wait in the outbox).
+    #[arg(long)]
+    no_webhook_dispatch: bool,
     /// Group commit: concurrent single requests (events, lineage run events, outcomes,
     /// first assignments) share one durable commit; `off` gives each its own.
     #[arg(long, env = "TRAQLYTE_GROUP_COMMIT", value_enum, default_value = "on")]
@@ -284,7 +299,7 @@ fn main() -> Result<()> {
 async fn run(command: Command) -> Result<()> {
     match command {
         Command::Demo(args) => demo::run(args, shutdown_signal()).await,
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Migrate(db) => {
             let store = connect(&db, 4).await?;
             let applied = store.migrate().await.context("apply migrations")?;
@@ -359,6 +374,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         dedupe_horizon: args.horizon.dedupe_horizon_days,
         late_events: args.late_events.into(),
         semantic_scan_every_ms: args.semantic_scan_interval.0,
+        metrics: traqlyte_server::metrics::MetricsConfig {
+            enabled: args.metrics == OnOff::On,
+            token: args.metrics_token,
+            listen: args.metrics_listen,
+        },
+        webhook_dispatch: !args.no_webhook_dispatch,
         group_commit: traqlyte_server::GroupCommitConfig {
             enabled: args.group_commit == OnOff::On,
             wait_us: args.group_commit_wait_us,

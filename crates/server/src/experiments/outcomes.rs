@@ -51,6 +51,7 @@ pub(crate) async fn post_outcome(
         Some(result) => result?,
         None => record_one(&state, &tenant, &outcome).await?,
     };
+    crate::metrics::record_outcomes(&tenant, std::slice::from_ref(&result));
     match result {
         OutcomeResult::Inserted(stored) => Ok(answer(&tenant, &stored, "inserted")),
         OutcomeResult::Duplicate(stored) => Ok(answer(&tenant, &stored, "duplicate")),
@@ -146,6 +147,8 @@ pub(crate) async fn post_outcomes_batch(
     let mut tx = state.store.begin().await?;
     let recorded = tx.record_outcomes(&tenant, &valid, now_us()).await?;
     tx.commit().await?;
+    crate::metrics::record_batch_size("http_outcomes", items.len());
+    crate::metrics::record_outcomes(&tenant, &recorded);
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for (index, result) in positions.into_iter().zip(recorded) {
         let (status, stored, error) = match &result {

@@ -35,6 +35,7 @@ pub use work::{Work, WorkSlot};
 
 use crate::auth::Tenant;
 use crate::body::read_limited;
+use crate::metrics::{self, IdempotencyEvent};
 use crate::{ApiError, AppState};
 
 /// The header TraqLyte names; [`STANDARD_HEADER`] is accepted too.
@@ -108,13 +109,23 @@ async fn claim(
                     .await
             }
             Decision::TakeOver { stale_owner } => {
-                store
+                let took = store
                     .idempotency_take_over(tenant, key, &stale_owner, &owner, now_us())
-                    .await
+                    .await;
+                if matches!(took, Ok(true)) {
+                    metrics::record_idempotency(tenant, IdempotencyEvent::TakeOver);
+                }
+                took
             }
-            Decision::Replay(stored) => return Err(replay(stored)),
+            Decision::Replay(stored) => {
+                metrics::record_idempotency(tenant, IdempotencyEvent::Replay);
+                return Err(replay(stored));
+            }
             Decision::Reused => return Err(reused().into_response()),
-            Decision::InFlight { retry_after_s } => return Err(in_flight(retry_after_s)),
+            Decision::InFlight { retry_after_s } => {
+                metrics::record_idempotency(tenant, IdempotencyEvent::InFlightRefusal);
+                return Err(in_flight(retry_after_s));
+            }
         };
         if won.map_err(|e| ApiError::from(e).into_response())? {
             return Ok(owner);
@@ -122,6 +133,7 @@ async fn claim(
         // Another request reserved or took over the key between our read and write:
         // read again and decide on what it left.
     }
+    metrics::record_idempotency(tenant, IdempotencyEvent::InFlightRefusal);
     Err(in_flight(1))
 }
 

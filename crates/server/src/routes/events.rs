@@ -10,12 +10,15 @@ use serde::Serialize;
 use serde_json::Value;
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, EventId, Fingerprint};
 use traqlyte_store::partitions::partition_time;
-use traqlyte_store::{EventOutcome, LateEvents, NewEvent, OutsideHorizon, StoreTx, TenantId};
+use traqlyte_store::{
+    EventOutcome, IngestSource, LateEvents, NewEvent, OutsideHorizon, StoreTx, TenantId,
+};
 use utoipa::ToSchema;
 
 use super::contracts::{load, VersionQuery};
 use crate::auth::Tenant;
 use crate::body::{read_batch, read_document};
+use crate::metrics;
 use crate::{ApiError, AppState};
 
 /// The answer to one stored event.
@@ -42,11 +45,26 @@ pub(crate) async fn post_one(
 ) -> Result<axum::response::Response, ApiError> {
     let contract = load(&state, &tenant, &name, query.version).await?;
     let value = read_document(&state, &headers, body).await?;
-    let event = admit(&state, &contract, identify(&contract, value)?)?;
+    let http = IngestSource::http();
+    let event = match identify(&contract, value).and_then(|e| admit(&state, &contract, e)) {
+        Ok(event) => event,
+        Err(err) => {
+            metrics::record_events(&tenant, contract.name().as_str(), &http, &[], &[], 1);
+            return Err(err);
+        }
+    };
     let outcome = match state.group_commit.event(&tenant, &contract, &event).await {
         Some(outcome) => outcome?,
         None => insert_one(&state, &tenant, &contract, &event).await?,
     };
+    metrics::record_events(
+        &tenant,
+        contract.name().as_str(),
+        &http,
+        std::slice::from_ref(&event),
+        std::slice::from_ref(&outcome),
+        0,
+    );
     let event_id = event.identified.event_id.as_str();
     match outcome {
         EventOutcome::Collision { stored_fingerprint } => {
@@ -124,6 +142,15 @@ pub(crate) async fn post_batch(
         rejected: submitted - events.len(),
         ..BatchTotals::default()
     };
+    metrics::record_batch_size("http_events", submitted);
+    metrics::record_events(
+        &tenant,
+        contract.name().as_str(),
+        &IngestSource::http(),
+        &events,
+        &outcomes,
+        totals.rejected,
+    );
     for ((event, index), outcome) in events.iter().zip(positions).zip(outcomes) {
         let result = &mut results[index];
         result.event_id = Some(event.identified.event_id.as_str());

@@ -67,6 +67,14 @@ pub(crate) async fn post_event(
         Some(outcome) => outcome?,
         None => insert_one(&state, &tenant, &row).await?,
     };
+    crate::metrics::record_events(
+        &tenant,
+        run_event_contract().name().as_str(),
+        &traqlyte_store::IngestSource::http(),
+        std::slice::from_ref(&row.event),
+        std::slice::from_ref(&outcome),
+        0,
+    );
     let event_id = row.event.identified.event_id.as_str();
     if let EventOutcome::Collision { stored_fingerprint } = &outcome {
         return Err(collision(&row.event, stored_fingerprint));

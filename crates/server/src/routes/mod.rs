@@ -99,6 +99,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/lineage/descendants", get(lineage::descendants))
         .route("/lineage/stats", get(lineage::stats))
         .merge(segment_routes())
+        .merge(ops_routes())
+        // Only routed requests are timed, by their route template (bounded labels).
+        .route_layer(middleware::from_fn(crate::metrics::track_latency))
+        .route("/metrics", get(crate::metrics::scrape))
         .fallback(not_found)
         // First layer: it runs after routing (so path parameters have their names) and
         // before any handler or extractor binds a parameter to a query.
@@ -112,6 +116,31 @@ pub(crate) fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn(json_errors))
         .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Operations: the duplicate trend, the collision log, webhooks.
+fn ops_routes() -> Router<AppState> {
+    use crate::ops;
+    Router::new()
+        .route("/ops/duplicates", get(ops::duplicates))
+        .route("/ops/collisions", get(ops::collisions))
+        .route(
+            "/ops/webhooks",
+            post(ops::create_webhook).get(ops::list_webhooks),
+        )
+        .route(
+            "/ops/webhooks/{id}",
+            axum::routing::delete(ops::delete_webhook),
+        )
+}
+
+/// The router of the dedicated `--metrics-listen` listener: `GET /metrics` only.
+pub(crate) fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(crate::metrics::scrape_dedicated))
+        .fallback(not_found)
+        .layer(middleware::from_fn(json_errors))
         .with_state(state)
 }
 

@@ -298,6 +298,63 @@ pub(crate) fn duplicates_over_time(arms: &[&str], points: &[DuplicateBucket]) ->
     }
 }
 
+/// The duplicate rate of one contract per bucket, one bar per source in each bucket
+/// (the `/ui/ops` page; `series` is `(source, buckets)`, every series over the same
+/// buckets, as `GET /ops/duplicates` answers them).
+pub(crate) fn duplicate_rate_over_time(
+    contract: &str,
+    series: &[(&str, &[crate::ops::TrendBucket])],
+) -> Markup {
+    let Some((_, first)) = series.first() else {
+        return html! { p.meta data-chart="duplicate-rate" { "No deliveries in this range." } };
+    };
+    let (left, right, top, height) = (56.0, WIDTH - RIGHT_MARGIN, 8.0, 260.0);
+    let bottom = height - AXIS_HEIGHT - 6.0;
+    let max = series
+        .iter()
+        .flat_map(|(_, buckets)| buckets.iter().filter_map(|b| b.duplicate_rate))
+        .fold(0.01_f64, f64::max);
+    let y_scale = Scale::covering([0.0, max], bottom, top);
+    let band = (right - left) / first.len().max(1) as f64;
+    let bar = (band * 0.8 / series.len() as f64).clamp(1.0, BAR_WIDTH_MAX);
+    let group = bar * series.len() as f64;
+    let label_every = first.len().div_ceil(6).max(1);
+    html! {
+        svg viewBox={ "0 0 " (WIDTH) " " (height) } role="img"
+            aria-label={ "Duplicate rate of " (contract) " per bucket and source" }
+            data-chart="duplicate-rate" data-contract=(contract) {
+            @for tick in y_scale.ticks() {
+                @let y = y_scale.x(tick);
+                line x1=(left) y1=(Px(y)) x2=(right) y2=(Px(y)) stroke="#dde1e8" {}
+                text x=(Px(left - 6.0)) y=(Px(y + 4.0)) text-anchor="end" { (Format::Percent.number(tick)) }
+            }
+            @for (index, bucket) in first.iter().enumerate() {
+                @let x0 = left + index as f64 * band + (band - group) / 2.0;
+                @for (source_index, (source, buckets)) in series.iter().enumerate() {
+                    @if let Some(rate) = buckets.get(index).and_then(|b| b.duplicate_rate) {
+                        @let y = y_scale.x(rate);
+                        rect x=(Px(x0 + source_index as f64 * bar)) y=(Px(y)) width=(Px(bar))
+                            height=(Px((bottom - y).max(0.0))) fill=(arm_colour(source_index))
+                            data-bucket=(bucket.start) data-source=(source) data-contract=(contract)
+                            data-field="chart.duplicate_rate" data-value=(json_text(&rate)) {
+                            title {
+                                (source) " · " (hour_label(&bucket.start)) " UTC: "
+                                (Format::Percent.number(rate))
+                            }
+                        }
+                    }
+                }
+                @if index % label_every == 0 {
+                    text x=(Px(x0 + group / 2.0)) y=(Px(bottom + 18.0)) text-anchor="middle" {
+                        (hour_label(&bucket.start))
+                    }
+                }
+            }
+            line x1=(left) y1=(Px(bottom)) x2=(right) y2=(Px(bottom)) stroke="#1d2330" {}
+        }
+    }
+}
+
 /// `2026-11-29T10:00:00.000000Z` → `2026-11-29 10:00`.
 fn hour_label(start: &str) -> String {
     match (start.get(0..10), start.get(11..16)) {

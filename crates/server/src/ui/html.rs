@@ -160,6 +160,8 @@ pub(crate) fn page(title: &str, logged_in: bool, body: Markup) -> String {
                     @if logged_in {
                         nav {
                             a href="/ui/campaigns" { "Campaigns" }
+                            " "
+                            a href="/ui/ops" { "Operations" }
                             form method="post" action="/ui/logout" {
                                 button type="submit" { "Log out" }
                             }

@@ -18,6 +18,7 @@
 
 mod charts;
 mod html;
+pub(crate) mod ops;
 mod pages;
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
@@ -63,6 +64,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ui/tokens", post(mint_login_token))
         .route("/ui/campaigns", get(index))
         .route("/ui/campaigns/{id}", get(campaign_page))
+        .route("/ui/ops", get(ops::ops_page))
         // The API disables axum's default body limit; the login form needs a small one.
         .layer(DefaultBodyLimit::max(FORM_BYTES_MAX))
 }
@@ -365,7 +367,7 @@ fn see_other(location: &str) -> Response {
 
 /// An HTML page with headers that keep it private and script-free: the CSP allows the
 /// inline style sheet and nothing else (no script at all, forms only to ourselves).
-fn html_response(status: StatusCode, body: String) -> Response {
+pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
     let mut response = (status, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -394,7 +396,7 @@ pub(crate) fn error_response(err: ApiError) -> Response {
 
 /// An [`ApiError`] answered as an HTML page with the same status. A 5xx keeps its
 /// internal cause for the logging middleware and shows only the opaque message.
-struct UiError(ApiError);
+pub(crate) struct UiError(ApiError);
 
 impl From<ApiError> for UiError {
     fn from(err: ApiError) -> Self {

@@ -67,6 +67,13 @@ const ROUTES: &[&str] = &[
     "POST /ui/tokens",
     "GET /ui/campaigns",
     "GET /ui/campaigns/{id}",
+    "GET /ui/ops",
+    "GET /metrics",
+    "GET /ops/duplicates",
+    "GET /ops/collisions",
+    "POST /ops/webhooks",
+    "GET /ops/webhooks",
+    "DELETE /ops/webhooks/{id}",
 ];
 
 /// Examples schemathesis generates per operation and phase: enough to reach every

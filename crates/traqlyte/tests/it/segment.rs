@@ -40,7 +40,7 @@ fn stdout(output: Output) -> String {
 }
 
 /// A new source of the test tenant; its write key, printed alone by the CLI.
-fn create_source(app: &TestApp, name: &str) -> String {
+pub(crate) fn create_source(app: &TestApp, name: &str) -> String {
     let text = stdout(traqlyte(
         app,
         &["source", "create", name, "--tenant", "test tenant"],
@@ -54,7 +54,12 @@ fn create_source(app: &TestApp, name: &str) -> String {
     lines[0].to_string()
 }
 
-async fn post_v1(app: &TestApp, path: &str, write_key: Option<&str>, body: &Value) -> Answer {
+pub(crate) async fn post_v1(
+    app: &TestApp,
+    path: &str,
+    write_key: Option<&str>,
+    body: &Value,
+) -> Answer {
     let mut request = app
         .client
         .post(app.url(path))
@@ -66,7 +71,7 @@ async fn post_v1(app: &TestApp, path: &str, write_key: Option<&str>, body: &Valu
     app.send(request).await
 }
 
-fn track(message_id: &str, user: &str, order: &str, revenue: f64) -> Value {
+pub(crate) fn track(message_id: &str, user: &str, order: &str, revenue: f64) -> Value {
     json!({
         "type": "track", "messageId": message_id, "userId": user, "event": "Order Completed",
         "properties": {"order_id": order, "revenue": revenue},

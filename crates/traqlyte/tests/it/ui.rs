@@ -186,7 +186,7 @@ fn layout_of(dom: &str) -> Value {
 
 /// The HTML of a UI page as the server sends it, fetched with a session started by a
 /// single-use login link.
-async fn page_with_session(app: &TestApp, path: &str) -> String {
+pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
     let client = Client::builder()
         .redirect(Policy::none())
         .build()
@@ -637,7 +637,7 @@ async fn campaign_with_data(app: &TestApp) -> String {
 
 /// Loads `url` in headless Chromium with a `width`×`height` window and returns the
 /// serialised DOM after load.
-async fn dump_dom(url: &str, (width, height): (u32, u32)) -> String {
+pub(crate) async fn dump_dom(url: &str, (width, height): (u32, u32)) -> String {
     let browser =
         std::env::var("TRAQLYTE_TEST_CHROMIUM").unwrap_or_else(|_| "chromium".to_string());
     let profile = tempdir("traqlyte_chromium");
@@ -687,13 +687,13 @@ fn tempdir(prefix: &str) -> std::path::PathBuf {
 /// An element of the dumped DOM that carries `data-field`: its attributes and the text
 /// up to its first child tag, with entities decoded.
 #[derive(Debug)]
-struct Element {
+pub(crate) struct Element {
     attributes: Vec<(String, String)>,
-    text: String,
+    pub(crate) text: String,
 }
 
 impl Element {
-    fn attr(&self, name: &str) -> Option<&str> {
+    pub(crate) fn attr(&self, name: &str) -> Option<&str> {
         self.attributes
             .iter()
             .find(|(n, _)| n == name)
@@ -703,7 +703,7 @@ impl Element {
 
 /// A small scanner for Chromium's DOM serialisation (double-quoted attributes, entities
 /// for `&`, `<`, `>`, `"`, no-break space); enough to read our own markup.
-fn parse_elements(dom: &str) -> Vec<Element> {
+pub(crate) fn parse_elements(dom: &str) -> Vec<Element> {
     let mut elements = Vec::new();
     let mut rest = dom;
     while let Some(start) = rest.find('<') {

@@ -10,7 +10,9 @@ use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
 use traqlyte_identity::{Contract, ContractName};
-use traqlyte_store::{EventOutcome, NewDeadLetter, NewEvent, Store, StoreError, TenantId};
+use traqlyte_store::{
+    EventOutcome, IngestSource, NewDeadLetter, NewEvent, Store, StoreError, TenantId,
+};
 
 use super::decode::{decode, Decoded, Refusal};
 use super::NatsConfig;
@@ -97,10 +99,16 @@ pub async fn run(
         failures: 0,
     };
     let mut last_full = false;
+    let mut lag_sampled: Option<std::time::Instant> = None;
     while !stopping.load(Ordering::SeqCst) {
+        if lag_sampled.is_none_or(|at| at.elapsed() >= LAG_SAMPLE_EVERY) {
+            lag_sampled = Some(std::time::Instant::now());
+            sample_lag(&consumer, &worker.config).await;
+        }
         let batch = worker.fetch(&consumer, last_full).await;
         last_full = batch.len() >= worker.config.batch_messages_max;
         if !batch.is_empty() {
+            crate::metrics::record_batch_size("nats", batch.len());
             worker.handle(batch).await;
         }
     }
@@ -110,6 +118,21 @@ pub async fn run(
     }
     tracing::info!(durable = %worker.config.durable, "consumer stopped");
     Ok(())
+}
+
+/// How often the consumer's lag (`num_pending`) is sampled for `GET /metrics`.
+const LAG_SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// Sets the lag gauge from the consumer's info (one request to the server).
+async fn sample_lag(consumer: &PullConsumer, config: &NatsConfig) {
+    match consumer.get_info().await {
+        Ok(info) => crate::metrics::record_consumer_pending(
+            &config.stream,
+            &config.durable,
+            info.num_pending,
+        ),
+        Err(err) => tracing::debug!(error = %err, "consumer info unavailable; lag not sampled"),
+    }
 }
 
 /// The stream's durable pull consumer, created with explicit acks when absent; an
@@ -334,6 +357,7 @@ impl Worker {
         pending: &mut [Pending],
         counts: &mut Counts,
     ) -> Result<(), StoreError> {
+        let offered = values.len();
         let mut events: Vec<NewEvent> = Vec::with_capacity(values.len());
         let mut positions = Vec::with_capacity(values.len());
         for (value, index) in values {
@@ -345,11 +369,22 @@ impl Worker {
                 Err(err) => pending[index].fate = Fate::Dead(Refusal::of(&err)),
             }
         }
+        let source = IngestSource::nats(&self.config.stream);
         let outcomes = self
             .store
-            .insert_events(&self.tenant, contract, &events)
+            .insert_events_from(source.clone(), &self.tenant, contract, &events)
             .await?;
         debug_assert_eq!(outcomes.len(), events.len());
+        // The WARN line of each collision is `record_events`'s.
+        let rejected = offered - events.len();
+        crate::metrics::record_events(
+            &self.tenant,
+            contract.name().as_str(),
+            &source,
+            &events,
+            &outcomes,
+            rejected,
+        );
         for ((event, outcome), index) in events.iter().zip(outcomes).zip(positions) {
             match outcome {
                 EventOutcome::Inserted => counts.inserted += 1,
@@ -359,7 +394,7 @@ impl Worker {
                 EventOutcome::Collision { .. } => {
                     counts.collisions += 1;
                     let sequence = pending[index].sequence;
-                    tracing::warn!(contract = %contract.name(), event_id = %event.identified.event_id, sequence, "collision: same identity, other content; logged");
+                    tracing::debug!(contract = %contract.name(), event_id = %event.identified.event_id, sequence, "collision acked");
                 }
             }
         }

@@ -11,8 +11,8 @@ use traqlyte_experiments::{outcome_fingerprint, DedupeKey, UnitId};
 use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
 use traqlyte_store::{
-    BindingTally, Campaign, EventOutcome, MetricBinding, MetricKind, NewEvent, NewOutcome,
-    NewRejection, Source, SourceTally, StoreTx, TenantId, OUTCOME_VALUE_ABS_MAX,
+    BindingTally, Campaign, EventOutcome, IngestSource, MetricBinding, MetricKind, NewEvent,
+    NewOutcome, NewRejection, Source, SourceTally, StoreTx, TenantId, OUTCOME_VALUE_ABS_MAX,
 };
 
 use crate::{ApiError, AppState};
@@ -43,6 +43,8 @@ pub(crate) async fn store(
         .collect::<Result<Vec<_>, ApiError>>()?;
     let bound = Bound::load(state, tenant, messages).await?;
     let mut tx = state.store.begin().await?;
+    let ingest_source = IngestSource::segment(&source.source_id);
+    tx.set_ingest_source(ingest_source.clone());
     let outcomes = tx
         .insert_events(tenant, message_contract(), &events)
         .await?;
@@ -55,9 +57,11 @@ pub(crate) async fn store(
         .map(|(pair, _)| pair)
         .collect();
     let (facts, tallies) = bound.outcomes(&mut tx, source, &new).await?;
-    if !facts.is_empty() {
-        tx.record_outcomes(tenant, &facts, now_us).await?;
-    }
+    let recorded = if facts.is_empty() {
+        Vec::new()
+    } else {
+        tx.record_outcomes(tenant, &facts, now_us).await?
+    };
     tx.tally_bindings(tenant, &tallies, now_us).await?;
     tx.record_rejections(tenant, &source.source_id, rejections, now_us)
         .await?;
@@ -69,6 +73,16 @@ pub(crate) async fn store(
     )
     .await?;
     tx.commit().await?;
+    crate::metrics::record_batch_size("segment", messages.len() + rejections.len());
+    crate::metrics::record_events(
+        tenant,
+        message_contract().name().as_str(),
+        &ingest_source,
+        &events,
+        &outcomes,
+        rejections.len(),
+    );
+    crate::metrics::record_outcomes(tenant, &recorded);
     Ok(Stored { outcomes })
 }
 

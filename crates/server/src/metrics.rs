@@ -1,0 +1,407 @@
+//! Prometheus metrics: the `metrics` facade with `metrics-exporter-prometheus`'s
+//! recorder, rendered by `GET /metrics` (no exporter listener of its own).
+//!
+//! Instrumentation sits where the store's outcomes become answers
+//! ([`record_events`], [`record_outcomes`]), in the idempotency layer's decision
+//! ([`record_idempotency`]), in one route layer ([`track_latency`]) and in the NATS
+//! consumer (its lag). Each call records a whole batch, never an event at a time.
+//!
+//! **Cardinality is bounded:** each family group (`events`, `outcomes`, `idempotency`)
+//! admits at most [`LABEL_SETS_MAX`] distinct label sets for the process's life; later
+//! new sets are counted under the value `other` in every label (and
+//! `traqlyte_metrics_label_overflow_total{group}` counts them). Route latency is labelled
+//! by the matched route template (a fixed set), method and status code; batch sizes by a
+//! fixed `kind`.
+//!
+//! With metrics off (`ServerConfig::metrics.enabled == false`) no recorder is installed
+//! and every function here returns after one relaxed atomic load.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use metrics::Label;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use traqlyte_store::{EventOutcome, IngestSource, NewEvent, OutcomeResult, TenantId};
+
+use crate::{ApiError, AppState};
+
+/// Most distinct label sets a family group admits (see the module docs).
+pub const LABEL_SETS_MAX: usize = 1_000;
+
+/// Who may read `GET /metrics` and whether metrics are recorded at all.
+#[derive(Debug, Clone)]
+pub struct MetricsConfig {
+    /// Record and serve metrics (`--metrics on|off`).
+    pub enabled: bool,
+    /// When set, `GET /metrics` requires `Authorization: Bearer <token>` from any peer.
+    pub token: Option<String>,
+    /// When set, `/metrics` is served on this address only (any peer, or token holders
+    /// when a token is set), and the API's listener answers it 404.
+    pub listen: Option<String>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            enabled: true,
+            token: None,
+            listen: None,
+        }
+    }
+}
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static BUDGET: OnceLock<Mutex<HashMap<&'static str, HashSet<u64>>>> = OnceLock::new();
+
+/// Latency buckets, seconds.
+const LATENCY_BUCKETS_S: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Batch size buckets, items.
+const BATCH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
+];
+
+/// Installs the process-wide recorder once (later calls reuse it) when `enabled`.
+pub fn install(enabled: bool) -> Result<(), String> {
+    if !enabled {
+        return Ok(());
+    }
+    if HANDLE.get().is_none() {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS_S)
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full("traqlyte_batch_size".into()), BATCH_BUCKETS)
+            })
+            .map_err(|e| e.to_string())?;
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        // Another thread may have won the race: then its recorder is the global one.
+        if metrics::set_global_recorder(recorder).is_ok() {
+            let _ = HANDLE.set(handle);
+        }
+    }
+    ENABLED.store(HANDLE.get().is_some(), Ordering::Relaxed);
+    Ok(())
+}
+
+/// Pauses (`false`) or resumes recording in this process, once the recorder is
+/// installed; paused, every recording function returns after one atomic load, as with
+/// `--metrics off`. For `traqlyte bench metrics`, which compares both in one run.
+pub fn set_recording(on: bool) {
+    ENABLED.store(on && HANDLE.get().is_some(), Ordering::Relaxed);
+}
+
+fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// The labels as given, or `other` in each when the group's budget is spent.
+fn bounded(group: &'static str, names: &[&'static str], values: &[&str]) -> Vec<Label> {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    values.hash(&mut hasher);
+    let hash = hasher.finish();
+    let budget = BUDGET.get_or_init(|| Mutex::new(HashMap::new()));
+    let admitted = match budget.lock() {
+        Ok(mut seen) => {
+            let set = seen.entry(group).or_default();
+            set.contains(&hash) || (set.len() < LABEL_SETS_MAX && set.insert(hash))
+        }
+        Err(_) => false,
+    };
+    if !admitted {
+        metrics::counter!("traqlyte_metrics_label_overflow_total", "group" => group).increment(1);
+    }
+    names
+        .iter()
+        .zip(values)
+        .map(|(name, value)| {
+            Label::new(
+                *name,
+                if admitted {
+                    (*value).to_string()
+                } else {
+                    "other".into()
+                },
+            )
+        })
+        .collect()
+}
+
+/// Counts one stored call of `source` (after its commit): received, inserted,
+/// duplicates, collisions and `rejected` (refused before the store), and logs each
+/// collision at WARN with both fingerprints.
+pub(crate) fn record_events(
+    tenant: &TenantId,
+    contract: &str,
+    source: &IngestSource,
+    events: &[NewEvent],
+    outcomes: &[EventOutcome],
+    rejected: usize,
+) {
+    let (mut inserted, mut duplicates, mut collisions) = (0u64, 0u64, 0u64);
+    for (event, outcome) in events.iter().zip(outcomes) {
+        match outcome {
+            EventOutcome::Inserted => inserted += 1,
+            EventOutcome::Duplicate => duplicates += 1,
+            EventOutcome::Collision { stored_fingerprint } => {
+                collisions += 1;
+                tracing::warn!(
+                    tenant = %tenant,
+                    contract,
+                    source = %source,
+                    event_id = %event.identified.event_id,
+                    stored_fingerprint = %stored_fingerprint,
+                    incoming_fingerprint = %event.identified.fingerprint,
+                    "collision: same identity, different content; logged, nothing overwritten"
+                );
+            }
+        }
+    }
+    if !enabled() {
+        return;
+    }
+    let labels = bounded(
+        "events",
+        &["tenant", "contract", "source"],
+        &[tenant.as_str(), contract, source.as_str()],
+    );
+    let received = inserted + duplicates + collisions + rejected as u64;
+    metrics::counter!("traqlyte_events_received_total", labels.clone()).increment(received);
+    metrics::counter!("traqlyte_events_inserted_total", labels.clone()).increment(inserted);
+    metrics::counter!("traqlyte_events_duplicates_total", labels.clone()).increment(duplicates);
+    metrics::counter!("traqlyte_events_collisions_total", labels.clone()).increment(collisions);
+    metrics::counter!("traqlyte_events_rejected_total", labels).increment(rejected as u64);
+}
+
+/// Counts stored outcomes (after their commit) by campaign and arm.
+pub(crate) fn record_outcomes(tenant: &TenantId, results: &[OutcomeResult]) {
+    if !enabled() {
+        return;
+    }
+    let mut groups: HashMap<(&str, &str), [u64; 3]> = HashMap::new();
+    for result in results {
+        let (stored, slot) = match result {
+            OutcomeResult::Inserted(s) => (s, 0),
+            OutcomeResult::Duplicate(s) => (s, 1),
+            OutcomeResult::Collision(s) => (s, 2),
+        };
+        groups
+            .entry((stored.campaign_id.as_str(), stored.arm.as_str()))
+            .or_default()[slot] += 1;
+    }
+    for ((campaign, arm), [inserted, duplicates, collisions]) in groups {
+        let labels = bounded(
+            "outcomes",
+            &["tenant", "campaign", "arm"],
+            &[tenant.as_str(), campaign, arm],
+        );
+        metrics::counter!("traqlyte_outcomes_inserted_total", labels.clone()).increment(inserted);
+        metrics::counter!("traqlyte_outcomes_duplicates_total", labels.clone())
+            .increment(duplicates);
+        metrics::counter!("traqlyte_outcomes_collisions_total", labels).increment(collisions);
+    }
+}
+
+/// What the idempotency layer decided for a request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum IdempotencyEvent {
+    /// A stored response was replayed.
+    Replay,
+    /// A request was refused because the key's owner is still working.
+    InFlightRefusal,
+    /// A stale reservation was taken over.
+    TakeOver,
+}
+
+/// Counts one idempotency decision.
+pub(crate) fn record_idempotency(tenant: &TenantId, event: IdempotencyEvent) {
+    if !enabled() {
+        return;
+    }
+    let labels = bounded("idempotency", &["tenant"], &[tenant.as_str()]);
+    let name = match event {
+        IdempotencyEvent::Replay => "traqlyte_idempotency_replays_total",
+        IdempotencyEvent::InFlightRefusal => "traqlyte_idempotency_in_flight_refusals_total",
+        IdempotencyEvent::TakeOver => "traqlyte_idempotency_takeovers_total",
+    };
+    metrics::counter!(name, labels).increment(1);
+}
+
+/// Records the size of one batch of `kind` (`http_events`, `http_outcomes`,
+/// `segment`, `nats`, …; a fixed set of names chosen by the caller). Group commits call
+/// this with their own kind.
+pub fn record_batch_size(kind: &'static str, n: usize) {
+    if !enabled() {
+        return;
+    }
+    metrics::histogram!("traqlyte_batch_size", "kind" => kind).record(n as f64);
+}
+
+/// Sets the pending-message gauge of a NATS consumer (its lag).
+pub(crate) fn record_consumer_pending(stream: &str, consumer: &str, pending: u64) {
+    if !enabled() {
+        return;
+    }
+    let labels = bounded("nats", &["stream", "consumer"], &[stream, consumer]);
+    metrics::gauge!("traqlyte_nats_consumer_pending", labels).set(pending as f64);
+}
+
+/// Counts one webhook delivery attempt by its result (`delivered`, `failed`,
+/// `dropped`).
+pub(crate) fn record_webhook(result: &'static str) {
+    if !enabled() {
+        return;
+    }
+    metrics::counter!("traqlyte_webhook_deliveries_total", "result" => result).increment(1);
+}
+
+/// Route layer: the latency of every routed request by its route template.
+pub(crate) async fn track_latency(request: Request, next: Next) -> Response {
+    if !enabled() {
+        return next.run(request).await;
+    }
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().as_str().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!(
+        "traqlyte_http_request_duration_seconds",
+        "route" => route, "method" => method, "status" => status
+    )
+    .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// `GET /metrics` on the API's listener: loopback peers only, unless a token is set.
+#[utoipa::path(get, path = "/metrics", tag = "ops",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn scrape(State(state): State<AppState>, request: Request) -> Response {
+    if state.config.metrics.listen.is_some() {
+        return ApiError::not_found(
+            "metrics_elsewhere",
+            "metrics are served on the --metrics-listen address",
+        )
+        .into_response();
+    }
+    answer(&state, &request, false)
+}
+
+/// `GET /metrics` on the dedicated `--metrics-listen` listener.
+pub(crate) async fn scrape_dedicated(State(state): State<AppState>, request: Request) -> Response {
+    answer(&state, &request, true)
+}
+
+fn answer(state: &AppState, request: &Request, dedicated: bool) -> Response {
+    let Some(handle) = HANDLE.get().filter(|_| state.config.metrics.enabled) else {
+        return ApiError::not_found("metrics_disabled", "metrics are off (--metrics off)")
+            .into_response();
+    };
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    if let Err(err) = admit(&state.config.metrics, request.headers(), peer, dedicated) {
+        return err.into_response();
+    }
+    for usage in state.store.pool_usage() {
+        let in_use = usage.open.saturating_sub(usage.idle);
+        metrics::gauge!("traqlyte_store_pool_connections", "pool" => usage.pool, "state" => "idle")
+            .set(f64::from(usage.idle));
+        metrics::gauge!("traqlyte_store_pool_connections", "pool" => usage.pool, "state" => "in_use")
+            .set(f64::from(in_use));
+        metrics::gauge!("traqlyte_store_pool_connections_max", "pool" => usage.pool)
+            .set(f64::from(usage.max));
+    }
+    handle.run_upkeep();
+    (
+        StatusCode::OK,
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        handle.render(),
+    )
+        .into_response()
+}
+
+/// Who may read: a token holder when a token is set; else loopback peers on the API's
+/// listener, anyone on the dedicated one.
+fn admit(
+    config: &MetricsConfig,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+    dedicated: bool,
+) -> Result<(), ApiError> {
+    if let Some(expected) = config.token.as_deref().filter(|t| !t.is_empty()) {
+        let given = headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|t| {
+                t.strip_prefix("Bearer ")
+                    .or_else(|| t.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        return match given {
+            Some(token) if crate::routes::admin::same_secret(token, expected) => Ok(()),
+            _ => Err(ApiError::unauthorized(
+                "GET /metrics needs `Authorization: Bearer <metrics token>`",
+            )),
+        };
+    }
+    if dedicated || peer.is_some_and(|p| p.ip().is_loopback()) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "metrics_forbidden",
+        "GET /metrics answers loopback peers only; set --metrics-token or --metrics-listen",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(ip: &str) -> Option<SocketAddr> {
+        Some(SocketAddr::new(ip.parse().expect("ip"), 1234))
+    }
+
+    #[test]
+    fn without_a_token_only_loopback_peers_read_the_api_listener() {
+        let config = MetricsConfig::default();
+        let headers = HeaderMap::new();
+        assert!(admit(&config, &headers, peer("127.0.0.1"), false).is_ok());
+        assert!(admit(&config, &headers, peer("::1"), false).is_ok());
+        assert!(admit(&config, &headers, peer("10.0.0.7"), false).is_err());
+        assert!(admit(&config, &headers, None, false).is_err());
+        assert!(admit(&config, &headers, peer("10.0.0.7"), true).is_ok());
+    }
+
+    #[test]
+    fn a_token_is_required_from_every_peer_when_set() {
+        let config = MetricsConfig {
+            token: Some("s3cret".into()),
+            ..MetricsConfig::default()
+        };
+        let mut headers = HeaderMap::new();
+        assert!(admit(&config, &headers, peer("127.0.0.1"), false).is_err());
+        headers.insert(AUTHORIZATION, "Bearer s3cret".parse().expect("header"));
+        assert!(admit(&config, &headers, peer("10.0.0.7"), false).is_ok());
+        headers.insert(AUTHORIZATION, "Bearer nope".parse().expect("header"));
+        assert!(admit(&config, &headers, peer("127.0.0.1"), true).is_err());
+    }
+}

@@ -1,0 +1,609 @@
+//! Operations reads and writes (issue 13): which surface delivered an ingestion call
+//! ([`IngestSource`]), the duplicate-rate trend ([`Store::duplicate_trend`]), the
+//! tenant's collision log newest first ([`Store::collisions_page`]), per-tenant webhooks
+//! and their outbox ([`Store::create_webhook`], [`Store::claim_deliveries`]), and the
+//! pools' usage for `GET /metrics` ([`Store::pool_usage`]).
+//!
+//! The trend is read from the append-only `event_tallies` rows (one per ingestion call,
+//! folded per minute by [`Store::roll_up_tallies`], which keeps the source), bucketed by
+//! their arrival time `at_us`: sums of append-only rows, so concurrent writers need no
+//! lock and every committed call is counted exactly once.
+
+use serde::Serialize;
+
+use crate::model::random_hex;
+use crate::tx::{with_pool, with_tx};
+use crate::{Store, StoreError, StoreTx, TenantId};
+
+/// Longest source label stored (a NATS stream name is at most 255 bytes; a Segment
+/// source id is short).
+const SOURCE_BYTES_MAX: usize = 300;
+
+/// Which surface delivered an ingestion call: `http` (the JSON API and OpenLineage),
+/// `segment:{source_id}` or `nats:{stream}`. Stored beside each tally and collision row.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IngestSource(String);
+
+impl IngestSource {
+    /// The JSON and OpenLineage HTTP APIs.
+    pub fn http() -> IngestSource {
+        IngestSource("http".to_string())
+    }
+
+    /// A Segment source.
+    pub fn segment(source: &crate::SourceId) -> IngestSource {
+        IngestSource(format!("segment:{}", source.as_str()))
+    }
+
+    /// A NATS JetStream stream (its name is cut to a bounded length).
+    pub fn nats(stream: &str) -> IngestSource {
+        let mut text = format!("nats:{}", stream.replace('\0', ""));
+        if text.len() > SOURCE_BYTES_MAX {
+            let mut end = SOURCE_BYTES_MAX;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        IngestSource(text)
+    }
+
+    /// A source label as a client names it in a query (`?source=`); `None` if it has
+    /// none of the three shapes.
+    pub fn parse(text: &str) -> Option<IngestSource> {
+        let ok = text == "http"
+            || (text.starts_with("segment:") || text.starts_with("nats:"))
+                && text.len() <= SOURCE_BYTES_MAX
+                && !text.contains('\0');
+        ok.then(|| IngestSource(text.to_string()))
+    }
+
+    /// The stored label.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for IngestSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Store {
+    /// [`Store::insert_events`] counted under `source` (tallies and collisions).
+    pub async fn insert_events_from(
+        &self,
+        source: IngestSource,
+        tenant: &TenantId,
+        contract: &traqlyte_identity::Contract,
+        events: &[crate::NewEvent],
+    ) -> Result<Vec<crate::EventOutcome>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin().await?;
+        tx.set_ingest_source(source);
+        let outcomes = tx.insert_events(tenant, contract, events).await?;
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+}
+
+impl StoreTx {
+    /// Every event this transaction stores from now on is counted (tallies, collisions)
+    /// under `source`; a transaction starts as [`IngestSource::http`].
+    pub fn set_ingest_source(&mut self, source: IngestSource) {
+        self.source = source;
+    }
+}
+
+/// The width of a trend bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    /// 60 s.
+    Minute,
+    /// 3,600 s.
+    Hour,
+    /// 86,400 s (UTC days).
+    Day,
+}
+
+impl Bucket {
+    /// The width in microseconds.
+    pub fn width_us(self) -> i64 {
+        match self {
+            Bucket::Minute => 60_000_000,
+            Bucket::Hour => 3_600_000_000,
+            Bucket::Day => 86_400_000_000,
+        }
+    }
+}
+
+/// What [`Store::duplicate_trend`] reads.
+#[derive(Debug, Clone)]
+pub struct TrendQuery {
+    /// First instant counted (inclusive), microseconds since the epoch.
+    pub since_us: i64,
+    /// Last instant counted (exclusive).
+    pub until_us: i64,
+    /// The bucket width.
+    pub bucket: Bucket,
+    /// Only this contract.
+    pub contract: Option<String>,
+    /// Only this source.
+    pub source: Option<IngestSource>,
+}
+
+/// One bucket of one series (contract, source) of the trend.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TrendRow {
+    /// The bucket's start, microseconds since the epoch.
+    pub bucket_start_us: i64,
+    /// The contract.
+    pub contract: String,
+    /// The source label.
+    pub source: String,
+    /// Newly stored events.
+    pub inserted: i64,
+    /// Retries of stored events.
+    pub duplicates: i64,
+    /// Different events under a stored identity.
+    pub collisions: i64,
+}
+
+const SELECT_TREND: &str = "SELECT CAST((at_us / $4) * $4 AS BIGINT) AS bucket_start_us,
+       contract_name AS contract, source,
+       CAST(SUM(inserted) AS BIGINT) AS inserted,
+       CAST(SUM(duplicates) AS BIGINT) AS duplicates,
+       CAST(SUM(collisions) AS BIGINT) AS collisions
+     FROM event_tallies
+     WHERE tenant_id = $1 AND at_us >= $2 AND at_us < $3
+       AND (CAST($5 AS TEXT) IS NULL OR contract_name = CAST($5 AS TEXT))
+       AND (CAST($6 AS TEXT) IS NULL OR source = CAST($6 AS TEXT))
+     GROUP BY (at_us / $4) * $4, contract_name, source
+     ORDER BY bucket_start_us, contract, source";
+
+/// A page of the collision log.
+#[derive(Debug, Clone)]
+pub struct CollisionsQuery {
+    /// Only this contract.
+    pub contract: Option<String>,
+    /// Only collisions received at or after this instant.
+    pub since_us: Option<i64>,
+    /// Continue after this cursor (the last row of the previous page).
+    pub before: Option<CollisionCursor>,
+    /// Rows per page.
+    pub limit: u32,
+}
+
+/// Where a page of collisions ended: newest first by (received time, id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollisionCursor {
+    /// The last row's arrival time.
+    pub received_at_us: i64,
+    /// The last row's id.
+    pub collision_id: i64,
+}
+
+/// One logged event collision with everything a person needs to judge it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, Serialize)]
+pub struct CollisionEntry {
+    /// The log entry's id (unique per tenant).
+    pub collision_id: i64,
+    /// The contract.
+    pub contract: String,
+    /// The contract version the refused event was identified under.
+    pub contract_version: i64,
+    /// The shared event id (hex).
+    pub event_id: String,
+    /// Fingerprint of the stored row.
+    pub stored_fingerprint: String,
+    /// Fingerprint of the refused delivery.
+    pub incoming_fingerprint: String,
+    /// Payload of the stored row (JSON text).
+    pub stored_payload: String,
+    /// Payload of the refused delivery (JSON text).
+    pub incoming_payload: String,
+    /// The surface that delivered the refused event.
+    pub source: String,
+    /// When the server received it, microseconds since the epoch.
+    pub received_at_us: i64,
+}
+
+const COLLISION_COLUMNS: &str = "collision_id, contract_name AS contract,
+       CAST(contract_version AS BIGINT) AS contract_version, event_id, stored_fingerprint,
+       incoming_fingerprint, stored_payload, incoming_payload, source, received_at_us";
+
+const SELECT_COLLISIONS_PAGE: &str = "SELECT {columns} FROM event_collisions
+     WHERE tenant_id = $1
+       AND (CAST($2 AS TEXT) IS NULL OR contract_name = CAST($2 AS TEXT))
+       AND (CAST($3 AS BIGINT) IS NULL OR received_at_us >= CAST($3 AS BIGINT))
+       AND (CAST($4 AS BIGINT) IS NULL OR received_at_us < CAST($4 AS BIGINT)
+            OR (received_at_us = CAST($4 AS BIGINT) AND collision_id < CAST($5 AS BIGINT)))
+     ORDER BY received_at_us DESC, collision_id DESC LIMIT $6";
+
+const SELECT_COLLISION: &str =
+    "SELECT {columns} FROM event_collisions WHERE tenant_id = $1 AND collision_id = $2";
+
+/// Logs one collision and queues it for every live webhook of the tenant, in the
+/// caller's transaction.
+pub(crate) const INSERT_COLLISION_RETURNING: &str = "INSERT INTO event_collisions
+     (tenant_id, contract_name, event_id, contract_version, stored_fingerprint, incoming_fingerprint,
+      stored_payload, incoming_payload, received_at_us, source)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING collision_id";
+
+const INSERT_DELIVERIES: &str = "INSERT INTO webhook_deliveries
+     (tenant_id, delivery_id, webhook_id, collision_id, created_at_us, next_attempt_at_us)
+     SELECT tenant_id, webhook_id || '.' || CAST(CAST($2 AS BIGINT) AS TEXT), webhook_id, $2, $3, $3
+     FROM webhooks WHERE tenant_id = $1 AND deleted_at_us IS NULL
+     ON CONFLICT DO NOTHING";
+
+/// A webhook endpoint of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, Serialize)]
+pub struct Webhook {
+    /// `whk_` + 16 hex.
+    pub webhook_id: String,
+    /// Where collisions are posted.
+    pub url: String,
+    /// When it was created, microseconds since the epoch.
+    pub created_at_us: i64,
+}
+
+/// Serialises a tenant's webhook registrations on PostgreSQL (SQLite's `BEGIN IMMEDIATE`
+/// holds the write lock already), so the count bound holds under concurrency.
+const PG_WEBHOOKS_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtext('webhooks:' || CAST($1 AS TEXT)))";
+
+/// Most live webhooks per tenant.
+pub const WEBHOOKS_PER_TENANT_MAX: i64 = 20;
+
+/// A delivery the dispatcher claimed: where to post which collision.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ClaimedDelivery {
+    /// The tenant.
+    pub tenant_id: String,
+    /// The receiver's deduplication key: `{webhook_id}.{collision_id}`.
+    pub delivery_id: String,
+    /// The webhook.
+    pub webhook_id: String,
+    /// The collision to post.
+    pub collision_id: i64,
+    /// Attempts so far, this one included.
+    pub attempts: i64,
+}
+
+const CLAIM_DELIVERIES: &str = "UPDATE webhook_deliveries
+     SET lease_until_us = $2, lease_owner = $3, attempts = attempts + 1
+     WHERE delivered_at_us IS NULL AND next_attempt_at_us <= $1 AND lease_until_us <= $1
+       AND (tenant_id, delivery_id) IN (
+         SELECT tenant_id, delivery_id FROM webhook_deliveries
+         WHERE delivered_at_us IS NULL AND next_attempt_at_us <= $1 AND lease_until_us <= $1
+         ORDER BY next_attempt_at_us LIMIT $4)
+     RETURNING tenant_id, delivery_id, webhook_id, collision_id, CAST(attempts AS BIGINT) AS attempts";
+
+/// Usage of one connection pool, sampled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// `writer`, `reader` (SQLite) or `pool` (PostgreSQL).
+    pub pool: &'static str,
+    /// Open connections.
+    pub open: u32,
+    /// Open and idle.
+    pub idle: u32,
+    /// The configured maximum.
+    pub max: u32,
+}
+
+impl Store {
+    /// Per bucket and series (contract, source): inserted, duplicates and collisions of
+    /// the calls that arrived in `[since, until)`.
+    pub async fn duplicate_trend(
+        &self,
+        tenant: &TenantId,
+        query: &TrendQuery,
+    ) -> Result<Vec<TrendRow>, StoreError> {
+        Ok(with_pool!(self, reader, |pool| sqlx::query_as(
+            SELECT_TREND
+        )
+        .bind(tenant.as_str())
+        .bind(query.since_us)
+        .bind(query.until_us)
+        .bind(query.bucket.width_us())
+        .bind(query.contract.as_deref())
+        .bind(query.source.as_ref().map(IngestSource::as_str))
+        .fetch_all(pool)
+        .await?))
+    }
+
+    /// A page of the tenant's collisions, newest first.
+    pub async fn collisions_page(
+        &self,
+        tenant: &TenantId,
+        query: &CollisionsQuery,
+    ) -> Result<Vec<CollisionEntry>, StoreError> {
+        let sql = SELECT_COLLISIONS_PAGE.replace("{columns}", &self.collision_columns());
+        Ok(with_pool!(self, reader, |pool| sqlx::query_as(&sql)
+            .bind(tenant.as_str())
+            .bind(query.contract.as_deref())
+            .bind(query.since_us)
+            .bind(query.before.map(|c| c.received_at_us))
+            .bind(query.before.map(|c| c.collision_id))
+            .bind(i64::from(query.limit))
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// One collision of the tenant.
+    pub async fn collision(
+        &self,
+        tenant: &str,
+        collision_id: i64,
+    ) -> Result<Option<CollisionEntry>, StoreError> {
+        let sql = SELECT_COLLISION.replace("{columns}", &self.collision_columns());
+        Ok(with_pool!(self, reader, |pool| sqlx::query_as(&sql)
+            .bind(tenant)
+            .bind(collision_id)
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    /// The columns of [`CollisionEntry`]; PostgreSQL stores the event id as text too in
+    /// this log (it is a log, not a key), so both read it the same way.
+    fn collision_columns(&self) -> String {
+        COLLISION_COLUMNS.to_string()
+    }
+
+    /// Registers a webhook, or returns the tenant's live webhook of the same URL
+    /// (`false`: nothing created, so a retried request adds none); `None` when the
+    /// tenant already has [`WEBHOOKS_PER_TENANT_MAX`] live ones.
+    pub async fn create_webhook(
+        &self,
+        tenant: &TenantId,
+        url: &str,
+        now_us: i64,
+    ) -> Result<Option<(Webhook, bool)>, StoreError> {
+        let mut tx = self.begin().await?;
+        // The count and the insert in one transaction; on PostgreSQL the tenant's
+        // webhooks are serialised by an advisory lock on the tenant.
+        if let crate::tx::TxInner::Postgres(conn) = &mut tx.inner {
+            sqlx::query(PG_WEBHOOKS_LOCK)
+                .bind(tenant.as_str())
+                .execute(&mut **conn)
+                .await?;
+        }
+        let live: i64 = with_tx!(tx, |conn| sqlx::query_scalar(
+            "SELECT COUNT(*) FROM webhooks WHERE tenant_id = $1 AND deleted_at_us IS NULL",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&mut *conn)
+        .await?);
+        let existing: Option<Webhook> = with_tx!(tx, |conn| sqlx::query_as(
+            "SELECT webhook_id, url, created_at_us FROM webhooks
+             WHERE tenant_id = $1 AND url = $2 AND deleted_at_us IS NULL"
+        )
+        .bind(tenant.as_str())
+        .bind(url)
+        .fetch_optional(&mut *conn)
+        .await?);
+        if let Some(webhook) = existing {
+            return Ok(Some((webhook, false)));
+        }
+        if live >= WEBHOOKS_PER_TENANT_MAX {
+            return Ok(None);
+        }
+        let webhook = Webhook {
+            webhook_id: format!("whk_{}", random_hex(8)),
+            url: url.to_string(),
+            created_at_us: now_us,
+        };
+        with_tx!(tx, |conn| {
+            sqlx::query(
+            "INSERT INTO webhooks (tenant_id, webhook_id, url, created_at_us) VALUES ($1, $2, $3, $4)"
+        )
+        .bind(tenant.as_str())
+        .bind(&webhook.webhook_id)
+        .bind(&webhook.url)
+        .bind(now_us)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())?
+        });
+        tx.commit().await?;
+        Ok(Some((webhook, true)))
+    }
+
+    /// The tenant's live webhooks, oldest first.
+    pub async fn webhooks(&self, tenant: &TenantId) -> Result<Vec<Webhook>, StoreError> {
+        Ok(with_pool!(self, reader, |pool| sqlx::query_as(
+            "SELECT webhook_id, url, created_at_us FROM webhooks
+             WHERE tenant_id = $1 AND deleted_at_us IS NULL ORDER BY created_at_us, webhook_id"
+        )
+        .bind(tenant.as_str())
+        .fetch_all(pool)
+        .await?))
+    }
+
+    /// Marks a webhook deleted; `false` if the tenant has no such live webhook.
+    pub async fn delete_webhook(
+        &self,
+        tenant: &TenantId,
+        webhook_id: &str,
+        now_us: i64,
+    ) -> Result<bool, StoreError> {
+        let done = with_pool!(self, writer, |pool| sqlx::query(
+            "UPDATE webhooks SET deleted_at_us = $3
+             WHERE tenant_id = $1 AND webhook_id = $2 AND deleted_at_us IS NULL"
+        )
+        .bind(tenant.as_str())
+        .bind(webhook_id)
+        .bind(now_us)
+        .execute(pool)
+        .await?
+        .rows_affected());
+        Ok(done == 1)
+    }
+
+    /// Claims at most `limit` due deliveries for `lease_us` under `owner` (any server
+    /// may run the dispatcher: a row is leased to one of them at a time).
+    pub async fn claim_deliveries(
+        &self,
+        owner: &str,
+        now_us: i64,
+        lease_us: i64,
+        limit: u32,
+    ) -> Result<Vec<ClaimedDelivery>, StoreError> {
+        let mut tx = self.begin().await?;
+        let claimed = with_tx!(tx, |conn| sqlx::query_as(CLAIM_DELIVERIES)
+            .bind(now_us)
+            .bind(now_us.saturating_add(lease_us))
+            .bind(owner)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *conn)
+            .await?);
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    /// Records a delivery's end: delivered (or dropped) when `retry_at_us` is `None`,
+    /// else released until `retry_at_us`. Only the lease's owner may settle it.
+    pub async fn settle_delivery(
+        &self,
+        delivery: &ClaimedDelivery,
+        owner: &str,
+        now_us: i64,
+        retry_at_us: Option<i64>,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let done = with_pool!(self, writer, |pool| sqlx::query(
+            "UPDATE webhook_deliveries
+             SET delivered_at_us = CASE WHEN CAST($4 AS BIGINT) IS NULL THEN $3 ELSE NULL END,
+                 next_attempt_at_us = COALESCE(CAST($4 AS BIGINT), next_attempt_at_us),
+                 lease_until_us = 0, lease_owner = NULL, last_error = $5
+             WHERE tenant_id = $1 AND delivery_id = $2 AND lease_owner = $6"
+        )
+        .bind(&delivery.tenant_id)
+        .bind(&delivery.delivery_id)
+        .bind(now_us)
+        .bind(retry_at_us)
+        .bind(error)
+        .bind(owner)
+        .execute(pool)
+        .await?
+        .rows_affected());
+        Ok(done == 1)
+    }
+
+    /// The URL of a live webhook; `None` once it was deleted (its deliveries are then
+    /// dropped).
+    pub async fn webhook_url(
+        &self,
+        tenant: &str,
+        webhook_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(with_pool!(self, reader, |pool| {
+            sqlx::query_scalar(
+            "SELECT url FROM webhooks WHERE tenant_id = $1 AND webhook_id = $2 AND deleted_at_us IS NULL"
+        )
+        .bind(tenant)
+        .bind(webhook_id)
+        .fetch_optional(pool)
+        .await?
+        }))
+    }
+
+    /// Deliveries not yet delivered, all tenants (for the dispatcher's gauge and tests).
+    pub async fn pending_deliveries(&self) -> Result<i64, StoreError> {
+        Ok(with_pool!(self, reader, |pool| sqlx::query_scalar(
+            "SELECT COUNT(*) FROM webhook_deliveries WHERE delivered_at_us IS NULL"
+        )
+        .fetch_one(pool)
+        .await?))
+    }
+
+    /// The pools' usage, sampled now.
+    pub fn pool_usage(&self) -> Vec<PoolUsage> {
+        match &self.backend {
+            crate::Backend::Sqlite(s) => {
+                vec![usage("writer", &s.writer), usage("reader", &s.reader)]
+            }
+            crate::Backend::Postgres(p) => vec![usage("pool", &p.pool)],
+        }
+    }
+}
+
+fn usage<DB: sqlx::Database>(pool: &'static str, p: &sqlx::Pool<DB>) -> PoolUsage {
+    PoolUsage {
+        pool,
+        open: p.size(),
+        idle: u32::try_from(p.num_idle()).unwrap_or(u32::MAX),
+        max: p.options().get_max_connections(),
+    }
+}
+
+impl StoreTx {
+    /// Logs one collision under the transaction's source and queues a delivery for each
+    /// live webhook of the tenant; returns the collision's id.
+    pub(crate) async fn log_collision(
+        &mut self,
+        tenant: &TenantId,
+        row: &CollisionInsert<'_>,
+        now: i64,
+    ) -> Result<i64, StoreError> {
+        let source = self.source.as_str().to_string();
+        let id: i64 = with_tx!(self, |conn| sqlx::query_scalar(INSERT_COLLISION_RETURNING)
+            .bind(tenant.as_str())
+            .bind(row.contract)
+            .bind(row.event_id)
+            .bind(row.contract_version)
+            .bind(row.stored_fingerprint)
+            .bind(row.incoming_fingerprint)
+            .bind(row.stored_payload)
+            .bind(row.incoming_payload)
+            .bind(now)
+            .bind(&source)
+            .fetch_one(&mut *conn)
+            .await?);
+        with_tx!(self, |conn| sqlx::query(INSERT_DELIVERIES)
+            .bind(tenant.as_str())
+            .bind(id)
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())?);
+        Ok(id)
+    }
+}
+
+/// The columns of one collision row.
+pub(crate) struct CollisionInsert<'a> {
+    pub(crate) contract: &'a str,
+    pub(crate) event_id: &'a str,
+    pub(crate) contract_version: i64,
+    pub(crate) stored_fingerprint: &'a str,
+    pub(crate) incoming_fingerprint: &'a str,
+    pub(crate) stored_payload: &'a str,
+    pub(crate) incoming_payload: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_labels_parse_in_their_three_shapes_only() {
+        assert_eq!(IngestSource::parse("http"), Some(IngestSource::http()));
+        assert!(IngestSource::parse("nats:EVENTS").is_some());
+        assert!(IngestSource::parse("segment:src_0011223344556677").is_some());
+        assert!(IngestSource::parse("ftp").is_none());
+        assert!(IngestSource::parse("nats:a\0b").is_none());
+    }
+
+    #[test]
+    fn a_long_stream_name_is_cut_on_a_char_boundary() {
+        let long = "é".repeat(400);
+        let source = IngestSource::nats(&long);
+        assert!(source.as_str().len() <= SOURCE_BYTES_MAX);
+        assert!(source.as_str().starts_with("nats:é"));
+    }
+}

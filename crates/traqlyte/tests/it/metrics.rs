@@ -1,0 +1,367 @@
+//! `GET /metrics`: after a known workload the tenant's counters hold its exact counts,
+//! the text parses as the Prometheus exposition format, and only the allowed readers
+//! get it (a token when one is set; a dedicated listener when one is given).
+//!
+//! Servers of one test process share the process-wide recorder, so every exact check
+//! reads the series labelled with this test's own tenant.
+
+use std::collections::HashMap;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use traqlyte_server::metrics::MetricsConfig;
+use traqlyte_server::ServerConfig;
+
+use crate::helpers::{checkout_event, spawn_app, spawn_app_with, Backend, TestApp};
+use crate::on_both_backends;
+
+on_both_backends!(
+    the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition_format,
+    a_metrics_token_is_required_when_set,
+    a_dedicated_metrics_listener_serves_metrics_and_the_api_listener_does_not,
+);
+
+/// One sample line: name, labels, value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: HashMap<String, String>,
+    pub(crate) value: f64,
+}
+
+/// Parses the text exposition format 0.0.4 strictly enough to catch a malformed line:
+/// `# HELP`/`# TYPE` comments with a valid type, sample lines `name{k="v",…} value`,
+/// label values with `\\`, `\"`, `\n` escapes, names of `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+pub(crate) fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    let mut samples = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let fail = |why: &str| format!("line {}: {why}: {line:?}", number + 1);
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(comment) = line.strip_prefix('#') {
+            let words: Vec<&str> = comment.split_whitespace().collect();
+            if words.first() == Some(&"TYPE") {
+                let valid = ["counter", "gauge", "histogram", "summary", "untyped"];
+                if words.len() != 3 || !valid.contains(&words[2]) || !is_name(words[1]) {
+                    return Err(fail("bad TYPE"));
+                }
+            }
+            continue;
+        }
+        let (name_end, labels, rest) = match line.find('{') {
+            Some(open) => {
+                let (labels, rest) = parse_labels(&line[open + 1..]).map_err(|e| fail(&e))?;
+                (open, labels, rest)
+            }
+            None => {
+                let space = line.find(' ').ok_or_else(|| fail("no value"))?;
+                (space, HashMap::new(), &line[space..])
+            }
+        };
+        let name = &line[..name_end];
+        if !is_name(name) {
+            return Err(fail("bad metric name"));
+        }
+        let mut parts = rest.split_whitespace();
+        let value = parts.next().ok_or_else(|| fail("no value"))?;
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            v => v.parse().map_err(|_| fail("bad value"))?,
+        };
+        if let Some(timestamp) = parts.next() {
+            timestamp
+                .parse::<i64>()
+                .map_err(|_| fail("bad timestamp"))?;
+        }
+        if parts.next().is_some() {
+            return Err(fail("trailing text"));
+        }
+        samples.push(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    Ok(samples)
+}
+
+fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// `k="v",…}` → the labels and the text after `}`.
+fn parse_labels(text: &str) -> Result<(HashMap<String, String>, &str), String> {
+    let mut labels = HashMap::new();
+    let mut rest = text;
+    loop {
+        if let Some(after) = rest.strip_prefix('}') {
+            return Ok((labels, after));
+        }
+        let eq = rest.find('=').ok_or("label without =")?;
+        let key = &rest[..eq];
+        if !is_name(key) || key.contains(':') {
+            return Err(format!("bad label name {key:?}"));
+        }
+        let mut chars = rest[eq + 1..].char_indices();
+        if chars.next().map(|(_, c)| c) != Some('"') {
+            return Err("label value not quoted".into());
+        }
+        let mut value = String::new();
+        let mut end = None;
+        let mut escaped = false;
+        for (index, c) in chars {
+            match (escaped, c) {
+                (true, 'n') => (value.push('\n'), escaped = false).1,
+                (true, '\\' | '"') => (value.push(c), escaped = false).1,
+                (true, _) => return Err("bad escape".into()),
+                (false, '\\') => escaped = true,
+                (false, '"') => {
+                    end = Some(eq + 1 + index + 1);
+                    break;
+                }
+                (false, _) => value.push(c),
+            }
+        }
+        let end = end.ok_or("unterminated label value")?;
+        labels.insert(key.to_string(), value);
+        rest = &rest[end..];
+        rest = rest.strip_prefix(',').unwrap_or(rest);
+    }
+}
+
+/// The scrape of `app`'s `/metrics`, parsed.
+pub(crate) async fn scrape(app: &TestApp) -> Vec<Sample> {
+    let response = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    let text = response.text().await.expect("text");
+    parse_exposition(&text).unwrap_or_else(|e| panic!("not the exposition format: {e}\n{text}"))
+}
+
+/// The value of `name` whose labels include all of `wanted`, or 0 when absent.
+pub(crate) fn value_of(samples: &[Sample], name: &str, wanted: &[(&str, &str)]) -> f64 {
+    let found: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            wanted
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect();
+    assert!(found.len() <= 1, "{name} {wanted:?} matches {found:?}");
+    found.first().map_or(0.0, |s| s.value)
+}
+
+pub(crate) async fn tenant_id(app: &TestApp) -> String {
+    let key = traqlyte_store::ApiKey::parse(&app.key).expect("key");
+    app.store
+        .tenant_for_key(&key)
+        .await
+        .expect("lookup")
+        .expect("tenant")
+        .as_str()
+        .to_string()
+}
+
+fn resent(order: &str) -> Value {
+    let mut event = checkout_event(order);
+    event["sent_at"] = json!("2026-11-29T10:05:00Z");
+    event["attempt"] = json!(2);
+    event
+}
+
+async fn the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition_format(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let tenant = tenant_id(&app).await;
+    let first: Vec<Value> = (1..=5).map(|i| checkout_event(&format!("o{i}"))).collect();
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &json!(first))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let mut changed = checkout_event("o3");
+    changed["note"] = json!("different content under the same identity");
+    let second = json!([
+        resent("o1"),
+        resent("o2"),
+        changed,
+        {"order_id": "no merchant"},
+        checkout_event("o6"),
+    ]);
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &second)
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(
+        answer.item_statuses(),
+        [
+            "duplicate",
+            "duplicate",
+            "collision",
+            "rejected",
+            "inserted"
+        ]
+    );
+    let single = app.post_event(&resent("o4")).await;
+    assert_eq!(single.status, StatusCode::OK, "{}", single.body);
+
+    let samples = scrape(&app).await;
+    let labels = [
+        ("tenant", tenant.as_str()),
+        ("contract", "checkout_completed"),
+        ("source", "http"),
+    ];
+    let count = |name: &str| value_of(&samples, name, &labels);
+    assert_eq!(count("traqlyte_events_received_total"), 11.0);
+    assert_eq!(count("traqlyte_events_inserted_total"), 6.0);
+    assert_eq!(count("traqlyte_events_duplicates_total"), 3.0);
+    assert_eq!(count("traqlyte_events_collisions_total"), 1.0);
+    assert_eq!(count("traqlyte_events_rejected_total"), 1.0);
+    // Shared with other tests of this process: at least this test's requests.
+    let batches = value_of(
+        &samples,
+        "traqlyte_http_request_duration_seconds_count",
+        &[
+            ("route", "/events/{contract}/batch"),
+            ("method", "POST"),
+            ("status", "200"),
+        ],
+    );
+    assert!(batches >= 2.0, "batch requests timed: {batches}");
+    assert!(
+        value_of(
+            &samples,
+            "traqlyte_batch_size_count",
+            &[("kind", "http_events")]
+        ) >= 2.0
+    );
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.name != "traqlyte_http_request_duration_seconds_count"
+                || !s.labels["route"].contains("o1")),
+        "routes are templates, never raw paths"
+    );
+    let pool = match backend {
+        Backend::Sqlite => "writer",
+        Backend::Postgres => "pool",
+    };
+    assert!(
+        value_of(
+            &samples,
+            "traqlyte_store_pool_connections_max",
+            &[("pool", pool)]
+        ) >= 1.0
+    );
+}
+
+async fn a_metrics_token_is_required_when_set(backend: Backend) {
+    let config = ServerConfig {
+        metrics: MetricsConfig {
+            token: Some("metrics-s3cret".into()),
+            ..MetricsConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let app = spawn_app_with(backend, config).await;
+    let bare = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(bare.status(), StatusCode::UNAUTHORIZED);
+    let wrong = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(
+        wrong.status(),
+        StatusCode::UNAUTHORIZED,
+        "a tenant key is not the token"
+    );
+    let right = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth("metrics-s3cret")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(right.status(), StatusCode::OK);
+    let text = right.text().await.expect("text");
+    parse_exposition(&text).expect("exposition format");
+}
+
+async fn a_dedicated_metrics_listener_serves_metrics_and_the_api_listener_does_not(
+    backend: Backend,
+) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = ServerConfig {
+        metrics: MetricsConfig {
+            listen: Some(format!("127.0.0.1:{port}")),
+            ..MetricsConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let app = spawn_app_with(backend, config).await;
+    let on_api = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(on_api.status(), StatusCode::NOT_FOUND);
+    let dedicated = app
+        .client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .expect("GET dedicated");
+    assert_eq!(dedicated.status(), StatusCode::OK);
+    parse_exposition(&dedicated.text().await.expect("text")).expect("exposition format");
+    let other = app
+        .client
+        .get(format!("http://127.0.0.1:{port}/stats"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(other.status(), StatusCode::NOT_FOUND, "only /metrics there");
+}
+
+#[test]
+fn the_exposition_parser_refuses_malformed_lines() {
+    assert!(parse_exposition("# TYPE a counter\na{b=\"c\\\"d\"} 1\n").is_ok());
+    assert!(parse_exposition("a{b=\"c\"} x\n").is_err());
+    assert!(parse_exposition("a{b=c} 1\n").is_err());
+    assert!(parse_exposition("1a 1\n").is_err());
+    assert!(parse_exposition("# TYPE a countr\n").is_err());
+    assert!(parse_exposition("a{b=\"c\"\n").is_err());
+}

@@ -1,0 +1,381 @@
+//! Operations: the duplicate-rate trend per hour and source equals a workload with known
+//! rates, collisions are listed newest first with the right field-level diffs and
+//! paginated, a webhook receives each collision once (a loopback-only receiver), and
+//! `/ui/ops` in Chromium shows the numbers of the JSON.
+//!
+//! The trend buckets by arrival time. The test makes "an hour ago" by moving the first
+//! workload's tally rows one hour back with SQL after it was stored, which is what the
+//! rows would hold had it arrived then; everything else goes through the API.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::{Json, Router};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sqlx::Connection;
+
+use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
+use crate::metrics::tenant_id;
+use crate::on_both_backends;
+use crate::segment::{create_source, post_v1, track};
+
+on_both_backends!(
+    the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates,
+    collisions_are_listed_newest_first_with_their_field_diffs_and_paginated,
+    a_webhook_receives_each_collision_once,
+    the_ops_page_in_chromium_shows_the_numbers_of_the_json,
+);
+
+const HOUR_US: i64 = 3_600_000_000;
+
+fn resent(order: &str) -> Value {
+    let mut event = checkout_event(order);
+    event["sent_at"] = json!("2026-11-29T11:00:00Z");
+    event["attempt"] = json!(2);
+    event
+}
+
+/// Posts `new` new orders (prefix `tag`) then `retries` resends of the first ones.
+async fn http_workload(app: &TestApp, tag: &str, new: usize, retries: usize) {
+    let events: Vec<Value> = (0..new)
+        .map(|i| checkout_event(&format!("{tag}-{i}")))
+        .collect();
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &json!(events))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let again: Vec<Value> = (0..retries)
+        .map(|i| resent(&format!("{tag}-{i}")))
+        .collect();
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &json!(again))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+}
+
+/// Moves every tally row of the tenant one hour back (the rows of a past workload).
+async fn age_tallies_by_an_hour(app: &TestApp, tenant: &str) {
+    let sql = "UPDATE event_tallies SET at_us = at_us - 3600000000 WHERE tenant_id = $1";
+    match app.database_url() {
+        url if url.starts_with("postgres") => {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+            sqlx::query(sql)
+                .bind(tenant)
+                .execute(&mut conn)
+                .await
+                .expect("age");
+        }
+        url => {
+            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
+                .await
+                .expect("connect");
+            sqlx::query(sql)
+                .bind(tenant)
+                .execute(&mut conn)
+                .await
+                .expect("age");
+        }
+    }
+}
+
+async fn the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let tenant = tenant_id(&app).await;
+    let key = create_source(&app, "web");
+    // The past hour: http 8 new + 2 retries (rate 0.2).
+    http_workload(&app, "past", 8, 2).await;
+    age_tallies_by_an_hour(&app, &tenant).await;
+    // This hour: http 3 new + 3 retries (0.5); Segment 4 new + 1 retry (0.2).
+    http_workload(&app, "now", 3, 3).await;
+    let messages: Vec<Value> = (0..4)
+        .map(|i| track(&format!("m{i}"), "u", &format!("s{i}"), 1.0))
+        .collect();
+    for message in &messages {
+        let answer = post_v1(&app, "/v1/track", Some(&key), message).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    let retry = post_v1(&app, "/v1/track", Some(&key), &messages[0]).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", retry.body);
+
+    let now = traqlyte_store::now_us();
+    let this_hour = now / HOUR_US * HOUR_US;
+    let since = traqlyte_identity::format_rfc3339_micros(this_hour - HOUR_US);
+    let until = traqlyte_identity::format_rfc3339_micros(this_hour + HOUR_US);
+    let trend = app
+        .get(&format!(
+            "/ops/duplicates?since={since}&until={until}&bucket=hour"
+        ))
+        .await;
+    assert_eq!(trend.status, StatusCode::OK, "{}", trend.body);
+    let series = trend.body["series"].as_array().expect("series");
+    assert_eq!(series.len(), 2, "{}", trend.body);
+    let http = series
+        .iter()
+        .find(|s| s["source"] == "http")
+        .expect("http series");
+    assert_eq!(http["contract"], "checkout_completed");
+    let b = http["buckets"].as_array().expect("buckets");
+    assert_eq!(b.len(), 2);
+    assert_eq!(b[0]["start"], json!(since));
+    let counts = |b: &Value| {
+        (
+            b["received"].as_i64().unwrap(),
+            b["inserted"].as_i64().unwrap(),
+            b["duplicates"].as_i64().unwrap(),
+            b["duplicate_rate"].as_f64(),
+        )
+    };
+    assert_eq!(counts(&b[0]), (10, 8, 2, Some(0.2)));
+    assert_eq!(counts(&b[1]), (6, 3, 3, Some(0.5)));
+    let segment = series
+        .iter()
+        .find(|s| s["source"].as_str().unwrap().starts_with("segment:src_"))
+        .expect("segment series");
+    assert_eq!(segment["contract"], "segment.message");
+    let b = segment["buckets"].as_array().expect("buckets");
+    assert_eq!(counts(&b[0]), (0, 0, 0, None));
+    assert_eq!(counts(&b[1]), (5, 4, 1, Some(0.2)));
+
+    // Filters: one source only; bad parameters name their field.
+    let source = segment["source"].as_str().unwrap();
+    let only = app
+        .get(&format!(
+            "/ops/duplicates?since={since}&until={until}&source={source}"
+        ))
+        .await;
+    assert_eq!(
+        only.body["series"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        only.body
+    );
+    let bad = app.get("/ops/duplicates?bucket=week").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.body["error"]["field"], "bucket");
+    // Another tenant sees none of it.
+    let other = app.other_tenant_key().await;
+    let theirs = app
+        .send(
+            app.client
+                .get(app.url(&format!("/ops/duplicates?since={since}&until={until}")))
+                .bearer_auth(other),
+        )
+        .await;
+    assert_eq!(theirs.body["series"], json!([]));
+}
+
+/// Stores `order`, then a different event under its identity: one collision.
+async fn collide(app: &TestApp, order: &str, note: &str, amount: f64) {
+    let stored = app.post_event(&checkout_event(order)).await;
+    assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    let mut other = checkout_event(order);
+    other["note"] = json!(note);
+    other["amount"] = json!(amount);
+    other["extra"] = json!({"k": 1});
+    let refused = app.post_event(&other).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+}
+
+async fn collisions_are_listed_newest_first_with_their_field_diffs_and_paginated(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    collide(&app, "c1", "first", 129.991).await;
+    collide(&app, "c2", "second", 129.994).await;
+    collide(&app, "c3", "third", 129.99).await;
+
+    let page = app.get("/ops/collisions?limit=2").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let listed = page.body["collisions"].as_array().expect("collisions");
+    assert_eq!(listed.len(), 2);
+    let orders: Vec<&str> = listed
+        .iter()
+        .map(|c| c["incoming_payload"]["order_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(orders, ["c3", "c2"], "newest first");
+    let newest = &listed[0];
+    assert_eq!(newest["contract"], "checkout_completed");
+    assert_eq!(newest["source"], "http");
+    assert_eq!(
+        newest["stored_payload"]["note"],
+        "content outside the identity"
+    );
+    // The amount rounds to the same identity (precision 2) but is other content.
+    let diff: Vec<(String, String)> = newest["diff"]
+        .as_array()
+        .expect("diff")
+        .iter()
+        .map(|d| {
+            (
+                d["path"].as_str().unwrap().into(),
+                d["change"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        diff,
+        [
+            ("/extra".to_string(), "added".to_string()),
+            ("/note".to_string(), "changed".to_string()),
+        ]
+    );
+    assert_eq!(newest["diff"][1]["stored"], "content outside the identity");
+    assert_eq!(newest["diff"][1]["incoming"], "third");
+    let older = &listed[1]["diff"];
+    assert_eq!(older[0]["path"], "/amount");
+    assert_eq!(older[0]["incoming"], json!(129.994));
+
+    let cursor = page.body["next_cursor"].as_str().expect("a next page");
+    let next = app
+        .get(&format!("/ops/collisions?limit=2&cursor={cursor}"))
+        .await;
+    let rest = next.body["collisions"].as_array().expect("collisions");
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0]["incoming_payload"]["order_id"], "c1");
+    assert!(next.body.get("next_cursor").is_none(), "{}", next.body);
+
+    let filtered = app.get("/ops/collisions?contract=nothing").await;
+    assert_eq!(filtered.body["collisions"], json!([]));
+    let bad = app.get("/ops/collisions?cursor=zzz").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.body["error"]["field"], "cursor");
+}
+
+/// `(delivery id, collision id)` of each call received.
+type Seen = Arc<Mutex<Vec<(String, i64)>>>;
+
+/// A receiver on a loopback port recording each delivery's id and collision id.
+async fn receiver() -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    async fn hook(
+        State(seen): State<Seen>,
+        headers: HeaderMap,
+        Json(body): Json<Value>,
+    ) -> StatusCode {
+        let header = headers["traqlyte-delivery-id"]
+            .to_str()
+            .unwrap_or("")
+            .to_string();
+        assert_eq!(body["delivery_id"], json!(header));
+        let collision = body["collision"]["collision_id"].as_i64().unwrap_or(-1);
+        seen.lock().expect("lock").push((header, collision));
+        StatusCode::NO_CONTENT
+    }
+    let router = Router::new()
+        .route("/hook", post(hook))
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (format!("http://{address}/hook"), seen)
+}
+
+async fn a_webhook_receives_each_collision_once(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let (url, seen) = receiver().await;
+    let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let again = app.post_json("/ops/webhooks", &json!({"url": url})).await;
+    assert_eq!(again.status, StatusCode::OK, "the same URL again adds none");
+    assert_eq!(again.body["webhook_id"], created.body["webhook_id"]);
+    let listed = app.get("/ops/webhooks").await;
+    assert_eq!(listed.body["webhooks"].as_array().map(Vec::len), Some(1));
+    let refused = app
+        .post_json("/ops/webhooks", &json!({"url": "ftp://x"}))
+        .await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused.body["error"]["field"], "url");
+
+    for (i, order) in ["w1", "w2", "w3"].iter().enumerate() {
+        collide(&app, order, &format!("n{i}"), 129.99).await;
+    }
+    let page = app.get("/ops/collisions").await;
+    let mut expected: Vec<i64> = page.body["collisions"]
+        .as_array()
+        .expect("collisions")
+        .iter()
+        .map(|c| c["collision_id"].as_i64().unwrap())
+        .collect();
+    expected.sort_unstable();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.lock().expect("lock").len() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Two more dispatcher polls: nothing is delivered twice.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let seen = seen.lock().expect("lock").clone();
+    let mut collisions: Vec<i64> = seen.iter().map(|(_, c)| *c).collect();
+    collisions.sort_unstable();
+    assert_eq!(collisions, expected, "each collision once: {seen:?}");
+    let ids: HashMap<&str, i64> = seen.iter().map(|(d, c)| (d.as_str(), *c)).collect();
+    assert_eq!(ids.len(), 3, "distinct delivery ids");
+    assert_eq!(app.store.pending_deliveries().await.expect("pending"), 0);
+
+    let id = created.body["webhook_id"].as_str().unwrap();
+    let deleted = app
+        .client
+        .delete(app.url(&format!("/ops/webhooks/{id}")))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.get("/ops/webhooks").await.body["webhooks"], json!([]));
+}
+
+async fn the_ops_page_in_chromium_shows_the_numbers_of_the_json(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    http_workload(&app, "page", 5, 2).await;
+    collide(&app, "p-collide", "other", 129.99).await;
+    // The page's default range, as the JSON's: the last 24 hours by hour.
+    let trend = app.get("/ops/duplicates").await.body;
+    let buckets = trend["series"][0]["buckets"].as_array().expect("buckets");
+    let bucket = buckets
+        .iter()
+        .find(|b| b["received"].as_i64() > Some(0))
+        .unwrap_or_else(|| panic!("no bucket with deliveries: {trend}"));
+    assert_eq!(bucket["received"], 9, "{trend}");
+
+    let token = app.post_json("/ui/tokens", &json!({})).await;
+    let login_path = token.body["login_path"].as_str().expect("login_path");
+    let url = app.url(&format!("{login_path}&next=/ui/ops"));
+    let dom = crate::ui::dump_dom(&url, (1280, 900)).await;
+    assert!(
+        dom.contains("data-section=\"trend\""),
+        "not the ops page: {dom}"
+    );
+    let elements = crate::ui::parse_elements(&dom);
+    for field in [
+        "received",
+        "inserted",
+        "duplicates",
+        "collisions",
+        "duplicate_rate",
+    ] {
+        let shown = elements
+            .iter()
+            .find(|e| e.attr("data-field") == Some(field))
+            .unwrap_or_else(|| panic!("no {field} on the page"));
+        let value: Value =
+            serde_json::from_str(shown.attr("data-value").expect("value")).expect("json");
+        assert_eq!(value, bucket[field], "{field}");
+    }
+    let path = elements
+        .iter()
+        .find(|e| e.attr("data-field") == Some("path"))
+        .expect("a diff row");
+    assert_eq!(path.text, "/extra");
+    let bar = elements
+        .iter()
+        .find(|e| e.attr("data-field") == Some("chart.duplicate_rate"));
+    assert!(bar.is_some(), "the chart draws the rate");
+}
