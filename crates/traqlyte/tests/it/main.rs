@@ -9,6 +9,7 @@ mod connections;
 mod contracts;
 mod demo;
 mod experiments;
+mod fault;
 mod helpers;
 mod hostile_text;
 mod hot_path;
