@@ -4,6 +4,7 @@
 
 mod backfill;
 mod bad_input;
+mod bad_input_routes;
 mod cli;
 mod connections;
 mod contracts;
