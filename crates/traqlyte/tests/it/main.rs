@@ -16,6 +16,7 @@ mod hostile_text;
 mod hot_path;
 mod idempotency;
 mod ingest;
+mod isolation;
 mod keys;
 mod lineage;
 mod nats;
