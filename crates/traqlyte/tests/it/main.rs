@@ -11,6 +11,7 @@ mod contracts;
 mod demo;
 mod experiments;
 mod fault;
+mod group_commit;
 mod helpers;
 mod hostile_text;
 mod hot_path;
