@@ -18,6 +18,8 @@ mod config;
 pub mod connectors;
 mod error;
 pub mod experiments;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod group_commit;
 pub mod idempotency;
 mod listener;

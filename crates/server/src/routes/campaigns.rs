@@ -339,7 +339,7 @@ fn metrics_of(given: Objects<MetricBody>) -> Result<Metrics, ApiError> {
 }
 
 /// Validates a `POST /campaigns` body.
-fn parse_campaign(value: &Value) -> Result<NewCampaign, ApiError> {
+pub(crate) fn parse_campaign(value: &Value) -> Result<NewCampaign, ApiError> {
     let body: CampaignBody = parse(value).map_err(|r| r.unprocessable("invalid_campaign"))?;
     Ok(NewCampaign {
         key: body.key.into_string(),

@@ -4,17 +4,20 @@
 
 mod backfill;
 mod bad_input;
+mod bad_input_routes;
 mod cli;
 mod connections;
 mod contracts;
 mod demo;
 mod experiments;
+mod fault;
 mod group_commit;
 mod helpers;
 mod hostile_text;
 mod hot_path;
 mod idempotency;
 mod ingest;
+mod isolation;
 mod keys;
 mod lineage;
 mod metrics;
