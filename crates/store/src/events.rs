@@ -224,15 +224,19 @@ impl StoreTx {
         debug_assert_eq!(resolution.outcomes.len(), events.len());
         self.log_collisions(tenant, contract, &resolution.collisions, now)
             .await?;
-        self.tally(
-            tenant,
-            name,
-            now,
-            resolution.inserted,
-            resolution.duplicates,
-            resolution.collisions.len() as i64,
-        )
-        .await?;
+        let counts = TallyCounts {
+            inserted: resolution.inserted,
+            duplicates: resolution.duplicates,
+            collisions: resolution.collisions.len() as i64,
+            // Every event of a call into the detached partitions was reconciled outside
+            // the live horizon: counted apart as well (`GET /stats`, `late`).
+            late: if table == EventTable::Detached {
+                events.len() as i64
+            } else {
+                0
+            },
+        };
+        self.tally(tenant, name, now, &counts).await?;
         Ok(resolution.outcomes)
     }
 
@@ -468,17 +472,16 @@ impl StoreTx {
         tenant: &TenantId,
         contract: &str,
         now: i64,
-        inserted: i64,
-        duplicates: i64,
-        collisions: i64,
+        counts: &TallyCounts,
     ) -> Result<(), StoreError> {
         with_tx!(self, |conn| sqlx::query(crate::sql::INSERT_TALLY)
             .bind(tenant.as_str())
             .bind(contract)
             .bind(now)
-            .bind(inserted)
-            .bind(duplicates)
-            .bind(collisions)
+            .bind(counts.inserted)
+            .bind(counts.duplicates)
+            .bind(counts.collisions)
+            .bind(counts.late)
             .execute(&mut *conn)
             .await
             .map(|_| ())?);
@@ -486,15 +489,23 @@ impl StoreTx {
     }
 }
 
+/// One tally row's counts.
+struct TallyCounts {
+    inserted: i64,
+    duplicates: i64,
+    collisions: i64,
+    late: i64,
+}
+
 /// Width of a rolled-up tally row.
 const TALLY_BUCKET_US: i64 = 60_000_000;
 
 const PG_ROLL_UP_TALLIES: &str = "WITH moved AS (
        DELETE FROM event_tallies WHERE rolled_up = 0 AND at_us < $1
-       RETURNING tenant_id, contract_name, at_us, inserted, duplicates, collisions)
+       RETURNING tenant_id, contract_name, at_us, inserted, duplicates, collisions, late)
      , folded AS (
-       INSERT INTO event_tallies (tenant_id, contract_name, at_us, inserted, duplicates, collisions, rolled_up)
-       SELECT tenant_id, contract_name, (at_us / $2) * $2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
+       INSERT INTO event_tallies (tenant_id, contract_name, at_us, inserted, duplicates, collisions, late, rolled_up)
+       SELECT tenant_id, contract_name, (at_us / $2) * $2, SUM(inserted), SUM(duplicates), SUM(collisions), SUM(late), 1
        FROM moved GROUP BY tenant_id, contract_name, (at_us / $2) * $2)
      SELECT COUNT(*) FROM moved";
 
@@ -517,8 +528,8 @@ impl Store {
             }
             TxInner::Sqlite(conn) => {
                 sqlx::query(
-                    "INSERT INTO event_tallies (tenant_id, contract_name, at_us, inserted, duplicates, collisions, rolled_up)
-                     SELECT tenant_id, contract_name, (at_us / ?2) * ?2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
+                    "INSERT INTO event_tallies (tenant_id, contract_name, at_us, inserted, duplicates, collisions, late, rolled_up)
+                     SELECT tenant_id, contract_name, (at_us / ?2) * ?2, SUM(inserted), SUM(duplicates), SUM(collisions), SUM(late), 1
                      FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1 GROUP BY tenant_id, contract_name, (at_us / ?2) * ?2",
                 )
                 .bind(before_us).bind(TALLY_BUCKET_US).execute(&mut **conn).await?;

@@ -40,7 +40,7 @@ fn stdout(output: Output) -> String {
 }
 
 /// A new source of the test tenant; its write key, printed alone by the CLI.
-fn create_source(app: &TestApp, name: &str) -> String {
+pub(crate) fn create_source(app: &TestApp, name: &str) -> String {
     let text = stdout(traqlyte(
         app,
         &["source", "create", name, "--tenant", "test tenant"],
@@ -54,7 +54,12 @@ fn create_source(app: &TestApp, name: &str) -> String {
     lines[0].to_string()
 }
 
-async fn post_v1(app: &TestApp, path: &str, write_key: Option<&str>, body: &Value) -> Answer {
+pub(crate) async fn post_v1(
+    app: &TestApp,
+    path: &str,
+    write_key: Option<&str>,
+    body: &Value,
+) -> Answer {
     let mut request = app
         .client
         .post(app.url(path))
@@ -66,7 +71,7 @@ async fn post_v1(app: &TestApp, path: &str, write_key: Option<&str>, body: &Valu
     app.send(request).await
 }
 
-fn track(message_id: &str, user: &str, order: &str, revenue: f64) -> Value {
+pub(crate) fn track(message_id: &str, user: &str, order: &str, revenue: f64) -> Value {
     json!({
         "type": "track", "messageId": message_id, "userId": user, "event": "Order Completed",
         "properties": {"order_id": order, "revenue": revenue},
@@ -77,14 +82,14 @@ fn track(message_id: &str, user: &str, order: &str, revenue: f64) -> Value {
 }
 
 /// `(stored, duplicates, collisions)` of `segment.message` in `GET /stats`.
-async fn segment_stats(app: &TestApp) -> (i64, i64, i64) {
+pub(crate) async fn segment_stats(app: &TestApp) -> (i64, i64, i64) {
     let answer = app.get("/stats").await;
     let row = &answer.body["contracts"]["segment.message"];
     let n = |k: &str| row[k].as_i64().unwrap_or(0);
     (n("stored"), n("duplicates"), n("collisions"))
 }
 
-async fn source_row(app: &TestApp, name: &str) -> Value {
+pub(crate) async fn source_row(app: &TestApp, name: &str) -> Value {
     let listed = app.get("/sources").await;
     assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
     listed.body["sources"]
@@ -396,7 +401,10 @@ async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: 
 }
 
 /// A campaign with a conversion and a sum metric, published, with `units` assigned.
-async fn campaign_with_units(app: &TestApp, units: &[String]) -> (String, Vec<(String, String)>) {
+pub(crate) async fn campaign_with_units(
+    app: &TestApp,
+    units: &[String],
+) -> (String, Vec<(String, String)>) {
     let body = json!({
         "key": "checkout", "name": "Checkout",
         "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
@@ -428,7 +436,7 @@ async fn campaign_with_units(app: &TestApp, units: &[String]) -> (String, Vec<(S
     (id, arms)
 }
 
-async fn bind(app: &TestApp, campaign: &str) {
+pub(crate) async fn bind(app: &TestApp, campaign: &str) {
     for body in [
         json!({"metric": "purchase", "event": "Order Completed", "key_pointer": "/properties/order_id"}),
         json!({"metric": "revenue", "event": "Order Completed", "value_pointer": "/properties/revenue", "key_pointer": "/properties/order_id"}),
@@ -441,7 +449,10 @@ async fn bind(app: &TestApp, campaign: &str) {
 }
 
 /// Per arm: (units, converters, stored outcomes, value sum) as the report gives them.
-async fn report_figures(app: &TestApp, campaign: &str) -> Vec<(String, u64, u64, u64, f64)> {
+pub(crate) async fn report_figures(
+    app: &TestApp,
+    campaign: &str,
+) -> Vec<(String, u64, u64, u64, f64)> {
     let report = app.get(&format!("/campaigns/{campaign}/report")).await;
     assert_eq!(report.status, StatusCode::OK, "{}", report.body);
     let mut figures = Vec::new();
@@ -462,7 +473,7 @@ async fn report_figures(app: &TestApp, campaign: &str) -> Vec<(String, u64, u64,
 }
 
 /// What the report must say when `orders` (unit, revenue) were each counted once.
-fn expected_figures(
+pub(crate) fn expected_figures(
     arms: &[(String, String)],
     orders: &[(String, f64)],
 ) -> Vec<(String, u64, u64, u64, f64)> {

@@ -12,10 +12,10 @@ use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
 use traqlyte_store::{
     BindingTally, Campaign, EventOutcome, MetricBinding, MetricKind, NewEvent, NewOutcome,
-    NewRejection, Source, SourceTally, StoreTx, TenantId, OUTCOME_VALUE_ABS_MAX,
+    NewRejection, Source, SourceTally, Store, StoreTx, TenantId, OUTCOME_VALUE_ABS_MAX,
 };
 
-use crate::{ApiError, AppState};
+use crate::ApiError;
 
 /// What a stored request did.
 pub(crate) struct Stored {
@@ -23,9 +23,10 @@ pub(crate) struct Stored {
     pub(crate) outcomes: Vec<EventOutcome>,
 }
 
-/// Stores `messages` (and records `rejections`) for `source` in one transaction.
+/// Stores `messages` (and records `rejections`) for `source` in one transaction. The
+/// HTTP routes and the NATS consumer (`traqlyte.segment`) both come here.
 pub(crate) async fn store(
-    state: &AppState,
+    store: &Store,
     source: &Source,
     messages: &[SegmentMessage],
     rejections: &[NewRejection],
@@ -41,8 +42,8 @@ pub(crate) async fn store(
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let bound = Bound::load(state, tenant, messages).await?;
-    let mut tx = state.store.begin().await?;
+    let bound = Bound::load(store, tenant, messages).await?;
+    let mut tx = store.begin().await?;
     let outcomes = tx
         .insert_events(tenant, message_contract(), &events)
         .await?;
@@ -95,7 +96,7 @@ struct Bound {
 
 impl Bound {
     async fn load(
-        state: &AppState,
+        store: &Store,
         tenant: &TenantId,
         messages: &[SegmentMessage],
     ) -> Result<Bound, ApiError> {
@@ -111,12 +112,12 @@ impl Bound {
             return Ok(Bound { bindings });
         }
         let mut campaigns: HashMap<String, Option<Campaign>> = HashMap::new();
-        for binding in state.store.bindings_for_events(tenant, &events).await? {
+        for binding in store.bindings_for_events(tenant, &events).await? {
             if !campaigns.contains_key(&binding.campaign_id) {
                 // A binding's campaign id was checked when the binding was made.
                 let found = match traqlyte_store::CampaignId::try_from(binding.campaign_id.as_str())
                 {
-                    Ok(id) => state.store.campaign(tenant, &id).await?,
+                    Ok(id) => store.campaign(tenant, &id).await?,
                     Err(_) => None,
                 };
                 campaigns.insert(binding.campaign_id.clone(), found);
