@@ -22,6 +22,7 @@ crate::on_both_backends!(
     a_revoked_source_is_refused_at_once_by_another_server_process,
     bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
     bindings_are_checked_against_the_campaign_and_immutable,
+    rolling_up_source_and_binding_tallies_keeps_every_count,
     the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once,
 );
 
@@ -564,6 +565,58 @@ async fn bound_track_events_become_outcomes_once_and_unassigned_units_are_counte
             (Some(24), Some(2), Some(0)),
             "{binding}"
         );
+    }
+}
+
+/// The per-request count rows of sources and bindings are folded by the server's
+/// periodic roll-up (`Store::roll_up_tallies`) without changing what `GET /sources` and
+/// a campaign's bindings answer.
+async fn rolling_up_source_and_binding_tallies_keeps_every_count(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let units: Vec<String> = (0..3).map(|i| format!("user-{i}")).collect();
+    let (campaign, _) = campaign_with_units(&app, &units).await;
+    bind(&app, &campaign).await;
+    for i in 0..6 {
+        // The same message twice (one retry inside the request).
+        let message = track(
+            &format!("m-{i}"),
+            &format!("user-{}", i % 3),
+            &format!("order-{i}"),
+            1.5,
+        );
+        let body = json!({"batch": [
+            message.clone(),
+            message,
+            track(&format!("s-{i}"), "stranger", &format!("order-s{i}"), 1.0),
+            {"type": "track", "event": "Order Completed", "messageId": format!("bad-{i}")}
+        ]});
+        let answer = post_v1(&app, "/v1/batch", Some(&key), &body).await;
+        assert_eq!(answer.body, json!({"success": true}));
+    }
+    let counts = |source: Value| {
+        ["stored", "duplicates", "collisions", "rejected"].map(|k| source[k].as_i64())
+    };
+    let bindings = |answer: Value| -> Vec<[Option<i64>; 3]> {
+        answer["bindings"]
+            .as_array()
+            .expect("bindings")
+            .iter()
+            .map(|b| ["outcomes", "unassigned", "unusable"].map(|k| b[k].as_i64()))
+            .collect()
+    };
+    let source_before = counts(source_row(&app, "web").await);
+    assert_eq!(source_before, [Some(12), Some(6), Some(0), Some(6)]);
+    let path = format!("/campaigns/{campaign}/bindings");
+    let bindings_before = bindings(app.get(&path).await.body);
+    assert_eq!(bindings_before, vec![[Some(6), Some(6), Some(0)]; 2]);
+    for _ in 0..2 {
+        app.store
+            .roll_up_tallies(traqlyte_store::now_us() + 1_000_000)
+            .await
+            .expect("roll up");
+        assert_eq!(counts(source_row(&app, "web").await), source_before);
+        assert_eq!(bindings(app.get(&path).await.body), bindings_before);
     }
 }
 
