@@ -9,7 +9,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::campaigns::VersionRow;
 use crate::tx::{with_pool, with_tx, TxInner};
-use crate::{Assignment, CampaignId, CampaignVersion, Store, StoreError, StoreTx, TenantId};
+use crate::{
+    Assignment, CampaignId, CampaignVersion, Store, StoreError, StoreTx, TenantId, UnitId,
+};
 
 /// Rows per multi-row statement (7 parameters a row: 3,500 per statement, within both
 /// backends' limits).
@@ -34,13 +36,13 @@ impl Store {
         &self,
         tenant: &TenantId,
         campaign_id: &CampaignId,
-        unit_id: &str,
+        unit_id: &UnitId,
     ) -> Result<Option<Assignment>, StoreError> {
         with_pool!(self, reader, |pool| {
             let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str())
-                .bind(unit_id);
+                .bind(unit_id.as_str());
             Ok(query.fetch_optional(pool).await?)
         })
     }
@@ -122,7 +124,7 @@ impl StoreTx {
                     query = query
                         .bind(tenant.as_str())
                         .bind(a.campaign_id.as_str())
-                        .bind(&a.unit_id)
+                        .bind(a.unit_id.as_str())
                         .bind(a.assignment_id.as_str())
                         .bind(&a.arm)
                         .bind(a.version as i32)
@@ -150,7 +152,7 @@ impl StoreTx {
         &mut self,
         tenant: &TenantId,
         rows: &[&Assignment],
-    ) -> Result<HashMap<(CampaignId, String), Assignment>, StoreError> {
+    ) -> Result<HashMap<(CampaignId, UnitId), Assignment>, StoreError> {
         let mut found: Vec<Assignment> = Vec::with_capacity(rows.len());
         match &mut self.inner {
             TxInner::Postgres(conn) => {
@@ -173,7 +175,7 @@ impl StoreTx {
                     );
                     let mut query = sqlx::query_as(&sql);
                     for a in chunk {
-                        query = query.bind(a.campaign_id.as_str()).bind(&a.unit_id);
+                        query = query.bind(a.campaign_id.as_str()).bind(a.unit_id.as_str());
                     }
                     query = query.bind(tenant.as_str());
                     found.extend(query.fetch_all(&mut **conn).await?);

@@ -199,7 +199,7 @@ impl StoreTx {
         let mut colliding = plan::colliding_stored_ids(&batch, &held);
         if !colliding.is_empty() {
             for found in self
-                .superseding_fingerprints(tenant, name, &colliding)
+                .superseding_fingerprints(tenant, contract.name(), &colliding)
                 .await?
             {
                 let id = stored_event_id(&found.event_id)?;

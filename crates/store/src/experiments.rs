@@ -10,7 +10,7 @@ use crate::tx::{with_pool, with_tx};
 use crate::{Store, StoreError, TenantId};
 
 pub use traqlyte_experiments::report::{DuplicatesInBucket, UnitsByVersion};
-pub use traqlyte_experiments::{AssignmentId, CampaignId};
+pub use traqlyte_experiments::{AssignmentId, CampaignId, DedupeKey, UnitId};
 
 /// A unit's assignment to an arm. Never updated once written.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -22,7 +22,8 @@ pub struct Assignment {
     #[sqlx(try_from = "String")]
     pub campaign_id: CampaignId,
     /// The unit the client names (a user, a device…).
-    pub unit_id: String,
+    #[sqlx(try_from = "String")]
+    pub unit_id: UnitId,
     /// The arm's key.
     pub arm: String,
     /// The contract version.
@@ -54,7 +55,7 @@ pub struct NewOutcome {
     /// The assignment it belongs to.
     pub assignment: Assignment,
     /// The caller's business key, unique per assignment.
-    pub dedupe_key: String,
+    pub dedupe_key: DedupeKey,
     /// The metric's name.
     pub metric: String,
     /// The value, for sum metrics.
@@ -76,7 +77,8 @@ pub struct StoredOutcome {
     #[sqlx(try_from = "String")]
     pub assignment_id: AssignmentId,
     /// The caller's business key, unique per assignment.
-    pub dedupe_key: String,
+    #[sqlx(try_from = "String")]
+    pub dedupe_key: DedupeKey,
     /// The campaign (`cmp_…`).
     #[sqlx(try_from = "String")]
     pub campaign_id: CampaignId,

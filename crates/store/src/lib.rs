@@ -50,9 +50,9 @@ pub use campaigns::{
 };
 pub use deadletters::{DeadLetter, NewDeadLetter, DEAD_LETTERS_LIST_MAX};
 pub use experiments::{
-    Assignment, AssignmentId, DuplicatesInBucket, MetricArmSums, MetricWindow, NewOutcome,
-    OutcomeResult, StoredOutcome, UnitsByVersion, WindowSums, OUTCOME_VALUE_ABS_MAX,
-    UNIT_VALUE_ABS_MAX,
+    Assignment, AssignmentId, DedupeKey, DuplicatesInBucket, MetricArmSums, MetricWindow,
+    NewOutcome, OutcomeResult, StoredOutcome, UnitId, UnitsByVersion, WindowSums,
+    OUTCOME_VALUE_ABS_MAX, UNIT_VALUE_ABS_MAX,
 };
 pub use idempotency::{IdempotencyKey, KeyRecord, OwnerToken, StoredResponse};
 pub use lineage::{Direction, GraphCounts, NodeKind, NodeRef, RunEventRow, Walk, WalkLimits};

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::experiments::{NewOutcome, OutcomeResult, StoredOutcome};
 use crate::tx::TxInner;
-use crate::{AssignmentId, CampaignId, StoreError, StoreTx, TenantId};
+use crate::{AssignmentId, CampaignId, DedupeKey, StoreError, StoreTx, TenantId};
 
 /// Rows per multi-row statement on SQLite (13 parameters a row at most, far below its
 /// limit of 32,766).
@@ -66,7 +66,7 @@ const PG_BUMP_UNIT_METRICS: &str = "INSERT INTO unit_metrics
        AS u(c, m, a, arm, evn, evv, evdn, evdv, arn, arv, ardn, ardv) ";
 
 /// `(assignment_id, dedupe_key)`: an outcome's identity.
-type Key = (AssignmentId, String);
+type Key = (AssignmentId, DedupeKey);
 
 fn key_of(outcome: &NewOutcome) -> Key {
     (
@@ -132,7 +132,7 @@ impl StoreTx {
                     .bind(tenant.as_str())
                     .bind(now_us)
                     .bind(text(|o| o.assignment.assignment_id.as_str()))
-                    .bind(text(|o| &o.dedupe_key))
+                    .bind(text(|o| o.dedupe_key.as_str()))
                     .bind(text(|o| o.assignment.campaign_id.as_str()))
                     .bind(text(|o| &o.assignment.arm))
                     .bind(
@@ -159,7 +159,7 @@ impl StoreTx {
                         query = query
                             .bind(tenant.as_str())
                             .bind(a.assignment_id.as_str())
-                            .bind(&o.dedupe_key)
+                            .bind(o.dedupe_key.as_str())
                             .bind(a.campaign_id.as_str())
                             .bind(&a.arm)
                             .bind(a.assigned_at_us)
@@ -174,7 +174,10 @@ impl StoreTx {
             }
         }
         keys.into_iter()
-            .map(|(a, k)| Ok((AssignmentId::try_from(a).map_err(corrupt)?, k)))
+            .map(|(a, k)| {
+                let a = AssignmentId::try_from(a).map_err(corrupt)?;
+                Ok((a, DedupeKey::try_from(k).map_err(corrupt)?))
+            })
             .collect()
     }
 
@@ -217,7 +220,7 @@ impl StoreTx {
                     for o in chunk {
                         query = query
                             .bind(o.assignment.assignment_id.as_str())
-                            .bind(&o.dedupe_key);
+                            .bind(o.dedupe_key.as_str());
                     }
                     query = query.bind(tenant.as_str());
                     found.extend(query.fetch_all(&mut **conn).await?);
@@ -250,7 +253,7 @@ impl StoreTx {
                     .bind(now_us)
                     .bind(text(|s| s.campaign_id.as_str()))
                     .bind(text(|s| s.assignment_id.as_str()))
-                    .bind(text(|s| &s.dedupe_key))
+                    .bind(text(|s| s.dedupe_key.as_str()))
                     .bind(text(|s| &s.arm))
                     .bind(
                         rows.iter()
@@ -284,7 +287,7 @@ impl StoreTx {
                             .bind(tenant.as_str())
                             .bind(s.campaign_id.as_str())
                             .bind(s.assignment_id.as_str())
-                            .bind(&s.dedupe_key)
+                            .bind(s.dedupe_key.as_str())
                             .bind(&s.arm)
                             .bind(n.assignment.assigned_at_us)
                             .bind(&s.metric)
@@ -317,7 +320,7 @@ impl StoreTx {
                     .bind(tenant.as_str())
                     .bind(now_us)
                     .bind(text(|o| o.assignment.assignment_id.as_str()))
-                    .bind(text(|o| &o.dedupe_key))
+                    .bind(text(|o| o.dedupe_key.as_str()))
                     .bind(text(|o| o.assignment.campaign_id.as_str()))
                     .bind(text(|o| &o.payload))
                     .execute(&mut **conn)
@@ -335,7 +338,7 @@ impl StoreTx {
                         query = query
                             .bind(tenant.as_str())
                             .bind(o.assignment.assignment_id.as_str())
-                            .bind(&o.dedupe_key)
+                            .bind(o.dedupe_key.as_str())
                             .bind(o.assignment.campaign_id.as_str())
                             .bind(&o.payload)
                             .bind(now_us);

@@ -11,7 +11,7 @@ use traqlyte_identity::sha256_hex;
 
 use crate::model::random_hex;
 use crate::tx::{with_pool, with_tx};
-use crate::{now_us, Assignment, Store, StoreError, StoreTx, TenantId};
+use crate::{now_us, Assignment, CampaignId, Store, StoreError, StoreTx, TenantId, UnitId};
 
 /// Most sources listed by [`Store::sources`].
 pub const SOURCES_LIST_MAX: i64 = 1_000;
@@ -203,7 +203,8 @@ pub struct Rejection {
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct MetricBinding {
     /// The campaign (`cmp_…`).
-    pub campaign_id: String,
+    #[sqlx(try_from = "String")]
+    pub campaign_id: CampaignId,
     /// The campaign's metric.
     pub metric: String,
     /// The track event's name.
@@ -233,7 +234,7 @@ pub struct BindingInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingTally {
     /// The campaign.
-    pub campaign_id: String,
+    pub campaign_id: CampaignId,
     /// The metric.
     pub metric: String,
     /// The event.
@@ -520,7 +521,7 @@ impl Store {
         let (inserted, stored) = with_tx!(tx, |conn| {
             let done = sqlx::query(INSERT_BINDING)
                 .bind(tenant.as_str())
-                .bind(&b.campaign_id)
+                .bind(b.campaign_id.as_str())
                 .bind(&b.metric)
                 .bind(&b.event)
                 .bind(&b.value_pointer)
@@ -530,7 +531,7 @@ impl Store {
                 .await?;
             let stored: MetricBinding = sqlx::query_as(&select)
                 .bind(tenant.as_str())
-                .bind(&b.campaign_id)
+                .bind(b.campaign_id.as_str())
                 .bind(&b.metric)
                 .bind(&b.event)
                 .fetch_one(&mut *conn)
@@ -550,19 +551,19 @@ impl Store {
     pub async fn bindings(
         &self,
         tenant: &TenantId,
-        campaign_id: &str,
+        campaign_id: &CampaignId,
     ) -> Result<Vec<BindingInfo>, StoreError> {
         let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY metric, event");
         let (bindings, counts) = with_pool!(self, reader, |pool| {
             let bindings: Vec<MetricBinding> = sqlx::query_as(&select)
                 .bind(tenant.as_str())
-                .bind(campaign_id)
+                .bind(campaign_id.as_str())
                 .fetch_all(pool)
                 .await?;
             let counts: Vec<(String, String, i64, i64, i64)> =
                 sqlx::query_as(SELECT_BINDING_COUNTS)
                     .bind(tenant.as_str())
-                    .bind(campaign_id)
+                    .bind(campaign_id.as_str())
                     .fetch_all(pool)
                     .await?;
             (bindings, counts)
@@ -664,7 +665,7 @@ impl StoreTx {
         for t in tallies {
             with_tx!(self, |conn| sqlx::query(INSERT_BINDING_TALLY)
                 .bind(tenant.as_str())
-                .bind(&t.campaign_id)
+                .bind(t.campaign_id.as_str())
                 .bind(&t.metric)
                 .bind(&t.event)
                 .bind(now)
@@ -682,14 +683,14 @@ impl StoreTx {
     pub async fn assignment_for_unit(
         &mut self,
         tenant: &TenantId,
-        campaign_id: &str,
-        unit_id: &str,
+        campaign_id: &CampaignId,
+        unit_id: &UnitId,
     ) -> Result<Option<Assignment>, StoreError> {
         with_tx!(self, |conn| {
             let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT)
                 .bind(tenant.as_str())
-                .bind(campaign_id)
-                .bind(unit_id);
+                .bind(campaign_id.as_str())
+                .bind(unit_id.as_str());
             Ok(query.fetch_optional(&mut *conn).await?)
         })
     }

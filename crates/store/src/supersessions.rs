@@ -3,7 +3,7 @@
 //! corrected content is stored beside the original (never over it) and names the version
 //! it replaces. Ingestion then treats a resend of any superseding content as a retry.
 
-use traqlyte_identity::{EventId, Fingerprint};
+use traqlyte_identity::{ContractName, EventId, Fingerprint};
 
 use crate::model::stored_fingerprint;
 use crate::tx::{with_pool, with_tx};
@@ -98,7 +98,7 @@ impl StoreTx {
     pub async fn supersede(
         &mut self,
         tenant: &TenantId,
-        contract: &str,
+        contract: &ContractName,
         corrected: &NewEvent,
         reason: Option<&str>,
         now_us: i64,
@@ -112,7 +112,7 @@ impl StoreTx {
         let original: Option<String> = with_tx!(self, |conn| {
             let query = sqlx::query_scalar(select)
                 .bind(tenant.as_str())
-                .bind(contract)
+                .bind(contract.as_str())
                 .bind(event_id);
             query.fetch_optional(&mut *conn).await?
         });
@@ -123,7 +123,7 @@ impl StoreTx {
         let rows: Vec<SupersessionRow> = with_tx!(self, |conn| {
             let query = sqlx::query_as(SELECT_SUPERSESSIONS)
                 .bind(tenant.as_str())
-                .bind(contract)
+                .bind(contract.as_str())
                 .bind(event_id);
             query.fetch_all(&mut *conn).await?
         });
@@ -140,7 +140,7 @@ impl StoreTx {
         }
         let inserted = with_tx!(self, |conn| sqlx::query(INSERT_SUPERSESSION)
             .bind(tenant.as_str())
-            .bind(contract)
+            .bind(contract.as_str())
             .bind(event_id)
             .bind(fingerprint.as_str())
             .bind(current.as_str())
@@ -163,7 +163,7 @@ impl StoreTx {
     pub(crate) async fn superseding_fingerprints(
         &mut self,
         tenant: &TenantId,
-        contract: &str,
+        contract: &ContractName,
         ids: &[EventId],
     ) -> Result<Vec<SupersedingRow>, StoreError> {
         let mut found = Vec::new();
@@ -171,7 +171,7 @@ impl StoreTx {
             with_tx!(self, |conn| {
                 let query = sqlx::query_as(SELECT_SUPERSEDING)
                     .bind(tenant.as_str())
-                    .bind(contract)
+                    .bind(contract.as_str())
                     .bind(id.as_str());
                 found.extend(query.fetch_all(&mut *conn).await?);
             });
@@ -185,13 +185,13 @@ impl Store {
     pub async fn supersessions(
         &self,
         tenant: &TenantId,
-        contract: &str,
+        contract: &ContractName,
         event_id: &EventId,
     ) -> Result<Vec<Supersession>, StoreError> {
         let rows: Vec<SupersessionRow> = with_pool!(self, reader, |pool| {
             let query = sqlx::query_as(SELECT_SUPERSESSIONS)
                 .bind(tenant.as_str())
-                .bind(contract)
+                .bind(contract.as_str())
                 .bind(event_id.as_str());
             query.fetch_all(pool).await?
         });

@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
 use traqlyte_identity::openlineage::{identify_run_event, run_event_contract, RUN_EVENT_CONTRACT};
 use traqlyte_identity::{json as strict_json, Contract, ContractName};
 use traqlyte_store::partitions::partition_time;
@@ -292,6 +291,19 @@ fn skip_rest_of_line(reader: &mut impl BufRead) -> Result<()> {
     }
 }
 
+/// The `--json` summary: `inserted` on a real run, `would_insert` on a dry run.
+#[derive(serde::Serialize)]
+struct Summary {
+    dry_run: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inserted: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    would_insert: Option<u64>,
+    already_present: u64,
+    collided: u64,
+    rejected: u64,
+}
+
 fn report(args: &BackfillArgs, counts: &Counts) {
     let (verb, mode) = if args.dry_run {
         ("would insert", "dry run, nothing written")
@@ -299,19 +311,18 @@ fn report(args: &BackfillArgs, counts: &Counts) {
         ("inserted", "written")
     };
     if args.json {
-        let inserted_key = if args.dry_run {
-            "would_insert"
-        } else {
-            "inserted"
+        let summary = Summary {
+            dry_run: args.dry_run,
+            inserted: (!args.dry_run).then_some(counts.inserted),
+            would_insert: args.dry_run.then_some(counts.inserted),
+            already_present: counts.already_present,
+            collided: counts.collided,
+            rejected: counts.rejected,
         };
-        println!(
-            "{}",
-            json!({
-                "dry_run": args.dry_run, inserted_key: counts.inserted,
-                "already_present": counts.already_present, "collided": counts.collided,
-                "rejected": counts.rejected,
-            })
-        );
+        match serde_json::to_string(&summary) {
+            Ok(text) => println!("{text}"),
+            Err(err) => eprintln!("summary not serialisable: {err}"),
+        }
     } else {
         println!(
             "{verb} {}, already present {}, collided {}, rejected {} ({mode})",

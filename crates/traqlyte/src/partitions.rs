@@ -4,7 +4,6 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use serde_json::json;
 use traqlyte_store::partitions::day_text;
 use traqlyte_store::{DedupeHorizon, LateEvents, PartitionInfo};
 
@@ -92,10 +91,17 @@ pub(crate) async fn run(command: PartitionsCommand) -> Result<()> {
                 .context("maintain partitions")?;
             let days = |d: &[i32]| d.iter().map(|&day| day_text(day)).collect::<Vec<_>>();
             if json {
-                println!(
-                    "{}",
-                    json!({"created": days(&done.create), "detached": days(&done.detach)})
-                );
+                /// The `--json` answer: the days (`YYYY-MM-DD`) created and detached.
+                #[derive(serde::Serialize)]
+                struct Done {
+                    created: Vec<String>,
+                    detached: Vec<String>,
+                }
+                let done = Done {
+                    created: days(&done.create),
+                    detached: days(&done.detach),
+                };
+                println!("{}", serde_json::to_string(&done)?);
             } else {
                 println!(
                     "created {} partitions {:?}, detached {} {:?}",

@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::Json;
 use serde::Serialize;
 use serde_json::Value;
-use traqlyte_experiments::CampaignId;
+use traqlyte_experiments::{CampaignId, UnitId};
 use traqlyte_store::{now_us, Assignment, Campaign, CampaignVersion};
 use utoipa::ToSchema;
 
@@ -62,7 +62,7 @@ pub(crate) async fn post_assignments_batch(
     body: Body,
 ) -> Result<Json<AssignmentBatchAnswer>, ApiError> {
     let items = read_batch(&state, &headers, body, "assignments").await?;
-    let parsed: Vec<Result<(CampaignId, String), ApiError>> = items
+    let parsed: Vec<Result<(CampaignId, UnitId), ApiError>> = items
         .iter()
         .map(|item| item.as_ref().map_err(Clone::clone).and_then(parse_item))
         .collect();
@@ -109,7 +109,7 @@ pub(crate) async fn post_assignments_batch(
 }
 
 /// One item: parsed before any lookup (binding a NUL fails on PostgreSQL, reads included).
-fn parse_item(value: &Value) -> Result<(CampaignId, String), ApiError> {
+fn parse_item(value: &Value) -> Result<(CampaignId, UnitId), ApiError> {
     if !value.is_object() {
         return Err(ApiError::unprocessable(
             "not_an_object",
@@ -121,7 +121,7 @@ fn parse_item(value: &Value) -> Result<(CampaignId, String), ApiError> {
         unit_id,
     } = parse(value).map_err(|r| r.unprocessable("invalid_assignment"))?;
     let campaign_id = known_campaign_id(campaign_id.as_str(), "campaign_id")?;
-    Ok((campaign_id, unit_id.into_string()))
+    Ok((campaign_id, unit_id))
 }
 
 /// The per-item answer: stored assignments in the order of the valid proposals.

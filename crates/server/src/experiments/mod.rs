@@ -52,7 +52,8 @@ pub(crate) struct AssignmentView {
     assignment_id: AssignmentId,
     #[schema(value_type = String)]
     campaign_id: CampaignId,
-    unit_id: String,
+    #[schema(value_type = String)]
+    unit_id: UnitId,
     /// The campaign version the unit was first assigned under.
     version: i64,
 }
@@ -76,12 +77,11 @@ pub(crate) async fn assign(
         unit_id,
     } = parse(&value).map_err(|r| r.unprocessable("invalid_assignment"))?;
     let campaign_id = known_campaign_id(campaign_id.as_str(), "campaign_id")?;
-    let unit_id = unit_id.as_str();
     // A known unit: one indexed read answers it (an assignment never changes, and one
     // exists only for a published campaign).
     if let Some(stored) = state
         .store
-        .unit_assignment(&tenant, &campaign_id, unit_id)
+        .unit_assignment(&tenant, &campaign_id, &unit_id)
         .await?
     {
         return Ok(Json(assignment_view(stored)));
@@ -93,7 +93,7 @@ pub(crate) async fn assign(
         .ok_or_else(|| campaign_not_found(campaign_id.as_str(), "campaign_id"))?;
     let versions = state.store.campaign_versions(&tenant, &campaign_id).await?;
     let latest = versions.last().ok_or_else(not_published)?;
-    let proposed = propose(&campaign.id, latest, unit_id, now_us())?;
+    let proposed = propose(&campaign.id, latest, &unit_id, now_us())?;
     let mut tx = work.begin().await?;
     let stored = tx.assign(&tenant, &proposed).await?;
     work.finish(tx).await?;
@@ -104,15 +104,15 @@ pub(crate) async fn assign(
 pub(crate) fn propose(
     campaign_id: &CampaignId,
     latest: &CampaignVersion,
-    unit_id: &str,
+    unit_id: &UnitId,
     now_us: i64,
 ) -> Result<Assignment, ApiError> {
-    let arm = bucketing::bucket(&latest.salt, unit_id, &latest.arms)
+    let arm = bucketing::bucket(&latest.salt, unit_id.as_str(), &latest.arms)
         .ok_or_else(|| ApiError::internal("published version without arms"))?;
     Ok(Assignment {
-        assignment_id: bucketing::assignment_id(campaign_id, unit_id),
+        assignment_id: bucketing::assignment_id(campaign_id, unit_id.as_str()),
         campaign_id: campaign_id.clone(),
-        unit_id: unit_id.to_string(),
+        unit_id: unit_id.clone(),
         arm: arm.key.clone(),
         version: latest.version,
         assigned_at_us: now_us,

@@ -285,7 +285,7 @@ impl Lookups {
         }
         Ok(NewOutcome {
             assignment: assignment.clone(),
-            dedupe_key: dedupe_key.into_string(),
+            dedupe_key,
             metric: metric.to_string(),
             value: number,
             occurred_at_us,
@@ -331,7 +331,8 @@ pub(crate) struct OutcomeView {
     assignment_id: AssignmentId,
     #[schema(value_type = String)]
     campaign_id: CampaignId,
-    dedupe_key: String,
+    #[schema(value_type = String)]
+    dedupe_key: DedupeKey,
     metric: String,
     occurred_at: String,
     received_at: String,

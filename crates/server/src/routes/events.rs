@@ -218,7 +218,7 @@ pub(crate) async fn get_one(
     // The newest correction, if any, is the event's current content.
     let history = state
         .store
-        .supersessions(&tenant, contract.as_str(), &stored.event_id)
+        .supersessions(&tenant, &contract, &stored.event_id)
         .await?;
     let mut supersessions = Vec::with_capacity(history.len());
     for s in &history {

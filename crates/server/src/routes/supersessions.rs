@@ -91,7 +91,7 @@ pub(crate) async fn supersede(
     let outcome = tx
         .supersede(
             &tenant,
-            contract_name.as_str(),
+            &contract_name,
             &corrected,
             reason.as_deref(),
             now_us(),

@@ -52,7 +52,8 @@ pub(crate) struct BindingBody {
 /// A binding as answered (fields in alphabetical order: see `health::Health`).
 #[derive(Serialize, ToSchema)]
 pub(crate) struct BindingView {
-    campaign_id: String,
+    #[schema(value_type = String)]
+    campaign_id: traqlyte_store::CampaignId,
     created_at: String,
     event: String,
     key_pointer: Option<String>,
@@ -141,7 +142,7 @@ pub(crate) async fn list(
     Path(id): Path<String>,
 ) -> Result<Json<BindingList>, ApiError> {
     let campaign = campaign(&state, &tenant, &id).await?;
-    let infos = state.store.bindings(&tenant, campaign.id.as_str()).await?;
+    let infos = state.store.bindings(&tenant, &campaign.id).await?;
     let bindings = infos
         .iter()
         .map(|info| BindingView::of(info.binding.clone(), Some(info)))
@@ -211,7 +212,7 @@ fn check(campaign: &Campaign, body: BindingBody) -> Result<MetricBinding, ApiErr
         ));
     }
     Ok(MetricBinding {
-        campaign_id: campaign.id.to_string(),
+        campaign_id: campaign.id.clone(),
         metric: metric.to_string(),
         event: body.event,
         value_pointer: body.value_pointer,

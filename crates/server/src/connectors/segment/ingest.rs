@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
-use traqlyte_experiments::{outcome_fingerprint, DedupeKey};
+use traqlyte_experiments::{outcome_fingerprint, DedupeKey, UnitId};
 use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
 use traqlyte_store::{
@@ -111,15 +111,10 @@ impl Bound {
         if events.is_empty() {
             return Ok(Bound { bindings });
         }
-        let mut campaigns: HashMap<String, Option<Campaign>> = HashMap::new();
+        let mut campaigns: HashMap<traqlyte_store::CampaignId, Option<Campaign>> = HashMap::new();
         for binding in store.bindings_for_events(tenant, &events).await? {
             if !campaigns.contains_key(&binding.campaign_id) {
-                // A binding's campaign id was checked when the binding was made.
-                let found = match traqlyte_store::CampaignId::try_from(binding.campaign_id.as_str())
-                {
-                    Ok(id) => store.campaign(tenant, &id).await?,
-                    Err(_) => None,
-                };
+                let found = store.campaign(tenant, &binding.campaign_id).await?;
                 campaigns.insert(binding.campaign_id.clone(), found);
             }
             if let Some(Some(campaign)) = campaigns.get(&binding.campaign_id) {
@@ -180,14 +175,13 @@ async fn assignment(
     campaign: &Campaign,
     message: &SegmentMessage,
 ) -> Result<Option<traqlyte_store::Assignment>, ApiError> {
-    for unit in [&message.user_id, &message.anonymous_id]
+    // An id no assignment could have been made for (too long, NUL) matches none.
+    let units = [&message.user_id, &message.anonymous_id]
         .into_iter()
         .flatten()
-    {
-        if let Some(found) = tx
-            .assignment_for_unit(tenant, campaign.id.as_str(), unit)
-            .await?
-        {
+        .filter_map(|unit| UnitId::try_from(unit.as_str()).ok());
+    for unit in units {
+        if let Some(found) = tx.assignment_for_unit(tenant, &campaign.id, &unit).await? {
             return Ok(Some(found));
         }
     }
@@ -196,7 +190,7 @@ async fn assignment(
 
 /// An outcome before its unit is matched.
 struct Fact {
-    dedupe_key: String,
+    dedupe_key: DedupeKey,
     metric: String,
     value: Option<f64>,
     occurred_at_us: i64,
@@ -232,7 +226,7 @@ impl Fact {
             "{}:{}:{key}:{}",
             source.source_id, binding.event, binding.metric
         );
-        let dedupe_key = DedupeKey::try_from(dedupe_key).ok()?.into_string();
+        let dedupe_key = DedupeKey::try_from(dedupe_key).ok()?;
         // The client's own timestamp is the one time every re-send of the message
         // repeats (the corrected one moves with each sentAt and receivedAt), so a re-sent
         // fact is a duplicate outcome, not a collision.
