@@ -51,6 +51,12 @@ pub struct ServerConfig {
     /// Whether an event older than the horizon is refused (the default) or reconciled
     /// against rows of any age, as a backfill does.
     pub late_events: traqlyte_store::LateEvents,
+    /// Group commit of single requests (`crate::group_commit`).
+    pub group_commit: crate::GroupCommitConfig,
+    /// Benchmark only: serve `POST /bench/ceiling`, which reads and parses a body like
+    /// `POST /events/{contract}` and answers without authentication or store work, the
+    /// HTTP ceiling `traqlyte bench single` compares against. Off in `serve`.
+    pub bench_ceiling_route: bool,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +84,8 @@ impl Default for ServerConfig {
             connections_max: 10_000,
             dedupe_horizon: traqlyte_store::DedupeHorizon::default(),
             late_events: traqlyte_store::LateEvents::Refuse,
+            group_commit: crate::GroupCommitConfig::default(),
+            bench_ceiling_route: false,
         }
     }
 }

@@ -18,6 +18,7 @@ mod config;
 pub mod connectors;
 mod error;
 pub mod experiments;
+pub mod group_commit;
 pub mod idempotency;
 mod listener;
 mod openapi;
@@ -33,6 +34,7 @@ use traqlyte_store::Store;
 
 pub use config::ServerConfig;
 pub use error::ApiError;
+pub use group_commit::{GroupCommit, GroupCommitConfig};
 pub use listener::{connections_max_within, files_reserved, FILES_RESERVED_BASE};
 
 /// Shared state of every handler.
@@ -42,6 +44,8 @@ pub struct AppState {
     pub store: Store,
     /// Limits and settings.
     pub config: Arc<ServerConfig>,
+    /// The queues that coalesce single requests into shared commits (or none, when off).
+    pub group_commit: GroupCommit,
 }
 
 /// The whole API as a router.
@@ -67,9 +71,11 @@ pub async fn serve(
     let address = listener.local_addr()?;
     on_bound(address);
     let limits = listener::Limits::from_config(&config);
+    let group_commit = GroupCommit::start(&store, config.group_commit, config.late_events);
     let state = AppState {
         store,
         config: Arc::new(config),
+        group_commit,
     };
     let purge = tokio::spawn(purge_idempotency_keys(state.clone()));
     let roll_up = tokio::spawn(roll_up_tallies(state.clone()));

@@ -42,6 +42,9 @@ pub enum BenchCommand {
     Outcomes(crate::bench_hot::OutcomesArgs),
     /// `/assignments/batch` units/s and single assignments/s vs event batches, one run.
     Assignments(crate::bench_hot::AssignmentsArgs),
+    /// Single requests at 64 connections with group commit on vs off (events, run events,
+    /// assignments) and the HTTP ceiling, one run.
+    Single(crate::bench_hot::SingleArgs),
     /// `POST /v1/batch` (Segment) against `POST /events/{contract}/batch`, same events.
     Segment(crate::bench_segment::SegmentArgs),
 }
@@ -114,6 +117,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Growth(args) => crate::bench_growth::growth(args).await,
         BenchCommand::Outcomes(args) => crate::bench_hot::outcomes(args).await,
         BenchCommand::Assignments(args) => crate::bench_hot::assignments(args).await,
+        BenchCommand::Single(args) => crate::bench_hot::single(args).await,
         BenchCommand::Segment(args) => crate::bench_segment::segment(args).await,
         BenchCommand::Nats(args) => crate::bench_nats::nats(args).await,
     }

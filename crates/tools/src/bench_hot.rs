@@ -1,6 +1,8 @@
 //! Load generators of the hot path (issue 11): `bench outcomes` measures
 //! `POST /outcomes/batch` against `POST /events/{contract}/batch` in the same run, the
-//! same server, the same batch size and concurrency, rounds alternating which goes first.
+//! same server, the same batch size and concurrency, rounds alternating which goes first;
+//! `bench assignments` does the same for `/assignments/batch`; `bench single` measures
+//! single requests with group commit on against off and the HTTP ceiling.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 use traqlyte_identity::Contract;
+use traqlyte_server::{GroupCommitConfig, ServerConfig};
 
 use crate::bench::{
     bench_contract, bench_tenant_name, generate_events, http_round, median, run_concurrently, start,
@@ -396,4 +399,216 @@ impl Api {
         })
         .await
     }
+}
+
+/// Options of `bench single`.
+#[derive(Args)]
+pub struct SingleArgs {
+    /// Database to measure (a fresh file or database is best).
+    #[arg(long)]
+    database_url: String,
+    /// Single requests per round, path and mode.
+    #[arg(long, default_value_t = 20_000)]
+    requests: usize,
+    /// Concurrent connections.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Database connections of each server's pool (`serve`'s default).
+    #[arg(long, default_value_t = 16)]
+    pool_connections_max: u32,
+    /// `--group-commit-wait-us` of the group-commit server.
+    #[arg(long, default_value_t = GroupCommitConfig::default().wait_us)]
+    group_commit_wait_us: u64,
+    /// `--group-commit-max` of the group-commit server.
+    #[arg(long, default_value_t = GroupCommitConfig::default().batch_max)]
+    group_commit_max: usize,
+    /// Rounds; each rotates which mode goes first, medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+/// An in-process server with its own pool and group-commit setting, `POST /bench/ceiling`
+/// on.
+struct Served {
+    store: traqlyte_store::Store,
+    address: String,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn serve_with(args: &SingleArgs, group_commit: GroupCommitConfig) -> Result<Served> {
+    let mut config = traqlyte_store::StoreConfig::new(&args.database_url);
+    config.pool_connections_max = args.pool_connections_max;
+    let store = traqlyte_store::Store::connect(&config)
+        .await
+        .context("connect")?;
+    store.migrate().await.context("migrate")?;
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let server_config = ServerConfig {
+        listen: "127.0.0.1:0".into(),
+        group_commit,
+        bench_ceiling_route: true,
+        ..ServerConfig::default()
+    };
+    let server_store = store.clone();
+    tokio::spawn(async move {
+        let on_bound = move |address| {
+            let _ = bound_tx.send(address);
+        };
+        let shutdown = async move {
+            let _ = shutdown_rx.await;
+        };
+        if let Err(err) =
+            traqlyte_server::serve(server_store, server_config, on_bound, shutdown).await
+        {
+            tracing::error!(error = %err, "bench server failed");
+        }
+    });
+    let address = format!("http://{}", bound_rx.await.context("server did not start")?);
+    Ok(Served {
+        store,
+        address,
+        _shutdown: shutdown_tx,
+    })
+}
+
+/// A fresh tenant with the bench contract on `served`'s database, as an [`Api`].
+async fn fresh_api(served: &Served, client: &reqwest::Client, what: &str) -> Result<Api> {
+    let contract =
+        Contract::from_json(&bench_contract()).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let (tenant, key) = served
+        .store
+        .create_tenant(&bench_tenant_name(what)?)
+        .await?;
+    served.store.register_contract(&tenant, &contract).await?;
+    Ok(Api {
+        client: client.clone(),
+        address: served.address.clone(),
+        key: key.expose().to_string(),
+    })
+}
+
+/// Posts each body to `path` as one request, `concurrency` at a time; every answer must be
+/// a 2xx.
+async fn single_round(
+    api: &Api,
+    path: &str,
+    bodies: Arc<Vec<String>>,
+    concurrency: usize,
+) -> Result<Duration> {
+    let (api, path) = (api.clone(), path.to_string());
+    run_concurrently(bodies.len(), concurrency, move |index| {
+        let (api, path, bodies) = (api.clone(), path.clone(), bodies.clone());
+        async move { api.post(&path, bodies[index].clone()).await.map(drop) }
+    })
+    .await
+}
+
+/// `bench single`: single `POST /events/{contract}` with group commit on, off, and the
+/// HTTP ceiling (`POST /bench/ceiling`, the same bodies, no store work); single
+/// `POST /api/v1/lineage` and new-unit `POST /assignments` on and off. Two in-process
+/// servers over the same database, one with group commit and one without; each round
+/// runs every pair back to back, rotating which goes first, on fresh tenants.
+pub(crate) async fn single(args: SingleArgs) -> Result<()> {
+    let on = serve_with(
+        &args,
+        GroupCommitConfig {
+            enabled: true,
+            wait_us: args.group_commit_wait_us,
+            batch_max: args.group_commit_max,
+            ..GroupCommitConfig::default()
+        },
+    )
+    .await?;
+    let off = serve_with(&args, GroupCommitConfig::disabled()).await?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let events: Arc<Vec<String>> = Arc::new(
+        generate_events(args.requests, 0.0)
+            .iter()
+            .map(Value::to_string)
+            .collect(),
+    );
+    let runs: Arc<Vec<String>> = Arc::new(
+        (0..args.requests)
+            .map(|run| crate::bench_lineage::generated_run_event(run, &[run + 1], run).to_string())
+            .collect(),
+    );
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 7];
+    for round in 0..args.rounds.max(1) {
+        let mut measured = [0.0; 7];
+        // Events: on, off, ceiling, rotated.
+        for step in 0..3 {
+            let mode = (round + step) % 3;
+            let served = if mode == 1 { &off } else { &on };
+            let api = fresh_api(served, &client, "bench single").await?;
+            let path = if mode == 2 {
+                "/bench/ceiling"
+            } else {
+                "/events/checkout_completed"
+            };
+            let time = single_round(&api, path, events.clone(), args.concurrency).await?;
+            measured[mode] = args.requests as f64 / time.as_secs_f64();
+        }
+        // Run events, then assignments: on and off, alternating which goes first.
+        for step in 0..2 {
+            let with = (round + step) % 2 == 0;
+            let served = if with { &on } else { &off };
+            let api = fresh_api(served, &client, "bench single lineage").await?;
+            let time =
+                single_round(&api, "/api/v1/lineage", runs.clone(), args.concurrency).await?;
+            measured[if with { 3 } else { 4 }] = args.requests as f64 / time.as_secs_f64();
+        }
+        for step in 0..2 {
+            let with = (round + step) % 2 == 1;
+            let served = if with { &on } else { &off };
+            let api = fresh_api(served, &client, "bench single assignments").await?;
+            let campaign = api.campaign().await?;
+            let time = api
+                .single_assignments(&campaign, args.requests, args.concurrency)
+                .await?;
+            measured[if with { 5 } else { 6 }] = args.requests as f64 / time.as_secs_f64();
+        }
+        eprintln!(
+            "round {}: events on {:.0}/s off {:.0}/s ceiling {:.0}/s; lineage on {:.0}/s off {:.0}/s; assignments on {:.0}/s off {:.0}/s",
+            round + 1,
+            measured[0], measured[1], measured[2], measured[3], measured[4], measured[5], measured[6]
+        );
+        for (all, one) in rates.iter_mut().zip(measured) {
+            all.push(one);
+        }
+    }
+    let m: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
+    println!(
+        "backend: {}, {} requests per path, {} connections, medians of {} rounds",
+        on.store.backend_name(),
+        args.requests,
+        args.concurrency,
+        args.rounds.max(1)
+    );
+    println!(
+        "path                          on_per_s  off_per_s  on/off  ceiling_per_s  on/ceiling"
+    );
+    println!(
+        "POST /events/{{contract}}        {:<9.0} {:<10.0} {:<7.2} {:<14.0} {:.2}",
+        m[0],
+        m[1],
+        m[0] / m[1],
+        m[2],
+        m[0] / m[2]
+    );
+    println!(
+        "POST /api/v1/lineage          {:<9.0} {:<10.0} {:.2}",
+        m[3],
+        m[4],
+        m[3] / m[4]
+    );
+    println!(
+        "POST /assignments (new unit)  {:<9.0} {:<10.0} {:.2}",
+        m[5],
+        m[6],
+        m[5] / m[6]
+    );
+    Ok(())
 }

@@ -160,7 +160,7 @@ async fn post(client: &reqwest::Client, args: &IngestArgs, path: &str, body: Str
 }
 
 /// A RunEvent of job `j{output}` writing `d{output}` from the datasets `inputs`.
-fn generated_run_event(run: usize, inputs: &[usize], output: usize) -> Value {
+pub(crate) fn generated_run_event(run: usize, inputs: &[usize], output: usize) -> Value {
     let datasets = |ids: &[usize]| -> Vec<Value> {
         ids.iter()
             .map(|i| json!({"namespace": "bench", "name": format!("d{i}")}))

@@ -159,8 +159,25 @@ struct ServeArgs {
         default_value = "refuse"
     )]
     late_events: partitions::LateEventsArg,
+    /// Group commit: concurrent single requests (events, lineage run events, outcomes,
+    /// first assignments) share one durable commit; `off` gives each its own.
+    #[arg(long, env = "TRAQLYTE_GROUP_COMMIT", value_enum, default_value = "on")]
+    group_commit: OnOff,
+    /// How long a group-commit batch waits for more requests after its first, in µs.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=2_000))]
+    group_commit_wait_us: u64,
+    /// Most requests one group-commit batch (one transaction) holds.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    group_commit_max: u64,
     #[command(flatten)]
     nats: consume::ServeNats,
+}
+
+/// A switch flag's value.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Subcommand)]
@@ -296,6 +313,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         connections_max,
         dedupe_horizon: args.horizon.dedupe_horizon_days,
         late_events: args.late_events.into(),
+        group_commit: traqlyte_server::GroupCommitConfig {
+            enabled: args.group_commit == OnOff::On,
+            wait_us: args.group_commit_wait_us,
+            batch_max: usize::try_from(args.group_commit_max).unwrap_or(1_000),
+            ..traqlyte_server::GroupCommitConfig::default()
+        },
         // The purge interval, and in test builds the test hooks.
         ..ServerConfig::default()
     };

@@ -94,6 +94,13 @@ pub(crate) async fn assign(
     let versions = state.store.campaign_versions(&tenant, &campaign_id).await?;
     let latest = versions.last().ok_or_else(not_published)?;
     let proposed = propose(&campaign.id, latest, &unit_id, now_us())?;
+    // Under an idempotency key the assignment commits with the stored response, in the
+    // layer's transaction: such a request never joins a group commit.
+    if !work.is_idempotent() {
+        if let Some(stored) = state.group_commit.assignment(&tenant, &proposed).await {
+            return Ok(Json(assignment_view(stored?)));
+        }
+    }
     let mut tx = work.begin().await?;
     let stored = tx.assign(&tenant, &proposed).await?;
     work.finish(tx).await?;

@@ -45,17 +45,32 @@ pub(crate) async fn post_outcome(
     let body = parse_item(&value)?;
     let lookups = Lookups::load(&state, &tenant, std::slice::from_ref(&body)).await?;
     let outcome = lookups.check(body, &value)?;
+    let result = match state.group_commit.outcome(&tenant, &outcome).await {
+        Some(result) => result?,
+        None => record_one(&state, &tenant, &outcome).await?,
+    };
+    match result {
+        OutcomeResult::Inserted(stored) => Ok(answer(&stored, "inserted")),
+        OutcomeResult::Duplicate(stored) => Ok(answer(&stored, "duplicate")),
+        OutcomeResult::Collision(stored) => Err(collision(&stored)),
+    }
+}
+
+/// One outcome in a transaction of its own (group commit off).
+async fn record_one(
+    state: &AppState,
+    tenant: &TenantId,
+    outcome: &NewOutcome,
+) -> Result<OutcomeResult, ApiError> {
     let mut tx = state.store.begin().await?;
     let results = tx
-        .record_outcomes(&tenant, std::slice::from_ref(&outcome), now_us())
+        .record_outcomes(tenant, std::slice::from_ref(outcome), now_us())
         .await?;
     tx.commit().await?;
-    match results.into_iter().next() {
-        Some(OutcomeResult::Inserted(stored)) => Ok(answer(&stored, "inserted")),
-        Some(OutcomeResult::Duplicate(stored)) => Ok(answer(&stored, "duplicate")),
-        Some(OutcomeResult::Collision(stored)) => Err(collision(&stored)),
-        None => Err(ApiError::internal("store returned no outcome")),
-    }
+    results
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::internal("store returned no outcome"))
 }
 
 /// The answer of `POST /outcomes/batch` (fields in alphabetical order: see

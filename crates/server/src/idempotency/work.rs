@@ -26,6 +26,12 @@ impl Work {
         Ok(self.store.begin().await?)
     }
 
+    /// Whether the request carries an idempotency key: its writes must then commit in
+    /// the layer's transaction, together with the stored response.
+    pub fn is_idempotent(&self) -> bool {
+        self.slot.is_some()
+    }
+
     /// Ends the handler's writes: commits now, or, under the idempotency layer, hands the
     /// transaction to the layer to commit with the stored response.
     pub async fn finish(&self, tx: StoreTx) -> Result<(), ApiError> {

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, EventId, Fingerprint};
 use traqlyte_store::partitions::partition_time;
-use traqlyte_store::{EventOutcome, LateEvents, NewEvent, OutsideHorizon, StoreTx};
+use traqlyte_store::{EventOutcome, LateEvents, NewEvent, OutsideHorizon, StoreTx, TenantId};
 use utoipa::ToSchema;
 
 use super::contracts::{load, VersionQuery};
@@ -43,15 +43,10 @@ pub(crate) async fn post_one(
     let contract = load(&state, &tenant, &name, query.version).await?;
     let value = read_document(&state, &headers, body).await?;
     let event = admit(&state, &contract, identify(&contract, value)?)?;
-    let mut tx = begin_ingest(&state).await?;
-    let outcomes = tx
-        .insert_events(&tenant, &contract, std::slice::from_ref(&event))
-        .await?;
-    tx.commit().await?;
-    let outcome = outcomes
-        .into_iter()
-        .next()
-        .ok_or_else(|| ApiError::internal("store returned no outcome"))?;
+    let outcome = match state.group_commit.event(&tenant, &contract, &event).await {
+        Some(outcome) => outcome?,
+        None => insert_one(&state, &tenant, &contract, &event).await?,
+    };
     let event_id = event.identified.event_id.as_str();
     match outcome {
         EventOutcome::Collision { stored_fingerprint } => {
@@ -63,6 +58,24 @@ pub(crate) async fn post_one(
             Ok(Json(EventAck { event_id, status }).into_response())
         }
     }
+}
+
+/// One event in a transaction of its own (group commit off).
+async fn insert_one(
+    state: &AppState,
+    tenant: &TenantId,
+    contract: &Contract,
+    event: &NewEvent,
+) -> Result<EventOutcome, ApiError> {
+    let mut tx = begin_ingest(state).await?;
+    let outcomes = tx
+        .insert_events(tenant, contract, std::slice::from_ref(event))
+        .await?;
+    tx.commit().await?;
+    outcomes
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::internal("store returned no outcome"))
 }
 
 /// `POST /events/{contract}/batch` → per-item results and totals.

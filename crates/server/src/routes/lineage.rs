@@ -63,15 +63,10 @@ pub(crate) async fn post_event(
         event,
         identity: projected.identity,
     };
-    let mut tx = begin_ingest(&state).await?;
-    let outcomes = tx
-        .insert_run_events(&tenant, std::slice::from_ref(&row))
-        .await?;
-    tx.commit().await?;
-    let outcome = outcomes
-        .into_iter()
-        .next()
-        .ok_or_else(|| ApiError::internal("store returned no outcome"))?;
+    let outcome = match state.group_commit.run_event(&tenant, &row).await {
+        Some(outcome) => outcome?,
+        None => insert_one(&state, &tenant, &row).await?,
+    };
     let event_id = row.event.identified.event_id.as_str();
     if let EventOutcome::Collision { stored_fingerprint } = &outcome {
         return Err(collision(&row.event, stored_fingerprint));
@@ -83,6 +78,23 @@ pub(crate) async fn post_event(
         status: outcome.as_str(),
     };
     Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// One run event in a transaction of its own (group commit off).
+async fn insert_one(
+    state: &AppState,
+    tenant: &TenantId,
+    row: &RunEventRow,
+) -> Result<EventOutcome, ApiError> {
+    let mut tx = begin_ingest(state).await?;
+    let outcomes = tx
+        .insert_run_events(tenant, std::slice::from_ref(row))
+        .await?;
+    tx.commit().await?;
+    outcomes
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::internal("store returned no outcome"))
 }
 
 /// `GET /lineage/stats`: `{"runs","datasets","edges"}` of the tenant's graph (edges are

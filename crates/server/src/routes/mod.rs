@@ -3,6 +3,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod campaigns;
+mod ceiling;
 pub(crate) mod contracts;
 pub(crate) mod deadletters;
 pub(crate) mod events;
@@ -34,7 +35,12 @@ pub(crate) fn router(state: AppState) -> Router {
             crate::idempotency::layer,
         ))
     };
-    Router::new()
+    let mut routes = Router::new();
+    if state.config.bench_ceiling_route {
+        // Not described in the OpenAPI document: it exists only in benchmark servers.
+        routes = routes.route("/bench/ceiling", post(ceiling::ceiling));
+    }
+    routes
         .route("/openapi.json", get(crate::openapi::serve))
         .route("/healthz", get(health::healthz))
         .route("/stats", get(health::stats))

@@ -9,6 +9,7 @@ mod connections;
 mod contracts;
 mod demo;
 mod experiments;
+mod group_commit;
 mod helpers;
 mod hostile_text;
 mod hot_path;
