@@ -193,9 +193,40 @@ impl Modify for Security {
         crate::ops::delete_webhook,
     ),
     components(schemas(traqlyte_experiments::Report), responses(ErrorEnvelope)),
-    modifiers(&Security),
+    modifiers(&Security, &OutsideHorizon),
 )]
 struct ApiDoc;
+
+/// The `422 outside_horizon` of `POST /events/{contract}`, written out beside the
+/// shared 4XX so a client generator sees the refusal it must handle (an occurrence time
+/// outside the dedupe horizon; docs/identity.md). Added here rather than on the handler
+/// so the description of every horizon refusal lives in one place; in a batch the same
+/// error is an item's `error`, the request itself answers 200.
+struct OutsideHorizon;
+
+/// What the 422 says.
+const OUTSIDE_HORIZON_DESCRIPTION: &str = "`outside_horizon`: the event's occurrence time \
+is older than the dedupe horizon (`--dedupe-horizon-days`, default 14) or more than a day \
+ahead; nothing was written. `field` names the contract's occurrence pointer; load late \
+events with `traqlyte backfill`, or run the server with `--late-events reconcile`. Also \
+`number_out_of_range` and the contract's other rule violations (`code` tells which)";
+
+impl Modify for OutsideHorizon {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{Ref, RefOr};
+        let Some(item) = openapi.paths.paths.get_mut("/events/{contract}") else {
+            return;
+        };
+        if let Some(operation) = item.post.as_mut() {
+            let mut reference = Ref::new("#/components/responses/ErrorEnvelope");
+            reference.description = OUTSIDE_HORIZON_DESCRIPTION.to_string();
+            operation
+                .responses
+                .responses
+                .insert("422".to_string(), RefOr::Ref(reference));
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -205,5 +236,14 @@ mod tests {
     fn the_document_is_openapi_3_1() {
         let doc: serde_json::Value = serde_json::from_str(document()).expect("JSON");
         assert!(doc["openapi"].as_str().unwrap().starts_with("3.1."));
+    }
+
+    #[test]
+    fn a_single_event_documents_its_outside_horizon_refusal() {
+        let doc: serde_json::Value = serde_json::from_str(document()).expect("JSON");
+        let answer = &doc["paths"]["/events/{contract}"]["post"]["responses"]["422"];
+        assert_eq!(answer["$ref"], "#/components/responses/ErrorEnvelope");
+        let description = answer["description"].as_str().expect("a description");
+        assert!(description.contains("outside_horizon"), "{description}");
     }
 }

@@ -229,15 +229,19 @@ impl StoreTx {
         debug_assert_eq!(resolution.outcomes.len(), events.len());
         self.log_collisions(tenant, contract, &resolution.collisions, now)
             .await?;
-        self.tally(
-            tenant,
-            name,
-            now,
-            resolution.inserted,
-            resolution.duplicates,
-            resolution.collisions.len() as i64,
-        )
-        .await?;
+        let counts = TallyCounts {
+            inserted: resolution.inserted,
+            duplicates: resolution.duplicates,
+            collisions: resolution.collisions.len() as i64,
+            // Every event of a call into the detached partitions was reconciled outside
+            // the live horizon: counted apart as well (`GET /stats`, `late`).
+            late: if table == EventTable::Detached {
+                events.len() as i64
+            } else {
+                0
+            },
+        };
+        self.tally(tenant, name, now, &counts).await?;
         Ok(resolution.outcomes)
     }
 
@@ -470,18 +474,17 @@ impl StoreTx {
         tenant: &TenantId,
         contract: &str,
         now: i64,
-        inserted: i64,
-        duplicates: i64,
-        collisions: i64,
+        counts: &TallyCounts,
     ) -> Result<(), StoreError> {
         let source = self.source.as_str().to_string();
         with_tx!(self, |conn| sqlx::query(crate::sql::INSERT_TALLY)
             .bind(tenant.as_str())
             .bind(contract)
             .bind(now)
-            .bind(inserted)
-            .bind(duplicates)
-            .bind(collisions)
+            .bind(counts.inserted)
+            .bind(counts.duplicates)
+            .bind(counts.collisions)
+            .bind(counts.late)
             .bind(&source)
             .execute(&mut *conn)
             .await
@@ -490,27 +493,90 @@ impl StoreTx {
     }
 }
 
+/// One tally row's counts.
+struct TallyCounts {
+    inserted: i64,
+    duplicates: i64,
+    collisions: i64,
+    late: i64,
+}
+
 /// Width of a rolled-up tally row.
 const TALLY_BUCKET_US: i64 = 60_000_000;
 
 const PG_ROLL_UP_TALLIES: &str = "WITH moved AS (
        DELETE FROM event_tallies WHERE rolled_up = 0 AND at_us < $1
-       RETURNING tenant_id, contract_name, source, at_us, inserted, duplicates, collisions)
+       RETURNING tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, late)
      , folded AS (
-       INSERT INTO event_tallies (tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, rolled_up)
-       SELECT tenant_id, contract_name, source, (at_us / $2) * $2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
+       INSERT INTO event_tallies (tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, late, rolled_up)
+       SELECT tenant_id, contract_name, source, (at_us / $2) * $2, SUM(inserted), SUM(duplicates), SUM(collisions), SUM(late), 1
        FROM moved GROUP BY tenant_id, contract_name, source, (at_us / $2) * $2)
      SELECT COUNT(*) FROM moved";
 
+/// The other per-request count tables folded beside `event_tallies`: (table, the
+/// columns that key a row besides `at_us`, the summed columns).
+const OTHER_TALLIES: [(&str, &str, &str); 2] = [
+    (
+        "source_tallies",
+        "tenant_id, source_id",
+        "inserted, duplicates, collisions, rejected",
+    ),
+    (
+        "binding_tallies",
+        "tenant_id, campaign_id, metric, event",
+        "outcomes, unassigned, unusable",
+    ),
+];
+
+/// The fold of one of [`OTHER_TALLIES`]: PostgreSQL's single statement, or SQLite's
+/// insert and delete (run in one `BEGIN IMMEDIATE` transaction). Each statement takes
+/// `before_us` as `$1`, and the bucket width as `$2` when the flag says so.
+fn fold_sql(table: &str, keys: &str, sums: &str, postgres: bool) -> Vec<(String, bool)> {
+    let summed: Vec<String> = sums.split(", ").map(|c| format!("SUM({c})")).collect();
+    let summed = summed.join(", ");
+    if postgres {
+        let fold = format!(
+            "WITH moved AS (DELETE FROM {table} WHERE rolled_up = 0 AND at_us < $1
+               RETURNING {keys}, at_us, {sums})
+             INSERT INTO {table} ({keys}, at_us, {sums}, rolled_up)
+             SELECT {keys}, (at_us / $2) * $2, {summed}, 1
+             FROM moved GROUP BY {keys}, (at_us / $2) * $2"
+        );
+        return vec![(fold, true)];
+    }
+    let insert = format!(
+        "INSERT INTO {table} ({keys}, at_us, {sums}, rolled_up)
+         SELECT {keys}, (at_us / ?2) * ?2, {summed}, 1
+         FROM {table} WHERE rolled_up = 0 AND at_us < ?1 GROUP BY {keys}, (at_us / ?2) * ?2"
+    );
+    let delete = format!("DELETE FROM {table} WHERE rolled_up = 0 AND at_us < ?1");
+    vec![(insert, true), (delete, false)]
+}
+
 impl Store {
     /// Folds the per-call tally rows older than `before_us` into one row per (tenant,
-    /// contract, source, minute), so `GET /stats` reads a bounded number of rows. Counts are
-    /// unchanged: on PostgreSQL the rows are moved by one statement (delete-returning
-    /// feeding the insert), on SQLite inside one `BEGIN IMMEDIATE` transaction, so no
-    /// concurrent insert can slip between reading and deleting. Returns how many per-call rows
-    /// were folded.
+    /// contract, source, minute), so `GET /stats` reads a bounded number of rows; the
+    /// per-request rows of Segment sources and metric bindings likewise (per source, per
+    /// binding). Counts are unchanged: on PostgreSQL the rows are moved by one statement
+    /// (delete-returning feeding the insert), on SQLite inside one `BEGIN IMMEDIATE`
+    /// transaction, so no concurrent insert can slip between reading and deleting.
+    /// Returns how many per-call `event_tallies` rows were folded.
     pub async fn roll_up_tallies(&self, before_us: i64) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
+        for (table, keys, sums) in OTHER_TALLIES {
+            let postgres = matches!(tx.inner, TxInner::Postgres(_));
+            for (sql, bucketed) in fold_sql(table, keys, sums, postgres) {
+                with_tx!(tx, |conn| {
+                    let query = sqlx::query(&sql).bind(before_us);
+                    let query = if bucketed {
+                        query.bind(TALLY_BUCKET_US)
+                    } else {
+                        query
+                    };
+                    query.execute(&mut *conn).await.map(|_| ())?
+                });
+            }
+        }
         let folded = match &mut tx.inner {
             TxInner::Postgres(conn) => {
                 sqlx::query_scalar::<_, i64>(PG_ROLL_UP_TALLIES)
@@ -521,8 +587,8 @@ impl Store {
             }
             TxInner::Sqlite(conn) => {
                 sqlx::query(
-                    "INSERT INTO event_tallies (tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, rolled_up)
-                     SELECT tenant_id, contract_name, source, (at_us / ?2) * ?2, SUM(inserted), SUM(duplicates), SUM(collisions), 1
+                    "INSERT INTO event_tallies (tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, late, rolled_up)
+                     SELECT tenant_id, contract_name, source, (at_us / ?2) * ?2, SUM(inserted), SUM(duplicates), SUM(collisions), SUM(late), 1
                      FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1 GROUP BY tenant_id, contract_name, source, (at_us / ?2) * ?2",
                 )
                 .bind(before_us).bind(TALLY_BUCKET_US).execute(&mut **conn).await?;

@@ -120,6 +120,11 @@ pub struct ContractStats {
     pub duplicates: i64,
     /// Different events refused under an existing identity.
     pub collisions: i64,
+    /// Events stored or matched in detached partitions (PostgreSQL), i.e. reconciled
+    /// outside the live dedupe horizon: by a backfill, or by the live path under
+    /// `--late-events reconcile`. Also counted in `stored` / `duplicates` /
+    /// `collisions`; always 0 on SQLite (one table).
+    pub late: i64,
 }
 
 /// A stored event row.

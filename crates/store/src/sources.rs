@@ -272,6 +272,9 @@ const INSERT_SOURCE: &str =
 const SELECT_SOURCE_FOR_KEY: &str =
     "SELECT tenant_id, source_id, name FROM sources WHERE write_key_hash = $1 AND revoked_at_us IS NULL";
 
+const SELECT_WORKING_SOURCE: &str =
+    "SELECT source_id, name FROM sources WHERE tenant_id = $1 AND name = $2 AND revoked_at_us IS NULL";
+
 const INSERT_REJECTION: &str = "INSERT INTO source_rejections
      (tenant_id, source_id, message_index, code, field, reason, payload, received_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -459,6 +462,29 @@ impl Store {
                 .await?;
             Ok(row.map(|(tenant, id, name)| Source {
                 tenant: TenantId::from_stored(tenant),
+                source_id: SourceId(id),
+                name,
+            }))
+        })
+    }
+
+    /// A tenant's working (not revoked) source of this name: one read of the unique
+    /// `(tenant_id, name)` index, made per batch by a broker consumer that stores
+    /// Segment-shaped messages under a named source, so a revocation holds at once there
+    /// too. Never cached.
+    pub async fn working_source(
+        &self,
+        tenant: &TenantId,
+        name: &SourceName,
+    ) -> Result<Option<Source>, StoreError> {
+        with_pool!(self, reader, |pool| {
+            let row: Option<(String, String)> = sqlx::query_as(SELECT_WORKING_SOURCE)
+                .bind(tenant.as_str())
+                .bind(name.as_str())
+                .fetch_optional(pool)
+                .await?;
+            Ok(row.map(|(id, name)| Source {
+                tenant: tenant.clone(),
                 source_id: SourceId(id),
                 name,
             }))

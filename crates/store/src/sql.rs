@@ -13,12 +13,13 @@ pub(crate) const SELECT_CONTRACTS: &str =
     "SELECT definition FROM contracts WHERE tenant_id = $1 ORDER BY name, version";
 
 pub(crate) const INSERT_TALLY: &str = "INSERT INTO event_tallies
-     (tenant_id, contract_name, at_us, inserted, duplicates, collisions, source) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+     (tenant_id, contract_name, at_us, inserted, duplicates, collisions, late, source) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
 pub(crate) const SELECT_STATS: &str = "SELECT c.name AS contract,
        CAST(COALESCE(SUM(t.inserted), 0) AS BIGINT) AS stored,
        CAST(COALESCE(SUM(t.duplicates), 0) AS BIGINT) AS duplicates,
-       CAST(COALESCE(SUM(t.collisions), 0) AS BIGINT) AS collisions
+       CAST(COALESCE(SUM(t.collisions), 0) AS BIGINT) AS collisions,
+       CAST(COALESCE(SUM(t.late), 0) AS BIGINT) AS late
      FROM (SELECT name FROM contracts WHERE tenant_id = $1
            UNION SELECT contract_name FROM event_tallies WHERE tenant_id = $1) c
      LEFT JOIN event_tallies t ON t.tenant_id = $1 AND t.contract_name = c.name

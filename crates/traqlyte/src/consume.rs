@@ -6,7 +6,7 @@ use std::future::Future;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use traqlyte_server::connectors::nats::{self, NatsConfig};
-use traqlyte_store::TenantName;
+use traqlyte_store::{DedupeHorizon, SourceName, TenantName};
 
 use crate::DbArgs;
 
@@ -15,7 +15,8 @@ use crate::DbArgs;
 pub(crate) enum ConsumeCommand {
     /// A NATS JetStream stream through a durable pull consumer with explicit acks: each
     /// fetched batch is stored (one transaction per contract) and only then acked;
-    /// messages on `traqlyte.{contract}` are events of that contract.
+    /// messages on `traqlyte.{contract}` are events of that contract, messages on
+    /// `traqlyte.segment` Segment messages of `--segment-source`.
     Nats(ConsumeNatsArgs),
 }
 
@@ -35,6 +36,13 @@ pub(crate) struct ConsumeNatsArgs {
     /// The tenant every message is stored under (its name, as given to `tenant create`).
     #[arg(long)]
     tenant: String,
+    /// The tenant's source (its name, as given to `source create`) that Segment messages
+    /// on `traqlyte.segment` are stored under; the consumer refuses to start when it is
+    /// missing or revoked. Without it such messages are dead letters.
+    #[arg(long)]
+    segment_source: Option<String>,
+    #[command(flatten)]
+    horizon: crate::partitions::HorizonArgs,
     #[command(flatten)]
     bounds: NatsBounds,
     #[command(flatten)]
@@ -80,14 +88,28 @@ pub(crate) struct ServeNats {
     /// The tenant the messages are stored under.
     #[arg(long)]
     nats_tenant: Option<String>,
+    /// The source Segment messages on `traqlyte.segment` are stored under (see
+    /// `consume nats --segment-source`).
+    #[arg(long)]
+    nats_segment_source: Option<String>,
     #[command(flatten)]
     bounds: NatsBounds,
 }
 
 impl NatsBounds {
-    fn config(&self, url: &str, stream: &str, durable: &str, tenant: &str) -> Result<NatsConfig> {
+    fn config(
+        &self,
+        (url, stream, durable, tenant): (&str, &str, &str, &str),
+        segment_source: Option<&str>,
+        horizon: DedupeHorizon,
+    ) -> Result<NatsConfig> {
         let tenant = TenantName::parse(tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
         let mut config = NatsConfig::new(url.into(), stream.into(), durable.into(), tenant);
+        config.segment_source = segment_source
+            .map(SourceName::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--segment-source: {e}"))?;
+        config.dedupe_horizon = horizon;
         config.batch_messages_max = self.nats_batch_messages_max.max(1);
         config.batch_bytes_max = self.nats_batch_bytes_max;
         config.fetch_wait_ms = self.nats_fetch_wait_ms;
@@ -99,8 +121,8 @@ impl NatsBounds {
 }
 
 impl ServeNats {
-    /// The consumer's config when `--nats-url` is given.
-    pub(crate) fn config(&self) -> Result<Option<NatsConfig>> {
+    /// The consumer's config when `--nats-url` is given; `horizon` is the server's.
+    pub(crate) fn config(&self, horizon: DedupeHorizon) -> Result<Option<NatsConfig>> {
         let (Some(url), Some(stream), Some(durable), Some(tenant)) = (
             &self.nats_url,
             &self.nats_stream,
@@ -109,7 +131,13 @@ impl ServeNats {
         ) else {
             return Ok(None);
         };
-        self.bounds.config(url, stream, durable, tenant).map(Some)
+        self.bounds
+            .config(
+                (url, stream, durable, tenant),
+                self.nats_segment_source.as_deref(),
+                horizon,
+            )
+            .map(Some)
     }
 }
 
@@ -119,9 +147,11 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let ConsumeCommand::Nats(args) = command;
-    let config = args
-        .bounds
-        .config(&args.url, &args.stream, &args.durable, &args.tenant)?;
+    let config = args.bounds.config(
+        (&args.url, &args.stream, &args.durable, &args.tenant),
+        args.segment_source.as_deref(),
+        args.horizon.dedupe_horizon_days,
+    )?;
     let store = crate::connect(&args.db, 4).await?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");

@@ -393,7 +393,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         tracing::info!(%address, "listening");
         println!("traqlyte listening on http://{address} (web UI: http://{address}/ui)");
     };
-    let Some(nats) = args.nats.config()? else {
+    let Some(nats) = args.nats.config(args.horizon.dedupe_horizon_days)? else {
         return traqlyte_server::serve(store, config, on_bound, shutdown_signal())
             .await
             .context("serve HTTP");

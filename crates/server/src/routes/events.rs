@@ -135,7 +135,7 @@ pub(crate) async fn post_batch(
             Err(err) => results[index].error = Some(err.into_body()),
         }
     }
-    let mut tx = begin_ingest(&state).await?;
+    let mut tx = begin_batch(&state, &contract, &events).await?;
     let outcomes = tx.insert_events(&tenant, &contract, &events).await?;
     tx.commit().await?;
     let mut totals = BatchTotals {
@@ -345,6 +345,29 @@ pub(crate) async fn begin_ingest(state: &AppState) -> Result<StoreTx, ApiError> 
     Ok(match state.config.late_events {
         LateEvents::Refuse => state.store.begin().await?,
         LateEvents::Reconcile => state.store.begin_backfill().await?,
+    })
+}
+
+/// The transaction of a batch: a backfill's only when late events are reconciled and
+/// one of the batch's events lies before the horizon; else a live one, which skips the
+/// backfill's routing (a read of the attached days per call). Safe either way: a live
+/// transaction never stores an event outside the attached partitions, it fails instead.
+async fn begin_batch(
+    state: &AppState,
+    contract: &Contract,
+    events: &[NewEvent],
+) -> Result<StoreTx, ApiError> {
+    let now = traqlyte_store::now_us();
+    let horizon = state.config.dedupe_horizon;
+    let late = state.config.late_events == LateEvents::Reconcile
+        && events.iter().any(|event| {
+            let at = partition_time(contract, event.identified.occurred_at_us);
+            horizon.admits(at, now) == Err(OutsideHorizon::TooOld)
+        });
+    Ok(if late {
+        state.store.begin_backfill().await?
+    } else {
+        state.store.begin().await?
     })
 }
 

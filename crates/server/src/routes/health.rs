@@ -27,6 +27,10 @@ pub(crate) struct Health {
 pub(crate) struct ContractStats {
     collisions: i64,
     duplicates: i64,
+    /// Of the counts beside it, the events reconciled against detached partitions,
+    /// outside the live dedupe horizon (a backfill, or `serve --late-events reconcile`);
+    /// always 0 on SQLite.
+    late: i64,
     stored: i64,
 }
 
@@ -73,6 +77,7 @@ pub(crate) async fn stats(
         let counts = ContractStats {
             collisions: row.collisions,
             duplicates: row.duplicates,
+            late: row.late,
             stored: row.stored,
         };
         contracts.insert(row.contract.clone(), counts);

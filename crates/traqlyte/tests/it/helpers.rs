@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use reqwest::{Client, StatusCode};
@@ -421,11 +422,30 @@ pub fn checkout_contract() -> Value {
     })
 }
 
+/// Microseconds of the fixtures' base instant: yesterday 12:00 UTC when the test process
+/// first asks, then fixed for the whole process, so a fixture and its retries carry the
+/// same occurrence time and every fixture stays inside the 14-day dedupe horizon whatever
+/// the date the suite runs on (a fixed calendar date would fall out of it).
+fn fixture_base_us() -> i64 {
+    static BASE: OnceLock<i64> = OnceLock::new();
+    *BASE.get_or_init(|| {
+        const DAY_US: i64 = 86_400_000_000;
+        let today = traqlyte_store::now_us().div_euclid(DAY_US) * DAY_US;
+        today - DAY_US + 12 * 3_600_000_000
+    })
+}
+
+/// The fixtures' instant moved by `offset_s` seconds, as RFC 3339 with microseconds
+/// (`2026-11-30T12:00:00.000000Z`), the way the API answers times.
+pub fn fixture_time(offset_s: i64) -> String {
+    traqlyte_identity::format_rfc3339_micros(fixture_base_us() + offset_s * 1_000_000)
+}
+
 pub fn checkout_event(order: &str) -> Value {
     json!({
         "merchant_id": "merchant_42", "order_id": order, "amount": 129.99,
         "items": ["sku-1", "sku-2"], "params": {"currency": "EUR", "coupon": null},
-        "occurred_at": "2026-11-29T10:00:00Z", "sent_at": "2026-11-29T10:00:01Z", "attempt": 1,
+        "occurred_at": fixture_time(0), "sent_at": fixture_time(1), "attempt": 1,
         "note": "content outside the identity"
     })
 }

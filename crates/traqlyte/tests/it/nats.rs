@@ -12,6 +12,10 @@ use serde_json::Value;
 
 use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
 use crate::nats_server::{create_stream, jetstream, publish, NatsCluster, NatsNode};
+use crate::segment::{
+    bind, campaign_with_units, create_source, expected_figures, report_figures, segment_stats,
+    source_row, track,
+};
 
 /// How long counts may take to settle (redeliveries wait for the ack wait).
 const SETTLE_WAIT_MS: u64 = 60_000;
@@ -169,7 +173,16 @@ async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
         "no-order",
     )
     .await;
+    // A Segment message, but the consumer names no source to store it under.
     publish(&js, "traqlyte.segment", &good, "segment").await;
+    // Older than the consumer's 14-day horizon: a dead letter, as HTTP answers 422,
+    // never a store error that would Nak the batch for ever.
+    let mut old = checkout_event("order-old");
+    old["occurred_at"] = serde_json::json!(traqlyte_identity::format_rfc3339_micros(
+        traqlyte_store::now_us() - 20 * 86_400_000_000
+    ));
+    let old = serde_json::to_vec(&old).expect("JSON");
+    publish(&js, "traqlyte.checkout_completed", &old, "old").await;
     publish(&js, "traqlyte.checkout_completed", &good, "good").await;
     let _consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
     wait_for(&app, "the good one stored", |(stored, _)| stored == 1).await;
@@ -194,7 +207,8 @@ async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
             ("invalid_json", 1),
             ("unknown_contract", 2),
             ("missing_required_field", 3),
-            ("segment_not_supported_yet", 4)
+            ("segment_source_not_configured", 4),
+            ("outside_horizon", 5)
         ]
     );
     let bad = letters
@@ -290,7 +304,117 @@ async fn a_consumer_refuses_a_durable_without_explicit_acks(backend: Backend) {
     assert!(stderr.contains("explicit acks"), "{stderr}");
 }
 
+/// Segment messages on `traqlyte.segment` take the `/v1/batch` path under the source
+/// named by `--segment-source`: a re-publish (same messageId) is a duplicate, a replay
+/// under new messageIds adds messages but no outcome, bindings turn track events into
+/// outcomes once, an invalid message is a dead letter with the HTTP API's code.
+async fn segment_messages_are_stored_under_the_named_source_and_feed_metric_bindings(
+    backend: Backend,
+) {
+    let (app, nats, js) = setup(backend).await;
+    create_source(&app, "broker");
+    let units: Vec<String> = (0..4).map(|i| format!("user-{i}")).collect();
+    let (campaign, arms) = campaign_with_units(&app, &units).await;
+    bind(&app, &campaign).await;
+    let mut orders = Vec::new();
+    let mut messages = Vec::new();
+    for i in 0..8 {
+        let unit = format!("user-{}", i % 4);
+        let revenue = f64::from(i) + 0.25;
+        messages.push(track(
+            &format!("m-{i}"),
+            &unit,
+            &format!("order-{i}"),
+            revenue,
+        ));
+        orders.push((unit, revenue));
+    }
+    let bytes = |m: &Value| serde_json::to_vec(m).expect("JSON");
+    for (i, message) in messages.iter().enumerate() {
+        publish(&js, "traqlyte.segment", &bytes(message), &format!("s-{i}")).await;
+    }
+    // A publisher retrying past JetStream's window: same messageIds, fresh Nats-Msg-Ids.
+    for (i, message) in messages.iter().take(3).enumerate() {
+        publish(
+            &js,
+            "traqlyte.segment",
+            &bytes(message),
+            &format!("again-{i}"),
+        )
+        .await;
+    }
+    // An offline queue replayed with regenerated messageIds: new messages, same facts.
+    for (i, message) in messages.iter().take(2).enumerate() {
+        let mut replayed = message.clone();
+        replayed["messageId"] = serde_json::json!(format!("replay-{i}"));
+        publish(
+            &js,
+            "traqlyte.segment",
+            &bytes(&replayed),
+            &format!("replay-{i}"),
+        )
+        .await;
+    }
+    let nobody = serde_json::json!({"type": "track", "event": "Order Completed", "messageId": "x"});
+    publish(&js, "traqlyte.segment", &bytes(&nobody), "nobody").await;
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &["--segment-source", "broker"], &[]);
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    while segment_stats(&app).await != (10, 3, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "segment counts stayed {:?}",
+            segment_stats(&app).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_until_drained(&js).await;
+    assert_eq!(segment_stats(&app).await, (10, 3, 0));
+    let source = source_row(&app, "broker").await;
+    assert_eq!(
+        (source["stored"].as_i64(), source["duplicates"].as_i64()),
+        (Some(10), Some(3)),
+        "{source}"
+    );
+    assert_eq!(
+        report_figures(&app, &campaign).await,
+        expected_figures(&arms, &orders)
+    );
+    let letters = app.get("/deadletters").await.body;
+    let letters = letters["dead_letters"].as_array().expect("a list").clone();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(
+        letters[0]["reason"], "missing_required_field",
+        "{letters:?}"
+    );
+    assert_eq!(letters[0]["subject"], "traqlyte.segment");
+}
+
+/// `--segment-source` must name a working source: missing (or revoked) refuses to start.
+async fn a_consumer_refuses_a_segment_source_that_does_not_work(backend: Backend) {
+    let (app, nats, _js) = setup(backend).await;
+    create_source(&app, "old");
+    let revoked = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["source", "revoke", "old", "--tenant", "test tenant"])
+        .args(["--database-url", app.database_url()])
+        .output()
+        .expect("run traqlyte source revoke");
+    assert!(revoked.status.success(), "{revoked:?}");
+    for name in ["nope", "old"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args(["consume", "nats", "--database-url", app.database_url()])
+            .args(["--url", &nats.url, "--stream", STREAM, "--durable", DURABLE])
+            .args(["--tenant", "test tenant", "--segment-source", name])
+            .output()
+            .expect("run traqlyte consume nats");
+        assert!(!output.status.success(), "{name}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("no working source"), "{name}: {stderr}");
+    }
+}
+
 crate::on_both_backends!(
+    segment_messages_are_stored_under_the_named_source_and_feed_metric_bindings,
+    a_consumer_refuses_a_segment_source_that_does_not_work,
     republished_messages_are_stored_once_and_counted_as_duplicates,
     a_poison_message_is_dead_lettered_and_the_rest_flow,
     sigterm_finishes_the_batch_in_flight_and_acks_it,

@@ -12,13 +12,15 @@ use traqlyte_server::ServerConfig;
 use traqlyte_store::DedupeHorizon;
 
 use crate::helpers::{
-    checkout_contract, checkout_event, fire_from_processes, spawn_app_with, Backend, TestApp,
+    checkout_contract, checkout_event, fire_from_processes, spawn_app, spawn_app_with, Backend,
+    TestApp,
 };
 
 crate::on_both_backends!(
     an_event_outside_the_horizon_is_refused_by_the_live_path_and_nothing_is_written,
     duplicates_straddling_midnight_from_several_processes_while_partitions_change_are_stored_once,
     a_detached_day_stays_readable_and_partitions_status_shows_it,
+    late_events_taken_by_reconciliation_are_counted_apart,
 );
 
 pub(crate) const DAY_US: i64 = 86_400_000_000;
@@ -110,6 +112,53 @@ async fn an_event_outside_the_horizon_is_refused_by_the_live_path_and_nothing_is
     });
     let stored = app.post_json("/api/v1/lineage", &run).await;
     assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
+}
+
+/// `serve --late-events reconcile` (the `spawn_app` default): events before the horizon
+/// are taken, stored once through the detached partitions, and counted apart under
+/// `late` in `GET /stats`; fresh events are not. SQLite has one table and nothing late.
+async fn late_events_taken_by_reconciliation_are_counted_apart(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let now = traqlyte_store::now_us();
+    let late = event_at("order_late", now - 20 * DAY_US);
+    let mut late_retry = late.clone();
+    late_retry["attempt"] = json!(2);
+    let fresh = event_at("order_fresh", now - DAY_US);
+    let first = app.post_event(&late).await;
+    assert_eq!(first.body["status"], "inserted", "{}", first.body);
+    let batch = app
+        .post_json(
+            "/events/checkout_completed/batch",
+            &json!([late_retry, fresh.clone()]),
+        )
+        .await;
+    assert_eq!(
+        batch.item_statuses(),
+        vec!["duplicate", "inserted"],
+        "{}",
+        batch.body
+    );
+    // A batch of fresh events only takes the live transaction and is not late.
+    let again = app
+        .post_json("/events/checkout_completed/batch", &json!([fresh]))
+        .await;
+    assert_eq!(again.item_statuses(), vec!["duplicate"], "{}", again.body);
+    assert_eq!(app.checkout_stats().await, (2, 2, 0));
+    let stats = app.get("/stats").await.body;
+    let expected_late = match backend {
+        Backend::Postgres => 2,
+        Backend::Sqlite => 0,
+    };
+    assert_eq!(
+        stats["contracts"]["checkout_completed"]["late"],
+        json!(expected_late),
+        "{stats}"
+    );
+    let stored = app
+        .get(&format!("/events/checkout_completed/{}", id_of(&late)))
+        .await;
+    assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
 }
 
 async fn duplicates_straddling_midnight_from_several_processes_while_partitions_change_are_stored_once(

@@ -22,6 +22,7 @@ crate::on_both_backends!(
     a_revoked_source_is_refused_at_once_by_another_server_process,
     bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
     bindings_are_checked_against_the_campaign_and_immutable,
+    rolling_up_source_and_binding_tallies_keeps_every_count,
     the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once,
 );
 
@@ -82,14 +83,14 @@ pub(crate) fn track(message_id: &str, user: &str, order: &str, revenue: f64) -> 
 }
 
 /// `(stored, duplicates, collisions)` of `segment.message` in `GET /stats`.
-async fn segment_stats(app: &TestApp) -> (i64, i64, i64) {
+pub(crate) async fn segment_stats(app: &TestApp) -> (i64, i64, i64) {
     let answer = app.get("/stats").await;
     let row = &answer.body["contracts"]["segment.message"];
     let n = |k: &str| row[k].as_i64().unwrap_or(0);
     (n("stored"), n("duplicates"), n("collisions"))
 }
 
-async fn source_row(app: &TestApp, name: &str) -> Value {
+pub(crate) async fn source_row(app: &TestApp, name: &str) -> Value {
     let listed = app.get("/sources").await;
     assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
     listed.body["sources"]
@@ -401,7 +402,10 @@ async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: 
 }
 
 /// A campaign with a conversion and a sum metric, published, with `units` assigned.
-async fn campaign_with_units(app: &TestApp, units: &[String]) -> (String, Vec<(String, String)>) {
+pub(crate) async fn campaign_with_units(
+    app: &TestApp,
+    units: &[String],
+) -> (String, Vec<(String, String)>) {
     let body = json!({
         "key": "checkout", "name": "Checkout",
         "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
@@ -433,7 +437,7 @@ async fn campaign_with_units(app: &TestApp, units: &[String]) -> (String, Vec<(S
     (id, arms)
 }
 
-async fn bind(app: &TestApp, campaign: &str) {
+pub(crate) async fn bind(app: &TestApp, campaign: &str) {
     for body in [
         json!({"metric": "purchase", "event": "Order Completed", "key_pointer": "/properties/order_id"}),
         json!({"metric": "revenue", "event": "Order Completed", "value_pointer": "/properties/revenue", "key_pointer": "/properties/order_id"}),
@@ -446,7 +450,10 @@ async fn bind(app: &TestApp, campaign: &str) {
 }
 
 /// Per arm: (units, converters, stored outcomes, value sum) as the report gives them.
-async fn report_figures(app: &TestApp, campaign: &str) -> Vec<(String, u64, u64, u64, f64)> {
+pub(crate) async fn report_figures(
+    app: &TestApp,
+    campaign: &str,
+) -> Vec<(String, u64, u64, u64, f64)> {
     let report = app.get(&format!("/campaigns/{campaign}/report")).await;
     assert_eq!(report.status, StatusCode::OK, "{}", report.body);
     let mut figures = Vec::new();
@@ -467,7 +474,7 @@ async fn report_figures(app: &TestApp, campaign: &str) -> Vec<(String, u64, u64,
 }
 
 /// What the report must say when `orders` (unit, revenue) were each counted once.
-fn expected_figures(
+pub(crate) fn expected_figures(
     arms: &[(String, String)],
     orders: &[(String, f64)],
 ) -> Vec<(String, u64, u64, u64, f64)> {
@@ -558,6 +565,58 @@ async fn bound_track_events_become_outcomes_once_and_unassigned_units_are_counte
             (Some(24), Some(2), Some(0)),
             "{binding}"
         );
+    }
+}
+
+/// The per-request count rows of sources and bindings are folded by the server's
+/// periodic roll-up (`Store::roll_up_tallies`) without changing what `GET /sources` and
+/// a campaign's bindings answer.
+async fn rolling_up_source_and_binding_tallies_keeps_every_count(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let units: Vec<String> = (0..3).map(|i| format!("user-{i}")).collect();
+    let (campaign, _) = campaign_with_units(&app, &units).await;
+    bind(&app, &campaign).await;
+    for i in 0..6 {
+        // The same message twice (one retry inside the request).
+        let message = track(
+            &format!("m-{i}"),
+            &format!("user-{}", i % 3),
+            &format!("order-{i}"),
+            1.5,
+        );
+        let body = json!({"batch": [
+            message.clone(),
+            message,
+            track(&format!("s-{i}"), "stranger", &format!("order-s{i}"), 1.0),
+            {"type": "track", "event": "Order Completed", "messageId": format!("bad-{i}")}
+        ]});
+        let answer = post_v1(&app, "/v1/batch", Some(&key), &body).await;
+        assert_eq!(answer.body, json!({"success": true}));
+    }
+    let counts = |source: Value| {
+        ["stored", "duplicates", "collisions", "rejected"].map(|k| source[k].as_i64())
+    };
+    let bindings = |answer: Value| -> Vec<[Option<i64>; 3]> {
+        answer["bindings"]
+            .as_array()
+            .expect("bindings")
+            .iter()
+            .map(|b| ["outcomes", "unassigned", "unusable"].map(|k| b[k].as_i64()))
+            .collect()
+    };
+    let source_before = counts(source_row(&app, "web").await);
+    assert_eq!(source_before, [Some(12), Some(6), Some(0), Some(6)]);
+    let path = format!("/campaigns/{campaign}/bindings");
+    let bindings_before = bindings(app.get(&path).await.body);
+    assert_eq!(bindings_before, vec![[Some(6), Some(6), Some(0)]; 2]);
+    for _ in 0..2 {
+        app.store
+            .roll_up_tallies(traqlyte_store::now_us() + 1_000_000)
+            .await
+            .expect("roll up");
+        assert_eq!(counts(source_row(&app, "web").await), source_before);
+        assert_eq!(bindings(app.get(&path).await.body), bindings_before);
     }
 }
 

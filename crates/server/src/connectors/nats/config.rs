@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use traqlyte_store::TenantName;
+use traqlyte_store::{DedupeHorizon, SourceName, TenantName};
 
 /// Settings of one NATS JetStream consumer process.
 #[derive(Debug, Clone)]
@@ -34,6 +34,16 @@ pub struct NatsConfig {
     pub nak_delay_ms_max: u64,
     /// Deepest JSON nesting accepted in a message (as `json_depth_max` of the HTTP API).
     pub json_depth_max: usize,
+    /// The tenant's source that Segment-shaped messages (subject `traqlyte.segment`)
+    /// are stored under, as `POST /v1/*` stores a write key's messages under its source.
+    /// Checked at start (missing or revoked: the consumer refuses to start) and again per
+    /// batch (revoked meanwhile: those messages become dead letters). `None`: such
+    /// messages are dead letters (`segment_source_not_configured`).
+    pub segment_source: Option<SourceName>,
+    /// The live dedupe horizon: an event whose occurrence time lies outside it is a dead
+    /// letter (`outside_horizon`), as the HTTP API refuses it with a 422, instead of a
+    /// store error that would Nak the batch for ever.
+    pub dedupe_horizon: DedupeHorizon,
     /// Test-only hook (feature `test-hooks`): sleep this long between the commit and the
     /// acks, so a test can kill the process in that window. Read from
     /// `TRAQLYTE_TEST_ACK_DELAY_MS`.
@@ -56,6 +66,8 @@ impl NatsConfig {
             nak_delay_ms_min: 100,
             nak_delay_ms_max: 30_000,
             json_depth_max: 32,
+            segment_source: None,
+            dedupe_horizon: DedupeHorizon::default(),
             #[cfg(feature = "test-hooks")]
             test_ack_delay_ms: std::env::var("TRAQLYTE_TEST_ACK_DELAY_MS")
                 .ok()

@@ -9,13 +9,18 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
-use traqlyte_identity::{Contract, ContractName};
+use serde_json::Value;
+use traqlyte_identity::segment::{identify_message, Envelope};
+use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName};
+use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
-    EventOutcome, IngestSource, NewDeadLetter, NewEvent, Store, StoreError, TenantId,
+    now_us, EventOutcome, IngestSource, NewDeadLetter, NewEvent, OutsideHorizon, Store, StoreError,
+    TenantId,
 };
 
 use super::decode::{decode, Decoded, Refusal};
 use super::NatsConfig;
+use crate::connectors::segment::ingest;
 use crate::routes::events::identify;
 
 /// Why the consumer could not start or stopped.
@@ -57,9 +62,22 @@ pub enum ConsumerError {
         /// Its ack policy.
         policy: String,
     },
+    /// `--segment-source` names no working source of the tenant.
+    #[error("no working source named {0:?} for this tenant (missing or revoked); create one with `traqlyte source create`")]
+    UnknownSource(String),
     /// The store failed at start.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Why a batch was not stored (every message of it is Nak'd).
+#[derive(Debug, thiserror::Error)]
+enum BatchError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The Segment path's error (its cause is a store error too).
+    #[error("storing Segment messages: {0}")]
+    Segment(String),
 }
 
 /// Consumes until `shutdown` completes, then finishes the batch in flight (stored and
@@ -76,6 +94,11 @@ pub async fn run(
         .await?
         .ok_or_else(|| ConsumerError::UnknownTenant(config.tenant.as_str().to_string()))?
         .tenant_id;
+    if let Some(name) = &config.segment_source {
+        if store.working_source(&tenant, name).await?.is_none() {
+            return Err(ConsumerError::UnknownSource(name.as_str().to_string()));
+        }
+    }
     // A cluster is given as URLs separated by commas, which the client takes as a list.
     let urls: Vec<&str> = config.url.split(',').map(str::trim).collect();
     let client = async_nats::connect(urls)
@@ -299,11 +322,12 @@ impl Worker {
         }
     }
 
-    /// Decodes, identifies and stores a batch: one transaction per contract, then the
-    /// dead letters. Nothing is acked here.
-    async fn store_batch(&self, batch: &[Message]) -> Result<(Vec<Pending>, Counts), StoreError> {
+    /// Decodes, identifies and stores a batch: one transaction per contract (the
+    /// Segment messages' one included), then the dead letters. Nothing is acked here.
+    async fn store_batch(&self, batch: &[Message]) -> Result<(Vec<Pending>, Counts), BatchError> {
         let mut pending = Vec::with_capacity(batch.len());
-        let mut groups: BTreeMap<ContractName, Vec<(serde_json::Value, usize)>> = BTreeMap::new();
+        let mut groups: BTreeMap<ContractName, Vec<(Value, usize)>> = BTreeMap::new();
+        let mut segment: Vec<(Value, usize)> = Vec::new();
         for (index, message) in batch.iter().enumerate() {
             let sequence = message
                 .info()
@@ -316,6 +340,10 @@ impl Worker {
             ) {
                 Decoded::Event { contract, value } => {
                     groups.entry(contract).or_default().push((value, index));
+                    Fate::Store
+                }
+                Decoded::Segment { value } => {
+                    segment.push((value, index));
                     Fate::Store
                 }
                 Decoded::Dead(refusal) => Fate::Dead(refusal),
@@ -341,6 +369,8 @@ impl Worker {
             self.store_group(&contract, values, &mut pending, &mut counts)
                 .await?;
         }
+        self.store_segment(segment, &mut pending, &mut counts)
+            .await?;
         let letters = self.dead_letters(&pending);
         counts.dead_lettered = letters.len();
         self.store
@@ -353,19 +383,23 @@ impl Worker {
     async fn store_group(
         &self,
         contract: &Contract,
-        values: Vec<(serde_json::Value, usize)>,
+        values: Vec<(Value, usize)>,
         pending: &mut [Pending],
         counts: &mut Counts,
     ) -> Result<(), StoreError> {
         let offered = values.len();
         let mut events: Vec<NewEvent> = Vec::with_capacity(values.len());
         let mut positions = Vec::with_capacity(values.len());
+        let now = now_us();
         for (value, index) in values {
             match identify(contract, value) {
-                Ok(event) => {
-                    events.push(event);
-                    positions.push(index);
-                }
+                Ok(event) => match self.admit(contract, &event, now) {
+                    Ok(()) => {
+                        events.push(event);
+                        positions.push(index);
+                    }
+                    Err(refusal) => pending[index].fate = Fate::Dead(refusal),
+                },
                 Err(err) => pending[index].fate = Fate::Dead(Refusal::of(&err)),
             }
         }
@@ -395,6 +429,105 @@ impl Worker {
                     counts.collisions += 1;
                     let sequence = pending[index].sequence;
                     tracing::debug!(contract = %contract.name(), event_id = %event.identified.event_id, sequence, "collision acked");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses an event outside the live dedupe horizon, as the HTTP API does with
+    /// `422 outside_horizon`: a dead letter (load it with `traqlyte backfill`), never a
+    /// store error that would Nak the batch again and again.
+    fn admit(&self, contract: &Contract, event: &NewEvent, now: i64) -> Result<(), Refusal> {
+        let at = partition_time(contract, event.identified.occurred_at_us);
+        let horizon = self.config.dedupe_horizon;
+        let side = match horizon.admits(at, now) {
+            Ok(()) => return Ok(()),
+            Err(OutsideHorizon::TooOld) => {
+                format!("older than the {}-day dedupe horizon", horizon.days())
+            }
+            Err(OutsideHorizon::TooFarAhead) => "more than a day in the future".to_string(),
+        };
+        let when = at.map(format_rfc3339_micros).unwrap_or_default();
+        Err(Refusal::new(
+            "outside_horizon",
+            format!(
+                "the occurrence time {when} is {side}; load it with `traqlyte backfill --contract {}`",
+                contract.name()
+            ),
+        ))
+    }
+
+    /// Stores the batch's Segment messages under the configured source, in one
+    /// transaction with the outcomes of the metric bindings they feed (the path of
+    /// `POST /v1/batch`). Without a working source they are dead letters.
+    async fn store_segment(
+        &self,
+        values: Vec<(Value, usize)>,
+        pending: &mut [Pending],
+        counts: &mut Counts,
+    ) -> Result<(), BatchError> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        let source = match &self.config.segment_source {
+            Some(name) => self.store.working_source(&self.tenant, name).await?,
+            None => None,
+        };
+        let Some(source) = source else {
+            let refusal = match &self.config.segment_source {
+                None => Refusal::new(
+                    "segment_source_not_configured",
+                    "messages on traqlyte.segment need the consumer's --segment-source NAME (the source they are stored under)",
+                ),
+                Some(name) => Refusal::new(
+                    "source_revoked",
+                    format!("the source {:?} of --segment-source is revoked or gone", name.as_str()),
+                ),
+            };
+            for (_, index) in values {
+                pending[index].fate = Fate::Dead(refusal.clone());
+            }
+            return Ok(());
+        };
+        let received_at_us = now_us();
+        let envelope = Envelope {
+            source: source.source_id.as_str(),
+            received_at_us,
+            route_type: None,
+            sent_at: None,
+            context: None,
+        };
+        let mut messages = Vec::with_capacity(values.len());
+        for (value, index) in values {
+            match identify_message(&value, &envelope) {
+                Ok(message) => messages.push((message, index)),
+                Err(err) => {
+                    let field = err.field();
+                    let detail = if field.is_empty() {
+                        err.to_string()
+                    } else {
+                        format!("{field}: {err}")
+                    };
+                    pending[index].fate = Fate::Dead(Refusal::new(err.code(), detail));
+                }
+            }
+        }
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let (messages, positions): (Vec<_>, Vec<usize>) = messages.into_iter().unzip();
+        let stored = ingest::store(&self.store, &source, &messages, &[], received_at_us)
+            .await
+            .map_err(|err| BatchError::Segment(format!("{}: {}", err.code(), err.message())))?;
+        for (outcome, index) in stored.outcomes.iter().zip(positions) {
+            match outcome {
+                EventOutcome::Inserted => counts.inserted += 1,
+                EventOutcome::Duplicate => counts.duplicates += 1,
+                EventOutcome::Collision { .. } => {
+                    counts.collisions += 1;
+                    let sequence = pending[index].sequence;
+                    tracing::warn!(source = %source.source_id, sequence, "collision: another Segment message holds this identity; logged");
                 }
             }
         }

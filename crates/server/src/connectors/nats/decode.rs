@@ -9,8 +9,9 @@ use crate::ApiError;
 /// The subject prefix: a message on `traqlyte.{contract}` is an event of `{contract}`.
 pub const SUBJECT_PREFIX: &str = "traqlyte.";
 
-/// The subject Segment-shaped messages will use (issue 12, part 1); refused until the
-/// built-in `segment.message` contract exists. TODO(segment): map it to that contract.
+/// The subject of Segment-shaped messages: one Segment message (the body of
+/// `POST /v1/track` and its siblings, `type` required) a NATS message, stored under the
+/// built-in `segment.message` contract for the consumer's `--segment-source`.
 pub const SEGMENT_SUBJECT: &str = "traqlyte.segment";
 
 /// What a message is, before its contract is looked up.
@@ -23,6 +24,11 @@ pub enum Decoded {
         /// The parsed document.
         value: Value,
     },
+    /// A Segment message (subject [`SEGMENT_SUBJECT`]), parsed, not yet judged.
+    Segment {
+        /// The parsed document.
+        value: Value,
+    },
     /// A message that can never be stored as it is.
     Dead(Refusal),
 }
@@ -30,8 +36,9 @@ pub enum Decoded {
 /// Why a message is a dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// A stable code (`invalid_json`, `unknown_contract`, `segment_not_supported_yet`, or
-    /// the code the HTTP API would answer for the same body).
+    /// A stable code (`invalid_json`, `unknown_contract`, `segment_source_not_configured`,
+    /// `source_revoked`, `outside_horizon`, or the code the HTTP API would answer for
+    /// the same body).
     pub reason: String,
     /// The explanation, for people.
     pub detail: String,
@@ -56,10 +63,10 @@ impl Refusal {
 /// API parses a body (UTF-8, nesting within `depth_max`, no duplicate keys, no NaN).
 pub fn decode(subject: &str, payload: &[u8], depth_max: usize) -> Decoded {
     if subject == SEGMENT_SUBJECT {
-        return Decoded::Dead(Refusal::new(
-            "segment_not_supported_yet",
-            "Segment-shaped messages are not mapped to the segment.message contract yet",
-        ));
+        return match parse(payload, depth_max) {
+            Ok(value) => Decoded::Segment { value },
+            Err(refusal) => Decoded::Dead(refusal),
+        };
     }
     let Some(name) = subject.strip_prefix(SUBJECT_PREFIX) else {
         return Decoded::Dead(Refusal::new(
@@ -73,16 +80,20 @@ pub fn decode(subject: &str, payload: &[u8], depth_max: usize) -> Decoded {
             format!("{name:?} is not a contract name"),
         ));
     };
-    match json::parse(payload, depth_max) {
+    match parse(payload, depth_max) {
         Ok(value) => Decoded::Event { contract, value },
-        Err(err) => {
-            // One reason for every way a payload fails to parse; the detail keeps the
-            // parser's own code (`duplicate_key`, `number_out_of_range`, …).
-            let err = ApiError::from(err);
-            let detail = format!("{}: {}", err.code(), err.message());
-            Decoded::Dead(Refusal::new("invalid_json", detail))
-        }
+        Err(refusal) => Decoded::Dead(refusal),
     }
+}
+
+fn parse(payload: &[u8], depth_max: usize) -> Result<Value, Refusal> {
+    json::parse(payload, depth_max).map_err(|err| {
+        // One reason for every way a payload fails to parse; the detail keeps the
+        // parser's own code (`duplicate_key`, `number_out_of_range`, …).
+        let err = ApiError::from(err);
+        let detail = format!("{}: {}", err.code(), err.message());
+        Refusal::new("invalid_json", detail)
+    })
 }
 
 #[cfg(test)]
@@ -92,7 +103,7 @@ mod tests {
     fn reason(decoded: Decoded) -> String {
         match decoded {
             Decoded::Dead(refusal) => refusal.reason,
-            Decoded::Event { .. } => panic!("expected a refusal"),
+            other => panic!("expected a refusal, got {other:?}"),
         }
     }
 
@@ -107,13 +118,26 @@ mod tests {
     }
 
     #[test]
+    fn the_segment_subject_carries_a_segment_message() {
+        let decoded = decode(
+            "traqlyte.segment",
+            br#"{"type":"track","userId":"u","event":"E"}"#,
+            32,
+        );
+        let Decoded::Segment { value } = decoded else {
+            panic!("expected a Segment message, got {decoded:?}");
+        };
+        assert_eq!(value["event"], "E");
+    }
+
+    #[test]
     fn bad_json_duplicate_keys_and_bad_subjects_are_refused_with_their_reason() {
         let table: [(&str, &[u8], &str); 5] = [
             ("traqlyte.c", b"{not json", "invalid_json"),
             ("traqlyte.c", br#"{"a":1,"a":2}"#, "invalid_json"),
             ("traqlyte.c", b"\xff\xfe", "invalid_json"),
             ("orders.created", b"{}", "unknown_contract"),
-            ("traqlyte.segment", b"{}", "segment_not_supported_yet"),
+            ("traqlyte.segment", b"{\"a\":", "invalid_json"),
         ];
         for (subject, payload, expected) in table {
             assert_eq!(reason(decode(subject, payload, 32)), expected, "{subject}");

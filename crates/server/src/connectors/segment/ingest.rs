@@ -12,10 +12,10 @@ use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
 use traqlyte_store::{
     BindingTally, Campaign, EventOutcome, IngestSource, MetricBinding, MetricKind, NewEvent,
-    NewOutcome, NewRejection, Source, SourceTally, StoreTx, TenantId, OUTCOME_VALUE_ABS_MAX,
+    NewOutcome, NewRejection, Source, SourceTally, Store, StoreTx, TenantId, OUTCOME_VALUE_ABS_MAX,
 };
 
-use crate::{ApiError, AppState};
+use crate::ApiError;
 
 /// What a stored request did.
 pub(crate) struct Stored {
@@ -23,9 +23,10 @@ pub(crate) struct Stored {
     pub(crate) outcomes: Vec<EventOutcome>,
 }
 
-/// Stores `messages` (and records `rejections`) for `source` in one transaction.
+/// Stores `messages` (and records `rejections`) for `source` in one transaction. The
+/// HTTP routes and the NATS consumer (`traqlyte.segment`) both come here.
 pub(crate) async fn store(
-    state: &AppState,
+    store: &Store,
     source: &Source,
     messages: &[SegmentMessage],
     rejections: &[NewRejection],
@@ -41,8 +42,8 @@ pub(crate) async fn store(
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let bound = Bound::load(state, tenant, messages).await?;
-    let mut tx = state.store.begin().await?;
+    let bound = Bound::load(store, tenant, messages).await?;
+    let mut tx = store.begin().await?;
     let ingest_source = IngestSource::segment(&source.source_id);
     tx.set_ingest_source(ingest_source.clone());
     let outcomes = tx
@@ -109,7 +110,7 @@ struct Bound {
 
 impl Bound {
     async fn load(
-        state: &AppState,
+        store: &Store,
         tenant: &TenantId,
         messages: &[SegmentMessage],
     ) -> Result<Bound, ApiError> {
@@ -125,9 +126,9 @@ impl Bound {
             return Ok(Bound { bindings });
         }
         let mut campaigns: HashMap<traqlyte_store::CampaignId, Option<Campaign>> = HashMap::new();
-        for binding in state.store.bindings_for_events(tenant, &events).await? {
+        for binding in store.bindings_for_events(tenant, &events).await? {
             if !campaigns.contains_key(&binding.campaign_id) {
-                let found = state.store.campaign(tenant, &binding.campaign_id).await?;
+                let found = store.campaign(tenant, &binding.campaign_id).await?;
                 campaigns.insert(binding.campaign_id.clone(), found);
             }
             if let Some(Some(campaign)) = campaigns.get(&binding.campaign_id) {

@@ -9,7 +9,7 @@
 mod auth;
 pub(crate) mod bindings;
 mod config;
-mod ingest;
+pub(crate) mod ingest;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -78,7 +78,7 @@ async fn single(
     };
     let message = identify_message(&value, &envelope).map_err(bad_message)?;
     let stored = ingest::store(
-        state,
+        &state.store,
         &source,
         std::slice::from_ref(&message),
         &[],
@@ -157,7 +157,14 @@ pub(crate) async fn batch(
     if messages.is_empty() && !rejections.is_empty() {
         return Err(all_rejected(&rejections));
     }
-    let stored = ingest::store(&state, &source, &messages, &rejections, received_at_us).await?;
+    let stored = ingest::store(
+        &state.store,
+        &source,
+        &messages,
+        &rejections,
+        received_at_us,
+    )
+    .await?;
     let collisions = stored
         .outcomes
         .iter()
