@@ -268,6 +268,7 @@ async fn write_batch<F: Flush>(store: &Store, flush: &F, batch: Vec<(F::Item, Re
     let (items, replies): (Vec<F::Item>, Vec<Reply<F>>) = batch.into_iter().unzip();
     match write_in_one_tx(store, flush, &items).await {
         Ok(answers) => {
+            crate::metrics::record_batch_size("group_commit", items.len());
             for (reply, answer) in replies.into_iter().zip(answers) {
                 // A receiver gone (the request timed out) changes nothing: it is stored.
                 let _ = reply.send(Ok(answer));

@@ -1,7 +1,7 @@
 //! `GET /ui/ops`: the operations page. The duplicate-rate trend per contract and source
 //! (the value of `GET /ops/duplicates`, as charts and a table), the latest collisions
-//! with their diffs (`GET /ops/collisions`), and a section for the semantic-duplicate
-//! scan's findings ([`semantic_scan_section`], empty until that scan exists). Same
+//! with their diffs (`GET /ops/collisions`), and the semantic-duplicate scan's latest
+//! findings ([`semantic_scan_section`], `GET /ops/semantic-duplicates`). Same
 //! session as the campaign pages; every number carries `data-*` attributes naming its
 //! JSON field so a test can compare the page with the API.
 
@@ -9,7 +9,8 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
-use traqlyte_store::{now_us, CollisionsQuery, TenantId};
+use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_store::{now_us, CollisionsQuery, SemanticScan, TenantId};
 
 use super::charts;
 use super::html::{json_text, page, Format};
@@ -45,11 +46,15 @@ pub(crate) async fn ops_page(
         },
     )
     .await?;
-    Ok(html_response(StatusCode::OK, render(&trend, &collisions)))
+    let scans = state.store.semantic_scans(tenant, None).await?;
+    Ok(html_response(
+        StatusCode::OK,
+        render(&trend, &collisions, &scans),
+    ))
 }
 
 /// The page (pure).
-pub(crate) fn render(trend: &Trend, collisions: &CollisionPage) -> String {
+pub(crate) fn render(trend: &Trend, collisions: &CollisionPage, scans: &[SemanticScan]) -> String {
     let body = html! {
         section {
             h1 { "Operations" }
@@ -60,7 +65,7 @@ pub(crate) fn render(trend: &Trend, collisions: &CollisionPage) -> String {
         }
         (trend_section(trend))
         (collisions_section(collisions))
-        (semantic_scan_section())
+        (semantic_scan_section(scans))
     };
     page("Operations", true, body)
 }
@@ -156,8 +161,41 @@ fn json_or_dash(value: &Option<serde_json::Value>) -> String {
     value.as_ref().map_or_else(|| "—".to_string(), json_text)
 }
 
-/// The semantic-duplicate scan's last findings. Empty until the scan exists: its
-/// section is rendered here, after the collisions.
-pub(crate) fn semantic_scan_section() -> Markup {
-    html! {}
+/// The semantic-duplicate scan's last findings (`GET /ops/semantic-duplicates`): per
+/// contract version scanned, each suspect identity field with its group and event counts.
+pub(crate) fn semantic_scan_section(scans: &[SemanticScan]) -> Markup {
+    html! {
+        section data-section="semantic" {
+            h2 { "Semantic-duplicate scan" }
+            @if scans.is_empty() {
+                p.meta {
+                    "No scan yet: " code { "traqlyte scan semantic" } " or "
+                    code { "serve --semantic-scan-interval" } " (docs/semantic-scan.md)."
+                }
+            }
+            @for scan in scans {
+                h3 { (scan.contract) " v" (scan.version) }
+                p.meta {
+                    span data-field="events" { (scan.events) } " events scanned, "
+                    (format_rfc3339_micros(scan.scanned_at_us))
+                }
+                @if scan.findings.is_empty() {
+                    p { "No suspect identity field." }
+                } @else {
+                    table {
+                        thead { tr { th { "suspect field" } th { "groups" } th { "events" } } }
+                        tbody {
+                            @for finding in &scan.findings {
+                                tr data-pointer=(finding.pointer) {
+                                    td { code { (finding.pointer) } }
+                                    td data-field="groups" { (finding.groups) }
+                                    td data-field="events" { (finding.events) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

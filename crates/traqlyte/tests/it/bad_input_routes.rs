@@ -122,12 +122,14 @@ struct World {
     campaign: String,
     assignment: String,
     event_id: String,
+    outcome: String,
     source: String,
     write_key: String,
 }
 
 const UNKNOWN_CAMPAIGN: &str = "cmp_00000000000000000000000000000000";
 const UNKNOWN_ASSIGNMENT: &str = "asg_00000000000000000000000000000000";
+const UNKNOWN_OUTCOME: &str = "out_00000000000000000000000000000000";
 const UNKNOWN_EVENT: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// Every route of `routes/mod.rs` (and the UI's and admin's routers). A new route is a
@@ -213,6 +215,33 @@ fn routes(w: &World) -> Vec<Route> {
                 json!({"assignment_id": UNKNOWN_ASSIGNMENT, "dedupe_key": "k", "metric": "revenue", "value": 1, "occurred_at": now}),
             ),
         route(Method::POST, "/outcomes/batch", Tenant, B::Array, json!([outcome])),
+        get(format!("/outcomes/{}", w.outcome))
+            .unknown(format!("/outcomes/{UNKNOWN_OUTCOME}"), Value::Null),
+        route(
+            Method::POST,
+            format!("/outcomes/{}/supersessions", w.outcome),
+            Tenant,
+            B::Closed,
+            json!({"value": 3.5, "reason": "refund"}),
+        )
+        .text("/reason")
+        .number("/value")
+        .unknown(
+            format!("/outcomes/{UNKNOWN_OUTCOME}/supersessions"),
+            json!({"value": 3.5, "reason": "refund"}),
+        ),
+        get("/ops/duplicates".into()),
+        get("/ops/collisions".into()),
+        get("/ops/semantic-duplicates".into()),
+        route(
+            Method::POST,
+            "/ops/webhooks",
+            Tenant,
+            B::Closed,
+            json!({"url": "http://127.0.0.1:9/hook"}),
+        )
+        .text("/url"),
+        get("/ops/webhooks".into()),
         get("/deadletters".into()),
         route(
             Method::POST,
@@ -705,6 +734,18 @@ async fn world(backend: Backend) -> World {
         .as_str()
         .expect("assignment")
         .to_string();
+    let now = traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us());
+    let recorded = app
+        .post_json(
+            "/outcome",
+            &json!({"assignment_id": assignment, "dedupe_key": "k-live", "metric": "revenue", "value": 2, "occurred_at": now}),
+        )
+        .await;
+    assert_eq!(recorded.status, StatusCode::OK, "{}", recorded.body);
+    let outcome = recorded.body["outcome_id"]
+        .as_str()
+        .expect("outcome_id")
+        .to_string();
     let event = app.post_event(&checkout_event("order_1")).await;
     let event_id = event.body["event_id"].as_str().expect("event").to_string();
     let tenant = app
@@ -726,6 +767,7 @@ async fn world(backend: Backend) -> World {
         campaign,
         assignment,
         event_id,
+        outcome,
         source: source.source_id.to_string(),
         write_key: write_key.expose().to_string(),
     }

@@ -22,6 +22,8 @@ struct Owned {
     assignment: String,
     event_id: String,
     source: String,
+    outcome: String,
+    webhook: String,
 }
 
 /// A request as tenant `key`.
@@ -114,10 +116,23 @@ async fn tenant_a_writes(app: &TestApp) -> Owned {
         .expect("id")
         .to_string();
     let outcome = json!({"assignment_id": assignment, "dedupe_key": "order:1", "metric": "revenue", "value": 5.0, "occurred_at": in_window()});
-    assert_eq!(
-        app.post_json("/outcome", &outcome).await.status,
-        StatusCode::OK
-    );
+    let recorded = app.post_json("/outcome", &outcome).await;
+    assert_eq!(recorded.status, StatusCode::OK, "{}", recorded.body);
+    let outcome_id = recorded.body["outcome_id"]
+        .as_str()
+        .expect("outcome_id")
+        .to_string();
+    let hook = app
+        .post_json(
+            "/ops/webhooks",
+            &json!({"url": "http://127.0.0.1:9/a-hook"}),
+        )
+        .await;
+    assert_eq!(hook.status, StatusCode::CREATED, "{}", hook.body);
+    let webhook = hook.body["webhook_id"]
+        .as_str()
+        .expect("webhook_id")
+        .to_string();
     let binding = json!({"metric": "revenue", "event": "Order Completed", "value_pointer": "/properties/revenue"});
     let bound = app
         .post_json(&format!("/campaigns/{campaign}/bindings"), &binding)
@@ -167,6 +182,8 @@ async fn tenant_a_writes(app: &TestApp) -> Owned {
         assignment,
         event_id,
         source: source.source_id.to_string(),
+        outcome: outcome_id,
+        webhook,
     }
 }
 
@@ -207,6 +224,13 @@ fn foreign_reads(a: &Owned) -> Vec<(Method, String, Option<Value>)> {
             Some(json!({"campaign_id": c, "unit_id": "u1"})),
         ),
         (Method::POST, "/outcome".into(), Some(outcome)),
+        (Method::GET, format!("/outcomes/{}", a.outcome), None),
+        (
+            Method::POST,
+            format!("/outcomes/{}/supersessions", a.outcome),
+            Some(json!({"value": 1.0, "reason": "steal"})),
+        ),
+        (Method::DELETE, format!("/ops/webhooks/{}", a.webhook), None),
         (
             Method::GET,
             format!("/sources/{}/rejections", a.source),
@@ -251,6 +275,23 @@ async fn own_lists(app: &TestApp, b: &str, a: &Owned) {
     empty(
         &call(app, b, Method::GET, "/deadletters", None).await,
         "/dead_letters",
+    );
+    // A's collision, delivery counts, webhook and (no) scans are A's own.
+    empty(
+        &call(app, b, Method::GET, "/ops/collisions", None).await,
+        "/collisions",
+    );
+    empty(
+        &call(app, b, Method::GET, "/ops/duplicates", None).await,
+        "/series",
+    );
+    empty(
+        &call(app, b, Method::GET, "/ops/webhooks", None).await,
+        "/webhooks",
+    );
+    empty(
+        &call(app, b, Method::GET, "/ops/semantic-duplicates", None).await,
+        "/scans",
     );
     let lineage = call(app, b, Method::GET, "/lineage/stats", None).await;
     for counter in ["/runs", "/datasets", "/edges"] {
@@ -360,7 +401,7 @@ async fn nothing_of_one_tenant_is_returned_counted_or_replayed_for_another(backe
     let stats = call(&app, &b, Method::GET, "/stats", None).await;
     assert_eq!(
         stats.body["contracts"]["checkout_completed"],
-        json!({"stored": 1, "duplicates": 0, "collisions": 0})
+        json!({"stored": 1, "duplicates": 0, "collisions": 0, "late": 0})
     );
 
     // A's idempotency key used by B runs B's own request: no replay of A's answer.
@@ -416,6 +457,9 @@ async fn a_views(app: &TestApp, a: &Owned) -> Vec<Value> {
         format!("/campaigns/{}/versions", a.campaign),
         format!("/campaigns/{}/report", a.campaign),
         format!("/events/checkout_completed/{}", a.event_id),
+        format!("/outcomes/{}", a.outcome),
+        "/ops/webhooks".to_string(),
+        "/ops/collisions".to_string(),
     ] {
         let answer = app.get(&path).await;
         assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.body);

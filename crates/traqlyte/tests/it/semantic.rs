@@ -122,6 +122,14 @@ async fn the_scan_names_an_emit_time_in_the_identity_with_its_group_count(backen
     assert_eq!(answered["findings"][0]["pointer"], "/emitted_at");
     assert_eq!(answered["findings"][0]["groups"], 3);
     assert_eq!(answered["findings"][0]["events"], 9);
+    // The operations page shows the same finding.
+    let page = crate::ui::page_with_session(&app, "/ui/ops").await;
+    assert!(
+        page.contains(r#"data-pointer="/emitted_at""#)
+            && page.contains(r#"<td data-field="groups">3</td>"#)
+            && page.contains(r#"<td data-field="events">9</td>"#),
+        "the ops page lacks the finding: {page}"
+    );
 
     // --since after every arrival scans nothing.
     let later = scan_cli(&app, 1, &["--since", "2999-01-01T00:00:00Z"]);
