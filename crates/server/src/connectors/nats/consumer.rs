@@ -176,6 +176,7 @@ async fn durable_consumer(
         durable_name: Some(config.durable.clone()),
         ack_policy: AckPolicy::Explicit,
         ack_wait: Duration::from_millis(config.ack_wait_ms),
+        max_ack_pending: MAX_ACK_PENDING,
         ..pull::Config::default()
     };
     let consumer_error = |e: &dyn std::fmt::Display| ConsumerError::Consumer {
@@ -195,6 +196,13 @@ async fn durable_consumer(
     }
     Ok(consumer)
 }
+
+/// Messages delivered and not yet acked, across every process on the durable consumer.
+/// JetStream's default (1,000) is two batches of 500: with more consumers than that, a
+/// pull waits out its expiry for messages the server withholds, and throughput falls to
+/// about one batch per fetch wait. Acking only after the commit keeps each message
+/// unacked for one store transaction, so the cap only bounds redelivery after a crash.
+const MAX_ACK_PENDING: i64 = 20_000;
 
 /// How long past its wait a pull may stay open before it is given up on.
 const PULL_GRACE: Duration = Duration::from_secs(5);
