@@ -183,7 +183,7 @@ async fn semantic_scans(state: AppState, every_ms: u64) {
     }
 }
 
-/// One pass of [`semantic_scans`].
+/// One pass of `semantic_scans`.
 pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::StoreError> {
     for tenant in store.tenants().await? {
         let contracts = store.contracts(&tenant.tenant_id).await?;

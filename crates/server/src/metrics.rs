@@ -2,8 +2,8 @@
 //! recorder, rendered by `GET /metrics` (no exporter listener of its own).
 //!
 //! Instrumentation sits where the store's outcomes become answers
-//! ([`record_events`], [`record_outcomes`]), in the idempotency layer's decision
-//! ([`record_idempotency`]), in one route layer ([`track_latency`]) and in the NATS
+//! (`record_events`, `record_outcomes`), in the idempotency layer's decision
+//! (`record_idempotency`), in one route layer (`track_latency`) and in the NATS
 //! consumer (its lag). Each call records a whole batch, never an event at a time.
 //!
 //! **Cardinality is bounded:** each family group (`events`, `outcomes`, `idempotency`)

@@ -1,4 +1,4 @@
-//! The webhook dispatcher: `serve` runs [`run`], which claims due rows of the outbox
+//! The webhook dispatcher: `serve` runs `run`, which claims due rows of the outbox
 //! (`webhook_deliveries`, written in the transaction that logged the collision) under a
 //! lease, posts each collision to its webhook and records the result. Ingestion never
 //! waits for it. Delivery is at least once: a server dying after the post and before
