@@ -348,6 +348,19 @@ fn groups<'a, T, K: Ord>(items: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<Vec<us
     out
 }
 
+/// Items of the form `(tenant, value)` grouped by tenant (see [`groups`]): each group's
+/// positions, its tenant and its values, ready for one store call per tenant.
+fn by_tenant<T: Clone>(items: &[(TenantId, T)]) -> Vec<(Vec<usize>, &TenantId, Vec<T>)> {
+    groups(items, |(t, _)| t.as_str())
+        .into_iter()
+        .map(|group| {
+            let tenant = &items[group[0]].0;
+            let values = group.iter().map(|&i| items[i].1.clone()).collect();
+            (group, tenant, values)
+        })
+        .collect()
+}
+
 /// Scatters each group's answers back to the positions of its items.
 fn scatter<A>(len: usize, parts: Vec<(Vec<usize>, Vec<A>)>) -> Result<Vec<A>, StoreError> {
     let mut out: Vec<Option<A>> = (0..len).map(|_| None).collect();
@@ -422,11 +435,8 @@ impl Flush for LineageFlush {
         items: &[Self::Item],
     ) -> Result<Vec<EventOutcome>, StoreError> {
         let mut parts = Vec::new();
-        for group in groups(items, |(t, _)| t.as_str()) {
-            let tenant = &items[group[0]].0;
-            let rows: Vec<RunEventRow> = group.iter().map(|&i| items[i].1.clone()).collect();
-            let outcomes = tx.insert_run_events(tenant, &rows).await?;
-            parts.push((group, outcomes));
+        for (group, tenant, rows) in by_tenant(items) {
+            parts.push((group, tx.insert_run_events(tenant, &rows).await?));
         }
         scatter(items.len(), parts)
     }
@@ -449,11 +459,8 @@ impl Flush for OutcomesFlush {
     ) -> Result<Vec<OutcomeResult>, StoreError> {
         let now = now_us();
         let mut parts = Vec::new();
-        for group in groups(items, |(t, _)| t.as_str()) {
-            let tenant = &items[group[0]].0;
-            let outcomes: Vec<NewOutcome> = group.iter().map(|&i| items[i].1.clone()).collect();
-            let results = tx.record_outcomes(tenant, &outcomes, now).await?;
-            parts.push((group, results));
+        for (group, tenant, outcomes) in by_tenant(items) {
+            parts.push((group, tx.record_outcomes(tenant, &outcomes, now).await?));
         }
         scatter(items.len(), parts)
     }
@@ -475,11 +482,8 @@ impl Flush for AssignmentsFlush {
         items: &[Self::Item],
     ) -> Result<Vec<Assignment>, StoreError> {
         let mut parts = Vec::new();
-        for group in groups(items, |(t, _)| t.as_str()) {
-            let tenant = &items[group[0]].0;
-            let proposed: Vec<Assignment> = group.iter().map(|&i| items[i].1.clone()).collect();
-            let stored = tx.assign_many(tenant, &proposed).await?;
-            parts.push((group, stored));
+        for (group, tenant, proposed) in by_tenant(items) {
+            parts.push((group, tx.assign_many(tenant, &proposed).await?));
         }
         scatter(items.len(), parts)
     }
