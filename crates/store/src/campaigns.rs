@@ -16,13 +16,14 @@ const SELECT_CAMPAIGN: &str =
 const SELECT_VERSIONS: &str =
     "SELECT campaign_id, CAST(version AS BIGINT) AS version, arms, metrics, salt, note,
        published_at_us
-     FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version";
+     FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2
+     ORDER BY campaign_versions.version";
 const SELECT_CAMPAIGNS: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = $1 ORDER BY created_at_us DESC, campaign_id LIMIT $2";
 const SELECT_LATEST_VERSION: &str =
     "SELECT CAST(version AS BIGINT) AS version, arms FROM campaign_versions
-     WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY version DESC LIMIT 1";
+     WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY campaign_versions.version DESC LIMIT 1";
 /// One primary-key probe per id (a generic plan for `= ANY($2)` may scan the tenant's
 /// whole key range).
 const PG_SELECT_CAMPAIGNS_BY_ID: &str =

@@ -87,7 +87,8 @@ const SELECT_OUTCOME: &str = "SELECT assignment_id, dedupe_key, campaign_id, arm
 
 const SELECT_CORRECTIONS: &str =
     "SELECT CAST(seq AS BIGINT) AS seq, value, supersedes_value, reason, superseded_at_us
-     FROM outcome_supersessions WHERE tenant_id = $1 AND outcome_id = $2 ORDER BY seq";
+     FROM outcome_supersessions WHERE tenant_id = $1 AND outcome_id = $2
+     ORDER BY outcome_supersessions.seq";
 
 const INSERT_CORRECTION: &str = "INSERT INTO outcome_supersessions
      (tenant_id, outcome_id, seq, campaign_id, value, supersedes_value, reason, superseded_at_us)

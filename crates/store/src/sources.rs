@@ -282,7 +282,7 @@ const INSERT_REJECTION: &str = "INSERT INTO source_rejections
 const SELECT_REJECTIONS: &str = "SELECT CAST(rejection_id AS BIGINT) AS rejection_id,
        CAST(message_index AS BIGINT) AS message_index, code, field, reason, payload, received_at_us
      FROM source_rejections WHERE tenant_id = $1 AND source_id = $2
-     ORDER BY rejection_id DESC LIMIT $3";
+     ORDER BY source_rejections.rejection_id DESC LIMIT $3";
 
 const INSERT_SOURCE_TALLY: &str = "INSERT INTO source_tallies
      (tenant_id, source_id, at_us, inserted, duplicates, collisions, rejected)

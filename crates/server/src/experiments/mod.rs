@@ -87,14 +87,20 @@ pub(crate) async fn assign(
     {
         return Ok(Json(assignment_view(stored)));
     }
-    let campaign = state
+    // The latest version alone (one indexed read); only a campaign without one needs the
+    // second read that tells an unknown campaign (404) from an unpublished one (409).
+    let Some(latest) = state
         .store
-        .campaign(&tenant, &campaign_id)
+        .latest_versions(&tenant, std::slice::from_ref(&campaign_id))
         .await?
-        .ok_or_else(|| campaign_not_found(campaign_id.as_str(), "campaign_id"))?;
-    let versions = state.store.campaign_versions(&tenant, &campaign_id).await?;
-    let latest = versions.last().ok_or_else(not_published)?;
-    let proposed = propose(&campaign.id, latest, &unit_id, now_us())?;
+        .pop()
+    else {
+        return Err(match state.store.campaign(&tenant, &campaign_id).await? {
+            Some(_) => not_published(),
+            None => campaign_not_found(campaign_id.as_str(), "campaign_id"),
+        });
+    };
+    let proposed = propose(&campaign_id, &latest, &unit_id, now_us())?;
     // Under an idempotency key the assignment commits with the stored response, in the
     // layer's transaction: such a request never joins a group commit.
     if !work.is_idempotent() {
