@@ -7,6 +7,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use traqlyte_experiments::bucketing;
+
 use crate::campaigns::VersionRow;
 use crate::tx::{with_pool, with_tx, TxInner};
 use crate::{
@@ -20,15 +22,39 @@ const ROWS_PER_STATEMENT: usize = 500;
 const ASSIGNMENT_COLUMNS: &str = "a.assignment_id, a.campaign_id, a.unit_id, a.arm,
        CAST(a.version AS BIGINT) AS version, a.assigned_at_us";
 
-const SELECT_UNIT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
+/// A unit's assignment is read by its deterministic id (`bucketing::assignment_id` of the
+/// campaign and the unit), the full key of the unique index `(tenant_id, assignment_id)`.
+/// Reading by `(tenant_id, campaign_id, unit_id)` instead ties, on a table without
+/// statistics (a new deployment, a fresh benchmark database), with the report's index
+/// `(tenant_id, campaign_id, version, arm)`: PostgreSQL then cached a generic plan that
+/// scanned every unit of the campaign per lookup.
+pub(crate) const SELECT_ASSIGNMENT_BY_ID: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
        CAST(version AS BIGINT) AS version, assigned_at_us
-     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3";
+     FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
 
+/// One unique-index probe per id (see [`SELECT_ASSIGNMENT_BY_ID`]).
 const PG_SELECT_ASSIGNED: &str = "SELECT a.assignment_id, a.campaign_id, a.unit_id, a.arm,
        CAST(a.version AS BIGINT) AS version, a.assigned_at_us
-     FROM unnest($2::text[], $3::text[]) AS k(c, u)
-     CROSS JOIN LATERAL (SELECT * FROM assignments
-       WHERE tenant_id = $1 AND campaign_id = k.c AND unit_id = k.u) a";
+     FROM unnest($2::text[]) AS k(id)
+     CROSS JOIN LATERAL (SELECT * FROM assignments WHERE tenant_id = $1 AND assignment_id = k.id) a";
+
+/// The stored assignment read by id, checked to be the unit's: a different campaign or
+/// unit under the same id would be a SHA-256 collision, reported, never answered.
+pub(crate) fn the_units(
+    found: Option<Assignment>,
+    campaign_id: &CampaignId,
+    unit_id: &UnitId,
+) -> Result<Option<Assignment>, StoreError> {
+    match found {
+        Some(a) if a.campaign_id != *campaign_id || a.unit_id != *unit_id => {
+            Err(StoreError::Corrupt(format!(
+                "assignment id {} names unit {} of {}, not unit {unit_id} of {campaign_id}",
+                a.assignment_id, a.unit_id, a.campaign_id
+            )))
+        }
+        other => Ok(other),
+    }
+}
 
 impl Store {
     /// The unit's assignment in the campaign, if it has one: one primary-key read.
@@ -38,13 +64,14 @@ impl Store {
         campaign_id: &CampaignId,
         unit_id: &UnitId,
     ) -> Result<Option<Assignment>, StoreError> {
-        with_pool!(self, reader, |pool| {
-            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT)
+        let id = bucketing::assignment_id(campaign_id, unit_id.as_str());
+        let found = with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(SELECT_ASSIGNMENT_BY_ID)
                 .bind(tenant.as_str())
-                .bind(campaign_id.as_str())
-                .bind(unit_id.as_str());
-            Ok(query.fetch_optional(pool).await?)
-        })
+                .bind(id.as_str());
+            query.fetch_optional(pool).await?
+        });
+        the_units(found, campaign_id, unit_id)
     }
 
     /// The latest published version of each of `ids` that has one, in one statement.
@@ -156,12 +183,10 @@ impl StoreTx {
         let mut found: Vec<Assignment> = Vec::with_capacity(rows.len());
         match &mut self.inner {
             TxInner::Postgres(conn) => {
-                let campaigns: Vec<&str> = rows.iter().map(|a| a.campaign_id.as_str()).collect();
-                let units: Vec<&str> = rows.iter().map(|a| a.unit_id.as_str()).collect();
+                let ids: Vec<&str> = rows.iter().map(|a| a.assignment_id.as_str()).collect();
                 let query = sqlx::query_as(PG_SELECT_ASSIGNED)
                     .bind(tenant.as_str())
-                    .bind(campaigns)
-                    .bind(units);
+                    .bind(ids);
                 found = query.fetch_all(&mut **conn).await?;
             }
             TxInner::Sqlite(conn) => {

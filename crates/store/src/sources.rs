@@ -304,10 +304,6 @@ const INSERT_BINDING_TALLY: &str = "INSERT INTO binding_tallies
      (tenant_id, campaign_id, metric, event, at_us, outcomes, unassigned, unusable)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
-const SELECT_UNIT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
-       CAST(version AS BIGINT) AS version, assigned_at_us
-     FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 AND unit_id = $3";
-
 #[derive(sqlx::FromRow)]
 struct SourceRow {
     source_id: String,
@@ -686,13 +682,14 @@ impl StoreTx {
         campaign_id: &CampaignId,
         unit_id: &UnitId,
     ) -> Result<Option<Assignment>, StoreError> {
-        with_tx!(self, |conn| {
-            let query = sqlx::query_as(SELECT_UNIT_ASSIGNMENT)
+        let id = traqlyte_experiments::bucketing::assignment_id(campaign_id, unit_id.as_str());
+        let found = with_tx!(self, |conn| {
+            let query = sqlx::query_as(crate::assignments_batch::SELECT_ASSIGNMENT_BY_ID)
                 .bind(tenant.as_str())
-                .bind(campaign_id.as_str())
-                .bind(unit_id.as_str());
-            Ok(query.fetch_optional(&mut *conn).await?)
-        })
+                .bind(id.as_str());
+            query.fetch_optional(&mut *conn).await?
+        });
+        crate::assignments_batch::the_units(found, campaign_id, unit_id)
     }
 }
 
