@@ -5,6 +5,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use traqlyte_store::{ApiKey, TenantId};
 
+use crate::lookups::Lookups;
 use crate::{ApiError, AppState};
 
 /// The authenticated tenant of a request.
@@ -23,26 +24,106 @@ impl FromRequestParts<AppState> for Tenant {
         if let Some(tenant) = parts.extensions.get::<Tenant>() {
             return Ok(tenant.clone());
         }
-        let header = parts.headers.get(AUTHORIZATION).ok_or_else(|| {
-            ApiError::unauthorized(
-                "missing Authorization header; send `Authorization: Bearer <api key>`",
-            )
-        })?;
-        let text = header
-            .to_str()
-            .map_err(|_| ApiError::unauthorized("Authorization header is not ASCII"))?;
-        let token = text
-            .strip_prefix("Bearer ")
-            .or_else(|| text.strip_prefix("bearer "))
-            .ok_or_else(|| ApiError::unauthorized("Authorization must use the Bearer scheme"))?;
-        let key =
-            ApiKey::parse(token.trim()).ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
+        let key = presented_key(parts)?;
         let tenant = state
             .store
             .tenant_for_key(&key)
             .await?
-            .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
+            .ok_or_else(unknown_key)?;
         parts.extensions.insert(Tenant(tenant.clone()));
         Ok(Tenant(tenant))
     }
+}
+
+/// The tenant of a single write that may join a group commit (`group_commit.rs`).
+///
+/// With group commit on, a key this process has seen work is answered from its memory
+/// (`lookups.rs`) and `key` is set: the batch's transaction then checks the key
+/// again and refuses the write (401) if it was revoked meanwhile. With group commit off,
+/// or under the idempotency layer (which resolved the tenant already), this is
+/// [`Tenant`] and `key` is `None`.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteTenant {
+    /// The tenant.
+    pub(crate) tenant: TenantId,
+    /// The key its batch must re-check, when the tenant came from memory or may be
+    /// remembered.
+    pub(crate) key: Option<ApiKey>,
+}
+
+impl FromRequestParts<AppState> for WriteTenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let lookups: Option<&Lookups> = state.group_commit.lookups();
+        let (Some(lookups), None) = (lookups, parts.extensions.get::<Tenant>()) else {
+            let Tenant(tenant) = Tenant::from_request_parts(parts, state).await?;
+            return Ok(WriteTenant { tenant, key: None });
+        };
+        let key = presented_key(parts)?;
+        let tenant = match lookups.tenant(&key) {
+            Some(tenant) => tenant,
+            None => {
+                let tenant = state
+                    .store
+                    .tenant_for_key(&key)
+                    .await?
+                    .ok_or_else(unknown_key)?;
+                lookups.remember_key(&key, &tenant);
+                tenant
+            }
+        };
+        Ok(WriteTenant {
+            tenant,
+            key: Some(key),
+        })
+    }
+}
+
+impl WriteTenant {
+    /// Ends a request whose answer did not come from a batch that checked its key (an
+    /// error found before the queue, a read-only answer): when the tenant came from
+    /// memory, the key is read again, so a key revoked meanwhile gets its 401 here too
+    /// and learns nothing else.
+    pub(crate) async fn confirm<T>(
+        &self,
+        state: &AppState,
+        answer: Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let Some(key) = &self.key else {
+            return answer;
+        };
+        if state.store.tenant_for_key(key).await?.as_ref() == Some(&self.tenant) {
+            return answer;
+        }
+        if let Some(lookups) = state.group_commit.lookups() {
+            lookups.forget_key(key);
+        }
+        Err(unknown_key())
+    }
+}
+
+/// The key of `Authorization: Bearer <key>`, checked for shape only.
+fn presented_key(parts: &Parts) -> Result<ApiKey, ApiError> {
+    let header = parts.headers.get(AUTHORIZATION).ok_or_else(|| {
+        ApiError::unauthorized(
+            "missing Authorization header; send `Authorization: Bearer <api key>`",
+        )
+    })?;
+    let text = header
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("Authorization header is not ASCII"))?;
+    let token = text
+        .strip_prefix("Bearer ")
+        .or_else(|| text.strip_prefix("bearer "))
+        .ok_or_else(|| ApiError::unauthorized("Authorization must use the Bearer scheme"))?;
+    ApiKey::parse(token.trim()).ok_or_else(unknown_key)
+}
+
+/// 401 for a key that does not exist or was revoked.
+pub(crate) fn unknown_key() -> ApiError {
+    ApiError::unauthorized("unknown API key")
 }

@@ -17,6 +17,13 @@
 //! stored as without group commit. An item whose own retry fails gets that store error
 //! (5xx): an at-least-once client resends it, and the store's key absorbs the resend.
 //!
+//! A request's key and, for events, the contract version it resolved as the latest may
+//! come from the server's memory (`lookups.rs`) instead of a read of its own: the batch's
+//! transaction checks them first, in one statement per batch (which keys still work) and
+//! per contract (its latest version). An item whose key was revoked meanwhile is not
+//! written and is answered 401; an event whose contract got a newer version is not written
+//! and is answered `EventAnswer::StaleContract`, and its handler identifies it again.
+//!
 //! Nothing here decides uniqueness: two requests for the same key in one batch are
 //! judged by the store in input order (the first inserted, the second a duplicate or a
 //! collision), as two concurrent transactions would be. There is no in-process cache of
@@ -30,10 +37,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use traqlyte_identity::Contract;
 use traqlyte_store::{
-    now_us, Assignment, EventOutcome, LateEvents, NewEvent, NewOutcome, OutcomeResult, RunEventRow,
-    Store, StoreError, StoreTx, TenantId,
+    now_us, ApiKey, Assignment, EventOutcome, LateEvents, NewEvent, NewOutcome, OutcomeResult,
+    RunEventRow, Store, StoreError, StoreTx, TenantId,
 };
 
+use crate::lookups::Lookups;
 use crate::ApiError;
 
 /// The settings of group commit (`serve --group-commit …`).
@@ -78,6 +86,7 @@ pub struct GroupCommit {
 }
 
 struct Queues {
+    lookups: Arc<Lookups>,
     events: Queue<EventsFlush>,
     lineage: Queue<LineageFlush>,
     outcomes: Queue<OutcomesFlush>,
@@ -90,11 +99,13 @@ impl GroupCommit {
         if !config.enabled {
             return GroupCommit::disabled();
         }
+        let lookups = Arc::new(Lookups::default());
         let queues = Queues {
-            events: Queue::start(store, config, EventsFlush { late_events }),
-            lineage: Queue::start(store, config, LineageFlush { late_events }),
-            outcomes: Queue::start(store, config, OutcomesFlush),
-            assignments: Queue::start(store, config, AssignmentsFlush),
+            events: Queue::start(store, config, EventsFlush { late_events }, lookups.clone()),
+            lineage: Queue::start(store, config, LineageFlush { late_events }, lookups.clone()),
+            outcomes: Queue::start(store, config, OutcomesFlush, lookups.clone()),
+            assignments: Queue::start(store, config, AssignmentsFlush, lookups.clone()),
+            lookups,
         };
         GroupCommit {
             queues: Some(Arc::new(queues)),
@@ -111,42 +122,54 @@ impl GroupCommit {
         self.queues.is_some()
     }
 
+    /// The server's memory of keys and contracts, used only with group commit on.
+    pub(crate) fn lookups(&self) -> Option<&Lookups> {
+        self.queues.as_deref().map(|q| &*q.lookups)
+    }
+
     /// Stores one event of `contract` in the next batch; answers after its commit.
-    /// `None` when group commit is off (the caller writes it itself).
+    /// `None` when group commit is off (the caller writes it itself). `key` is checked in
+    /// the batch's transaction when set; `latest` says the contract was resolved as the
+    /// tenant's latest version, which the transaction checks too.
     pub(crate) async fn event(
         &self,
         tenant: &TenantId,
+        key: Option<&ApiKey>,
         contract: &Contract,
+        latest: bool,
         event: &NewEvent,
-    ) -> Option<Result<EventOutcome, ApiError>> {
+    ) -> Option<Result<EventAnswer, ApiError>> {
         let queues = self.queues.as_ref()?;
-        let item = (tenant.clone(), contract.clone(), event.clone());
-        Some(queues.events.submit(item).await)
+        let item = (tenant.clone(), (contract.clone(), latest, event.clone()));
+        Some(queues.events.submit(key, item).await)
     }
 
     /// Stores one OpenLineage run event in the next batch; `None` when off.
     pub(crate) async fn run_event(
         &self,
         tenant: &TenantId,
+        key: Option<&ApiKey>,
         row: &RunEventRow,
     ) -> Option<Result<EventOutcome, ApiError>> {
         let queues = self.queues.as_ref()?;
-        Some(queues.lineage.submit((tenant.clone(), row.clone())).await)
+        Some(
+            queues
+                .lineage
+                .submit(key, (tenant.clone(), row.clone()))
+                .await,
+        )
     }
 
     /// Records one outcome in the next batch; `None` when off.
     pub(crate) async fn outcome(
         &self,
         tenant: &TenantId,
+        key: Option<&ApiKey>,
         outcome: &NewOutcome,
     ) -> Option<Result<OutcomeResult, ApiError>> {
         let queues = self.queues.as_ref()?;
-        Some(
-            queues
-                .outcomes
-                .submit((tenant.clone(), outcome.clone()))
-                .await,
-        )
+        let item = (tenant.clone(), outcome.clone());
+        Some(queues.outcomes.submit(key, item).await)
     }
 
     /// Writes one unit's first assignment in the next batch (the stored one if another
@@ -154,22 +177,29 @@ impl GroupCommit {
     pub(crate) async fn assignment(
         &self,
         tenant: &TenantId,
+        key: Option<&ApiKey>,
         proposed: &Assignment,
     ) -> Option<Result<Assignment, ApiError>> {
         let queues = self.queues.as_ref()?;
-        Some(
-            queues
-                .assignments
-                .submit((tenant.clone(), proposed.clone()))
-                .await,
-        )
+        let item = (tenant.clone(), proposed.clone());
+        Some(queues.assignments.submit(key, item).await)
     }
+}
+
+/// What the batch did with one event.
+#[derive(Debug, Clone)]
+pub(crate) enum EventAnswer {
+    /// Stored, or judged a duplicate or a collision, by the store.
+    Stored(EventOutcome),
+    /// Not written: the contract has a newer version than the one the event was
+    /// identified under as "the latest".
+    StaleContract,
 }
 
 /// How one kind of item is written: all of `items` in one transaction, one answer per
 /// item in input order.
 trait Flush: Send + Sync + 'static {
-    type Item: Send + Sync + 'static;
+    type Item: Clone + Send + Sync + 'static;
     type Answer: Send + 'static;
 
     /// Opens the transaction the items are written in.
@@ -185,12 +215,15 @@ trait Flush: Send + Sync + 'static {
 
 type Reply<F> = oneshot::Sender<Result<<F as Flush>::Answer, ApiError>>;
 
+/// One request in a queue: the key its batch re-checks (if any), its item, its reply.
+type Pending<F> = (Option<ApiKey>, <F as Flush>::Item, Reply<F>);
+
 struct Queue<F: Flush> {
-    sender: mpsc::Sender<(F::Item, Reply<F>)>,
+    sender: mpsc::Sender<Pending<F>>,
 }
 
 impl<F: Flush> Queue<F> {
-    fn start(store: &Store, config: GroupCommitConfig, flush: F) -> Self {
+    fn start(store: &Store, config: GroupCommitConfig, flush: F, lookups: Arc<Lookups>) -> Self {
         let batch_max = config.batch_max.max(1);
         let flushes_max = config.flushes_max.max(1);
         // Room for every batch that may be open plus the one being collected; beyond, a
@@ -202,15 +235,16 @@ impl<F: Flush> Queue<F> {
             wait: Duration::from_micros(config.wait_us),
             batch_max,
             flushes: Arc::new(Semaphore::new(flushes_max)),
+            lookups,
         };
         tokio::spawn(worker.run(receiver));
         Queue { sender }
     }
 
-    async fn submit(&self, item: F::Item) -> Result<F::Answer, ApiError> {
+    async fn submit(&self, key: Option<&ApiKey>, item: F::Item) -> Result<F::Answer, ApiError> {
         let (reply, answer) = oneshot::channel();
         self.sender
-            .send((item, reply))
+            .send((key.cloned(), item, reply))
             .await
             .map_err(|_| ApiError::internal("group commit worker stopped"))?;
         answer
@@ -225,11 +259,12 @@ struct Worker<F: Flush> {
     wait: Duration,
     batch_max: usize,
     flushes: Arc<Semaphore>,
+    lookups: Arc<Lookups>,
 }
 
 impl<F: Flush> Worker<F> {
     /// Collects batches until every sender is gone (the server's state dropped).
-    async fn run(self, mut receiver: mpsc::Receiver<(F::Item, Reply<F>)>) {
+    async fn run(self, mut receiver: mpsc::Receiver<Pending<F>>) {
         loop {
             // A batch starts collecting only when it can be written: while every flush
             // slot is busy, requests gather in the channel and form the next batch.
@@ -253,9 +288,10 @@ impl<F: Flush> Worker<F> {
                     }
                 }
             }
-            let (store, flush) = (self.store.clone(), self.flush.clone());
+            let (store, flush, lookups) =
+                (self.store.clone(), self.flush.clone(), self.lookups.clone());
             tokio::spawn(async move {
-                write_batch(&store, &*flush, batch).await;
+                write_batch(&store, &*flush, &lookups, batch).await;
                 drop(permit);
             });
         }
@@ -264,14 +300,23 @@ impl<F: Flush> Worker<F> {
 
 /// Writes a batch in one transaction and answers each item; on a failed transaction,
 /// each item alone.
-async fn write_batch<F: Flush>(store: &Store, flush: &F, batch: Vec<(F::Item, Reply<F>)>) {
-    let (items, replies): (Vec<F::Item>, Vec<Reply<F>>) = batch.into_iter().unzip();
+async fn write_batch<F: Flush>(
+    store: &Store,
+    flush: &F,
+    lookups: &Lookups,
+    batch: Vec<Pending<F>>,
+) {
+    let (mut items, mut replies) = (Vec::with_capacity(batch.len()), Vec::new());
+    for (key, item, reply) in batch {
+        items.push((key, item));
+        replies.push(reply);
+    }
     match write_in_one_tx(store, flush, &items).await {
         Ok(answers) => {
             crate::metrics::record_batch_size("group_commit", items.len());
-            for (reply, answer) in replies.into_iter().zip(answers) {
+            for ((reply, answer), (key, _)) in replies.into_iter().zip(answers).zip(&items) {
                 // A receiver gone (the request timed out) changes nothing: it is stored.
-                let _ = reply.send(Ok(answer));
+                let _ = reply.send(answered(lookups, key.as_ref(), answer));
             }
         }
         Err(err) if items.len() == 1 => {
@@ -282,38 +327,63 @@ async fn write_batch<F: Flush>(store: &Store, flush: &F, batch: Vec<(F::Item, Re
         Err(err) => {
             tracing::warn!(error = %err, items = items.len(), "group commit batch failed; writing its items one by one");
             for (item, reply) in items.iter().zip(replies) {
-                let answer = write_in_one_tx(store, flush, std::slice::from_ref(item))
-                    .await
-                    .map_err(ApiError::from)
-                    .and_then(|mut answers| {
-                        answers
-                            .pop()
-                            .ok_or_else(|| ApiError::internal("store returned no outcome"))
-                    });
+                let answer = match write_in_one_tx(store, flush, std::slice::from_ref(item)).await {
+                    Ok(mut answers) => answers
+                        .pop()
+                        .ok_or_else(|| ApiError::internal("store returned no outcome"))
+                        .and_then(|a| answered(lookups, item.0.as_ref(), a)),
+                    Err(err) => Err(err.into()),
+                };
                 let _ = reply.send(answer);
             }
         }
     }
 }
 
+/// An item's answer: `None` is a key the batch found revoked (forgotten, and a 401).
+fn answered<A>(lookups: &Lookups, key: Option<&ApiKey>, answer: Option<A>) -> Result<A, ApiError> {
+    answer.ok_or_else(|| {
+        if let Some(key) = key {
+            lookups.forget_key(key);
+        }
+        crate::auth::unknown_key()
+    })
+}
+
+/// Checks the items' keys, writes the items whose keys work and commits; `None` for an
+/// item whose key was revoked (nothing of it written).
 async fn write_in_one_tx<F: Flush>(
     store: &Store,
     flush: &F,
-    items: &[F::Item],
-) -> Result<Vec<F::Answer>, StoreError> {
+    items: &[(Option<ApiKey>, F::Item)],
+) -> Result<Vec<Option<F::Answer>>, StoreError> {
     let mut tx = flush.begin(store).await?;
     #[cfg(feature = "test-hooks")]
     test_delay().await;
-    let answers = flush.write(&mut tx, items).await?;
-    if answers.len() != items.len() {
+    let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
+    let mut live = tx.live_keys(&keys).await?.into_iter();
+    let mut positions = Vec::with_capacity(items.len());
+    let mut admitted = Vec::with_capacity(items.len());
+    for (position, (key, item)) in items.iter().enumerate() {
+        if key.is_none() || live.next() == Some(true) {
+            positions.push(position);
+            admitted.push(item.clone());
+        }
+    }
+    let answers = flush.write(&mut tx, &admitted).await?;
+    if answers.len() != admitted.len() {
         return Err(StoreError::Corrupt(format!(
             "a batch of {} items returned {} outcomes",
-            items.len(),
+            admitted.len(),
             answers.len()
         )));
     }
     tx.commit().await?;
-    Ok(answers)
+    let mut out: Vec<Option<F::Answer>> = (0..items.len()).map(|_| None).collect();
+    for (position, answer) in positions.into_iter().zip(answers) {
+        out[position] = Some(answer);
+    }
+    Ok(out)
 }
 
 /// Test-only hook (feature `test-hooks`): each batch sleeps
@@ -392,8 +462,9 @@ struct EventsFlush {
 }
 
 impl Flush for EventsFlush {
-    type Item = (TenantId, Contract, NewEvent);
-    type Answer = EventOutcome;
+    /// The tenant, then the contract, whether it was resolved as the latest, the event.
+    type Item = (TenantId, (Contract, bool, NewEvent));
+    type Answer = EventAnswer;
 
     fn begin(&self, store: &Store) -> impl Future<Output = Result<StoreTx, StoreError>> + Send {
         begin_ingest(store, self.late_events)
@@ -403,17 +474,44 @@ impl Flush for EventsFlush {
         &self,
         tx: &mut StoreTx,
         items: &[Self::Item],
-    ) -> Result<Vec<EventOutcome>, StoreError> {
-        let mut parts = Vec::new();
-        for group in groups(items, |(t, c, _)| {
+    ) -> Result<Vec<EventAnswer>, StoreError> {
+        let mut answers: Vec<Option<EventAnswer>> = vec![None; items.len()];
+        for group in groups(items, |(t, (c, _, _))| {
             (t.as_str(), c.name().as_str(), c.version())
         }) {
-            let (tenant, contract, _) = &items[group[0]];
-            let events: Vec<NewEvent> = group.iter().map(|&i| items[i].2.clone()).collect();
+            let (tenant, (contract, _, _)) = &items[group[0]];
+            let stale = if group.iter().any(|&i| items[i].1 .1) {
+                tx.latest_contract_version(tenant, contract.name()).await?
+                    != Some(contract.version())
+            } else {
+                false
+            };
+            let (mut written, mut events) = (Vec::new(), Vec::new());
+            for &i in &group {
+                let (_, (_, latest, event)) = &items[i];
+                if stale && *latest {
+                    answers[i] = Some(EventAnswer::StaleContract);
+                } else {
+                    written.push(i);
+                    events.push(event.clone());
+                }
+            }
             let outcomes = tx.insert_events(tenant, contract, &events).await?;
-            parts.push((group, outcomes));
+            if outcomes.len() != written.len() {
+                return Err(StoreError::Corrupt(
+                    "a batch returned fewer outcomes than items".into(),
+                ));
+            }
+            for (i, outcome) in written.into_iter().zip(outcomes) {
+                answers[i] = Some(EventAnswer::Stored(outcome));
+            }
         }
-        scatter(items.len(), parts)
+        answers
+            .into_iter()
+            .map(|a| {
+                a.ok_or_else(|| StoreError::Corrupt("an item of a batch has no outcome".into()))
+            })
+            .collect()
     }
 }
 

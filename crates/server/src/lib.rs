@@ -23,6 +23,7 @@ pub mod fuzzing;
 pub mod group_commit;
 pub mod idempotency;
 mod listener;
+mod lookups;
 pub mod metrics;
 mod openapi;
 pub mod ops;

@@ -98,6 +98,32 @@ impl Store {
 }
 
 impl StoreTx {
+    /// The latest registered version of a tenant's contract, read in this transaction
+    /// (one primary-key probe): a write that resolved "the latest version" from a server's
+    /// per-process memory checks with it, in the transaction that would store it, that no
+    /// newer version was registered meanwhile (`crates/server/src/lookups.rs`).
+    pub async fn latest_contract_version(
+        &mut self,
+        tenant: &TenantId,
+        name: &traqlyte_identity::ContractName,
+    ) -> Result<Option<u32>, StoreError> {
+        let latest: Option<i64> = with_tx!(self, |conn| {
+            sqlx::query_scalar(
+                "SELECT CAST(MAX(version) AS BIGINT) FROM contracts
+                 WHERE tenant_id = $1 AND name = $2",
+            )
+            .bind(tenant.as_str())
+            .bind(name.as_str())
+            .fetch_one(&mut *conn)
+            .await?
+        });
+        latest
+            .map(|v| {
+                u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("contract version {v}")))
+            })
+            .transpose()
+    }
+
     /// [`Store::insert_events`] inside a caller's transaction (so other writes, such as a
     /// lineage graph update, can commit atomically with the events).
     ///

@@ -32,7 +32,7 @@ impl std::fmt::Display for TenantId {
 
 /// A secret API key: `tlk_` and 48 hex digits (192 random bits). Only its SHA-256 is
 /// stored; a plain hash is enough because the key is random, not a password.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ApiKey(String);
 
 impl ApiKey {

@@ -311,6 +311,45 @@ impl Store {
 }
 
 impl StoreTx {
+    /// Which of `keys` still work (exist, not revoked), read in this transaction, in one
+    /// statement: the check by which a write whose tenant a server answered from its
+    /// per-process memory of keys is refused when the key was revoked meanwhile, in the
+    /// same transaction that would store it (group commit, `crates/server/src/lookups.rs`).
+    pub async fn live_keys(&mut self, keys: &[&ApiKey]) -> Result<Vec<bool>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let hashes: Vec<String> = keys.iter().map(|k| k.hash()).collect();
+        let live: std::collections::HashSet<String> = match &mut self.inner {
+            crate::tx::TxInner::Postgres(conn) => sqlx::query_scalar(
+                "SELECT key_hash FROM api_keys
+                     WHERE key_hash = ANY($1) AND revoked_at_us IS NULL",
+            )
+            .bind(&hashes)
+            .fetch_all(&mut **conn)
+            .await?
+            .into_iter()
+            .collect(),
+            crate::tx::TxInner::Sqlite(conn) => {
+                let mut live = std::collections::HashSet::new();
+                for chunk in hashes.chunks(500) {
+                    let sql = format!(
+                        "SELECT key_hash FROM api_keys
+                         WHERE revoked_at_us IS NULL AND key_hash IN ({})",
+                        vec!["?"; chunk.len()].join(", ")
+                    );
+                    let mut query = sqlx::query_scalar::<_, String>(&sql);
+                    for hash in chunk {
+                        query = query.bind(hash);
+                    }
+                    live.extend(query.fetch_all(&mut **conn).await?);
+                }
+                live
+            }
+        };
+        Ok(hashes.iter().map(|h| live.contains(h)).collect())
+    }
+
     /// Inserts a fresh key with its prefix, drawing another key in the rare case the
     /// prefix is taken in this tenant.
     async fn insert_api_key(

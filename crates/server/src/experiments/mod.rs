@@ -21,7 +21,7 @@ use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{now_us, Assignment, CampaignVersion};
 use utoipa::ToSchema;
 
-use crate::auth::Tenant;
+use crate::auth::WriteTenant;
 use crate::body::read_document;
 use crate::body::typed::{parse, Id};
 use crate::idempotency::Work;
@@ -66,52 +66,67 @@ pub(crate) struct AssignmentView {
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn assign(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    writer: WriteTenant,
     work: Work,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<AssignmentView>, ApiError> {
-    let value = read_document(&state, &headers, body).await?;
-    // Parsed before any lookup: binding a NUL fails on PostgreSQL, reads included.
-    let AssignmentBody {
-        campaign_id,
-        unit_id,
-    } = parse(&value).map_err(|r| r.unprocessable("invalid_assignment"))?;
-    let campaign_id = known_campaign_id(campaign_id.as_str(), "campaign_id")?;
-    // A known unit: one indexed read answers it (an assignment never changes, and one
-    // exists only for a published campaign).
-    if let Some(stored) = state
-        .store
-        .unit_assignment(&tenant, &campaign_id, &unit_id)
-        .await?
-    {
-        return Ok(Json(assignment_view(stored)));
-    }
-    // The latest version alone (one indexed read); only a campaign without one needs the
-    // second read that tells an unknown campaign (404) from an unpublished one (409).
-    let Some(latest) = state
-        .store
-        .latest_versions(&tenant, std::slice::from_ref(&campaign_id))
-        .await?
-        .pop()
-    else {
-        return Err(match state.store.campaign(&tenant, &campaign_id).await? {
-            Some(_) => not_published(),
-            None => campaign_not_found(campaign_id.as_str(), "campaign_id"),
-        });
-    };
-    let proposed = propose(&campaign_id, &latest, &unit_id, now_us())?;
-    // Under an idempotency key the assignment commits with the stored response, in the
-    // layer's transaction: such a request never joins a group commit.
-    if !work.is_idempotent() {
-        if let Some(stored) = state.group_commit.assignment(&tenant, &proposed).await {
-            return Ok(Json(assignment_view(stored?)));
+    let WriteTenant { tenant, key } = writer.clone();
+    let answer: Result<Json<AssignmentView>, ApiError> = async {
+        let value = read_document(&state, &headers, body).await?;
+        // Parsed before any lookup: binding a NUL fails on PostgreSQL, reads included.
+        let AssignmentBody {
+            campaign_id,
+            unit_id,
+        } = parse(&value).map_err(|r| r.unprocessable("invalid_assignment"))?;
+        let campaign_id = known_campaign_id(campaign_id.as_str(), "campaign_id")?;
+        // A known unit: one indexed read answers it (an assignment never changes, and one
+        // exists only for a published campaign). A read-only answer, so a key from the
+        // server's memory is confirmed first (`WriteTenant::confirm`).
+        if let Some(stored) = state
+            .store
+            .unit_assignment(&tenant, &campaign_id, &unit_id)
+            .await?
+        {
+            return writer
+                .confirm(&state, Ok(Json(assignment_view(stored))))
+                .await;
         }
+        // The latest version alone (one indexed read); only a campaign without one needs the
+        // second read that tells an unknown campaign (404) from an unpublished one (409).
+        let Some(latest) = state
+            .store
+            .latest_versions(&tenant, std::slice::from_ref(&campaign_id))
+            .await?
+            .pop()
+        else {
+            return Err(match state.store.campaign(&tenant, &campaign_id).await? {
+                Some(_) => not_published(),
+                None => campaign_not_found(campaign_id.as_str(), "campaign_id"),
+            });
+        };
+        let proposed = propose(&campaign_id, &latest, &unit_id, now_us())?;
+        // Under an idempotency key the assignment commits with the stored response, in the
+        // layer's transaction: such a request never joins a group commit.
+        if !work.is_idempotent() {
+            if let Some(stored) = state
+                .group_commit
+                .assignment(&tenant, key.as_ref(), &proposed)
+                .await
+            {
+                return Ok(Json(assignment_view(stored?)));
+            }
+        }
+        let mut tx = work.begin().await?;
+        let stored = tx.assign(&tenant, &proposed).await?;
+        work.finish(tx).await?;
+        Ok(Json(assignment_view(stored)))
     }
-    let mut tx = work.begin().await?;
-    let stored = tx.assign(&tenant, &proposed).await?;
-    work.finish(tx).await?;
-    Ok(Json(assignment_view(stored)))
+    .await;
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(err) => writer.confirm(&state, Err(err)).await,
+    }
 }
 
 /// The assignment `unit_id` gets under `latest`, the campaign's latest version.

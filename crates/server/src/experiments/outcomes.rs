@@ -22,7 +22,7 @@ use traqlyte_store::{
 };
 use utoipa::ToSchema;
 
-use crate::auth::Tenant;
+use crate::auth::{Tenant, WriteTenant};
 use crate::body::typed::{parse, Id};
 use crate::body::{read_batch, read_document};
 use crate::{ApiError, AppState};
@@ -39,23 +39,35 @@ const DEDUPE_HEADER: &str = "x-tl-dedupe";
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn post_outcome(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    writer: WriteTenant,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let value = read_document(&state, &headers, body).await?;
-    let body = parse_item(&value)?;
-    let lookups = Lookups::load(&state, &tenant, std::slice::from_ref(&body)).await?;
-    let outcome = lookups.check(body, &value)?;
-    let result = match state.group_commit.outcome(&tenant, &outcome).await {
-        Some(result) => result?,
-        None => record_one(&state, &tenant, &outcome).await?,
-    };
-    crate::metrics::record_outcomes(&tenant, std::slice::from_ref(&result));
-    match result {
-        OutcomeResult::Inserted(stored) => Ok(answer(&tenant, &stored, "inserted")),
-        OutcomeResult::Duplicate(stored) => Ok(answer(&tenant, &stored, "duplicate")),
-        OutcomeResult::Collision(stored) => Err(collision(&tenant, &stored)),
+    let WriteTenant { tenant, key } = writer.clone();
+    let answer: Result<Response, ApiError> = async {
+        let value = read_document(&state, &headers, body).await?;
+        let body = parse_item(&value)?;
+        let lookups = Lookups::load(&state, &tenant, std::slice::from_ref(&body)).await?;
+        let outcome = lookups.check(body, &value)?;
+        let result = match state
+            .group_commit
+            .outcome(&tenant, key.as_ref(), &outcome)
+            .await
+        {
+            Some(result) => result?,
+            None => record_one(&state, &tenant, &outcome).await?,
+        };
+        crate::metrics::record_outcomes(&tenant, std::slice::from_ref(&result));
+        match result {
+            OutcomeResult::Inserted(stored) => Ok(answer(&tenant, &stored, "inserted")),
+            OutcomeResult::Duplicate(stored) => Ok(answer(&tenant, &stored, "duplicate")),
+            OutcomeResult::Collision(stored) => Err(collision(&tenant, &stored)),
+        }
+    }
+    .await;
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(err) => writer.confirm(&state, Err(err)).await,
     }
 }
 

@@ -199,6 +199,28 @@ async fn load_or_builtin(
     }
 }
 
+/// The contract a single write identifies its event under, and whether it was resolved
+/// as the latest version (`?version` absent). With group commit on, a version this server
+/// has read before is answered from its memory (`lookups.rs`), and the batch that stores
+/// the event checks that no newer version was registered meanwhile.
+pub(crate) async fn load_for_write(
+    state: &AppState,
+    tenant: &TenantId,
+    name: &str,
+    version: Option<u32>,
+) -> Result<(Contract, bool), ApiError> {
+    let latest = version.is_none();
+    let Some(lookups) = state.group_commit.lookups() else {
+        return Ok((load(state, tenant, name, version).await?, latest));
+    };
+    if let Some(contract) = lookups.contract(tenant, name, version) {
+        return Ok((contract, latest));
+    }
+    let contract = load(state, tenant, name, version).await?;
+    lookups.remember_contract(tenant, &contract, latest);
+    Ok((contract, latest))
+}
+
 /// The tenant's contract `name` (latest version unless `version` is given), or 404.
 pub(crate) async fn load(
     state: &AppState,

@@ -15,9 +15,10 @@ use traqlyte_store::{
 };
 use utoipa::ToSchema;
 
-use super::contracts::{load, VersionQuery};
-use crate::auth::Tenant;
+use super::contracts::{load, load_for_write, VersionQuery};
+use crate::auth::{Tenant, WriteTenant};
 use crate::body::{read_batch, read_document};
+use crate::group_commit::EventAnswer;
 use crate::metrics;
 use crate::{ApiError, AppState};
 
@@ -37,46 +38,86 @@ pub(crate) struct EventAck<'a> {
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn post_one(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    writer: WriteTenant,
     Path(name): Path<String>,
     Query(query): Query<VersionQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<axum::response::Response, ApiError> {
-    let contract = load(&state, &tenant, &name, query.version).await?;
-    let value = read_document(&state, &headers, body).await?;
-    let http = IngestSource::http();
-    let event = match identify(&contract, value).and_then(|e| admit(&state, &contract, e)) {
-        Ok(event) => event,
-        Err(err) => {
-            metrics::record_events(&tenant, contract.name().as_str(), &http, &[], &[], 1);
-            return Err(err);
-        }
-    };
-    let outcome = match state.group_commit.event(&tenant, &contract, &event).await {
-        Some(outcome) => outcome?,
-        None => insert_one(&state, &tenant, &contract, &event).await?,
-    };
-    metrics::record_events(
-        &tenant,
-        contract.name().as_str(),
-        &http,
-        std::slice::from_ref(&event),
-        std::slice::from_ref(&outcome),
-        0,
-    );
-    let event_id = event.identified.event_id.as_str();
-    match outcome {
-        EventOutcome::Collision { stored_fingerprint } => {
-            Err(collision(&event, &stored_fingerprint))
-        }
-        other => {
-            tracing::debug!(tenant = %tenant, contract = %contract.name(), event_id, status = other.as_str(), "event stored");
-            let status = other.as_str();
-            Ok(Json(EventAck { event_id, status }).into_response())
+    let WriteTenant { tenant, key } = writer.clone();
+    let answer: Result<axum::response::Response, ApiError> = async {
+        let (mut contract, latest) = load_for_write(&state, &tenant, &name, query.version).await?;
+        let value = read_document(&state, &headers, body).await?;
+        let http = IngestSource::http();
+        let mut stale_rounds = 0;
+        let (event, outcome) = loop {
+            let event = match identify(&contract, value.clone())
+                .and_then(|e| admit(&state, &contract, e))
+            {
+                Ok(event) => event,
+                Err(err) => {
+                    metrics::record_events(&tenant, contract.name().as_str(), &http, &[], &[], 1);
+                    return Err(err);
+                }
+            };
+            let grouped = state
+                .group_commit
+                .event(&tenant, key.as_ref(), &contract, latest, &event)
+                .await;
+            let answer = match grouped {
+                Some(answer) => answer?,
+                None => EventAnswer::Stored(insert_one(&state, &tenant, &contract, &event).await?),
+            };
+            match answer {
+                EventAnswer::Stored(outcome) => break (event, outcome),
+                // A newer version of the contract was registered since this server last read
+                // it: read it now and identify the event again under it.
+                EventAnswer::StaleContract if stale_rounds < STALE_ROUNDS_MAX => {
+                    stale_rounds += 1;
+                    if let Some(lookups) = state.group_commit.lookups() {
+                        lookups.forget_latest(&tenant, contract.name().as_str());
+                    }
+                    contract = load_for_write(&state, &tenant, &name, None).await?.0;
+                }
+                EventAnswer::StaleContract => {
+                    return Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "contract_changing",
+                        "new versions of this contract were registered while the event was being stored; nothing was stored, retry",
+                    ))
+                }
+            }
+        };
+        metrics::record_events(
+            &tenant,
+            contract.name().as_str(),
+            &http,
+            std::slice::from_ref(&event),
+            std::slice::from_ref(&outcome),
+            0,
+        );
+        let event_id = event.identified.event_id.as_str();
+        match outcome {
+            EventOutcome::Collision { stored_fingerprint } => {
+                Err(collision(&event, &stored_fingerprint))
+            }
+            other => {
+                tracing::debug!(tenant = %tenant, contract = %contract.name(), event_id, status = other.as_str(), "event stored");
+                let status = other.as_str();
+                Ok(Json(EventAck { event_id, status }).into_response())
+            }
         }
     }
+    .await;
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(err) => writer.confirm(&state, Err(err)).await,
+    }
 }
+
+/// How many times one request identifies its event again after newer versions of its
+/// contract were registered while it waited (each time re-reading the latest version).
+const STALE_ROUNDS_MAX: usize = 3;
 
 /// One event in a transaction of its own (group commit off).
 async fn insert_one(

@@ -15,7 +15,7 @@ use traqlyte_store::{Direction, EventOutcome, NewEvent, NodeRef, RunEventRow, Te
 use utoipa::{IntoParams, ToSchema};
 
 use super::events::{admit, begin_ingest, collision};
-use crate::auth::Tenant;
+use crate::auth::{Tenant, WriteTenant};
 use crate::body::read_document;
 use crate::{ApiError, AppState};
 
@@ -40,52 +40,60 @@ pub(crate) struct LineageAck<'a> {
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn post_event(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    writer: WriteTenant,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    // OpenLineage clients are answered 400 for every invalid event (`docs/lineage.md`).
-    let value = read_document(&state, &headers, body).await.map_err(|err| {
-        err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
-    })?;
-    let projected = identify_run_event(&value).map_err(bad_event)?;
-    let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
-    let event = NewEvent {
-        identified: projected.identified,
-        payload,
-    };
-    // 400 like every invalid RunEvent; the field is `eventTime`.
-    let event = admit(&state, run_event_contract(), event).map_err(|err| {
-        err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
-            .with_field("eventTime")
-    })?;
-    let row = RunEventRow {
-        event,
-        identity: projected.identity,
-    };
-    let outcome = match state.group_commit.run_event(&tenant, &row).await {
-        Some(outcome) => outcome?,
-        None => insert_one(&state, &tenant, &row).await?,
-    };
-    crate::metrics::record_events(
-        &tenant,
-        run_event_contract().name().as_str(),
-        &traqlyte_store::IngestSource::http(),
-        std::slice::from_ref(&row.event),
-        std::slice::from_ref(&outcome),
-        0,
-    );
-    let event_id = row.event.identified.event_id.as_str();
-    if let EventOutcome::Collision { stored_fingerprint } = &outcome {
-        return Err(collision(&row.event, stored_fingerprint));
+    let WriteTenant { tenant, key } = writer.clone();
+    let answer: Result<Response, ApiError> = async {
+        // OpenLineage clients are answered 400 for every invalid event (`docs/lineage.md`).
+        let value = read_document(&state, &headers, body).await.map_err(|err| {
+            err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
+        })?;
+        let projected = identify_run_event(&value).map_err(bad_event)?;
+        let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
+        let event = NewEvent {
+            identified: projected.identified,
+            payload,
+        };
+        // 400 like every invalid RunEvent; the field is `eventTime`.
+        let event = admit(&state, run_event_contract(), event).map_err(|err| {
+            err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
+                .with_field("eventTime")
+        })?;
+        let row = RunEventRow {
+            event,
+            identity: projected.identity,
+        };
+        let outcome = match state.group_commit.run_event(&tenant, key.as_ref(), &row).await {
+            Some(outcome) => outcome?,
+            None => insert_one(&state, &tenant, &row).await?,
+        };
+        crate::metrics::record_events(
+            &tenant,
+            run_event_contract().name().as_str(),
+            &traqlyte_store::IngestSource::http(),
+            std::slice::from_ref(&row.event),
+            std::slice::from_ref(&outcome),
+            0,
+        );
+        let event_id = row.event.identified.event_id.as_str();
+        if let EventOutcome::Collision { stored_fingerprint } = &outcome {
+            return Err(collision(&row.event, stored_fingerprint));
+        }
+        tracing::debug!(tenant = %tenant, event_id, run_id = %row.identity.run_id, status = outcome.as_str(), "run event stored");
+        let body = LineageAck {
+            event_id,
+            run_id: &row.identity.run_id,
+            status: outcome.as_str(),
+        };
+        Ok((StatusCode::CREATED, Json(body)).into_response())
     }
-    tracing::debug!(tenant = %tenant, event_id, run_id = %row.identity.run_id, status = outcome.as_str(), "run event stored");
-    let body = LineageAck {
-        event_id,
-        run_id: &row.identity.run_id,
-        status: outcome.as_str(),
-    };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    .await;
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(err) => writer.confirm(&state, Err(err)).await,
+    }
 }
 
 /// One run event in a transaction of its own (group commit off).

@@ -16,11 +16,62 @@ use crate::lineage::run_event;
 
 crate::on_both_backends!(
     a_thousand_concurrent_single_requests_get_the_answers_they_get_without_group_commit,
+    a_version_registered_through_another_process_identifies_the_next_event,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_server_killed_with_batches_open_loses_no_acknowledged_event() {
     killed_with_batches_open(Backend::Postgres).await
+}
+
+/// With group commit on, a server remembers which version of a contract is the latest
+/// (`crates/server/src/lookups.rs`) and the batch re-checks it: a version registered
+/// through another process identifies the very next event, as a read per request did.
+async fn a_version_registered_through_another_process_identifies_the_next_event(backend: Backend) {
+    let app = spawn_app_with(backend, ServerConfig::default()).await;
+    assert!(ServerConfig::default().group_commit.enabled);
+    app.register_checkout_contract().await;
+    let first = app.post_event(&checkout_event("v1-order")).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let one = ServerProcess::start(app.database_url(), &[]);
+    let mut second = crate::helpers::checkout_contract();
+    second["version"] = json!(2);
+    second["fields"]
+        .as_array_mut()
+        .expect("fields")
+        .retain(|f| f["pointer"] != "/params");
+    let registered = app
+        .send(
+            app.client
+                .post(format!("{}/contracts", one.address))
+                .bearer_auth(&app.key)
+                .body(second.to_string()),
+        )
+        .await;
+    assert_eq!(
+        registered.status,
+        StatusCode::CREATED,
+        "{}",
+        registered.body
+    );
+    // `app` still remembers version 1 as the latest; the batch finds version 2.
+    let next = app.post_event(&checkout_event("v2-order")).await;
+    assert_eq!(next.status, StatusCode::OK, "{}", next.body);
+    let id = next.body["event_id"].as_str().expect("event_id");
+    let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
+    assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    assert_eq!(stored.body["contract_version"], 2, "{}", stored.body);
+    // Version 1 named explicitly still identifies under version 1.
+    let pinned = app
+        .post_json(
+            "/events/checkout_completed?version=1",
+            &checkout_event("v1-again"),
+        )
+        .await;
+    assert_eq!(pinned.status, StatusCode::OK, "{}", pinned.body);
+    let id = pinned.body["event_id"].as_str().expect("event_id");
+    let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
+    assert_eq!(stored.body["contract_version"], 1, "{}", stored.body);
 }
 
 /// One request of the mix: where it goes, its body, the group whose answers are compared

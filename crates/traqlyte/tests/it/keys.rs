@@ -16,6 +16,7 @@ crate::on_both_backends!(
     creating_a_tenant_over_http_answers_its_first_key_once,
     the_key_list_shows_prefixes_and_never_the_keys,
     a_key_revoked_through_one_server_process_is_refused_at_once_by_another,
+    a_revoked_key_stores_nothing_through_a_server_that_remembers_it,
     revoking_a_key_twice_answers_the_first_revocation,
     admin_routes_refuse_no_token_a_wrong_token_and_a_tenant_key,
     admin_routes_are_not_found_without_a_configured_token,
@@ -204,6 +205,143 @@ async fn a_key_revoked_through_one_server_process_is_refused_at_once_by_another(
         stats_status(&app, &other.address, &app.key).await,
         StatusCode::OK
     );
+}
+
+/// Group commit answers a key it has seen work from the server's memory and re-checks it in
+/// the batch's transaction (`crates/server/src/lookups.rs`): after a revocation through
+/// another process, every single-write route of the remembering process is a 401 at once
+/// (a new event, run event, assignment and outcome, a known unit's read-only assignment,
+/// an invalid body) and nothing of them is stored.
+async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let campaign = crate::experiments::published_campaign(&app, [50, 50]).await;
+    let token_file = TokenFile::new(ADMIN_TOKEN);
+    let flags = [
+        "--admin-token-file",
+        token_file.path(),
+        "--group-commit",
+        "on",
+    ];
+    let one = ServerProcess::start(app.database_url(), &flags);
+    let other = ServerProcess::start(app.database_url(), &flags);
+    let created = admin_at(
+        &app,
+        &one.address,
+        Some(ADMIN_TOKEN),
+        Method::POST,
+        "/admin/tenants/test tenant/keys",
+        None,
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let key = created.body["api_key"]
+        .as_str()
+        .expect("api_key")
+        .to_string();
+    let post = |path: &'static str, body: Value| {
+        let (client, url, key) = (
+            app.client.clone(),
+            format!("{}{path}", other.address),
+            key.clone(),
+        );
+        async move {
+            let response = client
+                .post(url)
+                .bearer_auth(key)
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("request sent");
+            let status = response.status();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let unit = |id: &str| json!({"campaign_id": campaign, "unit_id": id});
+    // Every route once through `other`, so it remembers the key (and the contract).
+    let writes = [
+        (
+            "/events/checkout_completed",
+            crate::helpers::checkout_event("before"),
+        ),
+        (
+            "/api/v1/lineage",
+            crate::lineage::run_event("job", 1, &["in"], &["out"]),
+        ),
+        ("/assignments", unit("known")),
+    ];
+    for (path, body) in writes {
+        let (status, answer) = post(path, body).await;
+        assert!(status.is_success(), "{path}: {status} {answer}");
+    }
+    let (_, known) = post("/assignments", unit("known")).await;
+    let outcome = crate::experiments::outcome(&known, "order-1", "purchase", None);
+    let (status, answer) = post("/outcome", outcome).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let counts_before = stored_counts(&app, &campaign).await;
+
+    let revoked = admin_at(
+        &app,
+        &one.address,
+        Some(ADMIN_TOKEN),
+        Method::DELETE,
+        &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
+        None,
+    )
+    .await;
+    assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+    let refused = [
+        (
+            "/events/checkout_completed",
+            crate::helpers::checkout_event("after"),
+        ),
+        ("/events/checkout_completed", json!({"not": "a checkout"})),
+        (
+            "/api/v1/lineage",
+            crate::lineage::run_event("job", 2, &["in"], &["out"]),
+        ),
+        ("/assignments", unit("new")),
+        ("/assignments", unit("known")),
+        (
+            "/outcome",
+            crate::experiments::outcome(&known, "order-2", "purchase", None),
+        ),
+    ];
+    for (path, body) in refused {
+        let (status, answer) = post(path, body).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {answer}");
+        assert_eq!(answer["error"]["code"], "unauthorized", "{path}: {answer}");
+    }
+    assert_eq!(stored_counts(&app, &campaign).await, counts_before);
+}
+
+/// Stored checkout events, stored run events, assigned units and counted outcomes, read
+/// with the app's own key.
+async fn stored_counts(app: &TestApp, campaign: &str) -> (Value, Value, u64, u64) {
+    let stats = app.get("/stats").await;
+    assert_eq!(stats.status, StatusCode::OK, "{}", stats.body);
+    let contracts = &stats.body["contracts"];
+    let report = crate::experiments::report(app, campaign).await;
+    let arms = report["arms"].as_array().expect("arms");
+    let units = arms.iter().map(|a| a["units"].as_u64().unwrap_or(0)).sum();
+    let purchases = arms
+        .iter()
+        .map(|a| {
+            crate::experiments::metric(&report, a["key"].as_str().unwrap_or(""), "purchase")
+                ["event_time"]["stored_events"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    (
+        contracts["checkout_completed"]["stored"].clone(),
+        contracts["openlineage.run_event"]["stored"].clone(),
+        units,
+        purchases,
+    )
 }
 
 async fn revoking_a_key_twice_answers_the_first_revocation(backend: Backend) {
