@@ -422,6 +422,9 @@ pub struct SingleArgs {
     /// `--group-commit-max` of the group-commit server.
     #[arg(long, default_value_t = GroupCommitConfig::default().batch_max)]
     group_commit_max: usize,
+    /// Most batch transactions of one kind open at once in the group-commit server.
+    #[arg(long, default_value_t = GroupCommitConfig::default().flushes_max)]
+    group_commit_flushes: usize,
     /// Rounds; each rotates which mode goes first, medians are reported.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -516,7 +519,7 @@ pub(crate) async fn single(args: SingleArgs) -> Result<()> {
             enabled: true,
             wait_us: args.group_commit_wait_us,
             batch_max: args.group_commit_max,
-            ..GroupCommitConfig::default()
+            flushes_max: args.group_commit_flushes,
         },
     )
     .await?;
