@@ -121,19 +121,37 @@ pub async fn run(
         config,
         failures: 0,
     };
+    let fetching = worker.config.clone();
     let mut last_full = false;
+    let mut prefetched: Option<Vec<Message>> = None;
     let mut lag_sampled: Option<std::time::Instant> = None;
     while !stopping.load(Ordering::SeqCst) {
         if lag_sampled.is_none_or(|at| at.elapsed() >= LAG_SAMPLE_EVERY) {
             lag_sampled = Some(std::time::Instant::now());
             sample_lag(&consumer, &worker.config).await;
         }
-        let batch = worker.fetch(&consumer, last_full).await;
-        last_full = batch.len() >= worker.config.batch_messages_max;
-        if !batch.is_empty() {
-            crate::metrics::record_batch_size("nats", batch.len());
+        let batch = match prefetched.take() {
+            Some(batch) => batch,
+            None => fetch(&consumer, &fetching, last_full).await,
+        };
+        last_full = batch.len() >= fetching.batch_messages_max;
+        if batch.is_empty() {
+            continue;
+        }
+        crate::metrics::record_batch_size("nats", batch.len());
+        if last_full {
+            // A full batch says more are waiting: pull the next one while this one is
+            // stored and acked, so the pull's round trip overlaps the commit. The next
+            // batch is only delivered, not acked, until its own commit.
+            let (_, next) = tokio::join!(worker.handle(batch), fetch(&consumer, &fetching, true));
+            prefetched = Some(next);
+        } else {
             worker.handle(batch).await;
         }
+    }
+    // A batch pulled ahead is stored before stopping rather than left to redelivery.
+    if let Some(batch) = prefetched.filter(|b| !b.is_empty()) {
+        worker.handle(batch).await;
     }
     // Acks are buffered by the client: send them before the process exits.
     if let Err(err) = client.flush().await {
@@ -238,66 +256,65 @@ struct Counts {
     dead_lettered: usize,
 }
 
-impl Worker {
-    /// Fetches one batch: at once what is waiting after a full batch, else waiting up to
-    /// `fetch_wait_ms` for messages. A fetch error is logged and yields an empty batch.
-    async fn fetch(&self, consumer: &PullConsumer, immediate: bool) -> Vec<Message> {
-        let config = &self.config;
-        let wait = Duration::from_millis(config.fetch_wait_ms.max(1));
-        let requested = if immediate {
-            consumer
-                .fetch()
-                .max_messages(config.batch_messages_max)
-                .max_bytes(config.batch_bytes_max)
-                .messages()
-                .await
-        } else {
-            consumer
-                .batch()
-                .max_messages(config.batch_messages_max)
-                .max_bytes(config.batch_bytes_max)
-                .expires(wait)
-                .messages()
-                .await
-        };
-        let mut incoming = match requested {
-            Ok(incoming) => incoming,
-            Err(err) => {
-                tracing::warn!(error = %err, "fetch failed; retrying");
-                tokio::time::sleep(wait).await;
-                return Vec::new();
-            }
-        };
-        let mut batch = Vec::new();
-        let drain = async {
-            while let Some(item) = incoming.next().await {
-                match item {
-                    Ok(message) => batch.push(message),
-                    // A status ends the pull (max bytes reached, leader change): keep what
-                    // came.
-                    Err(err) => {
-                        tracing::debug!(error = %err, "pull request ended");
-                        break;
-                    }
+/// Fetches one batch: at once what is waiting after a full batch, else waiting up to
+/// `fetch_wait_ms` for messages. A fetch error is logged and yields an empty batch.
+async fn fetch(consumer: &PullConsumer, config: &NatsConfig, immediate: bool) -> Vec<Message> {
+    let wait = Duration::from_millis(config.fetch_wait_ms.max(1));
+    let requested = if immediate {
+        consumer
+            .fetch()
+            .max_messages(config.batch_messages_max)
+            .max_bytes(config.batch_bytes_max)
+            .messages()
+            .await
+    } else {
+        consumer
+            .batch()
+            .max_messages(config.batch_messages_max)
+            .max_bytes(config.batch_bytes_max)
+            .expires(wait)
+            .messages()
+            .await
+    };
+    let mut incoming = match requested {
+        Ok(incoming) => incoming,
+        Err(err) => {
+            tracing::warn!(error = %err, "fetch failed; retrying");
+            tokio::time::sleep(wait).await;
+            return Vec::new();
+        }
+    };
+    let mut batch = Vec::new();
+    let drain = async {
+        while let Some(item) = incoming.next().await {
+            match item {
+                Ok(message) => batch.push(message),
+                // A status ends the pull (max bytes reached, leader change): keep what
+                // came.
+                Err(err) => {
+                    tracing::debug!(error = %err, "pull request ended");
+                    break;
                 }
             }
-        };
-        // The server ends every pull with a status, but a status lost with a node (or a
-        // reconnect) would leave the pull open for ever: the client bounds only pulls
-        // that expire, not the immediate ones. Give up on it and pull again; what
-        // already came is handled, anything else is redelivered after the ack wait.
-        if tokio::time::timeout(wait + PULL_GRACE, drain)
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                received = batch.len(),
-                "pull request never ended (server lost?); pulling again"
-            );
         }
-        batch
+    };
+    // The server ends every pull with a status, but a status lost with a node (or a
+    // reconnect) would leave the pull open for ever: the client bounds only pulls
+    // that expire, not the immediate ones. Give up on it and pull again; what
+    // already came is handled, anything else is redelivered after the ack wait.
+    if tokio::time::timeout(wait + PULL_GRACE, drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            received = batch.len(),
+            "pull request never ended (server lost?); pulling again"
+        );
     }
+    batch
+}
 
+impl Worker {
     /// Stores a batch and acks it, or Naks all of it after a store error.
     async fn handle(&mut self, batch: Vec<Message>) {
         match self.store_batch(&batch).await {
