@@ -160,17 +160,7 @@ async fn a_key_revoked_through_one_server_process_is_refused_at_once_by_another(
     let flags = ["--admin-token-file", token_file.path()];
     let one = ServerProcess::start(app.database_url(), &flags);
     let other = ServerProcess::start(app.database_url(), &flags);
-    let created = admin_at(
-        &app,
-        &one.address,
-        Some(ADMIN_TOKEN),
-        Method::POST,
-        "/admin/tenants/test tenant/keys",
-        None,
-    )
-    .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let key = created.body["api_key"].as_str().expect("api_key");
+    let key = &key_created_through(&app, &one).await;
     // The other process has already authenticated the key (and would hold it in any
     // cache it had) before the revocation.
     assert_eq!(
@@ -225,20 +215,7 @@ async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend
     ];
     let one = ServerProcess::start(app.database_url(), &flags);
     let other = ServerProcess::start(app.database_url(), &flags);
-    let created = admin_at(
-        &app,
-        &one.address,
-        Some(ADMIN_TOKEN),
-        Method::POST,
-        "/admin/tenants/test tenant/keys",
-        None,
-    )
-    .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let key = created.body["api_key"]
-        .as_str()
-        .expect("api_key")
-        .to_string();
+    let key = key_created_through(&app, &one).await;
     let post = |path: &'static str, body: Value| {
         let (client, url, key) = (
             app.client.clone(),
@@ -316,6 +293,22 @@ async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend
         assert_eq!(answer["error"]["code"], "unauthorized", "{path}: {answer}");
     }
     assert_eq!(stored_counts(&app, &campaign).await, counts_before);
+}
+
+/// A new key of "test tenant", created through the admin API of `server`.
+async fn key_created_through(app: &TestApp, server: &ServerProcess) -> String {
+    let created = admin_at(
+        app,
+        &server.address,
+        Some(ADMIN_TOKEN),
+        Method::POST,
+        "/admin/tenants/test tenant/keys",
+        None,
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let key = created.body["api_key"].as_str().expect("api_key");
+    key.to_string()
 }
 
 /// Stored checkout events, stored run events, assigned units and counted outcomes, read
