@@ -21,7 +21,7 @@ const SELECT_VERSIONS: &str =
 const SELECT_CAMPAIGNS: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = $1 ORDER BY created_at_us DESC, campaign_id LIMIT $2";
-const SELECT_LATEST_VERSION: &str =
+pub(crate) const SELECT_LATEST_VERSION: &str =
     "SELECT CAST(version AS BIGINT) AS version, arms FROM campaign_versions
      WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY campaign_versions.version DESC LIMIT 1";
 /// One primary-key probe per id (a generic plan for `= ANY($2)` may scan the tenant's

@@ -73,7 +73,7 @@ pub struct KeyRecord {
     pub response: Option<StoredResponse>,
 }
 
-const SELECT_KEY: &str =
+pub(crate) const SELECT_KEY: &str =
     "SELECT checksum, owner, reserved_at_us, CAST(status AS BIGINT) AS status, headers, body
      FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2";
 

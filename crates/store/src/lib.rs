@@ -32,6 +32,7 @@ pub mod outcome_corrections;
 mod outcomes_batch;
 pub mod partitions;
 pub mod plan;
+pub mod plans;
 mod postgres;
 pub mod semantic;
 pub mod sources;

@@ -299,16 +299,18 @@ impl Store {
     /// database on every call, never cached, so a revocation holds at once everywhere.
     pub async fn tenant_for_key(&self, key: &ApiKey) -> Result<Option<TenantId>, StoreError> {
         with_pool!(self, reader, |pool| {
-            let row: Option<String> = sqlx::query_scalar(
-                "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_us IS NULL",
-            )
-            .bind(key.hash())
-            .fetch_optional(pool)
-            .await?;
+            let row: Option<String> = sqlx::query_scalar(SELECT_TENANT_FOR_KEY)
+                .bind(key.hash())
+                .fetch_optional(pool)
+                .await?;
             Ok(row.map(TenantId::from_stored))
         })
     }
 }
+
+/// The tenant of a working key, by the key's hash.
+pub(crate) const SELECT_TENANT_FOR_KEY: &str =
+    "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_us IS NULL";
 
 impl StoreTx {
     /// Which of `keys` still work (exist, not revoked), read in this transaction, in one

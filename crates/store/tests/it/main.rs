@@ -7,4 +7,5 @@ mod migrate;
 mod partitions;
 mod placeholders;
 mod plan;
+mod plans;
 mod schema;

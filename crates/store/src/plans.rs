@@ -1,0 +1,36 @@
+//! The hot point lookups, listed so a test (`tests/it/plans.rs`) can check their
+//! PostgreSQL plans on a fresh database, where no statistics exist yet: each must be
+//! answered through the whole key of the index named here. On such a table the planner
+//! estimates every index at one row, so a lookup whose columns are also a prefix of
+//! another index may be planned through that one, filtering the rest (a scan of every
+//! unit of a campaign per assignment, until issue 11's benchmark found it), and the
+//! generic plan is kept.
+
+/// `(what, statement, the index that must answer it)`.
+pub const POINT_LOOKUPS: &[(&str, &str, &str)] = &[
+    (
+        "an API key's tenant",
+        crate::tenants::SELECT_TENANT_FOR_KEY,
+        "api_keys_pkey",
+    ),
+    (
+        "a unit's assignment",
+        crate::assignments_batch::SELECT_ASSIGNMENT_BY_ID,
+        "assignments_by_id",
+    ),
+    (
+        "a campaign's latest version",
+        crate::campaigns::SELECT_LATEST_VERSION,
+        "campaign_versions_pkey",
+    ),
+    (
+        "a contract, its latest or a named version",
+        crate::sql::SELECT_CONTRACT,
+        "contracts_pkey",
+    ),
+    (
+        "an idempotency key",
+        crate::idempotency::SELECT_KEY,
+        "idempotency_keys_pkey",
+    ),
+];

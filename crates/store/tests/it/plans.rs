@@ -1,0 +1,42 @@
+//! The hot point lookups (`traqlyte_store::plans::POINT_LOOKUPS`) are planned through the
+//! whole key of their index on a fresh PostgreSQL database, with the generic plan a
+//! prepared statement keeps: no table statistics exist yet, which is when a lookup sharing
+//! a prefix with another index was planned through that one.
+
+use traqlyte_store::plans::POINT_LOOKUPS;
+
+use crate::db::{Backend, Raw, TestDb};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_point_lookups_use_their_index_on_a_fresh_database() {
+    let db = TestDb::create(Backend::Postgres).await;
+    db.store().await.migrate().await.expect("migrate");
+    let Raw::Postgres(mut conn) = db.raw().await else {
+        panic!("a PostgreSQL connection");
+    };
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut conn)
+        .await
+        .expect("set the plan mode");
+    for (n, (what, sql, index)) in POINT_LOOKUPS.iter().enumerate() {
+        sqlx::query(&format!("PREPARE lookup_{n} AS {sql}"))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let parameters = (1..=9).filter(|i| sql.contains(&format!("${i}"))).count();
+        let explain = format!(
+            "EXPLAIN EXECUTE lookup_{n}({})",
+            vec!["NULL"; parameters].join(", ")
+        );
+        let lines: Vec<String> = sqlx::query_scalar(&explain)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let plan = lines.join("\n");
+        assert!(plan.contains(&format!("using {index}")), "{what}:\n{plan}");
+        assert!(
+            !plan.contains("Seq Scan") && !plan.contains("Sort"),
+            "{what}:\n{plan}"
+        );
+    }
+}
