@@ -183,23 +183,34 @@ fn write_number(number: &Number, out: &mut Vec<u8>) {
 
 fn write_string(text: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
     out.push(b'"');
-    for &byte in text.as_bytes() {
-        match byte {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x09 => out.extend_from_slice(b"\\t"),
-            0x0a => out.extend_from_slice(b"\\n"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            0x0d => out.extend_from_slice(b"\\r"),
-            0x00..=0x1f => {
-                let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]);
-                out.extend_from_slice(&[b'\\', b'u', b'0', b'0', high, low]);
-            }
-            _ => out.push(byte),
+    // Runs of bytes that need no escape are copied at once; only `"`, `\\` and the
+    // control characters below 0x20 are escaped (RFC 8785, section 3.2.2.2).
+    let mut plain_from = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match byte {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0a => b"\\n",
+            0x0c => b"\\f",
+            0x0d => b"\\r",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[plain_from..at]);
+        plain_from = at + 1;
+        if escaped.is_empty() {
+            let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]);
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', high, low]);
+        } else {
+            out.extend_from_slice(escaped);
         }
     }
+    out.extend_from_slice(&bytes[plain_from..]);
     out.push(b'"');
 }
 
@@ -298,6 +309,31 @@ fn is_exact(number: &Number) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn strings_are_escaped_as_ecmascript_json_does_byte_for_byte() {
+        let mut samples: Vec<String> = (0u32..0x80)
+            .filter_map(char::from_u32)
+            .map(|c| format!("a{c}b{c}"))
+            .collect();
+        samples.extend(
+            [
+                "",
+                "plain",
+                "\"\\\"",
+                "\u{7f}\u{80}é€😀",
+                "tab\tend\n",
+                "\u{0}\u{1f}x",
+            ]
+            .map(str::to_string),
+        );
+        for sample in samples {
+            let mut out = Vec::new();
+            write_string(&sample, &mut out);
+            let expected = serde_json::to_string(&sample).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "{sample:?}");
+        }
+    }
 
     fn round(x: f64, decimals: u32) -> f64 {
         round_decimal(&Number::from_f64(x).unwrap(), decimals)
