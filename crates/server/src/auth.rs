@@ -104,6 +104,19 @@ impl WriteTenant {
         }
         Err(unknown_key())
     }
+
+    /// A handler's whole answer: success as it is (it came from a batch that checked the
+    /// key), an error only after [`WriteTenant::confirm`].
+    pub(crate) async fn settle<T>(
+        &self,
+        state: &AppState,
+        answer: Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        match answer {
+            Ok(answer) => Ok(answer),
+            Err(err) => self.confirm(state, Err(err)).await,
+        }
+    }
 }
 
 /// The key of `Authorization: Bearer <key>`, checked for shape only.

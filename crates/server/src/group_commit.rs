@@ -362,27 +362,25 @@ async fn write_in_one_tx<F: Flush>(
     test_delay().await;
     let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
     let mut live = tx.live_keys(&keys).await?.into_iter();
-    let mut positions = Vec::with_capacity(items.len());
-    let mut admitted = Vec::with_capacity(items.len());
+    let (mut admitted, mut revoked, mut admitted_items) = (Vec::new(), Vec::new(), Vec::new());
     for (position, (key, item)) in items.iter().enumerate() {
         if key.is_none() || live.next() == Some(true) {
-            positions.push(position);
-            admitted.push(item.clone());
+            admitted.push(position);
+            admitted_items.push(item.clone());
+        } else {
+            revoked.push(position);
         }
     }
-    let answers = flush.write(&mut tx, &admitted).await?;
-    if answers.len() != admitted.len() {
-        return Err(StoreError::Corrupt(format!(
-            "a batch of {} items returned {} outcomes",
-            admitted.len(),
-            answers.len()
-        )));
-    }
+    let answers = flush.write(&mut tx, &admitted_items).await?;
+    let refusals = revoked.iter().map(|_| None).collect();
+    let out = scatter(
+        items.len(),
+        vec![
+            (admitted, answers.into_iter().map(Some).collect()),
+            (revoked, refusals),
+        ],
+    )?;
     tx.commit().await?;
-    let mut out: Vec<Option<F::Answer>> = (0..items.len()).map(|_| None).collect();
-    for (position, answer) in positions.into_iter().zip(answers) {
-        out[position] = Some(answer);
-    }
     Ok(out)
 }
 
@@ -475,7 +473,7 @@ impl Flush for EventsFlush {
         tx: &mut StoreTx,
         items: &[Self::Item],
     ) -> Result<Vec<EventAnswer>, StoreError> {
-        let mut answers: Vec<Option<EventAnswer>> = vec![None; items.len()];
+        let mut parts = Vec::new();
         for group in groups(items, |(t, (c, _, _))| {
             (t.as_str(), c.name().as_str(), c.version())
         }) {
@@ -486,32 +484,18 @@ impl Flush for EventsFlush {
             } else {
                 false
             };
-            let (mut written, mut events) = (Vec::new(), Vec::new());
-            for &i in &group {
-                let (_, (_, latest, event)) = &items[i];
-                if stale && *latest {
-                    answers[i] = Some(EventAnswer::StaleContract);
-                } else {
-                    written.push(i);
-                    events.push(event.clone());
-                }
-            }
+            let (refused, written): (Vec<usize>, Vec<usize>) =
+                group.into_iter().partition(|&i| stale && items[i].1 .1);
+            let events: Vec<NewEvent> = written.iter().map(|&i| items[i].1 .2.clone()).collect();
             let outcomes = tx.insert_events(tenant, contract, &events).await?;
-            if outcomes.len() != written.len() {
-                return Err(StoreError::Corrupt(
-                    "a batch returned fewer outcomes than items".into(),
-                ));
-            }
-            for (i, outcome) in written.into_iter().zip(outcomes) {
-                answers[i] = Some(EventAnswer::Stored(outcome));
-            }
+            let stale_answers = refused.iter().map(|_| EventAnswer::StaleContract).collect();
+            parts.push((refused, stale_answers));
+            parts.push((
+                written,
+                outcomes.into_iter().map(EventAnswer::Stored).collect(),
+            ));
         }
-        answers
-            .into_iter()
-            .map(|a| {
-                a.ok_or_else(|| StoreError::Corrupt("an item of a batch has no outcome".into()))
-            })
-            .collect()
+        scatter(items.len(), parts)
     }
 }
 

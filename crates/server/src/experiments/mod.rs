@@ -71,7 +71,7 @@ pub(crate) async fn assign(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<AssignmentView>, ApiError> {
-    let WriteTenant { tenant, key } = writer.clone();
+    let WriteTenant { tenant, key } = &writer;
     let answer: Result<Json<AssignmentView>, ApiError> = async {
         let value = read_document(&state, &headers, body).await?;
         // Parsed before any lookup: binding a NUL fails on PostgreSQL, reads included.
@@ -85,7 +85,7 @@ pub(crate) async fn assign(
         // server's memory is confirmed first (`WriteTenant::confirm`).
         if let Some(stored) = state
             .store
-            .unit_assignment(&tenant, &campaign_id, &unit_id)
+            .unit_assignment(tenant, &campaign_id, &unit_id)
             .await?
         {
             return writer
@@ -96,11 +96,11 @@ pub(crate) async fn assign(
         // second read that tells an unknown campaign (404) from an unpublished one (409).
         let Some(latest) = state
             .store
-            .latest_versions(&tenant, std::slice::from_ref(&campaign_id))
+            .latest_versions(tenant, std::slice::from_ref(&campaign_id))
             .await?
             .pop()
         else {
-            return Err(match state.store.campaign(&tenant, &campaign_id).await? {
+            return Err(match state.store.campaign(tenant, &campaign_id).await? {
                 Some(_) => not_published(),
                 None => campaign_not_found(campaign_id.as_str(), "campaign_id"),
             });
@@ -111,22 +111,19 @@ pub(crate) async fn assign(
         if !work.is_idempotent() {
             if let Some(stored) = state
                 .group_commit
-                .assignment(&tenant, key.as_ref(), &proposed)
+                .assignment(tenant, key.as_ref(), &proposed)
                 .await
             {
                 return Ok(Json(assignment_view(stored?)));
             }
         }
         let mut tx = work.begin().await?;
-        let stored = tx.assign(&tenant, &proposed).await?;
+        let stored = tx.assign(tenant, &proposed).await?;
         work.finish(tx).await?;
         Ok(Json(assignment_view(stored)))
     }
     .await;
-    match answer {
-        Ok(answer) => Ok(answer),
-        Err(err) => writer.confirm(&state, Err(err)).await,
-    }
+    writer.settle(&state, answer).await
 }
 
 /// The assignment `unit_id` gets under `latest`, the campaign's latest version.

@@ -43,32 +43,29 @@ pub(crate) async fn post_outcome(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let WriteTenant { tenant, key } = writer.clone();
+    let WriteTenant { tenant, key } = &writer;
     let answer: Result<Response, ApiError> = async {
         let value = read_document(&state, &headers, body).await?;
         let body = parse_item(&value)?;
-        let lookups = Lookups::load(&state, &tenant, std::slice::from_ref(&body)).await?;
+        let lookups = Lookups::load(&state, tenant, std::slice::from_ref(&body)).await?;
         let outcome = lookups.check(body, &value)?;
         let result = match state
             .group_commit
-            .outcome(&tenant, key.as_ref(), &outcome)
+            .outcome(tenant, key.as_ref(), &outcome)
             .await
         {
             Some(result) => result?,
-            None => record_one(&state, &tenant, &outcome).await?,
+            None => record_one(&state, tenant, &outcome).await?,
         };
-        crate::metrics::record_outcomes(&tenant, std::slice::from_ref(&result));
+        crate::metrics::record_outcomes(tenant, std::slice::from_ref(&result));
         match result {
-            OutcomeResult::Inserted(stored) => Ok(answer(&tenant, &stored, "inserted")),
-            OutcomeResult::Duplicate(stored) => Ok(answer(&tenant, &stored, "duplicate")),
-            OutcomeResult::Collision(stored) => Err(collision(&tenant, &stored)),
+            OutcomeResult::Inserted(stored) => Ok(answer(tenant, &stored, "inserted")),
+            OutcomeResult::Duplicate(stored) => Ok(answer(tenant, &stored, "duplicate")),
+            OutcomeResult::Collision(stored) => Err(collision(tenant, &stored)),
         }
     }
     .await;
-    match answer {
-        Ok(answer) => Ok(answer),
-        Err(err) => writer.confirm(&state, Err(err)).await,
-    }
+    writer.settle(&state, answer).await
 }
 
 /// One outcome in a transaction of its own (group commit off).

@@ -44,9 +44,9 @@ pub(crate) async fn post_one(
     headers: HeaderMap,
     body: Body,
 ) -> Result<axum::response::Response, ApiError> {
-    let WriteTenant { tenant, key } = writer.clone();
+    let WriteTenant { tenant, key } = &writer;
     let answer: Result<axum::response::Response, ApiError> = async {
-        let (mut contract, latest) = load_for_write(&state, &tenant, &name, query.version).await?;
+        let (mut contract, latest) = load_for_write(&state, tenant, &name, query.version).await?;
         let value = read_document(&state, &headers, body).await?;
         let http = IngestSource::http();
         let mut stale_rounds = 0;
@@ -56,17 +56,17 @@ pub(crate) async fn post_one(
             {
                 Ok(event) => event,
                 Err(err) => {
-                    metrics::record_events(&tenant, contract.name().as_str(), &http, &[], &[], 1);
+                    metrics::record_events(tenant, contract.name().as_str(), &http, &[], &[], 1);
                     return Err(err);
                 }
             };
             let grouped = state
                 .group_commit
-                .event(&tenant, key.as_ref(), &contract, latest, &event)
+                .event(tenant, key.as_ref(), &contract, latest, &event)
                 .await;
             let answer = match grouped {
                 Some(answer) => answer?,
-                None => EventAnswer::Stored(insert_one(&state, &tenant, &contract, &event).await?),
+                None => EventAnswer::Stored(insert_one(&state, tenant, &contract, &event).await?),
             };
             match answer {
                 EventAnswer::Stored(outcome) => break (event, outcome),
@@ -75,9 +75,9 @@ pub(crate) async fn post_one(
                 EventAnswer::StaleContract if stale_rounds < STALE_ROUNDS_MAX => {
                     stale_rounds += 1;
                     if let Some(lookups) = state.group_commit.lookups() {
-                        lookups.forget_latest(&tenant, contract.name().as_str());
+                        lookups.forget_latest(tenant, contract.name().as_str());
                     }
-                    contract = load_for_write(&state, &tenant, &name, None).await?.0;
+                    contract = load_for_write(&state, tenant, &name, None).await?.0;
                 }
                 EventAnswer::StaleContract => {
                     return Err(ApiError::new(
@@ -89,7 +89,7 @@ pub(crate) async fn post_one(
             }
         };
         metrics::record_events(
-            &tenant,
+            tenant,
             contract.name().as_str(),
             &http,
             std::slice::from_ref(&event),
@@ -109,10 +109,7 @@ pub(crate) async fn post_one(
         }
     }
     .await;
-    match answer {
-        Ok(answer) => Ok(answer),
-        Err(err) => writer.confirm(&state, Err(err)).await,
-    }
+    writer.settle(&state, answer).await
 }
 
 /// How many times one request identifies its event again after newer versions of its

@@ -44,7 +44,7 @@ pub(crate) async fn post_event(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let WriteTenant { tenant, key } = writer.clone();
+    let WriteTenant { tenant, key } = &writer;
     let answer: Result<Response, ApiError> = async {
         // OpenLineage clients are answered 400 for every invalid event (`docs/lineage.md`).
         let value = read_document(&state, &headers, body).await.map_err(|err| {
@@ -65,12 +65,12 @@ pub(crate) async fn post_event(
             event,
             identity: projected.identity,
         };
-        let outcome = match state.group_commit.run_event(&tenant, key.as_ref(), &row).await {
+        let outcome = match state.group_commit.run_event(tenant, key.as_ref(), &row).await {
             Some(outcome) => outcome?,
-            None => insert_one(&state, &tenant, &row).await?,
+            None => insert_one(&state, tenant, &row).await?,
         };
         crate::metrics::record_events(
-            &tenant,
+            tenant,
             run_event_contract().name().as_str(),
             &traqlyte_store::IngestSource::http(),
             std::slice::from_ref(&row.event),
@@ -90,10 +90,7 @@ pub(crate) async fn post_event(
         Ok((StatusCode::CREATED, Json(body)).into_response())
     }
     .await;
-    match answer {
-        Ok(answer) => Ok(answer),
-        Err(err) => writer.confirm(&state, Err(err)).await,
-    }
+    writer.settle(&state, answer).await
 }
 
 /// One run event in a transaction of its own (group commit off).
