@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use traqlyte_identity::Contract;
+use traqlyte_identity::{Contract, ContractName};
 use traqlyte_store::{
     now_us, ApiKey, Assignment, EventOutcome, LateEvents, NewEvent, NewOutcome, OutcomeResult,
     RunEventRow, Store, StoreError, StoreTx, TenantId,
@@ -205,13 +205,30 @@ trait Flush: Send + Sync + 'static {
     /// Opens the transaction the items are written in.
     fn begin(&self, store: &Store) -> impl Future<Output = Result<StoreTx, StoreError>> + Send;
 
-    /// Writes `items` in `tx` (not committed here).
+    /// The contracts whose latest version the batch's transaction must re-check before
+    /// [`Flush::write`] (those some item resolved "the latest" of from memory), each once.
+    fn latest_to_check<'a>(
+        &self,
+        _items: impl Iterator<Item = &'a Self::Item>,
+    ) -> Vec<(TenantId, ContractName)>
+    where
+        Self::Item: 'a,
+    {
+        Vec::new()
+    }
+
+    /// Writes `items` in `tx` (not committed here); `latest` holds what the transaction
+    /// read for [`Flush::latest_to_check`].
     fn write<'a>(
         &'a self,
         tx: &'a mut StoreTx,
         items: &'a [Self::Item],
+        latest: &'a LatestVersions,
     ) -> impl Future<Output = Result<Vec<Self::Answer>, StoreError>> + Send + 'a;
 }
+
+/// Each re-checked contract's latest registered version, read in the batch's transaction.
+type LatestVersions = Vec<((TenantId, ContractName), Option<u32>)>;
 
 type Reply<F> = oneshot::Sender<Result<<F as Flush>::Answer, ApiError>>;
 
@@ -361,7 +378,11 @@ async fn write_in_one_tx<F: Flush>(
     #[cfg(feature = "test-hooks")]
     test_delay().await;
     let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
-    let mut live = tx.live_keys(&keys).await?.into_iter();
+    let contracts = flush.latest_to_check(items.iter().map(|(_, item)| item));
+    let probes: Vec<(&TenantId, &ContractName)> = contracts.iter().map(|(t, n)| (t, n)).collect();
+    let (live, versions) = tx.check_writes(&keys, &probes).await?;
+    let latest: LatestVersions = contracts.into_iter().zip(versions).collect();
+    let mut live = live.into_iter();
     let (mut admitted, mut revoked, mut admitted_items) = (Vec::new(), Vec::new(), Vec::new());
     for (position, (key, item)) in items.iter().enumerate() {
         if key.is_none() || live.next() == Some(true) {
@@ -371,7 +392,7 @@ async fn write_in_one_tx<F: Flush>(
             revoked.push(position);
         }
     }
-    let answers = flush.write(&mut tx, &admitted_items).await?;
+    let answers = flush.write(&mut tx, &admitted_items, &latest).await?;
     let refusals = revoked.iter().map(|_| None).collect();
     let out = scatter(
         items.len(),
@@ -468,10 +489,26 @@ impl Flush for EventsFlush {
         begin_ingest(store, self.late_events)
     }
 
+    fn latest_to_check<'a>(
+        &self,
+        items: impl Iterator<Item = &'a Self::Item>,
+    ) -> Vec<(TenantId, ContractName)> {
+        let mut contracts: Vec<(TenantId, ContractName)> = items
+            .filter(|(_, (_, resolved_latest, _))| *resolved_latest)
+            .map(|(tenant, (contract, _, _))| (tenant.clone(), contract.name().clone()))
+            .collect();
+        contracts.sort_by(|(t1, n1), (t2, n2)| {
+            (t1.as_str(), n1.as_str()).cmp(&(t2.as_str(), n2.as_str()))
+        });
+        contracts.dedup();
+        contracts
+    }
+
     async fn write(
         &self,
         tx: &mut StoreTx,
         items: &[Self::Item],
+        latest: &LatestVersions,
     ) -> Result<Vec<EventAnswer>, StoreError> {
         let mut parts = Vec::new();
         for group in groups(items, |(t, (c, _, _))| {
@@ -479,8 +516,16 @@ impl Flush for EventsFlush {
         }) {
             let (tenant, (contract, _, _)) = &items[group[0]];
             let stale = if group.iter().any(|&i| items[i].1 .1) {
-                tx.latest_contract_version(tenant, contract.name()).await?
-                    != Some(contract.version())
+                let read = latest
+                    .iter()
+                    .find(|((t, n), _)| t == tenant && n == contract.name())
+                    .map(|(_, version)| *version);
+                let version = match read {
+                    Some(version) => version,
+                    // Not probed with the keys (never expected): read it now.
+                    None => tx.latest_contract_version(tenant, contract.name()).await?,
+                };
+                version != Some(contract.version())
             } else {
                 false
             };
@@ -515,6 +560,7 @@ impl Flush for LineageFlush {
         &self,
         tx: &mut StoreTx,
         items: &[Self::Item],
+        _latest: &LatestVersions,
     ) -> Result<Vec<EventOutcome>, StoreError> {
         let mut parts = Vec::new();
         for (group, tenant, rows) in by_tenant(items) {
@@ -538,6 +584,7 @@ impl Flush for OutcomesFlush {
         &self,
         tx: &mut StoreTx,
         items: &[Self::Item],
+        _latest: &LatestVersions,
     ) -> Result<Vec<OutcomeResult>, StoreError> {
         let now = now_us();
         let mut parts = Vec::new();
@@ -562,6 +609,7 @@ impl Flush for AssignmentsFlush {
         &self,
         tx: &mut StoreTx,
         items: &[Self::Item],
+        _latest: &LatestVersions,
     ) -> Result<Vec<Assignment>, StoreError> {
         let mut parts = Vec::new();
         for (group, tenant, proposed) in by_tenant(items) {

@@ -12,7 +12,8 @@ use traqlyte_experiments::bucketing;
 use crate::campaigns::VersionRow;
 use crate::tx::{with_pool, with_tx, TxInner};
 use crate::{
-    Assignment, CampaignId, CampaignVersion, Store, StoreError, StoreTx, TenantId, UnitId,
+    Assignment, AssignmentId, CampaignId, CampaignVersion, Store, StoreError, StoreTx, TenantId,
+    UnitId,
 };
 
 /// Rows per multi-row statement (7 parameters a row: 3,500 per statement, within both
@@ -33,10 +34,10 @@ pub(crate) const SELECT_ASSIGNMENT_BY_ID: &str = "SELECT assignment_id, campaign
      FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
 
 /// One unique-index probe per id (see [`SELECT_ASSIGNMENT_BY_ID`]).
-const PG_SELECT_ASSIGNED: &str = "SELECT a.assignment_id, a.campaign_id, a.unit_id, a.arm,
+pub(crate) const PG_SELECT_ASSIGNED: &str = "SELECT a.assignment_id, a.campaign_id, a.unit_id, a.arm,
        CAST(a.version AS BIGINT) AS version, a.assigned_at_us
      FROM unnest($2::text[]) AS k(id)
-     CROSS JOIN LATERAL (SELECT * FROM assignments WHERE tenant_id = $1 AND assignment_id = k.id) a";
+     CROSS JOIN LATERAL (SELECT * FROM assignments WHERE tenant_id = $1 AND assignment_id = k.id LIMIT 1) a";
 
 /// The stored assignment read by id, checked to be the unit's: a different campaign or
 /// unit under the same id would be a SHA-256 collision, reported, never answered.
@@ -160,7 +161,11 @@ impl StoreTx {
                 query.execute(&mut *conn).await?;
             });
         }
-        let stored = self.stored_assignments(tenant, &rows).await?;
+        let keys: Vec<(&CampaignId, &UnitId, &str)> = rows
+            .iter()
+            .map(|a| (&a.campaign_id, &a.unit_id, a.assignment_id.as_str()))
+            .collect();
+        let stored = self.stored_assignments(tenant, &keys).await?;
         proposed
             .iter()
             .map(|a| {
@@ -174,23 +179,48 @@ impl StoreTx {
             .collect()
     }
 
-    /// The stored assignments of `rows`' `(campaign, unit)` keys.
+    /// The stored assignments of many `(campaign, unit)` pairs (each unit by its
+    /// `userId`, else its `anonymousId`, say), read in this transaction in a constant
+    /// number of statements; pairs without an assignment are absent from the map.
+    pub async fn assignments_for_units(
+        &mut self,
+        tenant: &TenantId,
+        units: &[(&CampaignId, &UnitId)],
+    ) -> Result<HashMap<(CampaignId, UnitId), Assignment>, StoreError> {
+        let ids: Vec<AssignmentId> = units
+            .iter()
+            .map(|(campaign, unit)| bucketing::assignment_id(campaign, unit.as_str()))
+            .collect();
+        let keys: Vec<(&CampaignId, &UnitId, &str)> = units
+            .iter()
+            .zip(&ids)
+            .map(|((campaign, unit), id)| (*campaign, *unit, id.as_str()))
+            .collect();
+        self.stored_assignments(tenant, &keys).await
+    }
+
+    /// The stored assignments of `keys` (`(campaign, unit, assignment id)`), by
+    /// `(campaign, unit)`. A row stored under one of the ids for another campaign or unit
+    /// is a SHA-256 collision: reported ([`the_units`]), never answered.
     async fn stored_assignments(
         &mut self,
         tenant: &TenantId,
-        rows: &[&Assignment],
+        keys: &[(&CampaignId, &UnitId, &str)],
     ) -> Result<HashMap<(CampaignId, UnitId), Assignment>, StoreError> {
-        let mut found: Vec<Assignment> = Vec::with_capacity(rows.len());
+        let mut found: Vec<Assignment> = Vec::with_capacity(keys.len());
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
         match &mut self.inner {
             TxInner::Postgres(conn) => {
-                let ids: Vec<&str> = rows.iter().map(|a| a.assignment_id.as_str()).collect();
+                let ids: Vec<&str> = keys.iter().map(|(_, _, id)| *id).collect();
                 let query = sqlx::query_as(PG_SELECT_ASSIGNED)
                     .bind(tenant.as_str())
                     .bind(ids);
                 found = query.fetch_all(&mut **conn).await?;
             }
             TxInner::Sqlite(conn) => {
-                for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                for chunk in keys.chunks(ROWS_PER_STATEMENT) {
                     // The keys drive the join (CROSS JOIN fixes SQLite's loop order): one
                     // primary-key probe per key. An OR of the keys scanned the campaign's rows.
                     let sql = format!(
@@ -199,17 +229,25 @@ impl StoreTx {
                         vec!["(?, ?)"; chunk.len()].join(", ")
                     );
                     let mut query = sqlx::query_as(&sql);
-                    for a in chunk {
-                        query = query.bind(a.campaign_id.as_str()).bind(a.unit_id.as_str());
+                    for (campaign, unit, _) in chunk {
+                        query = query.bind(campaign.as_str()).bind(unit.as_str());
                     }
                     query = query.bind(tenant.as_str());
                     found.extend(query.fetch_all(&mut **conn).await?);
                 }
             }
         }
-        Ok(found
-            .into_iter()
-            .map(|a| ((a.campaign_id.clone(), a.unit_id.clone()), a))
-            .collect())
+        let by_id: HashMap<&str, &Assignment> = found
+            .iter()
+            .map(|a| (a.assignment_id.as_str(), a))
+            .collect();
+        let mut stored = HashMap::with_capacity(by_id.len());
+        for (campaign, unit, id) in keys {
+            let row = by_id.get(id).map(|a| (*a).clone());
+            if let Some(a) = the_units(row, campaign, unit)? {
+                stored.insert(((*campaign).clone(), (*unit).clone()), a);
+            }
+        }
+        Ok(stored)
     }
 }

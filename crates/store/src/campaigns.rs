@@ -26,10 +26,10 @@ pub(crate) const SELECT_LATEST_VERSION: &str =
      WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY campaign_versions.version DESC LIMIT 1";
 /// One primary-key probe per id (a generic plan for `= ANY($2)` may scan the tenant's
 /// whole key range).
-const PG_SELECT_CAMPAIGNS_BY_ID: &str =
+pub(crate) const PG_SELECT_CAMPAIGNS_BY_ID: &str =
     "SELECT c.campaign_id, c.campaign_key, c.name, c.arms, c.metrics, c.salt, c.created_at_us
      FROM unnest($2::text[]) AS k(id)
-     CROSS JOIN LATERAL (SELECT * FROM campaigns WHERE tenant_id = $1 AND campaign_id = k.id) c";
+     CROSS JOIN LATERAL (SELECT * FROM campaigns WHERE tenant_id = $1 AND campaign_id = k.id LIMIT 1) c";
 const SELECT_CAMPAIGNS_IN: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = ? AND campaign_id IN";

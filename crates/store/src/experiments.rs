@@ -122,12 +122,6 @@ const SELECT_ASSIGNMENT: &str = "SELECT assignment_id, campaign_id, unit_id, arm
        CAST(version AS BIGINT) AS version, assigned_at_us
      FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
 
-/// One index probe per id (see `PG_SELECT_CAMPAIGNS_BY_ID`).
-const PG_SELECT_ASSIGNMENTS_BY_ID: &str = "SELECT a.assignment_id, a.campaign_id, a.unit_id, a.arm,
-       CAST(a.version AS BIGINT) AS version, a.assigned_at_us
-     FROM unnest($2::text[]) AS k(id)
-     CROSS JOIN LATERAL (SELECT * FROM assignments WHERE tenant_id = $1 AND assignment_id = k.id) a";
-
 const SELECT_ASSIGNMENTS_IN: &str = "SELECT assignment_id, campaign_id, unit_id, arm,
        CAST(version AS BIGINT) AS version, assigned_at_us
      FROM assignments WHERE tenant_id = ? AND assignment_id IN";
@@ -169,7 +163,7 @@ impl Store {
         let texts: Vec<&str> = ids.iter().map(AssignmentId::as_str).collect();
         match &self.backend {
             crate::Backend::Postgres(pg) => {
-                let query = sqlx::query_as(PG_SELECT_ASSIGNMENTS_BY_ID)
+                let query = sqlx::query_as(crate::assignments_batch::PG_SELECT_ASSIGNED)
                     .bind(tenant.as_str())
                     .bind(&texts);
                 Ok(query.fetch_all(&pg.pool).await?)

@@ -5,9 +5,12 @@
 //! another index may be planned through that one, filtering the rest (a scan of every
 //! unit of a campaign per assignment, until issue 11's benchmark found it), and the
 //! generic plan is kept.
+//!
+//! The batch paths' set-based reads (`unnest` of ids, `= ANY`) are listed too: each must
+//! probe the same index per id, never scan the table.
 
 /// `(what, statement, the index that must answer it)`.
-pub const POINT_LOOKUPS: &[(&str, &str, &str)] = &[
+pub const LOOKUPS: &[(&str, &str, &str)] = &[
     (
         "an API key's tenant",
         crate::tenants::SELECT_TENANT_FOR_KEY,
@@ -32,5 +35,30 @@ pub const POINT_LOOKUPS: &[(&str, &str, &str)] = &[
         "an idempotency key",
         crate::idempotency::SELECT_KEY,
         "idempotency_keys_pkey",
+    ),
+    (
+        "which of a batch's keys still work",
+        crate::tenants::PG_SELECT_LIVE_KEYS,
+        "api_keys_pkey",
+    ),
+    (
+        "a batch's assignments by id",
+        crate::assignments_batch::PG_SELECT_ASSIGNED,
+        "assignments_by_id",
+    ),
+    (
+        "a batch's campaigns by id",
+        crate::campaigns::PG_SELECT_CAMPAIGNS_BY_ID,
+        "campaigns_pkey",
+    ),
+    (
+        "the stored rows of a batch's conflicting outcomes",
+        crate::outcomes_batch::PG_SELECT_STORED,
+        "outcomes_by_outcome_id",
+    ),
+    (
+        "a group-committed batch's keys and latest contract versions",
+        crate::tenants::PG_CHECK_WRITES,
+        "contracts_pkey",
     ),
 ];

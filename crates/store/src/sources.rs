@@ -11,7 +11,7 @@ use traqlyte_identity::sha256_hex;
 
 use crate::model::random_hex;
 use crate::tx::{with_pool, with_tx};
-use crate::{now_us, Assignment, CampaignId, Store, StoreError, StoreTx, TenantId, UnitId};
+use crate::{now_us, CampaignId, Store, StoreError, StoreTx, TenantId};
 
 /// Most sources listed by [`Store::sources`].
 pub const SOURCES_LIST_MAX: i64 = 1_000;
@@ -673,23 +673,6 @@ impl StoreTx {
                 .map(|_| ())?);
         }
         Ok(())
-    }
-
-    /// The unit's assignment in a campaign, read in this transaction.
-    pub async fn assignment_for_unit(
-        &mut self,
-        tenant: &TenantId,
-        campaign_id: &CampaignId,
-        unit_id: &UnitId,
-    ) -> Result<Option<Assignment>, StoreError> {
-        let id = traqlyte_experiments::bucketing::assignment_id(campaign_id, unit_id.as_str());
-        let found = with_tx!(self, |conn| {
-            let query = sqlx::query_as(crate::assignments_batch::SELECT_ASSIGNMENT_BY_ID)
-                .bind(tenant.as_str())
-                .bind(id.as_str());
-            query.fetch_optional(&mut *conn).await?
-        });
-        crate::assignments_batch::the_units(found, campaign_id, unit_id)
     }
 }
 

@@ -17,6 +17,9 @@ use crate::bench::{
     bench_contract, bench_tenant_name, generate_events, http_round, median, run_concurrently, start,
 };
 
+/// Units per `POST /assignments/batch` when a bench sets up its assigned units.
+const ASSIGN_BATCH: usize = 1_000;
+
 /// Options of `bench outcomes`.
 #[derive(Args)]
 pub struct OutcomesArgs {
@@ -357,16 +360,43 @@ impl Api {
     /// A published campaign with `units` units assigned; returns their assignment ids.
     async fn assign_units(&self, units: usize, concurrency: usize) -> Result<Vec<String>> {
         let id = self.campaign().await?;
+        let chunks: Vec<std::ops::Range<usize>> = (0..units)
+            .step_by(ASSIGN_BATCH)
+            .map(|start| start..(start + ASSIGN_BATCH).min(units))
+            .collect();
+        let chunks = Arc::new(chunks);
         let ids = Arc::new(std::sync::Mutex::new(vec![String::new(); units]));
         let (api, out) = (self.clone(), ids.clone());
-        run_concurrently(units, concurrency, move |index| {
-            let (api, out, id) = (api.clone(), out.clone(), id.clone());
+        run_concurrently(chunks.len(), concurrency, move |index| {
+            let (api, out, id, chunks) = (api.clone(), out.clone(), id.clone(), chunks.clone());
             async move {
-                let body = json!({"campaign_id": id, "unit_id": format!("unit-{index}")});
-                let answer = api.post("/assignments", body.to_string()).await?;
-                let assignment = answer["assignment_id"].as_str().context("assignment id")?;
+                let range = chunks[index].clone();
+                let body: Vec<Value> = range
+                    .clone()
+                    .map(|unit| json!({"campaign_id": id, "unit_id": format!("unit-{unit}")}))
+                    .collect();
+                let answer = api
+                    .post("/assignments/batch", Value::Array(body).to_string())
+                    .await?;
+                let results = answer["results"].as_array().context("batch results")?;
+                if results.len() != range.len() {
+                    bail!(
+                        "an assignment batch answered {} of {} units",
+                        results.len(),
+                        range.len()
+                    );
+                }
+                let mut found = Vec::with_capacity(results.len());
+                for result in results {
+                    let assignment = result["assignment"]["assignment_id"]
+                        .as_str()
+                        .with_context(|| format!("assignment id in {result}"))?;
+                    found.push(assignment.to_string());
+                }
                 if let Ok(mut ids) = out.lock() {
-                    ids[index] = assignment.to_string();
+                    for (unit, assignment) in range.zip(found) {
+                        ids[unit] = assignment;
+                    }
                 }
                 Ok(())
             }

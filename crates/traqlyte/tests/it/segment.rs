@@ -524,6 +524,14 @@ async fn bound_track_events_become_outcomes_once_and_unassigned_units_are_counte
         ));
         orders.push((unit, revenue));
     }
+    // The unit is the userId when assigned, else the anonymousId.
+    let mut by_anonymous = track("m-anon", "stranger-2", "order-a", 3.25);
+    by_anonymous["anonymousId"] = json!("user-0");
+    orders.push(("user-0".to_string(), 3.25));
+    let mut both = track("m-both", "user-1", "order-b", 4.75);
+    both["anonymousId"] = json!("user-2");
+    orders.push(("user-1".to_string(), 4.75));
+    batch.extend([by_anonymous, both]);
     batch.push(track("m-stranger", "stranger", "order-s", 7.0));
     let send = |messages: Vec<Value>| {
         let body = json!({"batch": messages});
@@ -553,7 +561,7 @@ async fn bound_track_events_become_outcomes_once_and_unassigned_units_are_counte
         .collect();
     send(replayed).await;
     assert_eq!(report_figures(&app, &campaign).await, expected);
-    assert_eq!(segment_stats(&app).await, (26, 13, 0));
+    assert_eq!(segment_stats(&app).await, (30, 15, 0));
     let bindings = app.get(&format!("/campaigns/{campaign}/bindings")).await;
     for binding in bindings.body["bindings"].as_array().expect("bindings") {
         assert_eq!(
@@ -562,7 +570,7 @@ async fn bound_track_events_become_outcomes_once_and_unassigned_units_are_counte
                 binding["unassigned"].as_i64(),
                 binding["unusable"].as_i64()
             ),
-            (Some(24), Some(2), Some(0)),
+            (Some(28), Some(2), Some(0)),
             "{binding}"
         );
     }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
-use traqlyte_experiments::{outcome_fingerprint, DedupeKey, UnitId};
+use traqlyte_experiments::{outcome_fingerprint, CampaignId, DedupeKey, UnitId};
 use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
 use traqlyte_store::{
@@ -139,12 +139,26 @@ impl Bound {
     }
 
     /// The outcomes of the newly stored messages, and per binding what became of them.
+    /// The units' assignments are read in one go (a constant number of statements per
+    /// request, whatever the number of bound messages).
     async fn outcomes(
         &self,
         tx: &mut StoreTx,
         source: &Source,
         new: &[(&SegmentMessage, &NewEvent)],
     ) -> Result<(Vec<NewOutcome>, Vec<BindingTally>), ApiError> {
+        let bound = |binding: &MetricBinding, message: &SegmentMessage| {
+            message.kind == MessageType::Track
+                && message.event.as_deref() == Some(binding.event.as_str())
+        };
+        let mut wanted: Vec<(&CampaignId, UnitId)> = Vec::new();
+        for (binding, campaign) in &self.bindings {
+            for (message, _) in new.iter().filter(|(m, _)| bound(binding, m)) {
+                wanted.extend(units(message).map(|unit| (&campaign.id, unit)));
+            }
+        }
+        let pairs: Vec<(&CampaignId, &UnitId)> = wanted.iter().map(|(c, u)| (*c, u)).collect();
+        let assignments = tx.assignments_for_units(&source.tenant, &pairs).await?;
         let mut facts = Vec::new();
         let mut tallies = Vec::new();
         for (binding, campaign) in &self.bindings {
@@ -156,19 +170,17 @@ impl Bound {
                 unassigned: 0,
                 unusable: 0,
             };
-            for (message, event) in new {
-                if message.kind != MessageType::Track
-                    || message.event.as_deref() != Some(binding.event.as_str())
-                {
-                    continue;
-                }
+            for (message, event) in new.iter().filter(|(m, _)| bound(binding, m)) {
                 let Some(fact) = Fact::of(binding, campaign, source, message, event) else {
                     tally.unusable += 1;
                     continue;
                 };
-                match assignment(tx, &source.tenant, campaign, message).await? {
+                // The unit by `userId`, else by `anonymousId`.
+                let found =
+                    units(message).find_map(|unit| assignments.get(&(campaign.id.clone(), unit)));
+                match found {
                     Some(assignment) => {
-                        facts.push(fact.into_outcome(assignment));
+                        facts.push(fact.into_outcome(assignment.clone()));
                         tally.outcomes += 1;
                     }
                     None => tally.unassigned += 1,
@@ -182,24 +194,13 @@ impl Bound {
     }
 }
 
-/// The unit's assignment: by `userId`, else by `anonymousId`.
-async fn assignment(
-    tx: &mut StoreTx,
-    tenant: &TenantId,
-    campaign: &Campaign,
-    message: &SegmentMessage,
-) -> Result<Option<traqlyte_store::Assignment>, ApiError> {
-    // An id no assignment could have been made for (too long, NUL) matches none.
-    let units = [&message.user_id, &message.anonymous_id]
+/// The message's units, `userId` first, then `anonymousId`; an id no assignment could
+/// have been made for (too long, NUL) is none.
+fn units(message: &SegmentMessage) -> impl Iterator<Item = UnitId> + '_ {
+    [&message.user_id, &message.anonymous_id]
         .into_iter()
         .flatten()
-        .filter_map(|unit| UnitId::try_from(unit.as_str()).ok());
-    for unit in units {
-        if let Some(found) = tx.assignment_for_unit(tenant, &campaign.id, &unit).await? {
-            return Ok(Some(found));
-        }
-    }
-    Ok(None)
+        .filter_map(|unit| UnitId::try_from(unit.as_str()).ok())
 }
 
 /// An outcome before its unit is matched.
