@@ -379,8 +379,7 @@ async fn write_in_one_tx<F: Flush>(
     test_delay().await;
     let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
     let contracts = flush.latest_to_check(items.iter().map(|(_, item)| item));
-    let probes: Vec<(&TenantId, &ContractName)> = contracts.iter().map(|(t, n)| (t, n)).collect();
-    let (live, versions) = tx.check_writes(&keys, &probes).await?;
+    let (live, versions) = tx.check_writes(&keys, &contracts).await?;
     let latest: LatestVersions = contracts.into_iter().zip(versions).collect();
     let mut live = live.into_iter();
     let (mut admitted, mut revoked, mut admitted_items) = (Vec::new(), Vec::new(), Vec::new());
@@ -516,15 +515,17 @@ impl Flush for EventsFlush {
         }) {
             let (tenant, (contract, _, _)) = &items[group[0]];
             let stale = if group.iter().any(|&i| items[i].1 .1) {
-                let read = latest
+                // `latest_to_check` named every contract an item resolved as the latest.
+                let version = latest
                     .iter()
                     .find(|((t, n), _)| t == tenant && n == contract.name())
-                    .map(|(_, version)| *version);
-                let version = match read {
-                    Some(version) => version,
-                    // Not probed with the keys (never expected): read it now.
-                    None => tx.latest_contract_version(tenant, contract.name()).await?,
-                };
+                    .map(|(_, version)| *version)
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(format!(
+                            "contract {} was not checked by its batch",
+                            contract.name()
+                        ))
+                    })?;
                 version != Some(contract.version())
             } else {
                 false

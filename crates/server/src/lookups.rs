@@ -6,7 +6,7 @@
 //! - **An API key's tenant.** A key never moves to another tenant, but it can be revoked
 //!   in any process at any moment. A write whose tenant came from here carries its key
 //!   into the batch, and the batch's own transaction reads which of its keys still work
-//!   (one statement per batch, [`traqlyte_store::StoreTx::live_keys`]): a revoked key
+//!   (one statement per batch, [`traqlyte_store::StoreTx::check_writes`]): a revoked key
 //!   stores nothing and is a 401, exactly as the read per request answered before.
 //! - **A contract version's definition, and which version is the latest.** A registered
 //!   version never changes (nor is it deleted), so its definition is remembered as is.

@@ -37,11 +37,6 @@ pub const LOOKUPS: &[(&str, &str, &str)] = &[
         "idempotency_keys_pkey",
     ),
     (
-        "which of a batch's keys still work",
-        crate::tenants::PG_SELECT_LIVE_KEYS,
-        "api_keys_pkey",
-    ),
-    (
         "a batch's assignments by id",
         crate::assignments_batch::PG_SELECT_ASSIGNED,
         "assignments_by_id",

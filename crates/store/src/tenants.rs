@@ -309,9 +309,6 @@ impl Store {
     }
 }
 
-/// Which of a batch's keys still work, on PostgreSQL: one primary-key probe per hash.
-pub(crate) const PG_SELECT_LIVE_KEYS: &str =
-    "SELECT key_hash FROM api_keys WHERE key_hash = ANY($1) AND revoked_at_us IS NULL";
 /// [`StoreTx::check_writes`] on PostgreSQL: the working keys among `$1` (position 0),
 /// then the latest version of each `($2[i], $3[i])` contract (position i, from 1).
 pub(crate) const PG_CHECK_WRITES: &str = "SELECT 0::int8, key_hash, NULL::int8 FROM api_keys
@@ -325,24 +322,60 @@ pub(crate) const SELECT_TENANT_FOR_KEY: &str =
     "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_us IS NULL";
 
 impl StoreTx {
-    /// Which of `keys` still work (exist, not revoked), read in this transaction, in one
-    /// statement: the check by which a write whose tenant a server answered from its
-    /// per-process memory of keys is refused when the key was revoked meanwhile, in the
-    /// same transaction that would store it (group commit, `crates/server/src/lookups.rs`).
-    pub async fn live_keys(&mut self, keys: &[&ApiKey]) -> Result<Vec<bool>, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
+    /// The two checks of a batch a server wrote from its per-process memory
+    /// (`crates/server/src/lookups.rs`), read in the transaction that would store it:
+    /// which of `keys` still work (exist, not revoked; a revoked key's items are refused)
+    /// and the latest registered version of each of `contracts` (an event resolved under
+    /// an older "latest" is identified again). One statement on PostgreSQL; on SQLite,
+    /// whose writer is one at a time, the keys in chunks, then a probe per contract.
+    pub async fn check_writes(
+        &mut self,
+        keys: &[&ApiKey],
+        contracts: &[(TenantId, ContractName)],
+    ) -> Result<(Vec<bool>, Vec<Option<u32>>), StoreError> {
+        if keys.is_empty() && contracts.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
         }
         let hashes: Vec<String> = keys.iter().map(|k| k.hash()).collect();
-        let live: std::collections::HashSet<String> = match &mut self.inner {
-            crate::tx::TxInner::Postgres(conn) => sqlx::query_scalar(PG_SELECT_LIVE_KEYS)
-                .bind(&hashes)
-                .fetch_all(&mut **conn)
-                .await?
-                .into_iter()
-                .collect(),
-            crate::tx::TxInner::Sqlite(conn) => {
-                let mut live = std::collections::HashSet::new();
+        let mut live_hashes = std::collections::HashSet::new();
+        let mut latest = vec![None; contracts.len()];
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let tenants: Vec<&str> = contracts.iter().map(|(t, _)| t.as_str()).collect();
+                let names: Vec<&str> = contracts.iter().map(|(_, n)| n.as_str()).collect();
+                let rows: Vec<(i64, Option<String>, Option<i64>)> = sqlx::query_as(PG_CHECK_WRITES)
+                    .bind(&hashes)
+                    .bind(&tenants)
+                    .bind(&names)
+                    .fetch_all(&mut **conn)
+                    .await?;
+                for (position, hash, version) in rows {
+                    match (position, hash, version) {
+                        (0, Some(hash), _) => {
+                            live_hashes.insert(hash);
+                        }
+                        (position, None, version) if position >= 1 => {
+                            let slot = usize::try_from(position - 1)
+                                .ok()
+                                .and_then(|i| latest.get_mut(i))
+                                .ok_or_else(|| {
+                                    StoreError::Corrupt(format!("check row {position}"))
+                                })?;
+                            *slot = version
+                                .map(|v| {
+                                    u32::try_from(v).map_err(|_| {
+                                        StoreError::Corrupt(format!("contract version {v}"))
+                                    })
+                                })
+                                .transpose()?;
+                        }
+                        (position, _, _) => {
+                            return Err(StoreError::Corrupt(format!("check row {position}")));
+                        }
+                    }
+                }
+            }
+            TxInner::Sqlite(conn) => {
                 for chunk in hashes.chunks(500) {
                     let sql = format!(
                         "SELECT key_hash FROM api_keys
@@ -353,65 +386,10 @@ impl StoreTx {
                     for hash in chunk {
                         query = query.bind(hash);
                     }
-                    live.extend(query.fetch_all(&mut **conn).await?);
+                    live_hashes.extend(query.fetch_all(&mut **conn).await?);
                 }
-                live
-            }
-        };
-        Ok(hashes.iter().map(|h| live.contains(h)).collect())
-    }
-
-    /// The two checks of a batch a server wrote from its per-process memory
-    /// (`crates/server/src/lookups.rs`), read in this transaction: which of `keys` still
-    /// work ([`StoreTx::live_keys`]) and the latest registered version of each of
-    /// `contracts` ([`StoreTx::latest_contract_version`]). One statement on PostgreSQL,
-    /// one round trip fewer per group-committed batch than the two reads apart.
-    pub async fn check_writes(
-        &mut self,
-        keys: &[&ApiKey],
-        contracts: &[(&TenantId, &ContractName)],
-    ) -> Result<(Vec<bool>, Vec<Option<u32>>), StoreError> {
-        let TxInner::Postgres(conn) = &mut self.inner else {
-            let live = self.live_keys(keys).await?;
-            let mut latest = Vec::with_capacity(contracts.len());
-            for (tenant, name) in contracts {
-                latest.push(self.latest_contract_version(tenant, name).await?);
-            }
-            return Ok((live, latest));
-        };
-        if keys.is_empty() && contracts.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let hashes: Vec<String> = keys.iter().map(|k| k.hash()).collect();
-        let tenants: Vec<&str> = contracts.iter().map(|(t, _)| t.as_str()).collect();
-        let names: Vec<&str> = contracts.iter().map(|(_, n)| n.as_str()).collect();
-        let rows: Vec<(i64, Option<String>, Option<i64>)> = sqlx::query_as(PG_CHECK_WRITES)
-            .bind(&hashes)
-            .bind(&tenants)
-            .bind(&names)
-            .fetch_all(&mut **conn)
-            .await?;
-        let mut live_hashes = std::collections::HashSet::new();
-        let mut latest = vec![None; contracts.len()];
-        for (position, hash, version) in rows {
-            match (position, hash, version) {
-                (0, Some(hash), _) => {
-                    live_hashes.insert(hash);
-                }
-                (position, None, version) if position >= 1 => {
-                    let slot = usize::try_from(position - 1)
-                        .ok()
-                        .and_then(|i| latest.get_mut(i))
-                        .ok_or_else(|| StoreError::Corrupt(format!("check row {position}")))?;
-                    *slot = version
-                        .map(|v| {
-                            u32::try_from(v)
-                                .map_err(|_| StoreError::Corrupt(format!("contract version {v}")))
-                        })
-                        .transpose()?;
-                }
-                (position, _, _) => {
-                    return Err(StoreError::Corrupt(format!("check row {position}")));
+                for ((tenant, name), slot) in contracts.iter().zip(latest.iter_mut()) {
+                    *slot = self.latest_contract_version(tenant, name).await?;
                 }
             }
         }
