@@ -90,6 +90,7 @@ pub async fn serve(
     let mut tasks = vec![
         tokio::spawn(purge_idempotency_keys(state.clone())),
         tokio::spawn(roll_up_tallies(state.clone())),
+        tokio::spawn(fold_unit_metrics(state.clone())),
         tokio::spawn(maintain_partitions(state.clone())),
     ];
     if let Some(every_ms) = state.config.semantic_scan_every_ms {
@@ -164,6 +165,24 @@ async fn roll_up_tallies(state: AppState) {
             Ok(0) => {}
             Ok(folded) => tracing::debug!(folded, "tally rows rolled up"),
             Err(err) => tracing::warn!(error = %err, "tally roll-up failed"),
+        }
+    }
+}
+
+const UNIT_METRICS_FOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Moves the per-unit sums that outcome writes append into the one row per unit and
+/// metric the report reads, periodically, so that table of appended rows stays small (a
+/// report folds its own campaign first in any case).
+async fn fold_unit_metrics(state: AppState) {
+    let mut ticker = tokio::time::interval(UNIT_METRICS_FOLD_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        match state.store.fold_unit_metrics().await {
+            Ok(0) => {}
+            Ok(moved) => tracing::debug!(moved, "per-unit sums folded"),
+            Err(err) => tracing::warn!(error = %err, "folding per-unit sums failed"),
         }
     }
 }

@@ -230,13 +230,16 @@ impl Store {
         })
     }
 
-    /// Per (metric, arm) sums for the report, read from the per-unit table maintained
-    /// with every outcome: one row per (unit, metric), not one per outcome.
+    /// Per (metric, arm) sums for the report, read from the per-unit table fed by every
+    /// outcome: one row per (unit, metric), not one per outcome. The campaign's appended
+    /// sums are folded in first (`unit_metrics.rs`), so every outcome acknowledged
+    /// before this call is counted.
     pub async fn report_sums(
         &self,
         tenant: &TenantId,
         campaign_id: &CampaignId,
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
+        self.fold_campaign_unit_metrics(tenant, campaign_id).await?;
         let sql = format!("SELECT metric, arm, {} FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY metric, arm", per_arm_columns());
         self.read_sums(&sql, tenant, campaign_id, &[]).await
     }
@@ -274,11 +277,15 @@ impl Store {
             per_unit_sql(metrics)
         );
         with_tx!(tx, |conn| {
-            sqlx::query("DELETE FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2")
+            for table in ["unit_metrics", "unit_metric_deltas"] {
+                sqlx::query(&format!(
+                    "DELETE FROM {table} WHERE tenant_id = $1 AND campaign_id = $2"
+                ))
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str())
                 .execute(&mut *conn)
                 .await?;
+            }
             let mut query = sqlx::query(&insert)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str());

@@ -42,6 +42,7 @@ pub mod supersessions;
 pub mod tenants;
 mod tx;
 pub mod ui_tokens;
+mod unit_metrics;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

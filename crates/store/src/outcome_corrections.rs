@@ -5,8 +5,8 @@
 //! different value under the same dedupe key stays a collision: only this explicit path
 //! corrects.
 //!
-//! The per-unit sums the report reads (`unit_metrics`) are adjusted in the same
-//! transaction by the difference between the new and the current value, in each window
+//! The per-unit sums the report reads are adjusted in the same transaction (a row
+//! appended to `unit_metric_deltas`, see `unit_metrics.rs`) by the difference between the new and the current value, in each window
 //! (event time, arrival time) the outcome falls into, so they stay equal to their
 //! recomputation from the facts (`Store::report_sums_from_facts`, which reads the current
 //! value). On PostgreSQL the outcome's row is locked first (`FOR UPDATE`, a lock, not a
@@ -94,8 +94,10 @@ const INSERT_CORRECTION: &str = "INSERT INTO outcome_supersessions
      (tenant_id, outcome_id, seq, campaign_id, value, supersedes_value, reason, superseded_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
-const ADJUST_UNIT_METRICS: &str = "UPDATE unit_metrics SET ev_v = ev_v + $5, ar_v = ar_v + $6
-     WHERE tenant_id = $1 AND campaign_id = $2 AND metric = $3 AND assignment_id = $4";
+/// The correction's difference to its unit's sums, appended like an outcome's
+/// (`outcomes_batch.rs`, folded by `fold_unit_metrics`).
+const ADJUST_UNIT_METRICS: &str = "INSERT INTO unit_metric_deltas
+     (tenant_id, campaign_id, metric, assignment_id, arm, ev_v, ar_v) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 const COUNT_CORRECTED: &str = "SELECT COUNT(DISTINCT outcome_id) FROM outcome_supersessions
      WHERE tenant_id = $1 AND campaign_id = $2";
@@ -186,6 +188,7 @@ impl StoreTx {
                 .bind(outcome.campaign_id.as_str())
                 .bind(&outcome.metric)
                 .bind(outcome.assignment_id.as_str())
+                .bind(&outcome.arm)
                 .bind(ev)
                 .bind(ar)
                 .execute(&mut *conn)

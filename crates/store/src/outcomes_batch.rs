@@ -8,8 +8,10 @@
 //!    per key);
 //! 3. judge every item in input order ([`judge`], pure): inserted, duplicate (same
 //!    fingerprint) or collision;
-//! 4. write every duplicate, every collision and the per-unit sums (one upsert row per
-//!    unit and metric, the batch's contributions added up) in one statement each.
+//! 4. write every duplicate, every collision and the per-unit sums (one row per unit and
+//!    metric, the batch's contributions added up; on PostgreSQL appended to
+//!    `unit_metric_deltas`, no row another batch could hold a lock on) in one statement
+//!    each.
 //!
 //! On SQLite every statement is split in chunks of [`SQLITE_ROWS_PER_STATEMENT`] rows (a
 //! 1,000-item batch is two statements); on PostgreSQL each is one `unnest` statement.
@@ -68,19 +70,22 @@ const PG_INSERT_COLLISIONS: &str = "INSERT INTO outcome_collisions
      SELECT $1, u.a, u.k, u.c, u.p, $2
      FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS u(a, k, c, p)";
 
-const UNIT_METRICS_CONFLICT: &str =
+/// The per-unit sums of a batch, appended: never a conflict, never a row lock another
+/// batch waits on (`fold_unit_metrics` folds them into `unit_metrics`).
+const PG_APPEND_UNIT_DELTAS: &str = "INSERT INTO unit_metric_deltas
+     (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
+     SELECT $1, u.c, u.m, u.a, u.arm, u.evn, u.evv, u.evdn, u.evdv, u.arn, u.arv, u.ardn, u.ardv
+     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::float8[],
+                 $10::int8[], $11::float8[], $12::int8[], $13::float8[])
+       AS u(c, m, a, arm, evn, evv, evdn, evdv, arn, arv, ardn, ardv)";
+
+/// SQLite's in-place addition to a unit's row (see `bump_unit_rows`).
+const SQLITE_UNIT_METRICS_CONFLICT: &str =
     "ON CONFLICT (tenant_id, campaign_id, metric, assignment_id) DO UPDATE SET
        ev_n = unit_metrics.ev_n + excluded.ev_n, ev_v = unit_metrics.ev_v + excluded.ev_v,
        ev_dn = unit_metrics.ev_dn + excluded.ev_dn, ev_dv = unit_metrics.ev_dv + excluded.ev_dv,
        ar_n = unit_metrics.ar_n + excluded.ar_n, ar_v = unit_metrics.ar_v + excluded.ar_v,
        ar_dn = unit_metrics.ar_dn + excluded.ar_dn, ar_dv = unit_metrics.ar_dv + excluded.ar_dv";
-
-const PG_BUMP_UNIT_METRICS: &str = "INSERT INTO unit_metrics
-     (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
-     SELECT $1, u.c, u.m, u.a, u.arm, u.evn, u.evv, u.evdn, u.evdv, u.arn, u.arv, u.ardn, u.ardv
-     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::float8[],
-                 $10::int8[], $11::float8[], $12::int8[], $13::float8[])
-       AS u(c, m, a, arm, evn, evv, evdn, evdv, arn, arv, ardn, ardv) ";
 
 /// Each outcome's deterministic id (`outcome_corrections.rs`).
 fn outcome_ids(tenant: &TenantId, rows: &[&NewOutcome]) -> Vec<String> {
@@ -404,8 +409,10 @@ impl StoreTx {
         Ok(())
     }
 
-    /// Adds the batch's per-unit sums, one upsert row per (campaign, metric, unit), in
-    /// key order (so concurrent batches lock these rows in one order too).
+    /// Adds the batch's per-unit sums, one row per (campaign, metric, unit): appended to
+    /// `unit_metric_deltas` on PostgreSQL; on SQLite, whose one writer at a time never
+    /// waits on a row lock, added to the `unit_metrics` row in place (cheaper than an
+    /// append and a fold there).
     async fn bump_unit_rows(
         &mut self,
         tenant: &TenantId,
@@ -424,8 +431,7 @@ impl StoreTx {
                     |f: fn(&UnitSums) -> i64| rows.iter().map(|(_, s)| f(s)).collect::<Vec<i64>>();
                 let value =
                     |f: fn(&UnitSums) -> f64| rows.iter().map(|(_, s)| f(s)).collect::<Vec<f64>>();
-                let sql = format!("{PG_BUMP_UNIT_METRICS}{UNIT_METRICS_CONFLICT}");
-                sqlx::query(&sql)
+                sqlx::query(PG_APPEND_UNIT_DELTAS)
                     .bind(tenant.as_str())
                     .bind(text(|k, _| k.campaign_id.as_str()))
                     .bind(text(|k, _| &k.metric))
@@ -446,7 +452,7 @@ impl StoreTx {
                 for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
                     let sql = format!(
                         "INSERT INTO unit_metrics (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
-                         VALUES {} {UNIT_METRICS_CONFLICT}",
+                         VALUES {} {SQLITE_UNIT_METRICS_CONFLICT}",
                         vec!["(?,?,?,?,?,?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
                     );
                     let mut query = sqlx::query(&sql);
@@ -518,7 +524,7 @@ fn as_stored(new: &NewOutcome, now_us: i64) -> StoredOutcome {
     }
 }
 
-/// A row of `unit_metrics`: (campaign, metric, unit's assignment).
+/// A row of `unit_metric_deltas`: (campaign, metric, unit's assignment).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct UnitKey {
     campaign_id: CampaignId,
@@ -526,7 +532,7 @@ struct UnitKey {
     assignment_id: AssignmentId,
 }
 
-/// What a batch adds to one `unit_metrics` row.
+/// What a batch adds to one unit's sums of one metric.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct UnitSums {
     arm: String,

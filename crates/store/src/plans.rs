@@ -52,6 +52,11 @@ pub const LOOKUPS: &[(&str, &str, &str)] = &[
         "outcomes_by_outcome_id",
     ),
     (
+        "whether a campaign has per-unit sums to fold before its report",
+        crate::unit_metrics::SELECT_PENDING,
+        "unit_metric_deltas_by_campaign",
+    ),
+    (
         "a group-committed batch's keys and latest contract versions",
         crate::tenants::PG_CHECK_WRITES,
         "contracts_pkey",

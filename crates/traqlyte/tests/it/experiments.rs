@@ -13,6 +13,7 @@ crate::on_both_backends!(
     assignments_need_a_published_version_and_stay_sticky_across_republishing,
     invalid_outcomes_are_refused_naming_the_field,
     the_report_recovers_the_truth_and_measures_injected_duplicates,
+    outcome_batches_on_the_same_units_count_once_while_their_sums_are_folded,
 );
 
 /// An event time a minute after now: inside every metric's window from assignment.
@@ -396,6 +397,102 @@ async fn the_report_recovers_the_truth_and_measures_injected_duplicates(backend:
             (naive - expected_bias).abs() < 0.012,
             "{name}: naive {naive} vs bias from injected rates {expected_bias}"
         );
+    }
+}
+
+/// Outcome writes append their per-unit sums and folds move them into one row per unit
+/// and metric: eight concurrent batches over the same twenty units (each resending half
+/// of the previous batch), with folds running all along, count every outcome once, and
+/// the folded table ends with one row per unit and metric and nothing left to fold.
+async fn outcome_batches_on_the_same_units_count_once_while_their_sums_are_folded(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let units = futures_join(&app, &campaign, &(0..20).collect::<Vec<_>>()).await;
+    let batches: Vec<Vec<Value>> = (0..8)
+        .map(|b: usize| {
+            (0..100)
+                .map(|i: usize| {
+                    // Items 0–49 of batch b are items 50–99 of batch b − 1.
+                    let n = b * 50 + i;
+                    let unit = &units[n % units.len()];
+                    outcome(
+                        unit,
+                        &format!("test:revenue:{n}"),
+                        "revenue",
+                        Some((n % 7) as f64),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let folding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let folder = {
+        let (store, folding) = (app.store.clone(), folding.clone());
+        tokio::spawn(async move {
+            let mut folds = 0;
+            while folding.load(std::sync::atomic::Ordering::SeqCst) || folds == 0 {
+                store.fold_unit_metrics().await.expect("fold");
+                folds += 1;
+            }
+            folds
+        })
+    };
+    let mut posts = Vec::new();
+    for batch in &batches {
+        let request = app
+            .client
+            .post(app.url("/outcomes/batch"))
+            .bearer_auth(&app.key)
+            .json(batch);
+        posts.push(tokio::spawn(async move { request.send().await }));
+    }
+    for post in posts {
+        let answer = post.await.expect("task").expect("post");
+        assert_eq!(answer.status(), StatusCode::OK);
+    }
+    folding.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(folder.await.expect("folder") > 0);
+    let distinct = 7 * 50 + 100;
+    let mut stored = 0;
+    for arm in ["control", "treatment"] {
+        let revenue = metric(&report(&app, &campaign).await, arm, "revenue").clone();
+        stored += revenue["stored_events"].as_u64().expect("stored");
+    }
+    assert_eq!(stored, distinct as u64);
+    assert_unit_metrics_match_the_facts(&app, &campaign).await;
+    app.store.fold_unit_metrics().await.expect("fold");
+    let (rows, keys, appended) = unit_metric_rows(&app, backend).await;
+    assert_eq!((rows, appended), (keys, 0), "one row per unit and metric");
+    assert_eq!(keys, units.len() as i64);
+}
+
+/// (rows of `unit_metrics`, distinct (unit, metric) among them, rows left to fold).
+async fn unit_metric_rows(app: &TestApp, backend: Backend) -> (i64, i64, i64) {
+    use sqlx::Connection;
+    let sql = "SELECT (SELECT COUNT(*) FROM unit_metrics),
+                      (SELECT COUNT(*) FROM (SELECT DISTINCT campaign_id, metric, assignment_id FROM unit_metrics) k),
+                      (SELECT COUNT(*) FROM unit_metric_deltas)";
+    match backend {
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(app.database_url())
+                .await
+                .expect("connect");
+            sqlx::query_as(sql)
+                .fetch_one(&mut conn)
+                .await
+                .expect("counts")
+        }
+        Backend::Sqlite => {
+            let mut conn = sqlx::SqliteConnection::connect(app.database_url())
+                .await
+                .expect("connect");
+            sqlx::query_as(sql)
+                .fetch_one(&mut conn)
+                .await
+                .expect("counts")
+        }
     }
 }
 

@@ -547,6 +547,8 @@ async fn outcome_values_beyond_the_bound_are_refused_and_sums_at_it_stay_finite(
 /// Rewrites one unit's stored sums as a database written before values were bounded
 /// could hold them.
 async fn store_legacy_sum(app: &TestApp, backend: Backend, value: f64) {
+    // The outcome's appended sums become its unit's row first.
+    app.store.fold_unit_metrics().await.expect("fold");
     let sql = format!("UPDATE unit_metrics SET ev_v = {value:e}, ar_v = {value:e}");
     let done = match backend {
         Backend::Postgres => {
