@@ -327,11 +327,11 @@ async fn ingest(args: IngestArgs) -> Result<()> {
                 args.concurrency,
             )
         };
-        let (http_time, raw_time) = if round % 2 == 0 {
-            (http().await?, raw().await?)
+        let ((http_time, http_cpu), (raw_time, raw_cpu)) = if round % 2 == 0 {
+            (with_cpu(http()).await?, with_cpu(raw()).await?)
         } else {
-            let raw_time = raw().await?;
-            (http().await?, raw_time)
+            let raw = with_cpu(raw()).await?;
+            (with_cpu(http()).await?, raw)
         };
         check_counts(&bench.store, &http_tenant, &raw_batches, args.events).await?;
         http_rates.push(args.events as f64 / http_time.as_secs_f64());
@@ -342,6 +342,13 @@ async fn ingest(args: IngestArgs) -> Result<()> {
             http_rates[round],
             raw_rates[round]
         );
+        // Whether a side was bound by CPU, and whose: the ratio on a machine that also
+        // runs the database is a ratio of CPU per event as soon as its cores are busy.
+        for (side, cpu) in [("http", http_cpu), ("raw", raw_cpu)] {
+            if let Some(cpu) = cpu {
+                eprintln!("round {}: {side} side used {cpu}", round + 1);
+            }
+        }
     }
     let (http, raw) = (median(&mut http_rates), median(&mut raw_rates));
     println!("backend  events  batch  concurrency  duplicates  http_events_per_s  raw_events_per_s  ratio");
@@ -357,6 +364,15 @@ async fn ingest(args: IngestArgs) -> Result<()> {
         http / raw
     );
     Ok(())
+}
+
+/// Runs a timed side, with the cores busy meanwhile (`cpu.rs`) where they can be read.
+pub(crate) async fn with_cpu(
+    side: impl std::future::Future<Output = Result<Duration>>,
+) -> Result<(Duration, Option<crate::cpu::Cores>)> {
+    let before = crate::cpu::CpuSnapshot::now();
+    let time = side.await?;
+    Ok((time, before.and_then(|b| b.cores_since())))
 }
 
 /// The HTTP side stored each distinct event once and counted every other delivery as a

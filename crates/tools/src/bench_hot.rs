@@ -14,7 +14,8 @@ use traqlyte_identity::Contract;
 use traqlyte_server::{GroupCommitConfig, ServerConfig};
 
 use crate::bench::{
-    bench_contract, bench_tenant_name, generate_events, http_round, median, run_concurrently, start,
+    bench_contract, bench_tenant_name, generate_events, http_round, median, run_concurrently,
+    start, with_cpu,
 };
 
 /// Units per `POST /assignments/batch` when a bench sets up its assigned units.
@@ -229,12 +230,20 @@ pub(crate) async fn outcomes(args: OutcomesArgs) -> Result<()> {
                 args.concurrency,
             )
         };
-        let (outcome_time, event_time) = if round % 2 == 0 {
-            (outcome_round().await?, event_round().await?)
+        let ((outcome_time, outcome_cpu), (event_time, event_cpu)) = if round % 2 == 0 {
+            (
+                with_cpu(outcome_round()).await?,
+                with_cpu(event_round()).await?,
+            )
         } else {
-            let event_time = event_round().await?;
-            (outcome_round().await?, event_time)
+            let events = with_cpu(event_round()).await?;
+            (with_cpu(outcome_round()).await?, events)
         };
+        for (side, cpu) in [("outcome", outcome_cpu), ("event", event_cpu)] {
+            if let Some(cpu) = cpu {
+                eprintln!("round {}: {side} side used {cpu}", round + 1);
+            }
+        }
         outcome_rates.push(args.items as f64 / outcome_time.as_secs_f64());
         event_rates.push(args.items as f64 / event_time.as_secs_f64());
         eprintln!(

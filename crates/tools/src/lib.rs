@@ -13,5 +13,6 @@ pub mod bench_lineage;
 pub mod bench_metrics;
 pub mod bench_nats;
 pub mod bench_segment;
+mod cpu;
 pub mod demo;
 pub mod fire;

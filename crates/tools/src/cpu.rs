@@ -1,0 +1,108 @@
+//! CPU time used by this process and by the machine's PostgreSQL processes over a timed
+//! side of a benchmark, read from Linux's `/proc`: whether a side was bound by CPU, and
+//! whose, rather than by waiting (the ingestion ratios on a 2-core machine shared with
+//! the database, `BENCHMARKS.md`). Where `/proc` cannot be read nothing is reported.
+
+use std::time::Instant;
+
+/// Clock ticks per second in `/proc/*/stat` (`USER_HZ`: 100 on Linux).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// CPU ticks so far, and when they were read.
+#[derive(Clone, Copy)]
+pub(crate) struct CpuSnapshot {
+    postgres: u64,
+    this: u64,
+    at: Instant,
+}
+
+/// Average cores busy over an interval.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cores {
+    /// Every process named `postgres` on the machine (its backends, writer, WAL writer…).
+    pub(crate) postgres: f64,
+    /// This process: the server under test and the load generator.
+    pub(crate) this: f64,
+}
+
+impl std::fmt::Display for Cores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PostgreSQL {:.2} cores, this process {:.2}",
+            self.postgres, self.this
+        )
+    }
+}
+
+impl CpuSnapshot {
+    /// Now; `None` without a readable `/proc`.
+    pub(crate) fn now() -> Option<CpuSnapshot> {
+        let this = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|stat| ticks(&stat))?
+            .1;
+        let mut postgres = 0;
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let is_pid = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()));
+            if !is_pid {
+                continue;
+            }
+            // A process may exit between listing and reading: skipped.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            if let Some(("postgres", used)) = ticks(&stat).as_ref().map(|(n, t)| (n.as_str(), *t)) {
+                postgres += used;
+            }
+        }
+        Some(CpuSnapshot {
+            postgres,
+            this,
+            at: Instant::now(),
+        })
+    }
+
+    /// The cores busy on average since this snapshot (processes that exited meanwhile
+    /// are missing from the PostgreSQL figure).
+    pub(crate) fn cores_since(&self) -> Option<Cores> {
+        let now = CpuSnapshot::now()?;
+        let seconds = now.at.duration_since(self.at).as_secs_f64();
+        if seconds <= 0.0 {
+            return None;
+        }
+        let cores = |before: u64, after: u64| {
+            after.saturating_sub(before) as f64 / TICKS_PER_SECOND / seconds
+        };
+        Some(Cores {
+            postgres: cores(self.postgres, now.postgres),
+            this: cores(self.this, now.this),
+        })
+    }
+}
+
+/// `(command name, user + system ticks)` of a `/proc/<pid>/stat` line.
+fn ticks(stat: &str) -> Option<(String, u64)> {
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let name = stat.get(open + 1..close)?.to_string();
+    let fields: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
+    // After the name: state is field 3 of stat(5), utime 14 and stime 15.
+    let used = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((name, used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ticks;
+
+    #[test]
+    fn a_stat_line_gives_its_name_and_ticks_even_with_spaces_and_parentheses_in_the_name() {
+        let line =
+            "4242 (post (gres) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 17 5 0 0 20 0 1 0 99 0 0";
+        assert_eq!(ticks(line), Some(("post (gres) x".to_string(), 22)));
+        assert_eq!(ticks("1 (init"), None);
+    }
+}
