@@ -29,6 +29,9 @@ const SUMS: [&str; 8] = [
 pub(crate) const SELECT_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM unit_metric_deltas
      WHERE tenant_id = $1 AND campaign_id = $2)";
 
+/// Whether any campaign has appended sums to fold.
+const SELECT_ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM unit_metric_deltas)";
+
 /// Most appended rows one background fold transaction moves.
 const FOLD_ROWS_MAX: i64 = 200_000;
 
@@ -100,6 +103,15 @@ impl Store {
     /// `FOLD_ROWS_MAX` a transaction on PostgreSQL). Returns the rows moved. `serve` runs
     /// it periodically; the sums the report reads are the same before and after.
     pub async fn fold_unit_metrics(&self) -> Result<u64, StoreError> {
+        // Nothing appended, no write transaction (on SQLite it would take the write lock).
+        let pending: bool = with_pool!(self, reader, |pool| {
+            sqlx::query_scalar(SELECT_ANY_PENDING)
+                .fetch_one(pool)
+                .await?
+        });
+        if !pending {
+            return Ok(0);
+        }
         let mut moved = 0;
         loop {
             let step = self.fold(Scope::Any, None).await?;
