@@ -6,10 +6,10 @@
 //! corrects.
 //!
 //! The per-unit sums the report reads are adjusted in the same transaction (a row
-//! appended to `unit_metric_deltas`, see `unit_metrics.rs`) by the difference between the new and the current value, in each window
-//! (event time, arrival time) the outcome falls into, so they stay equal to their
-//! recomputation from the facts (`Store::report_sums_from_facts`, which reads the current
-//! value). On PostgreSQL the outcome's row is locked first (`FOR UPDATE`, a lock, not a
+//! appended to `unit_metric_deltas`, see `unit_metrics.rs`) by the difference between
+//! the new and the current value, in each window (event time, arrival time) the outcome
+//! falls into, so they stay equal to their recomputation from the facts
+//! (`Store::report_sums_from_facts`, which reads the current value). On PostgreSQL the outcome's row is locked first (`FOR UPDATE`, a lock, not a
 //! write), so two concurrent corrections of one outcome take turns; SQLite's write
 //! transactions already do.
 

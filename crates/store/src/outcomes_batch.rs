@@ -79,14 +79,6 @@ const PG_APPEND_UNIT_DELTAS: &str = "INSERT INTO unit_metric_deltas
                  $10::int8[], $11::float8[], $12::int8[], $13::float8[])
        AS u(c, m, a, arm, evn, evv, evdn, evdv, arn, arv, ardn, ardv)";
 
-/// SQLite's in-place addition to a unit's row (see `bump_unit_rows`).
-const SQLITE_UNIT_METRICS_CONFLICT: &str =
-    "ON CONFLICT (tenant_id, campaign_id, metric, assignment_id) DO UPDATE SET
-       ev_n = unit_metrics.ev_n + excluded.ev_n, ev_v = unit_metrics.ev_v + excluded.ev_v,
-       ev_dn = unit_metrics.ev_dn + excluded.ev_dn, ev_dv = unit_metrics.ev_dv + excluded.ev_dv,
-       ar_n = unit_metrics.ar_n + excluded.ar_n, ar_v = unit_metrics.ar_v + excluded.ar_v,
-       ar_dn = unit_metrics.ar_dn + excluded.ar_dn, ar_dv = unit_metrics.ar_dv + excluded.ar_dv";
-
 /// Each outcome's deterministic id (`outcome_corrections.rs`).
 fn outcome_ids(tenant: &TenantId, rows: &[&NewOutcome]) -> Vec<String> {
     rows.iter()
@@ -452,8 +444,9 @@ impl StoreTx {
                 for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
                     let sql = format!(
                         "INSERT INTO unit_metrics (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
-                         VALUES {} {SQLITE_UNIT_METRICS_CONFLICT}",
-                        vec!["(?,?,?,?,?,?,?,?,?,?,?,?,?)"; chunk.len()].join(",")
+                         VALUES {} {}",
+                        vec!["(?,?,?,?,?,?,?,?,?,?,?,?,?)"; chunk.len()].join(","),
+                        crate::unit_metrics::add_to_existing_row()
                     );
                     let mut query = sqlx::query(&sql);
                     for (k, s) in chunk {

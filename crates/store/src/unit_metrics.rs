@@ -35,20 +35,27 @@ const SELECT_ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM unit_metric_delta
 /// Most appended rows one background fold transaction moves.
 const FOLD_ROWS_MAX: i64 = 200_000;
 
-/// Where a fold takes its rows from.
-#[derive(Clone, Copy)]
-enum Scope {
-    /// One campaign's rows, all of them (`$1` tenant, `$2` campaign).
-    Campaign,
-    /// Any rows, at most `$1` of them (SQLite: all).
-    Any,
+/// A campaign's rows only (the report's fold), or any rows (the background fold).
+type Campaign<'a> = Option<(&'a TenantId, &'a CampaignId)>;
+
+/// The key of a `unit_metrics` row.
+const KEY: &str = "tenant_id, campaign_id, metric, assignment_id";
+
+/// What makes an insert into `unit_metrics` add to the row already there: the fold's, and
+/// SQLite's outcome batches' (`outcomes_batch.rs`).
+pub(crate) fn add_to_existing_row() -> String {
+    let added: Vec<String> = SUMS
+        .iter()
+        .map(|c| format!("{c} = unit_metrics.{c} + excluded.{c}"))
+        .collect();
+    format!("ON CONFLICT ({KEY}) DO UPDATE SET {}", added.join(", "))
 }
 
 /// The fold as SQL: PostgreSQL's one statement (returns the rows moved), or SQLite's
-/// upsert and delete, run in one write transaction.
-fn fold_sql(scope: Scope, postgres: bool) -> Vec<String> {
-    let keys = "tenant_id, campaign_id, metric, assignment_id";
-    let columns = format!("{keys}, arm, {}", SUMS.join(", "));
+/// upsert and delete, run in one write transaction. A campaign's fold takes `$1` tenant
+/// and `$2` campaign; PostgreSQL's background fold takes at most `$1` rows, SQLite's all.
+fn fold_sql(campaign: bool, postgres: bool) -> Vec<String> {
+    let columns = format!("{KEY}, arm, {}", SUMS.join(", "));
     let summed: Vec<String> = SUMS
         .iter()
         .map(|c| match c.ends_with('n') {
@@ -56,27 +63,23 @@ fn fold_sql(scope: Scope, postgres: bool) -> Vec<String> {
             false => format!("SUM({c})"),
         })
         .collect();
-    let added: Vec<String> = SUMS
-        .iter()
-        .map(|c| format!("{c} = unit_metrics.{c} + excluded.{c}"))
-        .collect();
     let upsert = |from: &str, filter: &str| {
         format!(
             "INSERT INTO unit_metrics ({columns})
-             SELECT {keys}, MIN(arm), {} FROM {from} WHERE {filter}
-             GROUP BY {keys} ORDER BY {keys}
-             ON CONFLICT ({keys}) DO UPDATE SET {}",
+             SELECT {KEY}, MIN(arm), {} FROM {from} WHERE {filter}
+             GROUP BY {KEY} ORDER BY {KEY}
+             {}",
             summed.join(", "),
-            added.join(", ")
+            add_to_existing_row()
         )
     };
     if postgres {
         // Rows chosen by their physical address: PostgreSQL's TID scan visits a list of
         // them in address order, so two concurrent folds lock the rows they delete in
         // one order and cannot deadlock (they upsert in key order too).
-        let chosen = match scope {
-            Scope::Campaign => "tenant_id = $1 AND campaign_id = $2",
-            Scope::Any => "true LIMIT $1",
+        let chosen = match campaign {
+            true => "tenant_id = $1 AND campaign_id = $2",
+            false => "true LIMIT $1",
         };
         let chosen =
             format!("ctid = ANY (ARRAY(SELECT ctid FROM unit_metric_deltas WHERE {chosen}))");
@@ -88,9 +91,9 @@ fn fold_sql(scope: Scope, postgres: bool) -> Vec<String> {
         );
         return vec![fold];
     }
-    let chosen = match scope {
-        Scope::Campaign => "tenant_id = ?1 AND campaign_id = ?2",
-        Scope::Any => "true",
+    let chosen = match campaign {
+        true => "tenant_id = ?1 AND campaign_id = ?2",
+        false => "true",
     };
     vec![
         upsert("unit_metric_deltas", chosen),
@@ -103,23 +106,15 @@ impl Store {
     /// `FOLD_ROWS_MAX` a transaction on PostgreSQL). Returns the rows moved. `serve` runs
     /// it periodically; the sums the report reads are the same before and after.
     pub async fn fold_unit_metrics(&self) -> Result<u64, StoreError> {
-        // Nothing appended, no write transaction (on SQLite it would take the write lock).
-        let pending: bool = with_pool!(self, reader, |pool| {
-            sqlx::query_scalar(SELECT_ANY_PENDING)
-                .fetch_one(pool)
-                .await?
-        });
-        if !pending {
-            return Ok(0);
-        }
         let mut moved = 0;
-        loop {
-            let step = self.fold(Scope::Any, None).await?;
+        while self.pending(None).await? {
+            let step = self.fold(None).await?;
             moved += step;
             if step < FOLD_ROWS_MAX as u64 {
-                return Ok(moved);
+                break;
             }
         }
+        Ok(moved)
     }
 
     /// [`Store::fold_unit_metrics`] for one campaign, when it has appended rows (one
@@ -129,29 +124,33 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &CampaignId,
     ) -> Result<u64, StoreError> {
-        let pending: bool = with_pool!(self, reader, |pool| {
-            let query = sqlx::query_scalar(SELECT_PENDING)
-                .bind(tenant.as_str())
-                .bind(campaign_id.as_str());
-            query.fetch_one(pool).await?
-        });
-        if !pending {
+        let campaign = Some((tenant, campaign_id));
+        if !self.pending(campaign).await? {
             return Ok(0);
         }
-        self.fold(Scope::Campaign, Some((tenant, campaign_id)))
-            .await
+        self.fold(campaign).await
     }
 
-    async fn fold(
-        &self,
-        scope: Scope,
-        campaign: Option<(&TenantId, &CampaignId)>,
-    ) -> Result<u64, StoreError> {
+    /// Whether there are appended rows to fold: read before a fold, so nothing appended
+    /// costs no write transaction (on SQLite it would take the write lock).
+    async fn pending(&self, campaign: Campaign<'_>) -> Result<bool, StoreError> {
+        with_pool!(self, reader, |pool| {
+            let query = match campaign {
+                Some((tenant, id)) => sqlx::query_scalar(SELECT_PENDING)
+                    .bind(tenant.as_str())
+                    .bind(id.as_str()),
+                None => sqlx::query_scalar(SELECT_ANY_PENDING),
+            };
+            Ok(query.fetch_one(pool).await?)
+        })
+    }
+
+    async fn fold(&self, campaign: Campaign<'_>) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let moved = match &mut tx.inner {
             TxInner::Postgres(conn) => {
                 let mut moved = 0;
-                for sql in fold_sql(scope, true) {
+                for sql in fold_sql(campaign.is_some(), true) {
                     let query = sqlx::query_scalar::<_, i64>(&sql);
                     let query = match campaign {
                         Some((tenant, id)) => query.bind(tenant.as_str()).bind(id.as_str()),
@@ -164,7 +163,7 @@ impl Store {
             TxInner::Sqlite(conn) => {
                 let mut moved = 0;
                 // The delete runs last: its count is the rows moved.
-                for sql in fold_sql(scope, false) {
+                for sql in fold_sql(campaign.is_some(), false) {
                     let query = sqlx::query(&sql);
                     let query = match campaign {
                         Some((tenant, id)) => query.bind(tenant.as_str()).bind(id.as_str()),

@@ -4,6 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::bad_input_routes::RowCounts;
 use crate::helpers::{fire_from_processes, spawn_app, Backend, TestApp};
 
 crate::on_both_backends!(
@@ -463,37 +464,17 @@ async fn outcome_batches_on_the_same_units_count_once_while_their_sums_are_folde
     assert_eq!(stored, distinct as u64);
     assert_unit_metrics_match_the_facts(&app, &campaign).await;
     app.store.fold_unit_metrics().await.expect("fold");
-    let (rows, keys, appended) = unit_metric_rows(&app, backend).await;
-    assert_eq!((rows, appended), (keys, 0), "one row per unit and metric");
-    assert_eq!(keys, units.len() as i64);
-}
-
-/// (rows of `unit_metrics`, distinct (unit, metric) among them, rows left to fold).
-async fn unit_metric_rows(app: &TestApp, backend: Backend) -> (i64, i64, i64) {
-    use sqlx::Connection;
-    let sql = "SELECT (SELECT COUNT(*) FROM unit_metrics),
-                      (SELECT COUNT(*) FROM (SELECT DISTINCT campaign_id, metric, assignment_id FROM unit_metrics) k),
-                      (SELECT COUNT(*) FROM unit_metric_deltas)";
-    match backend {
-        Backend::Postgres => {
-            let mut conn = sqlx::PgConnection::connect(app.database_url())
-                .await
-                .expect("connect");
-            sqlx::query_as(sql)
-                .fetch_one(&mut conn)
-                .await
-                .expect("counts")
-        }
-        Backend::Sqlite => {
-            let mut conn = sqlx::SqliteConnection::connect(app.database_url())
-                .await
-                .expect("connect");
-            sqlx::query_as(sql)
-                .fetch_one(&mut conn)
-                .await
-                .expect("counts")
-        }
-    }
+    // `unit_metrics` is keyed by (campaign, metric, unit): one row per unit that got an
+    // outcome, and nothing left to fold.
+    let counts = RowCounts::connect(backend, app.database_url())
+        .await
+        .now()
+        .await;
+    assert_eq!(
+        (counts["unit_metrics"], counts["unit_metric_deltas"]),
+        (units.len() as i64, 0),
+        "one row per unit and metric"
+    );
 }
 
 /// Assigns a chunk of units concurrently.
