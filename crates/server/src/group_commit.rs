@@ -23,6 +23,9 @@
 //! per contract (its latest version). An item whose key was revoked meanwhile is not
 //! written and is answered 401; an event whose contract got a newer version is not written
 //! and is answered `EventAnswer::StaleContract`, and its handler identifies it again.
+//! An assignment proposed under a campaign version from memory is likewise written only
+//! while that version is the campaign's latest (one statement per batch), else answered
+//! `AssignmentAnswer::StaleCampaign` and its handler reads the store.
 //!
 //! Nothing here decides uniqueness: two requests for the same key in one batch are
 //! judged by the store in input order (the first inserted, the second a duplicate or a
@@ -37,8 +40,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use traqlyte_identity::{Contract, ContractName};
 use traqlyte_store::{
-    now_us, ApiKey, Assignment, EventOutcome, LateEvents, NewEvent, NewOutcome, OutcomeResult,
-    RunEventRow, Store, StoreError, StoreTx, TenantId,
+    now_us, ApiKey, Assignment, CampaignId, EventOutcome, LateEvents, NewEvent, NewOutcome,
+    OutcomeResult, RunEventRow, Store, StoreError, StoreTx, TenantId,
 };
 
 use crate::lookups::Lookups;
@@ -172,16 +175,19 @@ impl GroupCommit {
         Some(queues.outcomes.submit(key, item).await)
     }
 
-    /// Writes one unit's first assignment in the next batch (the stored one if another
-    /// request won); `None` when off.
+    /// Writes one unit's first assignment in the next batch (the stored one if the unit
+    /// has one already, whichever request or process wrote it); `None` when off.
+    /// `remembered` says the proposal's campaign version came from the server's memory as
+    /// the latest, which the batch's transaction checks.
     pub(crate) async fn assignment(
         &self,
         tenant: &TenantId,
         key: Option<&ApiKey>,
         proposed: &Assignment,
-    ) -> Option<Result<Assignment, ApiError>> {
+        remembered: bool,
+    ) -> Option<Result<AssignmentAnswer, ApiError>> {
         let queues = self.queues.as_ref()?;
-        let item = (tenant.clone(), proposed.clone());
+        let item = (tenant.clone(), (proposed.clone(), remembered));
         Some(queues.assignments.submit(key, item).await)
     }
 }
@@ -194,6 +200,16 @@ pub(crate) enum EventAnswer {
     /// Not written: the contract has a newer version than the one the event was
     /// identified under as "the latest".
     StaleContract,
+}
+
+/// What the batch did with one assignment.
+#[derive(Debug, Clone)]
+pub(crate) enum AssignmentAnswer {
+    /// The unit's stored assignment (this batch's proposal or an earlier one).
+    Stored(Assignment),
+    /// Not written: the campaign has a newer version than the remembered one the
+    /// proposal was made under.
+    StaleCampaign,
 }
 
 /// How one kind of item is written: all of `items` in one transaction, one answer per
@@ -599,8 +615,9 @@ impl Flush for OutcomesFlush {
 struct AssignmentsFlush;
 
 impl Flush for AssignmentsFlush {
-    type Item = (TenantId, Assignment);
-    type Answer = Assignment;
+    /// The tenant, then the proposal and whether its version came from memory.
+    type Item = (TenantId, (Assignment, bool));
+    type Answer = AssignmentAnswer;
 
     fn begin(&self, store: &Store) -> impl Future<Output = Result<StoreTx, StoreError>> + Send {
         store.begin()
@@ -611,13 +628,58 @@ impl Flush for AssignmentsFlush {
         tx: &mut StoreTx,
         items: &[Self::Item],
         _latest: &LatestVersions,
-    ) -> Result<Vec<Assignment>, StoreError> {
+    ) -> Result<Vec<AssignmentAnswer>, StoreError> {
         let mut parts = Vec::new();
-        for (group, tenant, proposed) in by_tenant(items) {
-            parts.push((group, tx.assign_many(tenant, &proposed).await?));
+        for (group, tenant, proposals) in by_tenant(items) {
+            let stale = stale_proposals(tx, tenant, &proposals).await?;
+            let (refused, written): (Vec<usize>, Vec<usize>) =
+                (0..group.len()).partition(|&i| stale[i]);
+            let proposed: Vec<Assignment> =
+                written.iter().map(|&i| proposals[i].0.clone()).collect();
+            let stored = tx.assign_many(tenant, &proposed).await?;
+            let stale_answers = refused.iter().map(|_| AssignmentAnswer::StaleCampaign);
+            parts.push((
+                refused.iter().map(|&i| group[i]).collect(),
+                stale_answers.collect(),
+            ));
+            parts.push((
+                written.iter().map(|&i| group[i]).collect(),
+                stored.into_iter().map(AssignmentAnswer::Stored).collect(),
+            ));
         }
         scatter(items.len(), parts)
     }
+}
+
+/// Which of one tenant's proposals were made under a remembered campaign version that is
+/// no longer the campaign's latest (read in `tx`, one statement for the batch).
+async fn stale_proposals(
+    tx: &mut StoreTx,
+    tenant: &TenantId,
+    proposals: &[(Assignment, bool)],
+) -> Result<Vec<bool>, StoreError> {
+    let mut campaigns: Vec<&CampaignId> = proposals
+        .iter()
+        .filter(|(_, remembered)| *remembered)
+        .map(|(a, _)| &a.campaign_id)
+        .collect();
+    if campaigns.is_empty() {
+        return Ok(vec![false; proposals.len()]);
+    }
+    campaigns.sort();
+    campaigns.dedup();
+    let latest = tx.latest_campaign_versions(tenant, &campaigns).await?;
+    Ok(proposals
+        .iter()
+        .map(|(a, remembered)| {
+            *remembered
+                && campaigns
+                    .iter()
+                    .zip(&latest)
+                    .find(|(c, _)| **c == &a.campaign_id)
+                    .is_none_or(|(_, version)| *version != Some(a.version))
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -14,6 +14,11 @@
 //!   resolved the latest version from here carries that version into the batch, whose
 //!   transaction reads the latest version again; if a newer one exists, the write is not
 //!   stored and the handler identifies the event again under the new version.
+//! - **A campaign's latest published version.** A published version never changes, but
+//!   a newer one can be published in any process: a first-time assignment proposed under
+//!   the remembered version carries it into the batch, whose transaction reads the
+//!   campaign's latest version again; if a newer one exists, nothing is written and the
+//!   handler reads the unit and the campaign as without this memory.
 //!
 //! So the store stays the only judge: this memory only saves the reads whose answers the
 //! batch's transaction re-checks anyway. It is used only with group commit on (without
@@ -25,7 +30,7 @@ use std::hash::Hash;
 use std::sync::Mutex;
 
 use traqlyte_identity::Contract;
-use traqlyte_store::{ApiKey, TenantId};
+use traqlyte_store::{ApiKey, CampaignId, CampaignVersion, TenantId};
 
 /// Most entries of each map.
 pub(crate) const ENTRIES_MAX: usize = 10_000;
@@ -36,6 +41,7 @@ pub(crate) struct Lookups {
     keys: Memory<ApiKey, TenantId>,
     contracts: Memory<(TenantId, String, u32), Contract>,
     latest: Memory<(TenantId, String), u32>,
+    campaigns: Memory<(TenantId, CampaignId), CampaignVersion>,
 }
 
 impl Lookups {
@@ -79,6 +85,27 @@ impl Lookups {
         }
         self.contracts
             .put((tenant.clone(), name, contract.version()), contract.clone());
+    }
+
+    /// The latest published version of a campaign, as the store last answered it here.
+    pub(crate) fn campaign(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &CampaignId,
+    ) -> Option<CampaignVersion> {
+        self.campaigns.get(&(tenant.clone(), campaign_id.clone()))
+    }
+
+    /// Remembers the latest published version the store just answered for a campaign.
+    pub(crate) fn remember_campaign(&self, tenant: &TenantId, latest: &CampaignVersion) {
+        self.campaigns
+            .put((tenant.clone(), latest.campaign_id.clone()), latest.clone());
+    }
+
+    /// Forgets a campaign's latest version (a batch found a newer one).
+    pub(crate) fn forget_campaign(&self, tenant: &TenantId, campaign_id: &CampaignId) {
+        self.campaigns
+            .remove(&(tenant.clone(), campaign_id.clone()));
     }
 
     /// Forgets which version of a contract is the latest (a batch found a newer one).

@@ -33,6 +33,21 @@ pub(crate) const SELECT_ASSIGNMENT_BY_ID: &str = "SELECT assignment_id, campaign
        CAST(version AS BIGINT) AS version, assigned_at_us
      FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
 
+/// The batched insert of proposed assignments on PostgreSQL (see
+/// `StoreTx::insert_assignments`).
+const PG_INSERT_ASSIGNMENTS: &str = "INSERT INTO assignments
+     (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
+     SELECT $1, r.campaign_id, r.unit_id, r.assignment_id, r.arm, r.version, r.assigned_at_us
+     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], $7::int8[])
+       AS r(campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
+     ON CONFLICT DO NOTHING";
+
+/// See [`StoreTx::latest_campaign_versions`].
+pub(crate) const PG_LATEST_CAMPAIGN_VERSIONS: &str = "SELECT k.id,
+       (SELECT CAST(v.version AS BIGINT) FROM campaign_versions v
+         WHERE v.tenant_id = $1 AND v.campaign_id = k.id ORDER BY v.version DESC LIMIT 1)
+     FROM unnest($2::text[]) AS k(id)";
+
 /// One unique-index probe per id (see [`SELECT_ASSIGNMENT_BY_ID`]).
 pub(crate) const PG_SELECT_ASSIGNED: &str = "SELECT a.assignment_id, a.campaign_id, a.unit_id, a.arm,
        CAST(a.version AS BIGINT) AS version, a.assigned_at_us
@@ -104,6 +119,48 @@ impl Store {
 }
 
 impl StoreTx {
+    /// The latest published version of each of `ids` (`None` for a campaign without
+    /// one), read in this transaction: a group-committed assignment proposed under a
+    /// version from the server's memory is written only if that version is still the
+    /// latest (`crates/server/src/lookups.rs`). One statement on PostgreSQL (a backward
+    /// primary-key probe per campaign), a probe per campaign on SQLite.
+    pub async fn latest_campaign_versions(
+        &mut self,
+        tenant: &TenantId,
+        ids: &[&CampaignId],
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let names: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+                let rows: Vec<(String, Option<i64>)> = sqlx::query_as(PG_LATEST_CAMPAIGN_VERSIONS)
+                    .bind(tenant.as_str())
+                    .bind(&names)
+                    .fetch_all(&mut **conn)
+                    .await?;
+                let latest: HashMap<String, Option<i64>> = rows.into_iter().collect();
+                Ok(names
+                    .iter()
+                    .map(|name| latest.get(*name).copied().flatten())
+                    .collect())
+            }
+            TxInner::Sqlite(conn) => {
+                let mut latest = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let version: Option<i64> = sqlx::query_scalar(
+                        "SELECT CAST(MAX(version) AS BIGINT) FROM campaign_versions
+                         WHERE tenant_id = $1 AND campaign_id = $2",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(id.as_str())
+                    .fetch_one(&mut **conn)
+                    .await?;
+                    latest.push(version);
+                }
+                Ok(latest)
+            }
+        }
+    }
+
     /// Inserts the assignment unless the unit already has one; returns the stored one
     /// (the first assignment always wins: sticky).
     pub async fn assign(
@@ -134,6 +191,52 @@ impl StoreTx {
             .filter(|a| seen.insert((a.campaign_id.as_str(), a.unit_id.as_str())))
             .collect();
         rows.sort_by(|a, b| (&a.campaign_id, &a.unit_id).cmp(&(&b.campaign_id, &b.unit_id)));
+        self.insert_assignments(tenant, &rows).await?;
+        let keys: Vec<(&CampaignId, &UnitId, &str)> = rows
+            .iter()
+            .map(|a| (&a.campaign_id, &a.unit_id, a.assignment_id.as_str()))
+            .collect();
+        let stored = self.stored_assignments(tenant, &keys).await?;
+        proposed
+            .iter()
+            .map(|a| {
+                stored
+                    .get(&(a.campaign_id.clone(), a.unit_id.clone()))
+                    .cloned()
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(format!("assignment of {} not stored", a.unit_id))
+                    })
+            })
+            .collect()
+    }
+
+    /// Inserts `rows` with `ON CONFLICT DO NOTHING`, in their order. On PostgreSQL one
+    /// `unnest` statement whose text never changes, so its prepared statement and plan are
+    /// reused by every batch: a `VALUES` list sized to the batch was a new statement for
+    /// each batch size, which group-committed single requests (batches of 1 to 64 and
+    /// more) kept preparing anew. SQLite has no arrays: multi-row `VALUES` there.
+    async fn insert_assignments(
+        &mut self,
+        tenant: &TenantId,
+        rows: &[&Assignment],
+    ) -> Result<(), StoreError> {
+        if let TxInner::Postgres(conn) = &mut self.inner {
+            let column =
+                |f: &dyn Fn(&Assignment) -> &str| rows.iter().map(|a| f(a)).collect::<Vec<_>>();
+            let versions: Vec<i32> = rows.iter().map(|a| a.version as i32).collect();
+            let at: Vec<i64> = rows.iter().map(|a| a.assigned_at_us).collect();
+            sqlx::query(PG_INSERT_ASSIGNMENTS)
+                .bind(tenant.as_str())
+                .bind(column(&|a| a.campaign_id.as_str()))
+                .bind(column(&|a| a.unit_id.as_str()))
+                .bind(column(&|a| a.assignment_id.as_str()))
+                .bind(column(&|a| a.arm.as_str()))
+                .bind(versions)
+                .bind(at)
+                .execute(&mut **conn)
+                .await?;
+            return Ok(());
+        }
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             let values: Vec<String> = (0..chunk.len())
                 .map(|r| {
@@ -161,22 +264,7 @@ impl StoreTx {
                 query.execute(&mut *conn).await?;
             });
         }
-        let keys: Vec<(&CampaignId, &UnitId, &str)> = rows
-            .iter()
-            .map(|a| (&a.campaign_id, &a.unit_id, a.assignment_id.as_str()))
-            .collect();
-        let stored = self.stored_assignments(tenant, &keys).await?;
-        proposed
-            .iter()
-            .map(|a| {
-                stored
-                    .get(&(a.campaign_id.clone(), a.unit_id.clone()))
-                    .cloned()
-                    .ok_or_else(|| {
-                        StoreError::Corrupt(format!("assignment of {} not stored", a.unit_id))
-                    })
-            })
-            .collect()
+        Ok(())
     }
 
     /// The stored assignments of many `(campaign, unit)` pairs (each unit by its

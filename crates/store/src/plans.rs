@@ -57,6 +57,11 @@ pub const LOOKUPS: &[(&str, &str, &str)] = &[
         "unit_metric_deltas_by_campaign",
     ),
     (
+        "a group-committed batch's latest campaign versions",
+        crate::assignments_batch::PG_LATEST_CAMPAIGN_VERSIONS,
+        "campaign_versions_pkey",
+    ),
+    (
         "a group-committed batch's keys and latest contract versions",
         crate::tenants::PG_CHECK_WRITES,
         "contracts_pkey",

@@ -24,6 +24,7 @@ use utoipa::ToSchema;
 use crate::auth::WriteTenant;
 use crate::body::read_document;
 use crate::body::typed::{parse, Id};
+use crate::group_commit::AssignmentAnswer;
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
@@ -80,6 +81,16 @@ pub(crate) async fn assign(
             unit_id,
         } = parse(&value).map_err(|r| r.unprocessable("invalid_assignment"))?;
         let campaign_id = known_campaign_id(campaign_id.as_str(), "campaign_id")?;
+        // With group commit on, a campaign whose latest version this process remembers
+        // needs no read before the queue: the batch answers a known unit with its stored
+        // assignment, and re-checks that the remembered version is still the latest.
+        if !work.is_idempotent() {
+            if let Some(stored) =
+                remembered_assignment(&state, &writer, &campaign_id, &unit_id).await?
+            {
+                return Ok(Json(assignment_view(stored)));
+            }
+        }
         // A known unit: one indexed read answers it (an assignment never changes, and one
         // exists only for a published campaign). A read-only answer, so a key from the
         // server's memory is confirmed first (`WriteTenant::confirm`).
@@ -109,12 +120,24 @@ pub(crate) async fn assign(
         // Under an idempotency key the assignment commits with the stored response, in the
         // layer's transaction: such a request never joins a group commit.
         if !work.is_idempotent() {
-            if let Some(stored) = state
+            if let Some(lookups) = state.group_commit.lookups() {
+                lookups.remember_campaign(tenant, &latest);
+            }
+            match state
                 .group_commit
-                .assignment(tenant, key.as_ref(), &proposed)
+                .assignment(tenant, key.as_ref(), &proposed, false)
                 .await
             {
-                return Ok(Json(assignment_view(stored?)));
+                Some(Ok(AssignmentAnswer::Stored(stored))) => {
+                    return Ok(Json(assignment_view(stored)))
+                }
+                Some(Ok(AssignmentAnswer::StaleCampaign)) => {
+                    return Err(ApiError::internal(
+                        "a batch refused a proposal not made from memory",
+                    ))
+                }
+                Some(Err(err)) => return Err(err),
+                None => {}
             }
         }
         let mut tx = work.begin().await?;
@@ -124,6 +147,38 @@ pub(crate) async fn assign(
     }
     .await;
     writer.settle(&state, answer).await
+}
+
+/// The unit's assignment through group commit, proposed under the campaign's latest
+/// version as this process remembers it; `None` when group commit is off, nothing is
+/// remembered, or the batch found a newer version (forgotten: the caller reads the store).
+async fn remembered_assignment(
+    state: &AppState,
+    writer: &WriteTenant,
+    campaign_id: &CampaignId,
+    unit_id: &UnitId,
+) -> Result<Option<Assignment>, ApiError> {
+    let WriteTenant { tenant, key } = writer;
+    let Some(lookups) = state.group_commit.lookups() else {
+        return Ok(None);
+    };
+    let Some(latest) = lookups.campaign(tenant, campaign_id) else {
+        return Ok(None);
+    };
+    let proposed = propose(campaign_id, &latest, unit_id, now_us())?;
+    match state
+        .group_commit
+        .assignment(tenant, key.as_ref(), &proposed, true)
+        .await
+    {
+        Some(Ok(AssignmentAnswer::Stored(stored))) => Ok(Some(stored)),
+        Some(Ok(AssignmentAnswer::StaleCampaign)) => {
+            lookups.forget_campaign(tenant, campaign_id);
+            Ok(None)
+        }
+        Some(Err(err)) => Err(err),
+        None => Ok(None),
+    }
 }
 
 /// The assignment `unit_id` gets under `latest`, the campaign's latest version.

@@ -17,6 +17,7 @@ use crate::lineage::run_event;
 crate::on_both_backends!(
     a_thousand_concurrent_single_requests_get_the_answers_they_get_without_group_commit,
     a_version_registered_through_another_process_identifies_the_next_event,
+    a_version_published_through_another_process_assigns_the_next_unit,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -72,6 +73,59 @@ async fn a_version_registered_through_another_process_identifies_the_next_event(
     let id = pinned.body["event_id"].as_str().expect("event_id");
     let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
     assert_eq!(stored.body["contract_version"], 1, "{}", stored.body);
+}
+
+/// With group commit on, a server remembers a campaign's latest version and proposes a
+/// new unit's assignment under it without a read; the batch re-checks it: a version
+/// published through another process assigns the very next new unit, while a unit
+/// assigned before keeps its first assignment.
+async fn a_version_published_through_another_process_assigns_the_next_unit(backend: Backend) {
+    let app = spawn_app_with(backend, ServerConfig::default()).await;
+    let body = json!({
+        "key": "remembered", "name": "remembered",
+        "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+        "metrics": [{"name": "purchase", "kind": "conversion", "window_hours": 24}]
+    });
+    let created = app.post_json("/campaigns", &body).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let campaign = created.body["id"].as_str().expect("id").to_string();
+    let publish = format!("/campaigns/{campaign}/publish");
+    let published = app.post_raw(&publish, "").await;
+    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let assign = |unit: &str| json!({"campaign_id": campaign, "unit_id": unit});
+    // The first assignment reads version 1 and remembers it; the second is proposed
+    // from memory.
+    for unit in ["first", "second"] {
+        let answer = app.post_json("/assignments", &assign(unit)).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        assert_eq!(answer.body["version"], 1, "{}", answer.body);
+    }
+    let other = ServerProcess::start(app.database_url(), &[]);
+    let republished = app
+        .send(
+            app.client
+                .post(format!("{}{publish}", other.address))
+                .bearer_auth(&app.key),
+        )
+        .await;
+    assert_eq!(
+        republished.status,
+        StatusCode::CREATED,
+        "{}",
+        republished.body
+    );
+    // `app` still remembers version 1; the batch finds version 2.
+    let next = app.post_json("/assignments", &assign("third")).await;
+    assert_eq!(next.status, StatusCode::OK, "{}", next.body);
+    assert_eq!(next.body["version"], 2, "{}", next.body);
+    // Sticky: a unit assigned under version 1 keeps it, from memory or not.
+    for _ in 0..2 {
+        let again = app.post_json("/assignments", &assign("first")).await;
+        assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+        assert_eq!(again.body["version"], 1, "{}", again.body);
+    }
+    let stored = app.post_json("/assignments", &assign("third")).await;
+    assert_eq!(stored.body, next.body);
 }
 
 /// One request of the mix: where it goes, its body, the group whose answers are compared
