@@ -138,7 +138,7 @@ impl GroupCommit {
         &self,
         tenant: &TenantId,
         key: Option<&ApiKey>,
-        contract: &Contract,
+        contract: &Arc<Contract>,
         latest: bool,
         event: &NewEvent,
     ) -> Option<Result<EventAnswer, ApiError>> {
@@ -497,7 +497,7 @@ struct EventsFlush {
 
 impl Flush for EventsFlush {
     /// The tenant, then the contract, whether it was resolved as the latest, the event.
-    type Item = (TenantId, (Contract, bool, NewEvent));
+    type Item = (TenantId, (Arc<Contract>, bool, NewEvent));
     type Answer = EventAnswer;
 
     fn begin(&self, store: &Store) -> impl Future<Output = Result<StoreTx, StoreError>> + Send {

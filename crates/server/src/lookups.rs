@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use traqlyte_identity::Contract;
 use traqlyte_store::{ApiKey, CampaignId, CampaignVersion, TenantId};
@@ -39,7 +39,7 @@ pub(crate) const ENTRIES_MAX: usize = 10_000;
 #[derive(Default)]
 pub(crate) struct Lookups {
     keys: Memory<ApiKey, TenantId>,
-    contracts: Memory<(TenantId, String, u32), Contract>,
+    contracts: Memory<(TenantId, String, u32), Arc<Contract>>,
     latest: Memory<(TenantId, String), u32>,
     campaigns: Memory<(TenantId, CampaignId), CampaignVersion>,
 }
@@ -66,7 +66,7 @@ impl Lookups {
         tenant: &TenantId,
         name: &str,
         version: Option<u32>,
-    ) -> Option<Contract> {
+    ) -> Option<Arc<Contract>> {
         let version = match version {
             Some(version) => version,
             None => self.latest.get(&(tenant.clone(), name.to_string()))?,
@@ -77,7 +77,12 @@ impl Lookups {
 
     /// Remembers a contract the store just answered; as the latest when it was asked for
     /// as such.
-    pub(crate) fn remember_contract(&self, tenant: &TenantId, contract: &Contract, latest: bool) {
+    pub(crate) fn remember_contract(
+        &self,
+        tenant: &TenantId,
+        contract: &Arc<Contract>,
+        latest: bool,
+    ) {
         let name = contract.name().as_str().to_string();
         if latest {
             self.latest
