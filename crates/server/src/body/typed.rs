@@ -6,7 +6,7 @@
 //! layer refused: serde (a wrong JSON type, an unknown or missing field) or a newtype's
 //! rule (length, charset, range, NUL).
 
-use serde::de::{Deserializer, Visitor};
+use serde::de::{DeserializeOwned, Deserializer, Visitor};
 use serde::{forward_to_deserialize_any, Deserialize};
 use serde_json::Value;
 use serde_path_to_error::{Path, Segment, Track};
@@ -33,6 +33,15 @@ impl Refusal {
 /// Deserialises `value` as the request type `T` (a struct: only a JSON object is one),
 /// or says which field is wrong and why.
 pub(crate) fn parse<'de, T: Deserialize<'de>>(value: &'de Value) -> Result<T, Refusal> {
+    let mut track = Track::new();
+    let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
+    T::deserialize(ObjectOnly(tracked)).map_err(|err| refusal(&track.path(), &err.to_string()))
+}
+
+/// [`parse`] of a value the caller gives up: its parts move into `T` instead of being
+/// copied (a Segment batch's messages, up to 500 KB, were deep-copied by [`parse`] and
+/// the copy dropped with the original).
+pub(crate) fn parse_owned<T: DeserializeOwned>(value: Value) -> Result<T, Refusal> {
     let mut track = Track::new();
     let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
     T::deserialize(ObjectOnly(tracked)).map_err(|err| refusal(&track.path(), &err.to_string()))

@@ -24,7 +24,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::body::read_limited;
-use crate::body::typed::parse;
+use crate::body::typed::parse_owned;
 use crate::{ApiError, AppState};
 use config::{BATCH_BYTES_MAX, BATCH_DEPTH_EXTRA, BATCH_ERRORS_LISTED_MAX, MESSAGE_BYTES_MAX};
 
@@ -135,7 +135,7 @@ pub(crate) async fn batch(
     body: Body,
 ) -> Result<Json<Success>, ApiError> {
     let (value, source) = read_authenticated(&state, &headers, body).await?;
-    let body: BatchBody = parse(&value).map_err(|r| {
+    let body: BatchBody = parse_owned(value).map_err(|r| {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_batch", r.message).with_field(r.field)
     })?;
     let received_at_us = now_us();
