@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use traqlyte_experiments::bucketing;
 
 use crate::campaigns::VersionRow;
-use crate::tx::{with_pool, with_tx, TxInner};
+use crate::tx::{with_pool, TxInner};
 use crate::{
     Assignment, AssignmentId, CampaignId, CampaignVersion, Store, StoreError, StoreTx, TenantId,
     UnitId,
@@ -146,14 +146,13 @@ impl StoreTx {
             TxInner::Sqlite(conn) => {
                 let mut latest = Vec::with_capacity(ids.len());
                 for id in ids {
-                    let version: Option<i64> = sqlx::query_scalar(
-                        "SELECT CAST(MAX(version) AS BIGINT) FROM campaign_versions
-                         WHERE tenant_id = $1 AND campaign_id = $2",
-                    )
-                    .bind(tenant.as_str())
-                    .bind(id.as_str())
-                    .fetch_one(&mut **conn)
-                    .await?;
+                    // The publish path's probe of the latest version (its first column).
+                    let version: Option<i64> =
+                        sqlx::query_scalar(crate::campaigns::SELECT_LATEST_VERSION)
+                            .bind(tenant.as_str())
+                            .bind(id.as_str())
+                            .fetch_optional(&mut **conn)
+                            .await?;
                     latest.push(version);
                 }
                 Ok(latest)
@@ -220,49 +219,51 @@ impl StoreTx {
         tenant: &TenantId,
         rows: &[&Assignment],
     ) -> Result<(), StoreError> {
-        if let TxInner::Postgres(conn) = &mut self.inner {
-            let column =
-                |f: &dyn Fn(&Assignment) -> &str| rows.iter().map(|a| f(a)).collect::<Vec<_>>();
-            let versions: Vec<i32> = rows.iter().map(|a| a.version as i32).collect();
-            let at: Vec<i64> = rows.iter().map(|a| a.assigned_at_us).collect();
-            sqlx::query(PG_INSERT_ASSIGNMENTS)
-                .bind(tenant.as_str())
-                .bind(column(&|a| a.campaign_id.as_str()))
-                .bind(column(&|a| a.unit_id.as_str()))
-                .bind(column(&|a| a.assignment_id.as_str()))
-                .bind(column(&|a| a.arm.as_str()))
-                .bind(versions)
-                .bind(at)
-                .execute(&mut **conn)
-                .await?;
-            return Ok(());
-        }
-        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-            let values: Vec<String> = (0..chunk.len())
-                .map(|r| {
-                    let p: Vec<String> = (1..=7).map(|c| format!("${}", r * 7 + c)).collect();
-                    format!("({})", p.join(", "))
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
-                 VALUES {} ON CONFLICT DO NOTHING",
-                values.join(", ")
-            );
-            with_tx!(self, |conn| {
-                let mut query = sqlx::query(&sql);
-                for a in chunk {
-                    query = query
-                        .bind(tenant.as_str())
-                        .bind(a.campaign_id.as_str())
-                        .bind(a.unit_id.as_str())
-                        .bind(a.assignment_id.as_str())
-                        .bind(&a.arm)
-                        .bind(a.version as i32)
-                        .bind(a.assigned_at_us);
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let column =
+                    |f: &dyn Fn(&Assignment) -> &str| rows.iter().map(|a| f(a)).collect::<Vec<_>>();
+                let versions: Vec<i32> = rows.iter().map(|a| a.version as i32).collect();
+                let at: Vec<i64> = rows.iter().map(|a| a.assigned_at_us).collect();
+                sqlx::query(PG_INSERT_ASSIGNMENTS)
+                    .bind(tenant.as_str())
+                    .bind(column(&|a| a.campaign_id.as_str()))
+                    .bind(column(&|a| a.unit_id.as_str()))
+                    .bind(column(&|a| a.assignment_id.as_str()))
+                    .bind(column(&|a| a.arm.as_str()))
+                    .bind(versions)
+                    .bind(at)
+                    .execute(&mut **conn)
+                    .await?;
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                    let values: Vec<String> = (0..chunk.len())
+                        .map(|r| {
+                            let p: Vec<String> =
+                                (1..=7).map(|c| format!("${}", r * 7 + c)).collect();
+                            format!("({})", p.join(", "))
+                        })
+                        .collect();
+                    let sql = format!(
+                        "INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
+                         VALUES {} ON CONFLICT DO NOTHING",
+                        values.join(", ")
+                    );
+                    let mut query = sqlx::query(&sql);
+                    for a in chunk {
+                        query = query
+                            .bind(tenant.as_str())
+                            .bind(a.campaign_id.as_str())
+                            .bind(a.unit_id.as_str())
+                            .bind(a.assignment_id.as_str())
+                            .bind(&a.arm)
+                            .bind(a.version as i32)
+                            .bind(a.assigned_at_us);
+                    }
+                    query.execute(&mut **conn).await?;
                 }
-                query.execute(&mut *conn).await?;
-            });
+            }
         }
         Ok(())
     }

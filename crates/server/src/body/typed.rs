@@ -33,15 +33,18 @@ impl Refusal {
 /// Deserialises `value` as the request type `T` (a struct: only a JSON object is one),
 /// or says which field is wrong and why.
 pub(crate) fn parse<'de, T: Deserialize<'de>>(value: &'de Value) -> Result<T, Refusal> {
-    let mut track = Track::new();
-    let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
-    T::deserialize(ObjectOnly(tracked)).map_err(|err| refusal(&track.path(), &err.to_string()))
+    tracked(value)
 }
 
 /// [`parse`] of a value the caller gives up: its parts move into `T` instead of being
 /// copied (a Segment batch's messages, up to 500 KB, were deep-copied by [`parse`] and
 /// the copy dropped with the original).
 pub(crate) fn parse_owned<T: DeserializeOwned>(value: Value) -> Result<T, Refusal> {
+    tracked(value)
+}
+
+/// `T` from `value` (a borrowed or an owned `Value`), with the path of the field that fails.
+fn tracked<'de, D: Deserializer<'de>, T: Deserialize<'de>>(value: D) -> Result<T, Refusal> {
     let mut track = Track::new();
     let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
     T::deserialize(ObjectOnly(tracked)).map_err(|err| refusal(&track.path(), &err.to_string()))

@@ -459,81 +459,86 @@ impl Store {
 
 impl crate::StoreTx {
     /// Writes the graph rows (jobs, datasets, runs, run inputs and outputs) of newly
-    /// inserted run events: one multi-row `INSERT … ON CONFLICT DO NOTHING` per table, rows
-    /// in the sorted order `GraphRows` keeps so concurrent transactions take row locks in
-    /// one order.
+    /// inserted run events with `INSERT … ON CONFLICT DO NOTHING`, rows in the sorted order
+    /// `GraphRows` keeps so concurrent transactions take row locks in one order: one
+    /// statement on PostgreSQL ([`PG_INSERT_GRAPH`]), multi-row statements per table on
+    /// SQLite.
     async fn write_lineage_graph(
         &mut self,
         tenant: &TenantId,
         graph: &GraphRows,
         now: i64,
     ) -> Result<(), StoreError> {
-        if let crate::tx::TxInner::Postgres(conn) = &mut self.inner {
-            return write_graph_pg(conn, tenant, graph, now).await;
+        match &mut self.inner {
+            crate::tx::TxInner::Postgres(conn) => write_graph_pg(conn, tenant, graph, now).await,
+            crate::tx::TxInner::Sqlite(conn) => write_graph_sqlite(conn, tenant, graph, now).await,
         }
-        use GraphParam::{Int, Text};
-        let t = tenant.as_str();
-        let runs: Vec<Vec<GraphParam<'_>>> = graph
-            .runs
-            .iter()
-            .map(|(run, (namespace, name, event_id))| {
-                vec![
-                    Text(t),
-                    Text(run),
-                    Text(namespace),
-                    Text(name),
-                    Text(event_id),
-                    Int(now),
-                ]
-            })
-            .collect();
-        self.insert_graph_rows(INSERT_JOBS, &named_rows(t, &graph.jobs, now))
-            .await?;
-        self.insert_graph_rows(INSERT_DATASETS, &named_rows(t, &graph.datasets, now))
-            .await?;
-        self.insert_graph_rows(INSERT_RUNS, &runs).await?;
-        self.insert_graph_rows(INSERT_RUN_INPUTS, &edge_rows(t, &graph.inputs))
-            .await?;
-        self.insert_graph_rows(INSERT_RUN_OUTPUTS, &edge_rows(t, &graph.outputs))
-            .await
     }
+}
 
-    /// `head` (`INSERT INTO t (columns) VALUES`) followed by one placeholder tuple per row,
-    /// in chunks that stay far below both backends' parameter limits.
-    async fn insert_graph_rows(
-        &mut self,
-        head: &str,
-        rows: &[Vec<GraphParam<'_>>],
-    ) -> Result<(), StoreError> {
-        for chunk in rows.chunks(GRAPH_ROWS_PER_STATEMENT) {
-            let mut sql = String::from(head);
-            let mut next = 0;
-            for (index, row) in chunk.iter().enumerate() {
-                sql.push_str(if index == 0 { " (" } else { ", (" });
-                let placeholders: Vec<String> = row
-                    .iter()
-                    .map(|_| {
-                        next += 1;
-                        format!("${next}")
-                    })
-                    .collect();
-                sql.push_str(&placeholders.join(", "));
-                sql.push(')');
-            }
-            sql.push_str(" ON CONFLICT DO NOTHING");
-            crate::tx::with_tx!(self, |conn| {
-                let mut query = sqlx::query(&sql);
-                for param in chunk.iter().flatten() {
-                    query = match param {
-                        GraphParam::Text(value) => query.bind(*value),
-                        GraphParam::Int(value) => query.bind(*value),
-                    };
-                }
-                query.execute(&mut *conn).await?;
-            });
+/// [`StoreTx::write_lineage_graph`] on SQLite: one multi-row insert per table.
+async fn write_graph_sqlite(
+    conn: &mut sqlx::SqliteConnection,
+    tenant: &TenantId,
+    graph: &GraphRows,
+    now: i64,
+) -> Result<(), StoreError> {
+    use GraphParam::{Int, Text};
+    let t = tenant.as_str();
+    let runs: Vec<Vec<GraphParam<'_>>> = graph
+        .runs
+        .iter()
+        .map(|(run, (namespace, name, event_id))| {
+            vec![
+                Text(t),
+                Text(run),
+                Text(namespace),
+                Text(name),
+                Text(event_id),
+                Int(now),
+            ]
+        })
+        .collect();
+    insert_graph_rows(conn, INSERT_JOBS, &named_rows(t, &graph.jobs, now)).await?;
+    insert_graph_rows(conn, INSERT_DATASETS, &named_rows(t, &graph.datasets, now)).await?;
+    insert_graph_rows(conn, INSERT_RUNS, &runs).await?;
+    insert_graph_rows(conn, INSERT_RUN_INPUTS, &edge_rows(t, &graph.inputs)).await?;
+    insert_graph_rows(conn, INSERT_RUN_OUTPUTS, &edge_rows(t, &graph.outputs)).await
+}
+
+/// `head` (`INSERT INTO t (columns) VALUES`) followed by one placeholder tuple per row,
+/// in chunks that stay far below SQLite's parameter limit.
+async fn insert_graph_rows(
+    conn: &mut sqlx::SqliteConnection,
+    head: &str,
+    rows: &[Vec<GraphParam<'_>>],
+) -> Result<(), StoreError> {
+    for chunk in rows.chunks(GRAPH_ROWS_PER_STATEMENT) {
+        let mut sql = String::from(head);
+        let mut next = 0;
+        for (index, row) in chunk.iter().enumerate() {
+            sql.push_str(if index == 0 { " (" } else { ", (" });
+            let placeholders: Vec<String> = row
+                .iter()
+                .map(|_| {
+                    next += 1;
+                    format!("${next}")
+                })
+                .collect();
+            sql.push_str(&placeholders.join(", "));
+            sql.push(')');
         }
-        Ok(())
+        sql.push_str(" ON CONFLICT DO NOTHING");
+        let mut query = sqlx::query(&sql);
+        for param in chunk.iter().flatten() {
+            query = match param {
+                GraphParam::Text(value) => query.bind(*value),
+                GraphParam::Int(value) => query.bind(*value),
+            };
+        }
+        query.execute(&mut *conn).await?;
     }
+    Ok(())
 }
 
 /// The five graph inserts of [`StoreTx::write_lineage_graph`] on PostgreSQL: one

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sqlx::Connection;
 use traqlyte_server::{GroupCommitConfig, ServerConfig};
 
-use crate::experiments::assert_unit_metrics_match_the_facts;
+use crate::experiments::{assert_unit_metrics_match_the_facts, assign, published_campaign};
 use crate::helpers::{checkout_event, spawn_app_with, Backend, ServerProcess, TestApp};
 use crate::lineage::run_event;
 
@@ -81,24 +81,12 @@ async fn a_version_registered_through_another_process_identifies_the_next_event(
 /// assigned before keeps its first assignment.
 async fn a_version_published_through_another_process_assigns_the_next_unit(backend: Backend) {
     let app = spawn_app_with(backend, ServerConfig::default()).await;
-    let body = json!({
-        "key": "remembered", "name": "remembered",
-        "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
-        "metrics": [{"name": "purchase", "kind": "conversion", "window_hours": 24}]
-    });
-    let created = app.post_json("/campaigns", &body).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let campaign = created.body["id"].as_str().expect("id").to_string();
+    let campaign = published_campaign(&app, [1, 1]).await;
     let publish = format!("/campaigns/{campaign}/publish");
-    let published = app.post_raw(&publish, "").await;
-    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
-    let assign = |unit: &str| json!({"campaign_id": campaign, "unit_id": unit});
     // The first assignment reads version 1 and remembers it; the second is proposed
     // from memory.
     for unit in ["first", "second"] {
-        let answer = app.post_json("/assignments", &assign(unit)).await;
-        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-        assert_eq!(answer.body["version"], 1, "{}", answer.body);
+        assert_eq!(assign(&app, &campaign, unit).await["version"], 1);
     }
     let other = ServerProcess::start(app.database_url(), &[]);
     let republished = app
@@ -115,17 +103,13 @@ async fn a_version_published_through_another_process_assigns_the_next_unit(backe
         republished.body
     );
     // `app` still remembers version 1; the batch finds version 2.
-    let next = app.post_json("/assignments", &assign("third")).await;
-    assert_eq!(next.status, StatusCode::OK, "{}", next.body);
-    assert_eq!(next.body["version"], 2, "{}", next.body);
+    let next = assign(&app, &campaign, "third").await;
+    assert_eq!(next["version"], 2, "{next}");
     // Sticky: a unit assigned under version 1 keeps it, from memory or not.
     for _ in 0..2 {
-        let again = app.post_json("/assignments", &assign("first")).await;
-        assert_eq!(again.status, StatusCode::OK, "{}", again.body);
-        assert_eq!(again.body["version"], 1, "{}", again.body);
+        assert_eq!(assign(&app, &campaign, "first").await["version"], 1);
     }
-    let stored = app.post_json("/assignments", &assign("third")).await;
-    assert_eq!(stored.body, next.body);
+    assert_eq!(assign(&app, &campaign, "third").await, next);
 }
 
 /// One request of the mix: where it goes, its body, the group whose answers are compared
