@@ -109,16 +109,7 @@ pub fn jcs(value: &Value) -> Vec<u8> {
 /// RFC 8785 bytes of an object given as members already in [`key_order`], with distinct keys.
 pub fn jcs_object<'a>(members: impl Iterator<Item = (&'a str, &'a Value)>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    out.push(b'{');
-    for (index, (key, value)) in members.enumerate() {
-        if index > 0 {
-            out.push(b',');
-        }
-        write_string(key, &mut out);
-        out.push(b':');
-        write_jcs(value, &mut out);
-    }
-    out.push(b'}');
+    write_members(members, &mut out);
     out
 }
 
@@ -145,26 +136,42 @@ fn write_jcs(value: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             // Code-point (UTF-8 byte) order equals UTF-16 order unless a key holds a
-            // character at or above U+E000 (UTF-8 lead byte 0xEE or more).
-            if entries.iter().all(|(key, _)| key.bytes().all(|b| b < 0xee)) {
+            // character at or above U+E000 (UTF-8 lead byte 0xEE or more). A map that
+            // already iterates in that order (serde_json's `Map` is a B-tree unless a
+            // dependency turns on `preserve_order`, so it is checked, not assumed) is
+            // written as it stands, without collecting and sorting its members.
+            let plain = map.keys().all(|key| key.bytes().all(|b| b < 0xee));
+            if plain && map.keys().zip(map.keys().skip(1)).all(|(a, b)| a < b) {
+                write_members(map.iter(), out);
+                return;
+            }
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            if plain {
                 entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             } else {
                 entries.sort_unstable_by(|a, b| key_order(a.0, b.0));
             }
-            out.push(b'{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                write_string(key, out);
-                out.push(b':');
-                write_jcs(item, out);
-            }
-            out.push(b'}');
+            write_members(entries.into_iter(), out);
         }
     }
+}
+
+/// `{"key":value,…}` of members already in order.
+fn write_members<'a, K: AsRef<str>>(
+    members: impl Iterator<Item = (K, &'a Value)>,
+    out: &mut Vec<u8>,
+) {
+    out.push(b'{');
+    for (index, (key, value)) in members.enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_string(key.as_ref(), out);
+        out.push(b':');
+        write_jcs(value, out);
+    }
+    out.push(b'}');
 }
 
 fn write_number(number: &Number, out: &mut Vec<u8>) {

@@ -7,7 +7,7 @@ use unicode_normalization::is_nfc;
 
 use crate::canonical::{self, type_name};
 use crate::pointer::Pointer;
-use crate::{ContractError, Identified, IdentityError};
+use crate::{ContractError, Fingerprint, Identified, IdentityError};
 
 /// The most identity fields one contract may list.
 pub const CONTRACT_FIELDS_MAX: usize = 64;
@@ -305,6 +305,25 @@ impl Contract {
 
     /// [`Contract::identify`] on an event the caller no longer needs, saving a copy.
     pub fn identify_owned(&self, event: Value) -> Result<Identified, IdentityError> {
+        self.identify_parts(event, None)
+    }
+
+    /// [`Contract::identify_owned`] of an identity document whose payload fingerprint the
+    /// caller computes over a different document (a Segment message: its identity is a
+    /// projection, its fingerprint the whole message), so none is computed here.
+    pub(crate) fn identify_with_fingerprint(
+        &self,
+        event: Value,
+        fingerprint: Fingerprint,
+    ) -> Result<Identified, IdentityError> {
+        self.identify_parts(event, Some(fingerprint))
+    }
+
+    fn identify_parts(
+        &self,
+        event: Value,
+        fingerprint: Option<Fingerprint>,
+    ) -> Result<Identified, IdentityError> {
         if !event.is_object() {
             return Err(IdentityError::NotAnObject {
                 found: type_name(&event),
@@ -338,10 +357,11 @@ impl Contract {
         for pointer in &self.transport {
             pointer.remove(&mut content);
         }
+        let fingerprint = fingerprint.unwrap_or_else(|| Fingerprint::of(&content));
         Ok(Identified::new(
             self,
             identity_bytes,
-            &content,
+            fingerprint,
             occurred_at_us,
         ))
     }

@@ -68,7 +68,7 @@ impl Identified {
     pub(crate) fn new(
         contract: &Contract,
         identity_bytes: Vec<u8>,
-        content: &Value,
+        fingerprint: Fingerprint,
         occurred_at_us: Option<i64>,
     ) -> Self {
         let mut hasher = Sha256::new();
@@ -76,7 +76,6 @@ impl Identified {
         hasher.update(format!("\n{}\n", contract.version()).as_bytes());
         hasher.update(&identity_bytes);
         let event_id = EventId(hex(&hasher.finalize()));
-        let fingerprint = Fingerprint::of(content);
         Identified {
             event_id,
             fingerprint,

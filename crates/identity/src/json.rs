@@ -283,10 +283,16 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(self.nested()?)?;
-            if object.contains_key(&key) {
-                return Err(self.fail(ParseError::DuplicateKey { key }));
+            // One search of the map per key, not one to check and one to insert.
+            match object.entry(key) {
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
+                serde_json::map::Entry::Occupied(taken) => {
+                    let key = taken.key().clone();
+                    return Err(self.fail(ParseError::DuplicateKey { key }));
+                }
             }
-            object.insert(key, value);
         }
         Ok(Value::Object(object))
     }

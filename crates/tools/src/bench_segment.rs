@@ -16,7 +16,8 @@ use traqlyte_identity::Contract;
 use traqlyte_store::{SourceName, Store, TenantId};
 
 use crate::bench::{
-    bench_contract, bench_tenant_name, generate_events, http_round, median, run_concurrently, start,
+    bench_contract, bench_tenant_name, generate_events, http_round, median, run_concurrently,
+    start, with_cpu,
 };
 
 /// Options of `bench segment`.
@@ -153,11 +154,14 @@ pub async fn segment(args: SegmentArgs) -> Result<()> {
                 args.concurrency,
             )
         };
-        let (native_time, segment_time) = if round % 2 == 0 {
-            (native_run().await?, segment_run().await?)
+        let ((native_time, native_cpu), (segment_time, segment_cpu)) = if round % 2 == 0 {
+            (
+                with_cpu(native_run()).await?,
+                with_cpu(segment_run()).await?,
+            )
         } else {
-            let segment_time = segment_run().await?;
-            (native_run().await?, segment_time)
+            let segment = with_cpu(segment_run()).await?;
+            (with_cpu(native_run()).await?, segment)
         };
         check(
             &bench.store,
@@ -183,6 +187,19 @@ pub async fn segment(args: SegmentArgs) -> Result<()> {
             native_rates[round],
             segment_rates[round]
         );
+        // Whether a side was bound by CPU, and whose (as `bench ingest` reports it).
+        for (side, time, cpu) in [
+            ("native", native_time, native_cpu),
+            ("segment", segment_time, segment_cpu),
+        ] {
+            if let Some(cpu) = cpu {
+                let (postgres, this) = cpu.micros_per_item(time, args.events);
+                eprintln!(
+                    "round {}: {side} side used {cpu} ({postgres:.1} µs and {this:.1} µs an event)",
+                    round + 1
+                );
+            }
+        }
     }
     let (native, segment) = (median(&mut native_rates), median(&mut segment_rates));
     println!("backend  events  batch  concurrency  duplicates  native_events_per_s  segment_events_per_s  ratio");

@@ -35,6 +35,15 @@ impl std::fmt::Display for Cores {
     }
 }
 
+impl Cores {
+    /// Microseconds of CPU an item cost, PostgreSQL's and this process's, when `items`
+    /// took `time` at these cores.
+    pub(crate) fn micros_per_item(&self, time: std::time::Duration, items: usize) -> (f64, f64) {
+        let per = |cores: f64| cores * time.as_secs_f64() * 1e6 / items.max(1) as f64;
+        (per(self.postgres), per(self.this))
+    }
+}
+
 impl CpuSnapshot {
     /// Now; `None` without a readable `/proc`.
     pub(crate) fn now() -> Option<CpuSnapshot> {

@@ -173,11 +173,51 @@ async fn every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_th
         assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.body);
     }
     let batch = json!({"writeKey": key, "sentAt": "2026-11-30T12:00:00Z", "context": {"ip": "203.0.113.9"},
-        "batch": [{"type": "track", "userId": "u2", "event": "Signed Up", "messageId": "b-1"},
+        "integrations": {"All": true}, "timestamp": null,
+        "batch": [{"type": "track", "userId": "u2", "event": "Signed Up", "messageId": "b-1",
+                   "timestamp": "2026-11-30T11:59:00Z", "context": {"locale": "fr-FR"}},
                   {"type": "identify", "anonymousId": "a2", "messageId": "b-2"}]});
     let answer = post_v1(&app, "/v1/batch", None, &batch).await;
     assert_eq!(answer.body, json!({"success": true}));
     assert_eq!(segment_stats(&app).await, (8, 6, 0));
+    // The batch's fields reached the stored message: its context merged under the
+    // message's own, its sentAt correcting the client's clock, its write key dropped.
+    let source = source_row(&app, "server").await["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let envelope = traqlyte_identity::segment::Envelope {
+        source: &source,
+        received_at_us: 0,
+        route_type: None,
+        sent_at: None,
+        context: None,
+    };
+    let id = traqlyte_identity::segment::identify_message(&batch["batch"][0], &envelope)
+        .expect("valid")
+        .identified
+        .event_id;
+    let stored = app.get(&format!("/events/segment.message/{id}")).await;
+    assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    let payload = &stored.body["payload"];
+    assert_eq!(
+        payload["context"],
+        json!({"ip": "203.0.113.9", "locale": "fr-FR"})
+    );
+    assert_eq!(payload["originalTimestamp"], "2026-11-30T11:59:00Z");
+    let received = traqlyte_identity::parse_rfc3339_micros(
+        payload["receivedAt"].as_str().expect("receivedAt"),
+    )
+    .expect("a time");
+    let corrected =
+        traqlyte_identity::parse_rfc3339_micros(payload["timestamp"].as_str().expect("timestamp"))
+            .expect("a time");
+    assert_eq!(
+        received - corrected,
+        60_000_000,
+        "sent a minute after it happened"
+    );
+    assert!(payload.get("writeKey").is_none(), "{payload}");
 }
 
 async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backend) {
@@ -310,7 +350,7 @@ async fn an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_r
     let key = create_source(&app, "web");
     let batch = json!({"batch": [
         track("m-1", "user-1", "order-1", 1.0),
-        {"type": "track", "event": "E", "messageId": "m-2", "writeKey": key},
+        {"type": "track", "event": "Cafe\u{301}", "messageId": "m-2", "writeKey": key},
         track("m-3", "user-3", "order-3", 3.0),
     ]});
     let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
@@ -327,10 +367,10 @@ async fn an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_r
         (r["index"].as_i64(), r["code"].as_str(), r["field"].as_str()),
         (Some(1), Some("missing_required_field"), Some("userId"))
     );
-    assert_eq!(r["payload"]["messageId"], "m-2");
-    assert!(
-        r["payload"].get("writeKey").is_none(),
-        "the write key is never kept"
+    assert_eq!(
+        r["payload"],
+        json!({"type": "track", "event": "Cafe\u{301}", "messageId": "m-2"}),
+        "recorded as received (not NFC-normalised), the write key never kept"
     );
     let other = app.get("/sources/src_0000000000000000/rejections").await;
     assert_eq!(other.status, StatusCode::NOT_FOUND);

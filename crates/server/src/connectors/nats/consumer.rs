@@ -10,7 +10,7 @@ use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
 use serde_json::Value;
-use traqlyte_identity::segment::{identify_message, Envelope};
+use traqlyte_identity::segment::{identify_message_owned, Envelope};
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName};
 use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
@@ -525,7 +525,7 @@ impl Worker {
         };
         let mut messages = Vec::with_capacity(values.len());
         for (value, index) in values {
-            match identify_message(&value, &envelope) {
+            match identify_message_owned(value, &envelope) {
                 Ok(message) => messages.push((message, index)),
                 Err(err) => {
                     let field = err.field();
