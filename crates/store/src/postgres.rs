@@ -8,6 +8,9 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::{StoreConfig, StoreError};
 
+/// How long a pooled connection may have been idle and still be handed out unchecked.
+const ALIVE_BYPASS_WINDOW: Duration = Duration::from_millis(500);
+
 #[derive(Clone)]
 pub(crate) struct PgStore {
     pub(crate) pool: PgPool,
@@ -18,6 +21,21 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_connections_max.max(1))
             .acquire_timeout(Duration::from_secs(30))
+            // sqlx pings every idle connection before handing it out: a round trip per
+            // acquire, on top of the one it makes when a connection is released. A
+            // connection that was released moments ago (its release ping answered) is
+            // handed out as it is; one idle for longer is pinged first, so a server
+            // restarted meanwhile costs no request an error (HikariCP's
+            // `aliveBypassWindowMs`, 500 ms there too).
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= ALIVE_BYPASS_WINDOW {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect(&config.database_url)
             .await?;
         Ok(PgStore { pool })

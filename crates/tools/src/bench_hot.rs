@@ -606,8 +606,18 @@ pub(crate) async fn single(args: SingleArgs) -> Result<()> {
             } else {
                 "/events/checkout_completed"
             };
-            let time = single_round(&api, path, events.clone(), args.concurrency).await?;
+            let (time, cpu) =
+                with_cpu(single_round(&api, path, events.clone(), args.concurrency)).await?;
             measured[mode] = args.requests as f64 / time.as_secs_f64();
+            // Whose CPU a request cost (as `bench ingest` reports it).
+            if let Some(cpu) = cpu {
+                let (postgres, this) = cpu.micros_per_item(time, args.requests);
+                let side = ["events on", "events off", "ceiling"][mode];
+                eprintln!(
+                    "round {}: {side} used {cpu} ({postgres:.1} µs and {this:.1} µs a request)",
+                    round + 1
+                );
+            }
         }
         // Run events, then assignments: on and off, alternating which goes first.
         for step in 0..2 {

@@ -15,6 +15,7 @@ use traqlyte_store::{Store, TenantId};
 
 use crate::bench::{
     bench_contract, bench_tenant_name, generate_events, median, raw_batches, raw_round, start,
+    with_cpu,
 };
 
 /// How long a round may take to drain before the bench gives up.
@@ -77,11 +78,11 @@ pub async fn nats(args: NatsArgs) -> Result<()> {
             )
         };
         let through_nats = || nats_round(&bench.store, &js, &contract, &payloads, &args);
-        let (nats_time, raw_time) = if round % 2 == 0 {
-            (through_nats().await?, raw().await?)
+        let ((nats_time, nats_cpu), (raw_time, raw_cpu)) = if round % 2 == 0 {
+            (through_nats().await?, with_cpu(raw()).await?)
         } else {
-            let raw_time = raw().await?;
-            (through_nats().await?, raw_time)
+            let raw = with_cpu(raw()).await?;
+            (through_nats().await?, raw)
         };
         nats_rates.push(args.events as f64 / nats_time.as_secs_f64());
         raw_rates.push(args.events as f64 / raw_time.as_secs_f64());
@@ -91,6 +92,17 @@ pub async fn nats(args: NatsArgs) -> Result<()> {
             nats_rates[round],
             raw_rates[round]
         );
+        // Whose CPU each side used, per message (the broker's too on the NATS side).
+        for (side, time, cpu) in [("nats", nats_time, nats_cpu), ("raw", raw_time, raw_cpu)] {
+            if let Some(cpu) = cpu {
+                let (postgres, this) = cpu.micros_per_item(time, args.events);
+                let broker = cpu.broker_micros_per_item(time, args.events);
+                eprintln!(
+                    "round {}: {side} side used {cpu} ({postgres:.1} µs of PostgreSQL, {this:.1} µs of this process, {broker:.1} µs of nats-server a message)",
+                    round + 1
+                );
+            }
+        }
     }
     let (nats, raw) = (median(&mut nats_rates), median(&mut raw_rates));
     println!("backend  events  batch  concurrency  duplicates  nats_messages_per_s  raw_events_per_s  ratio");
@@ -116,7 +128,7 @@ async fn nats_round(
     contract: &Contract,
     payloads: &[Vec<u8>],
     args: &NatsArgs,
-) -> Result<Duration> {
+) -> Result<(Duration, Option<crate::cpu::Cores>)> {
     let tenant_name = bench_tenant_name("bench nats")?;
     let (tenant, _) = store.create_tenant(&tenant_name).await?;
     store.register_contract(&tenant, contract).await?;
@@ -140,6 +152,7 @@ async fn nats_round(
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();
+    let cpu = crate::cpu::CpuSnapshot::now();
     let mut consumers = Vec::new();
     for _ in 0..args.concurrency.max(1) {
         let mut config = NatsConfig::new(
@@ -157,12 +170,13 @@ async fn nats_round(
     }
     wait_for_all(store, &tenant, payloads.len()).await?;
     let elapsed = started.elapsed();
+    let cores = cpu.and_then(|c| c.cores_since());
     let _ = stop.send(true);
     for consumer in consumers {
         consumer.await??;
     }
     js.delete_stream(&stream_name).await?;
-    Ok(elapsed)
+    Ok((elapsed, cores))
 }
 
 /// Waits until the tenant's stored + duplicates count every message sent.

@@ -12,6 +12,7 @@ const TICKS_PER_SECOND: f64 = 100.0;
 #[derive(Clone, Copy)]
 pub(crate) struct CpuSnapshot {
     postgres: u64,
+    broker: u64,
     this: u64,
     at: Instant,
 }
@@ -21,6 +22,8 @@ pub(crate) struct CpuSnapshot {
 pub(crate) struct Cores {
     /// Every process named `postgres` on the machine (its backends, writer, WAL writer…).
     pub(crate) postgres: f64,
+    /// Every process named `nats-server` (the JetStream of `bench nats`; none elsewhere).
+    pub(crate) broker: f64,
     /// This process: the server under test and the load generator.
     pub(crate) this: f64,
 }
@@ -31,7 +34,11 @@ impl std::fmt::Display for Cores {
             f,
             "PostgreSQL {:.2} cores, this process {:.2}",
             self.postgres, self.this
-        )
+        )?;
+        if self.broker >= 0.005 {
+            write!(f, ", nats-server {:.2}", self.broker)?;
+        }
+        Ok(())
     }
 }
 
@@ -42,6 +49,11 @@ impl Cores {
         let per = |cores: f64| cores * time.as_secs_f64() * 1e6 / items.max(1) as f64;
         (per(self.postgres), per(self.this))
     }
+
+    /// The same for `nats-server`.
+    pub(crate) fn broker_micros_per_item(&self, time: std::time::Duration, items: usize) -> f64 {
+        self.broker * time.as_secs_f64() * 1e6 / items.max(1) as f64
+    }
 }
 
 impl CpuSnapshot {
@@ -51,7 +63,7 @@ impl CpuSnapshot {
             .ok()
             .and_then(|stat| ticks(&stat))?
             .1;
-        let mut postgres = 0;
+        let (mut postgres, mut broker) = (0, 0);
         for entry in std::fs::read_dir("/proc").ok()?.flatten() {
             let is_pid = entry
                 .file_name()
@@ -64,12 +76,15 @@ impl CpuSnapshot {
             let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
                 continue;
             };
-            if let Some(("postgres", used)) = ticks(&stat).as_ref().map(|(n, t)| (n.as_str(), *t)) {
-                postgres += used;
+            match ticks(&stat).as_ref().map(|(n, t)| (n.as_str(), *t)) {
+                Some(("postgres", used)) => postgres += used,
+                Some(("nats-server", used)) => broker += used,
+                _ => {}
             }
         }
         Some(CpuSnapshot {
             postgres,
+            broker,
             this,
             at: Instant::now(),
         })
@@ -88,6 +103,7 @@ impl CpuSnapshot {
         };
         Some(Cores {
             postgres: cores(self.postgres, now.postgres),
+            broker: cores(self.broker, now.broker),
             this: cores(self.this, now.this),
         })
     }
