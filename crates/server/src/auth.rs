@@ -121,7 +121,13 @@ impl WriteTenant {
 
 /// The key of `Authorization: Bearer <key>`, checked for shape only.
 fn presented_key(parts: &Parts) -> Result<ApiKey, ApiError> {
-    let header = parts.headers.get(AUTHORIZATION).ok_or_else(|| {
+    bearer_key(&parts.headers)
+}
+
+/// The API key of an `Authorization: Bearer` header (its shape only, not whether it
+/// works), or the `401` saying what is wrong with the header.
+pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Result<ApiKey, ApiError> {
+    let header = headers.get(AUTHORIZATION).ok_or_else(|| {
         ApiError::unauthorized(
             "missing Authorization header; send `Authorization: Bearer <api key>`",
         )

@@ -6,7 +6,7 @@ use sqlx::Row;
 use traqlyte_identity::sha256_hex;
 
 use crate::tx::with_pool;
-use crate::{Store, StoreError, TenantId};
+use crate::{ApiKey, Store, StoreError, TenantId};
 
 /// A random UI token: `tls_` and 48 hex digits (192 random bits). Only its SHA-256 is
 /// stored.
@@ -66,12 +66,37 @@ impl std::fmt::Debug for UiToken {
     }
 }
 
+/// The working API key a UI token is exchanged for. A token names its key (by the key's
+/// hash) and is honoured only while that key works: revoking the key ends the sessions
+/// and login links it opened, at once and in every process, since each page reads the
+/// key's state with the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UiGrant {
+    tenant: TenantId,
+    key_hash: String,
+}
+
+impl UiGrant {
+    /// The key's tenant.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+}
+
 impl Store {
-    /// Mints a token of `kind` for a tenant, valid until `expires_at_us`. Expired tokens
+    /// The grant of a working (not revoked) API key.
+    pub async fn ui_grant(&self, key: &ApiKey) -> Result<Option<UiGrant>, StoreError> {
+        Ok(self.tenant_for_key(key).await?.map(|tenant| UiGrant {
+            tenant,
+            key_hash: key.hash(),
+        }))
+    }
+
+    /// Mints a token of `kind` for a grant, valid until `expires_at_us`. Expired tokens
     /// of every tenant are purged first, so the table stays bounded by the live ones.
     pub async fn create_ui_token(
         &self,
-        tenant: &TenantId,
+        grant: &UiGrant,
         kind: UiTokenKind,
         now_us: i64,
         expires_at_us: i64,
@@ -83,21 +108,22 @@ impl Store {
                 .execute(pool)
                 .await?;
             sqlx::query(
-                "INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us)
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us, key_hash)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(token.hash())
-            .bind(tenant.as_str())
+            .bind(grant.tenant.as_str())
             .bind(kind.as_str())
             .bind(now_us)
             .bind(expires_at_us)
+            .bind(&grant.key_hash)
             .execute(pool)
             .await?;
         });
         Ok(token)
     }
 
-    /// The tenant of a live session token.
+    /// The tenant of a live session token whose API key still works.
     pub async fn ui_session_tenant(
         &self,
         token: &UiToken,
@@ -105,8 +131,10 @@ impl Store {
     ) -> Result<Option<TenantId>, StoreError> {
         with_pool!(self, reader, |pool| {
             let row = sqlx::query(
-                "SELECT tenant_id FROM ui_tokens
-                 WHERE token_hash = $1 AND kind = 'session' AND expires_at_us > $2",
+                "SELECT t.tenant_id FROM ui_tokens t
+                 JOIN api_keys k ON k.key_hash = t.key_hash AND k.tenant_id = t.tenant_id
+                 WHERE t.token_hash = $1 AND t.kind = 'session' AND t.expires_at_us > $2
+                   AND k.revoked_at_us IS NULL",
             )
             .bind(token.hash())
             .bind(now_us)
@@ -120,21 +148,47 @@ impl Store {
     }
 
     /// Consumes a live login token: deleted in the same statement that reads it, so two
-    /// concurrent uses cannot both succeed. `None` when unknown, expired or already used.
+    /// concurrent uses cannot both succeed. `None` when unknown, expired, already used,
+    /// or minted with a key revoked since (the token is then consumed all the same).
     pub async fn consume_ui_login_token(
         &self,
         token: &UiToken,
         now_us: i64,
-    ) -> Result<Option<TenantId>, StoreError> {
-        with_pool!(self, writer, |pool| {
-            let row = sqlx::query("DELETE FROM ui_tokens
-                 WHERE token_hash = $1 AND kind = 'login' AND expires_at_us > $2 RETURNING tenant_id")
-                .bind(token.hash()).bind(now_us).fetch_optional(pool).await?;
-            Ok(row
-                .map(|r| r.try_get::<String, _>(0))
-                .transpose()?
-                .map(TenantId::from_stored))
-        })
+    ) -> Result<Option<UiGrant>, StoreError> {
+        let row = with_pool!(self, writer, |pool| {
+            sqlx::query(
+                "DELETE FROM ui_tokens
+                 WHERE token_hash = $1 AND kind = 'login' AND expires_at_us > $2
+                 RETURNING tenant_id, key_hash",
+            )
+            .bind(token.hash())
+            .bind(now_us)
+            .fetch_optional(pool)
+            .await?
+            .map(|row| -> Result<(String, String), sqlx::Error> {
+                Ok((row.try_get(0)?, row.try_get(1)?))
+            })
+            .transpose()?
+        });
+        let Some((tenant, key_hash)) = row else {
+            return Ok(None);
+        };
+        let grant = UiGrant {
+            tenant: TenantId::from_stored(tenant),
+            key_hash,
+        };
+        Ok(self.ui_grant_works(&grant).await?.then_some(grant))
+    }
+
+    /// Whether the grant's key is still a working key of its tenant.
+    async fn ui_grant_works(&self, grant: &UiGrant) -> Result<bool, StoreError> {
+        let tenant: Option<String> = with_pool!(self, reader, |pool| {
+            sqlx::query_scalar(crate::tenants::SELECT_TENANT_FOR_KEY)
+                .bind(&grant.key_hash)
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(tenant.as_deref() == Some(grant.tenant.as_str()))
     }
 
     /// Revokes a token (logout). Unknown tokens are ignored.

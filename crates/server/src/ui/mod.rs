@@ -12,8 +12,8 @@
 //! `SESSION_TTL_US`) sent as an `HttpOnly; SameSite=Strict; Path=/ui` cookie. Trade-off:
 //! one extra table and a store read per page (the same cost as an API key lookup),
 //! against a cookie that leaks far less than the key would: it only reads UI pages, it
-//! expires, logout revokes it, and the key (which can write data) never sits in the
-//! browser's cookie jar. Sessions live in the database, so any server process sharing
+//! expires, logout revokes it, revoking the API key it was exchanged for ends it, and the
+//! key (which can write data) never sits in the browser's cookie jar. Sessions live in the database, so any server process sharing
 //! it accepts them. Without a valid session a page redirects (303) to the login form.
 
 mod charts;
@@ -33,10 +33,9 @@ use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde::{Deserialize, Serialize};
 use traqlyte_identity::format_rfc3339_micros;
-use traqlyte_store::{now_us, ApiKey, TenantId, UiToken, UiTokenKind};
+use traqlyte_store::{now_us, ApiKey, TenantId, UiGrant, UiToken, UiTokenKind};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::Tenant;
 use crate::error::InternalCause;
 use crate::{ApiError, AppState};
 
@@ -157,12 +156,12 @@ async fn login_page(
     let Some(text) = query.token else {
         return Ok(html_response(StatusCode::OK, pages::login(next, None)));
     };
-    let tenant = match UiToken::parse(&text) {
+    let grant = match UiToken::parse(&text) {
         Some(token) => state.store.consume_ui_login_token(&token, now_us()).await?,
         None => None,
     };
-    match tenant {
-        Some(tenant) => start_session(&state, &tenant, &headers, next).await,
+    match grant {
+        Some(grant) => start_session(&state, &grant, &headers, next).await,
         None => Ok(html_response(
             StatusCode::UNAUTHORIZED,
             pages::login(
@@ -192,12 +191,12 @@ async fn login(
         )));
     }
     let next = safe_next(form.next.as_deref());
-    let tenant = match ApiKey::parse(form.api_key.trim()) {
-        Some(key) => state.store.tenant_for_key(&key).await?,
+    let grant = match ApiKey::parse(form.api_key.trim()) {
+        Some(key) => state.store.ui_grant(&key).await?,
         None => None,
     };
-    match tenant {
-        Some(tenant) => start_session(&state, &tenant, &headers, next).await,
+    match grant {
+        Some(grant) => start_session(&state, &grant, &headers, next).await,
         None => Ok(html_response(
             StatusCode::UNAUTHORIZED,
             pages::login(next, Some("Unknown API key.")),
@@ -230,15 +229,23 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 async fn mint_login_token(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    // The link, and the session it opens, stand for this request's key: revoking the
+    // key ends them.
+    let key = crate::auth::bearer_key(&headers)?;
+    let grant = state
+        .store
+        .ui_grant(&key)
+        .await?
+        .ok_or_else(crate::auth::unknown_key)?;
     let now = now_us();
     let expires = now.saturating_add(LOGIN_TOKEN_TTL_US);
     let token = state
         .store
-        .create_ui_token(&tenant, UiTokenKind::Login, now, expires)
+        .create_ui_token(&grant, UiTokenKind::Login, now, expires)
         .await?;
-    tracing::info!(tenant = %tenant, "ui login link minted");
+    tracing::info!(tenant = %grant.tenant(), "ui login link minted");
     let body = LoginToken {
         expires_at: format_rfc3339_micros(expires),
         login_path: format!("/ui/login?token={}", token.expose()),
@@ -278,7 +285,7 @@ async fn campaign_page(
 
 async fn start_session(
     state: &AppState,
-    tenant: &TenantId,
+    grant: &UiGrant,
     headers: &HeaderMap,
     next: &str,
 ) -> Result<Response, UiError> {
@@ -286,13 +293,13 @@ async fn start_session(
     let token = state
         .store
         .create_ui_token(
-            tenant,
+            grant,
             UiTokenKind::Session,
             now,
             now.saturating_add(SESSION_TTL_US),
         )
         .await?;
-    tracing::info!(tenant = %tenant, "ui session started");
+    tracing::info!(tenant = %grant.tenant(), "ui session started");
     // `Secure` when a TLS-terminating proxy says the browser spoke HTTPS; the server
     // itself speaks plain HTTP, where a `Secure` cookie would never come back.
     let https = headers

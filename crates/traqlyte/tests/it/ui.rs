@@ -17,6 +17,7 @@ use crate::on_both_backends;
 on_both_backends!(
     the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report,
     pages_need_a_session_that_only_the_form_or_a_single_use_link_starts,
+    revoking_the_api_key_ends_its_sessions_and_login_links_at_once,
     the_root_says_what_this_is_and_both_ui_spellings_lead_in,
     the_naive_vs_deduplicated_tables_fit_a_laptop_and_a_phone_without_sideways_scrolling,
 );
@@ -534,6 +535,106 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
     let after = page("/ui/campaigns", &session).await.expect("get");
     assert_eq!(after.status(), StatusCode::SEE_OTHER);
+}
+
+/// A browser session stands for the API key it was exchanged for, directly or through a
+/// login link: once the key is revoked no page opens with it, and no unused link minted
+/// with it starts a session. The tenant's other keys keep theirs.
+async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let client = Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .expect("client");
+    let (tenant, doomed) = app
+        .store
+        .create_tenant(&crate::helpers::tenant_name("revoked tenant"))
+        .await
+        .expect("tenant");
+    let (kept, _) = app.store.create_api_key(&tenant).await.expect("second key");
+    let session_of = |response: &reqwest::Response| -> String {
+        let cookie = response.headers()["set-cookie"].to_str().expect("ascii");
+        cookie.split(';').next().expect("pair").to_string()
+    };
+    let form_session = |key: String| {
+        let client = client.clone();
+        let (url, origin) = (app.url("/ui/login"), app.address.clone());
+        async move {
+            let response = client
+                .post(url)
+                .header("origin", origin)
+                .form(&[("api_key", key.as_str()), ("next", "/ui/campaigns")])
+                .send()
+                .await
+                .expect("post");
+            assert_eq!(response.status(), StatusCode::SEE_OTHER);
+            session_of(&response)
+        }
+    };
+    let link = |key: String| {
+        let client = client.clone();
+        let url = app.url("/ui/tokens");
+        async move {
+            let response = client
+                .post(url)
+                .bearer_auth(key)
+                .json(&json!({}))
+                .send()
+                .await
+                .expect("post");
+            assert_eq!(response.status(), StatusCode::CREATED);
+            let body: Value = response.json().await.expect("JSON");
+            body["login_path"].as_str().expect("login_path").to_string()
+        }
+    };
+    let opens = |session: String| {
+        let client = client.clone();
+        let url = app.url("/ui/campaigns");
+        async move {
+            let page = client
+                .get(url)
+                .header("cookie", session)
+                .send()
+                .await
+                .expect("get");
+            page.status()
+        }
+    };
+    let by_form = form_session(doomed.expose().to_string()).await;
+    let used_link = client
+        .get(app.url(&link(doomed.expose().to_string()).await))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(used_link.status(), StatusCode::SEE_OTHER);
+    let by_link = session_of(&used_link);
+    let unused_link = link(doomed.expose().to_string()).await;
+    let other_key_session = form_session(kept.expose().to_string()).await;
+    for session in [&by_form, &by_link, &other_key_session] {
+        assert_eq!(opens(session.clone()).await, StatusCode::OK);
+    }
+
+    let revoked = app
+        .store
+        .revoke_api_key(&tenant, &traqlyte_store::KeySelector::Key(doomed))
+        .await
+        .expect("revoke");
+    assert!(revoked.is_some(), "the key existed");
+    for session in [&by_form, &by_link] {
+        assert_eq!(
+            opens(session.clone()).await,
+            StatusCode::SEE_OTHER,
+            "a session of a revoked key is over"
+        );
+    }
+    let late = client.get(app.url(&unused_link)).send().await.expect("get");
+    assert_eq!(late.status(), StatusCode::UNAUTHORIZED);
+    assert!(late.headers().get("set-cookie").is_none());
+    assert_eq!(
+        opens(other_key_session).await,
+        StatusCode::OK,
+        "the tenant's other key keeps its session"
+    );
 }
 
 fn location(response: &reqwest::Response) -> String {
