@@ -238,17 +238,10 @@ impl StoreTx {
             }
             TxInner::Sqlite(conn) => {
                 for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                    let values: Vec<String> = (0..chunk.len())
-                        .map(|r| {
-                            let p: Vec<String> =
-                                (1..=7).map(|c| format!("${}", r * 7 + c)).collect();
-                            format!("({})", p.join(", "))
-                        })
-                        .collect();
                     let sql = format!(
                         "INSERT INTO assignments (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
                          VALUES {} ON CONFLICT DO NOTHING",
-                        values.join(", ")
+                        vec!["(?,?,?,?,?,?,?)"; chunk.len()].join(",")
                     );
                     let mut query = sqlx::query(&sql);
                     for a in chunk {

@@ -299,9 +299,17 @@ impl Store {
     /// The tenant a working (not revoked) API key belongs to, if any. Read from the
     /// database on every call, never cached, so a revocation holds at once everywhere.
     pub async fn tenant_for_key(&self, key: &ApiKey) -> Result<Option<TenantId>, StoreError> {
+        self.tenant_for_key_hash(&key.hash()).await
+    }
+
+    /// [`Store::tenant_for_key`] by the key's stored hash (a UI token names its key so).
+    pub(crate) async fn tenant_for_key_hash(
+        &self,
+        key_hash: &str,
+    ) -> Result<Option<TenantId>, StoreError> {
         with_pool!(self, reader, |pool| {
             let row: Option<String> = sqlx::query_scalar(SELECT_TENANT_FOR_KEY)
-                .bind(key.hash())
+                .bind(key_hash)
                 .fetch_optional(pool)
                 .await?;
             Ok(row.map(TenantId::from_stored))

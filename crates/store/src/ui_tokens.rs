@@ -177,18 +177,10 @@ impl Store {
             tenant: TenantId::from_stored(tenant),
             key_hash,
         };
-        Ok(self.ui_grant_works(&grant).await?.then_some(grant))
-    }
-
-    /// Whether the grant's key is still a working key of its tenant.
-    async fn ui_grant_works(&self, grant: &UiGrant) -> Result<bool, StoreError> {
-        let tenant: Option<String> = with_pool!(self, reader, |pool| {
-            sqlx::query_scalar(crate::tenants::SELECT_TENANT_FOR_KEY)
-                .bind(&grant.key_hash)
-                .fetch_optional(pool)
-                .await?
-        });
-        Ok(tenant.as_deref() == Some(grant.tenant.as_str()))
+        // Still a working key of the token's tenant.
+        let works =
+            self.tenant_for_key_hash(&grant.key_hash).await?.as_ref() == Some(&grant.tenant);
+        Ok(works.then_some(grant))
     }
 
     /// Revokes a token (logout). Unknown tokens are ignored.

@@ -344,11 +344,8 @@ async fn ingest(args: IngestArgs) -> Result<()> {
         );
         // Whether a side was bound by CPU, and whose: the ratio on a machine that also
         // runs the database is a ratio of CPU per event as soon as its cores are busy.
-        for (side, cpu) in [("http", http_cpu), ("raw", raw_cpu)] {
-            if let Some(cpu) = cpu {
-                eprintln!("round {}: {side} side used {cpu}", round + 1);
-            }
-        }
+        crate::cpu::report(round, "http", http_time, args.events, http_cpu);
+        crate::cpu::report(round, "raw", raw_time, args.events, raw_cpu);
     }
     let (http, raw) = (median(&mut http_rates), median(&mut raw_rates));
     println!("backend  events  batch  concurrency  duplicates  http_events_per_s  raw_events_per_s  ratio");

@@ -239,11 +239,8 @@ pub(crate) async fn outcomes(args: OutcomesArgs) -> Result<()> {
             let events = with_cpu(event_round()).await?;
             (with_cpu(outcome_round()).await?, events)
         };
-        for (side, cpu) in [("outcome", outcome_cpu), ("event", event_cpu)] {
-            if let Some(cpu) = cpu {
-                eprintln!("round {}: {side} side used {cpu}", round + 1);
-            }
-        }
+        crate::cpu::report(round, "outcome", outcome_time, args.items, outcome_cpu);
+        crate::cpu::report(round, "event", event_time, args.items, event_cpu);
         outcome_rates.push(args.items as f64 / outcome_time.as_secs_f64());
         event_rates.push(args.items as f64 / event_time.as_secs_f64());
         eprintln!(
@@ -609,15 +606,8 @@ pub(crate) async fn single(args: SingleArgs) -> Result<()> {
             let (time, cpu) =
                 with_cpu(single_round(&api, path, events.clone(), args.concurrency)).await?;
             measured[mode] = args.requests as f64 / time.as_secs_f64();
-            // Whose CPU a request cost (as `bench ingest` reports it).
-            if let Some(cpu) = cpu {
-                let (postgres, this) = cpu.micros_per_item(time, args.requests);
-                let side = ["events on", "events off", "ceiling"][mode];
-                eprintln!(
-                    "round {}: {side} used {cpu} ({postgres:.1} µs and {this:.1} µs a request)",
-                    round + 1
-                );
-            }
+            let side = ["events on", "events off", "ceiling"][mode];
+            crate::cpu::report(round, side, time, args.requests, cpu);
         }
         // Run events, then assignments: on and off, alternating which goes first.
         for step in 0..2 {

@@ -92,17 +92,8 @@ pub async fn nats(args: NatsArgs) -> Result<()> {
             nats_rates[round],
             raw_rates[round]
         );
-        // Whose CPU each side used, per message (the broker's too on the NATS side).
-        for (side, time, cpu) in [("nats", nats_time, nats_cpu), ("raw", raw_time, raw_cpu)] {
-            if let Some(cpu) = cpu {
-                let (postgres, this) = cpu.micros_per_item(time, args.events);
-                let broker = cpu.broker_micros_per_item(time, args.events);
-                eprintln!(
-                    "round {}: {side} side used {cpu} ({postgres:.1} µs of PostgreSQL, {this:.1} µs of this process, {broker:.1} µs of nats-server a message)",
-                    round + 1
-                );
-            }
-        }
+        crate::cpu::report(round, "nats", nats_time, args.events, nats_cpu);
+        crate::cpu::report(round, "raw", raw_time, args.events, raw_cpu);
     }
     let (nats, raw) = (median(&mut nats_rates), median(&mut raw_rates));
     println!("backend  events  batch  concurrency  duplicates  nats_messages_per_s  raw_events_per_s  ratio");

@@ -187,19 +187,8 @@ pub async fn segment(args: SegmentArgs) -> Result<()> {
             native_rates[round],
             segment_rates[round]
         );
-        // Whether a side was bound by CPU, and whose (as `bench ingest` reports it).
-        for (side, time, cpu) in [
-            ("native", native_time, native_cpu),
-            ("segment", segment_time, segment_cpu),
-        ] {
-            if let Some(cpu) = cpu {
-                let (postgres, this) = cpu.micros_per_item(time, args.events);
-                eprintln!(
-                    "round {}: {side} side used {cpu} ({postgres:.1} µs and {this:.1} µs an event)",
-                    round + 1
-                );
-            }
-        }
+        crate::cpu::report(round, "native", native_time, args.events, native_cpu);
+        crate::cpu::report(round, "segment", segment_time, args.events, segment_cpu);
     }
     let (native, segment) = (median(&mut native_rates), median(&mut segment_rates));
     println!("backend  events  batch  concurrency  duplicates  native_events_per_s  segment_events_per_s  ratio");

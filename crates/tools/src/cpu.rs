@@ -3,10 +3,13 @@
 //! whose, rather than by waiting (the ingestion ratios on a 2-core machine shared with
 //! the database, `BENCHMARKS.md`). Where `/proc` cannot be read nothing is reported.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Clock ticks per second in `/proc/*/stat` (`USER_HZ`: 100 on Linux).
 const TICKS_PER_SECOND: f64 = 100.0;
+
+/// Fewer `nats-server` cores than this are an idle broker on the machine, not shown.
+const BROKER_SHOWN_MIN: f64 = 0.005;
 
 /// CPU ticks so far, and when they were read.
 #[derive(Clone, Copy)]
@@ -35,7 +38,7 @@ impl std::fmt::Display for Cores {
             "PostgreSQL {:.2} cores, this process {:.2}",
             self.postgres, self.this
         )?;
-        if self.broker >= 0.005 {
+        if self.broker >= BROKER_SHOWN_MIN {
             write!(f, ", nats-server {:.2}", self.broker)?;
         }
         Ok(())
@@ -43,17 +46,37 @@ impl std::fmt::Display for Cores {
 }
 
 impl Cores {
-    /// Microseconds of CPU an item cost, PostgreSQL's and this process's, when `items`
-    /// took `time` at these cores.
-    pub(crate) fn micros_per_item(&self, time: std::time::Duration, items: usize) -> (f64, f64) {
+    /// Microseconds of CPU an item cost, per process group, when `items` took `time` at
+    /// these cores.
+    fn micros_per_item(&self, time: Duration, items: usize) -> Cores {
         let per = |cores: f64| cores * time.as_secs_f64() * 1e6 / items.max(1) as f64;
-        (per(self.postgres), per(self.this))
+        Cores {
+            postgres: per(self.postgres),
+            broker: per(self.broker),
+            this: per(self.this),
+        }
     }
+}
 
-    /// The same for `nats-server`.
-    pub(crate) fn broker_micros_per_item(&self, time: std::time::Duration, items: usize) -> f64 {
-        self.broker * time.as_secs_f64() * 1e6 / items.max(1) as f64
-    }
+/// Prints, on stderr, the cores a timed side of round `round` (from 0) kept busy and what
+/// one of its `items` cost each process group: whether the side was bound by CPU, and
+/// whose. Nothing when `/proc` could not be read.
+pub(crate) fn report(round: usize, side: &str, time: Duration, items: usize, cpu: Option<Cores>) {
+    let Some(cpu) = cpu else {
+        return;
+    };
+    let per = cpu.micros_per_item(time, items);
+    let broker = if cpu.broker >= BROKER_SHOWN_MIN {
+        format!(", {:.1} µs of nats-server", per.broker)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "round {}: {side} side used {cpu} ({:.1} µs of PostgreSQL, {:.1} µs of this process{broker} an item)",
+        round + 1,
+        per.postgres,
+        per.this
+    );
 }
 
 impl CpuSnapshot {

@@ -13,8 +13,9 @@
 //! one extra table and a store read per page (the same cost as an API key lookup),
 //! against a cookie that leaks far less than the key would: it only reads UI pages, it
 //! expires, logout revokes it, revoking the API key it was exchanged for ends it, and the
-//! key (which can write data) never sits in the browser's cookie jar. Sessions live in the database, so any server process sharing
-//! it accepts them. Without a valid session a page redirects (303) to the login form.
+//! key (which can write data) never sits in the browser's cookie jar. Sessions live in
+//! the database, so any server process sharing it accepts them. Without a valid session
+//! a page redirects (303) to the login form.
 
 mod charts;
 mod html;

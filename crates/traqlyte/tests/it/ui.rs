@@ -188,10 +188,7 @@ fn layout_of(dom: &str) -> Value {
 /// The HTML of a UI page as the server sends it, fetched with a session started by a
 /// single-use login link.
 pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
-    let client = Client::builder()
-        .redirect(Policy::none())
-        .build()
-        .expect("client");
+    let client = without_redirects();
     let token = app.post_json("/ui/tokens", &json!({})).await;
     let link = app.url(token.body["login_path"].as_str().expect("login_path"));
     let login = client.get(&link).send().await.expect("login");
@@ -393,10 +390,7 @@ fn check_shown(element: &Element, expected: &Value, what: &str) {
 
 async fn the_root_says_what_this_is_and_both_ui_spellings_lead_in(backend: Backend) {
     let app = spawn_app(backend).await;
-    let client = Client::builder()
-        .redirect(Policy::none())
-        .build()
-        .expect("client");
+    let client = without_redirects();
     let root = client.get(app.url("/")).send().await.expect("get /");
     assert_eq!(root.status(), StatusCode::OK);
     let text = root.text().await.expect("text");
@@ -417,10 +411,7 @@ async fn the_root_says_what_this_is_and_both_ui_spellings_lead_in(backend: Backe
 
 async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(backend: Backend) {
     let app = spawn_app(backend).await;
-    let client = Client::builder()
-        .redirect(Policy::none())
-        .build()
-        .expect("client");
+    let client = without_redirects();
     let created = create_campaign(&app).await;
 
     let anonymous = client
@@ -542,76 +533,25 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
 /// with it starts a session. The tenant's other keys keep theirs.
 async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend: Backend) {
     let app = spawn_app(backend).await;
-    let client = Client::builder()
-        .redirect(Policy::none())
-        .build()
-        .expect("client");
+    let client = without_redirects();
     let (tenant, doomed) = app
         .store
         .create_tenant(&crate::helpers::tenant_name("revoked tenant"))
         .await
         .expect("tenant");
     let (kept, _) = app.store.create_api_key(&tenant).await.expect("second key");
-    let session_of = |response: &reqwest::Response| -> String {
-        let cookie = response.headers()["set-cookie"].to_str().expect("ascii");
-        cookie.split(';').next().expect("pair").to_string()
-    };
-    let form_session = |key: String| {
-        let client = client.clone();
-        let (url, origin) = (app.url("/ui/login"), app.address.clone());
-        async move {
-            let response = client
-                .post(url)
-                .header("origin", origin)
-                .form(&[("api_key", key.as_str()), ("next", "/ui/campaigns")])
-                .send()
-                .await
-                .expect("post");
-            assert_eq!(response.status(), StatusCode::SEE_OTHER);
-            session_of(&response)
-        }
-    };
-    let link = |key: String| {
-        let client = client.clone();
-        let url = app.url("/ui/tokens");
-        async move {
-            let response = client
-                .post(url)
-                .bearer_auth(key)
-                .json(&json!({}))
-                .send()
-                .await
-                .expect("post");
-            assert_eq!(response.status(), StatusCode::CREATED);
-            let body: Value = response.json().await.expect("JSON");
-            body["login_path"].as_str().expect("login_path").to_string()
-        }
-    };
-    let opens = |session: String| {
-        let client = client.clone();
-        let url = app.url("/ui/campaigns");
-        async move {
-            let page = client
-                .get(url)
-                .header("cookie", session)
-                .send()
-                .await
-                .expect("get");
-            page.status()
-        }
-    };
-    let by_form = form_session(doomed.expose().to_string()).await;
+    let by_form = form_session(&client, &app, doomed.expose()).await;
     let used_link = client
-        .get(app.url(&link(doomed.expose().to_string()).await))
+        .get(app.url(&login_link(&client, &app, doomed.expose()).await))
         .send()
         .await
         .expect("get");
     assert_eq!(used_link.status(), StatusCode::SEE_OTHER);
     let by_link = session_of(&used_link);
-    let unused_link = link(doomed.expose().to_string()).await;
-    let other_key_session = form_session(kept.expose().to_string()).await;
+    let unused_link = login_link(&client, &app, doomed.expose()).await;
+    let other_key_session = form_session(&client, &app, kept.expose()).await;
     for session in [&by_form, &by_link, &other_key_session] {
-        assert_eq!(opens(session.clone()).await, StatusCode::OK);
+        assert_eq!(page_status(&client, &app, session).await, StatusCode::OK);
     }
 
     let revoked = app
@@ -622,7 +562,7 @@ async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend:
     assert!(revoked.is_some(), "the key existed");
     for session in [&by_form, &by_link] {
         assert_eq!(
-            opens(session.clone()).await,
+            page_status(&client, &app, session).await,
             StatusCode::SEE_OTHER,
             "a session of a revoked key is over"
         );
@@ -631,10 +571,62 @@ async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend:
     assert_eq!(late.status(), StatusCode::UNAUTHORIZED);
     assert!(late.headers().get("set-cookie").is_none());
     assert_eq!(
-        opens(other_key_session).await,
+        page_status(&client, &app, &other_key_session).await,
         StatusCode::OK,
         "the tenant's other key keeps its session"
     );
+}
+
+/// The `name=value` pair of a response's session cookie.
+fn session_of(response: &reqwest::Response) -> String {
+    let cookie = response.headers()["set-cookie"].to_str().expect("ascii");
+    cookie.split(';').next().expect("pair").to_string()
+}
+
+/// A session started by the login form with `key`.
+async fn form_session(client: &Client, app: &TestApp, key: &str) -> String {
+    let response = client
+        .post(app.url("/ui/login"))
+        .header("origin", app.address.as_str())
+        .form(&[("api_key", key), ("next", "/ui/campaigns")])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    session_of(&response)
+}
+
+/// The path of a login link minted with `key`.
+async fn login_link(client: &Client, app: &TestApp, key: &str) -> String {
+    let response = client
+        .post(app.url("/ui/tokens"))
+        .bearer_auth(key)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let body: Value = response.json().await.expect("JSON");
+    body["login_path"].as_str().expect("login_path").to_string()
+}
+
+/// The status of the campaign index opened with `session`.
+async fn page_status(client: &Client, app: &TestApp, session: &str) -> StatusCode {
+    client
+        .get(app.url("/ui/campaigns"))
+        .header("cookie", session)
+        .send()
+        .await
+        .expect("get")
+        .status()
+}
+
+/// A client that shows each redirect instead of following it, as the tests read them.
+fn without_redirects() -> Client {
+    Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .expect("client")
 }
 
 fn location(response: &reqwest::Response) -> String {

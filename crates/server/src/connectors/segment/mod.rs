@@ -308,21 +308,22 @@ fn batch_rejections(
     if refused.is_empty() {
         return Vec::new();
     }
-    let received = match parse_body(state, bytes) {
-        Ok(Value::Object(mut map)) => match map.remove("batch") {
-            Some(Value::Array(items)) => items,
-            _ => Vec::new(),
-        },
-        _ => Vec::new(),
-    };
+    // The body parsed and read as a batch the first time: it does again.
+    let mut received = parse_body(state, bytes)
+        .ok()
+        .and_then(|value| BatchBody::from_value(value).ok())
+        .map(|body| body.batch)
+        .unwrap_or_default();
     refused
         .iter()
-        .map(|(index, err)| rejection(*index, received.get(*index).unwrap_or(&Value::Null), err))
+        .map(|(index, err)| {
+            let item = received.get_mut(*index).map(std::mem::take);
+            rejection(*index, item.unwrap_or(Value::Null), err)
+        })
         .collect()
 }
 
-fn rejection(index: usize, item: &Value, err: &SegmentError) -> NewRejection {
-    let mut item = item.clone();
+fn rejection(index: usize, mut item: Value, err: &SegmentError) -> NewRejection {
     if let Value::Object(map) = &mut item {
         map.remove("writeKey");
     }
