@@ -233,6 +233,18 @@ trait Flush: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Stores what it can of `items` before the batch's transaction, each committed
+    /// durably: `Some(answer)` for an item stored so, `None` (or no entry) for one left to
+    /// [`Flush::write`]. It must store only what the transaction would have stored with
+    /// the same answer. The default stores nothing.
+    fn write_at_once<'a>(
+        &'a self,
+        _store: &'a Store,
+        _items: &'a [(Option<ApiKey>, Self::Item)],
+    ) -> impl Future<Output = Result<Vec<Option<Self::Answer>>, StoreError>> + Send + 'a {
+        std::future::ready(Ok(Vec::new()))
+    }
+
     /// Writes `items` in `tx` (not committed here); `latest` holds what the transaction
     /// read for [`Flush::latest_to_check`].
     fn write<'a>(
@@ -339,14 +351,42 @@ async fn write_batch<F: Flush>(
     lookups: &Lookups,
     batch: Vec<Pending<F>>,
 ) {
+    crate::metrics::record_batch_size("group_commit", batch.len());
     let (mut items, mut replies) = (Vec::with_capacity(batch.len()), Vec::new());
     for (key, item, reply) in batch {
         items.push((key, item));
         replies.push(reply);
     }
+    // A failed early write stored nothing (one statement): the transaction below meets
+    // the same error and writes the items one by one.
+    let early = flush.write_at_once(store, &items).await.unwrap_or_else(|err| {
+        tracing::debug!(error = %err, "one-statement write failed; writing the batch in a transaction");
+        Vec::new()
+    });
+    if early.iter().any(Option::is_some) {
+        // Committed, not yet answered: where a kill loses answers, never rows.
+        #[cfg(feature = "test-hooks")]
+        test_delay().await;
+        let (mut rest, mut waiting) = (Vec::new(), Vec::new());
+        let mut early = early.into_iter();
+        for (item, reply) in items.into_iter().zip(replies) {
+            match early.next().flatten() {
+                Some(answer) => {
+                    let _ = reply.send(Ok(answer));
+                }
+                None => {
+                    rest.push(item);
+                    waiting.push(reply);
+                }
+            }
+        }
+        if rest.is_empty() {
+            return;
+        }
+        (items, replies) = (rest, waiting);
+    }
     match write_in_one_tx(store, flush, &items).await {
         Ok(answers) => {
-            crate::metrics::record_batch_size("group_commit", items.len());
             for ((reply, answer), (key, _)) in replies.into_iter().zip(answers).zip(&items) {
                 // A receiver gone (the request timed out) changes nothing: it is stored.
                 let _ = reply.send(answered(lookups, key.as_ref(), answer));
@@ -421,8 +461,9 @@ async fn write_in_one_tx<F: Flush>(
 }
 
 /// Test-only hook (feature `test-hooks`): each batch sleeps
-/// `TRAQLYTE_TEST_GROUP_COMMIT_DELAY_MS` inside its transaction, so a test can kill the
-/// server while batches are open.
+/// `TRAQLYTE_TEST_GROUP_COMMIT_DELAY_MS` inside its transaction, and between a
+/// one-statement write's commit and its answers, so a test can kill the server while
+/// batches are open.
 #[cfg(feature = "test-hooks")]
 async fn test_delay() {
     static DELAY_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -517,6 +558,42 @@ impl Flush for EventsFlush {
         });
         contracts.dedup();
         contracts
+    }
+
+    /// A batch of one tenant's events under one contract version, live partitions only:
+    /// its new events in one statement with the batch's checks (`Store::insert_new_events`);
+    /// conflicts and failed checks are left to the transaction.
+    async fn write_at_once(
+        &self,
+        store: &Store,
+        items: &[(Option<ApiKey>, Self::Item)],
+    ) -> Result<Vec<Option<EventAnswer>>, StoreError> {
+        let Some((_, (tenant, (contract, _, _)))) = items.first() else {
+            return Ok(Vec::new());
+        };
+        let one_group = items.iter().all(|(_, (t, (c, _, _)))| {
+            t == tenant && c.name() == contract.name() && c.version() == contract.version()
+        });
+        if self.late_events != LateEvents::Refuse || !one_group {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
+        let check_latest = items.iter().any(|(_, (_, (_, latest, _)))| *latest);
+        let events: Vec<&NewEvent> = items.iter().map(|(_, (_, (_, _, e)))| e).collect();
+        let Some(inserted) = store
+            .insert_new_events(tenant, contract, &keys, check_latest, &events)
+            .await?
+        else {
+            return Ok(Vec::new());
+        };
+        Ok(events
+            .iter()
+            .map(|e| {
+                inserted
+                    .contains(&e.identified.event_id)
+                    .then_some(EventAnswer::Stored(EventOutcome::Inserted))
+            })
+            .collect())
     }
 
     async fn write(

@@ -36,14 +36,22 @@ impl EventTable {
     }
 }
 
-/// The batched insert; `{table}` is one of [`EventTable`]'s names. The partition key
-/// `occurred_day` is computed once, in Rust ([`partitions::occurred_day`]).
-const PG_INSERT_UNNEST: &str = "INSERT INTO {table}
+/// The rows of the batched insert, before its conflict clause: `$1` tenant, `$2`
+/// contract, `$3` version, `$4` arrival, `$5`–`$9` the columns.
+macro_rules! insert_rows {
+    () => {
+        "INSERT INTO {table}
      (tenant_id, contract_name, event_id, contract_version, fingerprint, payload, occurred_at_us, received_at_us, occurred_day)
      SELECT $1, $2, decode(e.event_id, 'hex'), $3, e.fingerprint, e.payload, e.occurred_at_us, $4, e.occurred_day
      FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[], $9::int4[])
-       AS e(event_id, fingerprint, payload, occurred_at_us, occurred_day)
-     ON CONFLICT DO NOTHING";
+       AS e(event_id, fingerprint, payload, occurred_at_us, occurred_day)"
+    };
+}
+pub(crate) use insert_rows;
+
+/// The batched insert; `{table}` is one of [`EventTable`]'s names. The partition key
+/// `occurred_day` is computed once, in Rust ([`partitions::occurred_day`]).
+const PG_INSERT_UNNEST: &str = concat!(insert_rows!(), " ON CONFLICT DO NOTHING");
 
 /// A primary-key probe per id, with its day, so only the partition of that day is read.
 const PG_SELECT_FINGERPRINTS: &str = "SELECT u.event_id,
@@ -66,7 +74,7 @@ pub(crate) struct Target<'a> {
 }
 
 /// PostgreSQL's answer to a row whose partition key no partition covers.
-fn no_partition(err: sqlx::Error) -> StoreError {
+pub(crate) fn no_partition(err: sqlx::Error) -> StoreError {
     match &err {
         sqlx::Error::Database(db)
             if db.code().as_deref() == Some("23514")

@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 mod assignments_batch;
+mod at_once;
 #[cfg(feature = "bench")]
 mod bench;
 pub mod campaigns;

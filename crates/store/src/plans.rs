@@ -7,7 +7,8 @@
 //! generic plan is kept.
 //!
 //! The batch paths' set-based reads (`unnest` of ids, `= ANY`) are listed too: each must
-//! probe the same index per id, never scan the table.
+//! probe the same index per id, never scan the table. A statement written for either
+//! event table (`{table}`) is checked on the live one, `events`.
 
 /// `(what, statement, the index that must answer it)`.
 pub const LOOKUPS: &[(&str, &str, &str)] = &[
@@ -64,6 +65,11 @@ pub const LOOKUPS: &[(&str, &str, &str)] = &[
     (
         "a group-committed batch's keys and latest contract versions",
         crate::tenants::PG_CHECK_WRITES,
+        "contracts_pkey",
+    ),
+    (
+        "the checks of a group-committed batch written in one statement",
+        crate::at_once::PG_INSERT_CHECKED,
         "contracts_pkey",
     ),
 ];

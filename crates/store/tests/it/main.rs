@@ -2,6 +2,7 @@
 //! (migrations, placeholders) on both backends. The rest of the SQL is exercised through
 //! the HTTP API on both backends by `crates/traqlyte/tests/it`.
 
+mod at_once;
 mod db;
 mod migrate;
 mod partitions;

@@ -20,11 +20,13 @@ async fn hot_lookups_use_their_index_on_a_fresh_database() {
         .await
         .expect("set the plan mode");
     for (n, (what, sql, index)) in LOOKUPS.iter().enumerate() {
+        let sql = sql.replace("{table}", "events");
         sqlx::query(&format!("PREPARE lookup_{n} AS {sql}"))
             .execute(&mut conn)
             .await
             .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let parameters = (1..=9).filter(|i| sql.contains(&format!("${i}"))).count();
+        // Placeholders are numbered from $1 without gaps.
+        let parameters = (1..=32).filter(|i| sql.contains(&format!("${i}"))).count();
         let explain = format!(
             "EXPLAIN EXECUTE lookup_{n}({})",
             vec!["NULL"; parameters].join(", ")

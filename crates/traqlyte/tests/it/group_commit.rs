@@ -541,8 +541,9 @@ async fn a_thousand_concurrent_single_requests_get_the_answers_they_get_without_
     );
 }
 
-/// A `traqlyte serve` process whose batches sleep inside their transactions is killed
-/// while 64 clients post events; every event it acknowledged is stored.
+/// A `traqlyte serve` process whose batches sleep inside their transactions (or, written
+/// in one statement, between its commit and the answers) is killed while 64 clients post
+/// events; every event it acknowledged is stored.
 async fn killed_with_batches_open(backend: Backend) {
     let app = app(backend, true).await;
     app.register_checkout_contract().await;
