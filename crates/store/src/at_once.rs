@@ -15,9 +15,10 @@ use std::collections::HashSet;
 
 use traqlyte_identity::{Contract, EventId};
 
-use crate::events::insert_rows;
+use sqlx::Row;
+
+use crate::events::{insert_rows, RowColumns};
 use crate::model::stored_event_id;
-use crate::partitions::partition_day;
 use crate::{ApiKey, Backend, IngestSource, NewEvent, Store, StoreError, TenantId};
 
 /// `ok`: every key of `$10` works and, when `$11`, `$3` is the contract's latest version;
@@ -80,31 +81,10 @@ impl Store {
         let mut hashes: Vec<String> = keys.iter().map(|k| k.hash()).collect();
         hashes.sort_unstable();
         hashes.dedup();
-        let ids: Vec<&str> = rows
-            .iter()
-            .map(|e| e.identified.event_id.as_str())
-            .collect();
-        let fingerprints: Vec<&str> = rows
-            .iter()
-            .map(|e| e.identified.fingerprint.as_str())
-            .collect();
-        let payloads: Vec<&str> = rows.iter().map(|e| e.payload.as_str()).collect();
-        let occurred: Vec<Option<i64>> = rows.iter().map(|e| e.identified.occurred_at_us).collect();
-        let days: Vec<i32> = occurred
-            .iter()
-            .map(|at| partition_day(contract, *at))
-            .collect();
         let sql = PG_INSERT_CHECKED.replace("{table}", "events");
-        let inserted: Vec<String> = sqlx::query_scalar(&sql)
-            .bind(tenant.as_str())
-            .bind(contract.name().as_str())
-            .bind(contract.version() as i32)
-            .bind(crate::now_us())
-            .bind(&ids)
-            .bind(&fingerprints)
-            .bind(&payloads)
-            .bind(&occurred)
-            .bind(&days)
+        let columns = RowColumns::new(contract, &rows);
+        let inserted = columns
+            .bind(sqlx::query(&sql), tenant, contract, crate::now_us())
             .bind(&hashes)
             .bind(check_latest)
             .bind(IngestSource::http().as_str())
@@ -113,7 +93,7 @@ impl Store {
             .map_err(crate::events::no_partition)?;
         inserted
             .iter()
-            .map(|id| stored_event_id(id))
+            .map(|row| stored_event_id(row.try_get(0)?))
             .collect::<Result<HashSet<_>, _>>()
             .map(Some)
     }

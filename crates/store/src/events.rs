@@ -49,6 +49,58 @@ macro_rules! insert_rows {
 }
 pub(crate) use insert_rows;
 
+/// The parameters `$1`–`$9` of [`insert_rows!`] for a set of rows, in its column order.
+pub(crate) struct RowColumns<'a> {
+    event_ids: Vec<&'a str>,
+    fingerprints: Vec<&'a str>,
+    payloads: Vec<&'a str>,
+    occurred: Vec<Option<i64>>,
+    days: Vec<i32>,
+}
+
+impl<'a> RowColumns<'a> {
+    pub(crate) fn new(contract: &Contract, rows: &[&'a NewEvent]) -> RowColumns<'a> {
+        let occurred: Vec<Option<i64>> = rows.iter().map(|e| e.identified.occurred_at_us).collect();
+        RowColumns {
+            event_ids: rows
+                .iter()
+                .map(|e| e.identified.event_id.as_str())
+                .collect(),
+            fingerprints: rows
+                .iter()
+                .map(|e| e.identified.fingerprint.as_str())
+                .collect(),
+            payloads: rows.iter().map(|e| e.payload.as_str()).collect(),
+            days: occurred
+                .iter()
+                .map(|at| partition_day(contract, *at))
+                .collect(),
+            occurred,
+        }
+    }
+
+    /// Binds `$1`–`$9` (the tenant, the contract's name and version, the arrival time,
+    /// the columns); a statement's further parameters are bound after.
+    pub(crate) fn bind<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        tenant: &'q TenantId,
+        contract: &'q Contract,
+        now: i64,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        query
+            .bind(tenant.as_str())
+            .bind(contract.name().as_str())
+            .bind(contract.version() as i32)
+            .bind(now)
+            .bind(&self.event_ids)
+            .bind(&self.fingerprints)
+            .bind(&self.payloads)
+            .bind(&self.occurred)
+            .bind(&self.days)
+    }
+}
+
 /// The batched insert; `{table}` is one of [`EventTable`]'s names. The partition key
 /// `occurred_day` is computed once, in Rust ([`partitions::occurred_day`]).
 const PG_INSERT_UNNEST: &str = concat!(insert_rows!(), " ON CONFLICT DO NOTHING");
@@ -323,34 +375,12 @@ impl StoreTx {
         let mut count = 0;
         match &mut self.inner {
             TxInner::Postgres(conn) => {
-                let column = |f: &dyn Fn(&NewEvent) -> &str| {
-                    rows.iter().map(|e| f(e)).collect::<Vec<&str>>()
-                };
-                let (event_ids, fingerprints, payloads) = (
-                    column(&|e| e.identified.event_id.as_str()),
-                    column(&|e| e.identified.fingerprint.as_str()),
-                    column(&|e| e.payload.as_str()),
-                );
-                let occurred: Vec<Option<i64>> =
-                    rows.iter().map(|e| e.identified.occurred_at_us).collect();
-                let days: Vec<i32> = occurred
-                    .iter()
-                    .map(|at| partition_day(target.contract, *at))
-                    .collect();
+                let columns = RowColumns::new(target.contract, rows);
                 let sql = format!(
                     "{}{pg_suffix}",
                     PG_INSERT_UNNEST.replace("{table}", table.name())
                 );
-                let query = sqlx::query(&sql)
-                    .bind(tenant.as_str())
-                    .bind(name)
-                    .bind(version as i32)
-                    .bind(now)
-                    .bind(&event_ids)
-                    .bind(&fingerprints)
-                    .bind(&payloads)
-                    .bind(&occurred)
-                    .bind(&days);
+                let query = columns.bind(sqlx::query(&sql), tenant, target.contract, now);
                 if returning {
                     ids = query
                         .fetch_all(&mut **conn)
