@@ -33,12 +33,14 @@
 //! recent ids: a cache could answer only what the store would, and the store's answer for
 //! a retry (the stored row, the tally) is needed anyway.
 
+use std::collections::HashSet;
 use std::future::Future;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use traqlyte_identity::{Contract, ContractName};
+use traqlyte_identity::{Contract, ContractName, EventId};
 use traqlyte_store::{
     now_us, ApiKey, Assignment, CampaignId, EventOutcome, LateEvents, NewEvent, NewOutcome,
     OutcomeResult, RunEventRow, Store, StoreError, StoreTx, TenantId,
@@ -524,6 +526,29 @@ fn scatter<A>(len: usize, parts: Vec<(Vec<usize>, Vec<A>)>) -> Result<Vec<A>, St
         .collect()
 }
 
+/// The answers of a one-statement write: `answer(item)` for each item whose id it
+/// inserted, `None` (left to the transaction) for the others, and for all when it did
+/// not apply.
+fn answered_at_once<T, K: Eq + Hash, A>(
+    items: &[T],
+    inserted: Option<HashSet<K>>,
+    id: impl Fn(&T) -> &K,
+    answer: impl Fn(&T) -> A,
+) -> Vec<Option<A>> {
+    let Some(inserted) = inserted else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|item| inserted.contains(id(item)).then(|| answer(item)))
+        .collect()
+}
+
+/// The event id of a one-statement write's item.
+fn event_id<'a>(event: &'a &NewEvent) -> &'a EventId {
+    &event.identified.event_id
+}
+
 /// The ingestion transaction, as `routes::events::begin_ingest` opens it.
 async fn begin_ingest(store: &Store, late_events: LateEvents) -> Result<StoreTx, StoreError> {
     match late_events {
@@ -580,20 +605,12 @@ impl Flush for EventsFlush {
         let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
         let check_latest = items.iter().any(|(_, (_, (_, latest, _)))| *latest);
         let events: Vec<&NewEvent> = items.iter().map(|(_, (_, (_, _, e)))| e).collect();
-        let Some(inserted) = store
+        let inserted = store
             .insert_new_events(tenant, contract, &keys, check_latest, &events)
-            .await?
-        else {
-            return Ok(Vec::new());
-        };
-        Ok(events
-            .iter()
-            .map(|e| {
-                inserted
-                    .contains(&e.identified.event_id)
-                    .then_some(EventAnswer::Stored(EventOutcome::Inserted))
-            })
-            .collect())
+            .await?;
+        Ok(answered_at_once(&events, inserted, event_id, |_| {
+            EventAnswer::Stored(EventOutcome::Inserted)
+        }))
     }
 
     async fn write(
@@ -650,6 +667,30 @@ impl Flush for LineageFlush {
         begin_ingest(store, self.late_events)
     }
 
+    /// A batch of one tenant's run events, live partitions only: its new events and their
+    /// graph rows in one statement with the batch's key check
+    /// (`Store::insert_new_run_events`); conflicts and a failed check are left to the
+    /// transaction.
+    async fn write_at_once(
+        &self,
+        store: &Store,
+        items: &[(Option<ApiKey>, Self::Item)],
+    ) -> Result<Vec<Option<EventOutcome>>, StoreError> {
+        let Some((_, (tenant, _))) = items.first() else {
+            return Ok(Vec::new());
+        };
+        if self.late_events != LateEvents::Refuse || items.iter().any(|(_, (t, _))| t != tenant) {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
+        let rows: Vec<&RunEventRow> = items.iter().map(|(_, (_, row))| row).collect();
+        let inserted = store.insert_new_run_events(tenant, &keys, &rows).await?;
+        let events: Vec<&NewEvent> = rows.iter().map(|row| &row.event).collect();
+        Ok(answered_at_once(&events, inserted, event_id, |_| {
+            EventOutcome::Inserted
+        }))
+    }
+
     async fn write(
         &self,
         tx: &mut StoreTx,
@@ -698,6 +739,36 @@ impl Flush for AssignmentsFlush {
 
     fn begin(&self, store: &Store) -> impl Future<Output = Result<StoreTx, StoreError>> + Send {
         store.begin()
+    }
+
+    /// A batch of one tenant's proposals: the new units' assignments in one statement with
+    /// the batch's key and campaign-version checks (`Store::insert_new_assignments`); a
+    /// unit already assigned and a failed check are left to the transaction.
+    async fn write_at_once(
+        &self,
+        store: &Store,
+        items: &[(Option<ApiKey>, Self::Item)],
+    ) -> Result<Vec<Option<AssignmentAnswer>>, StoreError> {
+        let Some((_, (tenant, _))) = items.first() else {
+            return Ok(Vec::new());
+        };
+        if items.iter().any(|(_, (t, _))| t != tenant) {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
+        let proposals: Vec<(&Assignment, bool)> = items
+            .iter()
+            .map(|(_, (_, (proposal, remembered)))| (proposal, *remembered))
+            .collect();
+        let inserted = store
+            .insert_new_assignments(tenant, &keys, &proposals)
+            .await?;
+        Ok(answered_at_once(
+            &proposals,
+            inserted,
+            |(proposal, _)| &proposal.assignment_id,
+            |(proposal, _)| AssignmentAnswer::Stored((*proposal).clone()),
+        ))
     }
 
     async fn write(

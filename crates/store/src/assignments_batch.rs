@@ -35,12 +35,56 @@ pub(crate) const SELECT_ASSIGNMENT_BY_ID: &str = "SELECT assignment_id, campaign
 
 /// The batched insert of proposed assignments on PostgreSQL (see
 /// `StoreTx::insert_assignments`).
-const PG_INSERT_ASSIGNMENTS: &str = "INSERT INTO assignments
+/// The batched insert of assignments' rows, `$1` the tenant and `$2`–`$7` the columns
+/// ([`AssignmentColumns`]); its statements add the conflict clause.
+macro_rules! insert_assignment_rows {
+    () => {
+        "INSERT INTO assignments
      (tenant_id, campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
      SELECT $1, r.campaign_id, r.unit_id, r.assignment_id, r.arm, r.version, r.assigned_at_us
      FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], $7::int8[])
-       AS r(campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)
-     ON CONFLICT DO NOTHING";
+       AS r(campaign_id, unit_id, assignment_id, arm, version, assigned_at_us)"
+    };
+}
+pub(crate) use insert_assignment_rows;
+
+const PG_INSERT_ASSIGNMENTS: &str = concat!(insert_assignment_rows!(), " ON CONFLICT DO NOTHING");
+
+/// The parameters `$1`–`$7` of [`insert_assignment_rows!`] for a set of rows.
+pub(crate) struct AssignmentColumns<'a> {
+    text: [Vec<&'a str>; 4],
+    versions: Vec<i32>,
+    at: Vec<i64>,
+}
+
+impl<'a> AssignmentColumns<'a> {
+    pub(crate) fn new(rows: &[&'a Assignment]) -> AssignmentColumns<'a> {
+        let column = |f: &dyn Fn(&'a Assignment) -> &'a str| rows.iter().map(|a| f(a)).collect();
+        AssignmentColumns {
+            text: [
+                column(&|a| a.campaign_id.as_str()),
+                column(&|a| a.unit_id.as_str()),
+                column(&|a| a.assignment_id.as_str()),
+                column(&|a| a.arm.as_str()),
+            ],
+            versions: rows.iter().map(|a| a.version as i32).collect(),
+            at: rows.iter().map(|a| a.assigned_at_us).collect(),
+        }
+    }
+
+    /// Binds `$1`–`$7`; a statement's further parameters are bound after.
+    pub(crate) fn bind<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        tenant: &'q TenantId,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        let mut query = query.bind(tenant.as_str());
+        for column in &self.text {
+            query = query.bind(column);
+        }
+        query.bind(&self.versions).bind(&self.at)
+    }
+}
 
 /// See [`StoreTx::latest_campaign_versions`].
 pub(crate) const PG_LATEST_CAMPAIGN_VERSIONS: &str = "SELECT k.id,
@@ -221,18 +265,9 @@ impl StoreTx {
     ) -> Result<(), StoreError> {
         match &mut self.inner {
             TxInner::Postgres(conn) => {
-                let column =
-                    |f: &dyn Fn(&Assignment) -> &str| rows.iter().map(|a| f(a)).collect::<Vec<_>>();
-                let versions: Vec<i32> = rows.iter().map(|a| a.version as i32).collect();
-                let at: Vec<i64> = rows.iter().map(|a| a.assigned_at_us).collect();
-                sqlx::query(PG_INSERT_ASSIGNMENTS)
-                    .bind(tenant.as_str())
-                    .bind(column(&|a| a.campaign_id.as_str()))
-                    .bind(column(&|a| a.unit_id.as_str()))
-                    .bind(column(&|a| a.assignment_id.as_str()))
-                    .bind(column(&|a| a.arm.as_str()))
-                    .bind(versions)
-                    .bind(at)
+                let columns = AssignmentColumns::new(rows);
+                columns
+                    .bind(sqlx::query(PG_INSERT_ASSIGNMENTS), tenant)
                     .execute(&mut **conn)
                     .await?;
             }

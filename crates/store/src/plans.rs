@@ -72,4 +72,9 @@ pub const LOOKUPS: &[(&str, &str, &str)] = &[
         crate::at_once::PG_INSERT_CHECKED,
         "contracts_pkey",
     ),
+    (
+        "the checks of a group-committed assignment batch written in one statement",
+        crate::at_once::PG_INSERT_ASSIGNMENTS_CHECKED,
+        "campaign_versions_pkey",
+    ),
 ];

@@ -563,7 +563,8 @@ async fn single_round(
 /// HTTP ceiling (`POST /bench/ceiling`, the same bodies, no store work); single
 /// `POST /api/v1/lineage` and new-unit `POST /assignments` on and off. Two in-process
 /// servers over the same database, one with group commit and one without; each round
-/// runs every pair back to back, rotating which goes first, on fresh tenants.
+/// runs every pair back to back, rotating which goes first, on fresh tenants, after an
+/// untimed warm-up of both servers.
 pub(crate) async fn single(args: SingleArgs) -> Result<()> {
     let on = serve_with(
         &args,
@@ -590,6 +591,15 @@ pub(crate) async fn single(args: SingleArgs) -> Result<()> {
             .map(|run| crate::bench_lineage::generated_run_event(run, &[run + 1], run).to_string())
             .collect(),
     );
+    // Untimed: each server's pool and prepared statements and the client's connections
+    // are opened before the first measured side, whichever side that is.
+    let warm_up: Arc<Vec<String>> =
+        Arc::new(events.iter().take(args.concurrency * 16).cloned().collect());
+    for served in [&on, &off] {
+        let api = fresh_api(served, &client, "bench single warm-up").await?;
+        let path = "/events/checkout_completed";
+        single_round(&api, path, warm_up.clone(), args.concurrency).await?;
+    }
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 7];
     for round in 0..args.rounds.max(1) {
         let mut measured = [0.0; 7];

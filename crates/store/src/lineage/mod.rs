@@ -15,6 +15,7 @@ mod postgres;
 mod sqlite;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::LazyLock;
 
 use serde_json::Value;
 use traqlyte_identity::canonical;
@@ -117,7 +118,8 @@ pub struct Walk {
     pub truncated: bool,
 }
 
-/// Graph rows to write for the newly inserted events of one transaction, each set sorted.
+/// Graph rows to write for the newly inserted events of one transaction on SQLite, each
+/// set sorted (PostgreSQL binds [`GraphColumns`]).
 #[derive(Debug, Default)]
 pub(crate) struct GraphRows {
     pub jobs: BTreeSet<(String, String)>,
@@ -457,26 +459,7 @@ impl Store {
     }
 }
 
-impl crate::StoreTx {
-    /// Writes the graph rows (jobs, datasets, runs, run inputs and outputs) of newly
-    /// inserted run events with `INSERT … ON CONFLICT DO NOTHING`, rows in the sorted order
-    /// `GraphRows` keeps so concurrent transactions take row locks in one order: one
-    /// statement on PostgreSQL ([`PG_INSERT_GRAPH`]), multi-row statements per table on
-    /// SQLite.
-    async fn write_lineage_graph(
-        &mut self,
-        tenant: &TenantId,
-        graph: &GraphRows,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        match &mut self.inner {
-            crate::tx::TxInner::Postgres(conn) => write_graph_pg(conn, tenant, graph, now).await,
-            crate::tx::TxInner::Sqlite(conn) => write_graph_sqlite(conn, tenant, graph, now).await,
-        }
-    }
-}
-
-/// [`StoreTx::write_lineage_graph`] on SQLite: one multi-row insert per table.
+/// The graph rows of newly inserted run events on SQLite: one multi-row insert per table.
 async fn write_graph_sqlite(
     conn: &mut sqlx::SqliteConnection,
     tenant: &TenantId,
@@ -541,90 +524,173 @@ async fn insert_graph_rows(
     Ok(())
 }
 
-/// The five graph inserts of [`StoreTx::write_lineage_graph`] on PostgreSQL: one
-/// statement whose text never changes (each table's rows as arrays, each insert a
-/// data-modifying `WITH` part; no graph table references another, so the parts need not
-/// see each other's rows). Five multi-row `VALUES` statements sized to each batch were
-/// five round trips and, with group commit's batches of every size, a statement that
-/// PostgreSQL parsed and planned anew each time.
-const PG_INSERT_GRAPH: &str = "WITH
-  jobs AS (INSERT INTO lineage_jobs (tenant_id, namespace, name, first_seen_us)
-           SELECT $1, r.ns, r.nm, $2 FROM unnest($3::text[], $4::text[]) AS r(ns, nm)
-           ON CONFLICT DO NOTHING),
-  datasets AS (INSERT INTO lineage_datasets (tenant_id, namespace, name, first_seen_us)
-           SELECT $1, r.ns, r.nm, $2 FROM unnest($5::text[], $6::text[]) AS r(ns, nm)
-           ON CONFLICT DO NOTHING),
-  runs AS (INSERT INTO lineage_runs (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us)
-           SELECT $1, r.id, r.ns, r.nm, r.ev, $2
-           FROM unnest($7::text[], $8::text[], $9::text[], $10::text[]) AS r(id, ns, nm, ev)
-           ON CONFLICT DO NOTHING),
-  inputs AS (INSERT INTO lineage_run_inputs (tenant_id, run_id, namespace, name, version)
-           SELECT $1, r.id, r.ns, r.nm, r.v
-           FROM unnest($11::text[], $12::text[], $13::text[], $14::text[]) AS r(id, ns, nm, v)
-           ON CONFLICT DO NOTHING)
-INSERT INTO lineage_run_outputs (tenant_id, run_id, namespace, name, version)
-SELECT $1, r.id, r.ns, r.nm, r.v
-FROM unnest($15::text[], $16::text[], $17::text[], $18::text[]) AS r(id, ns, nm, v)
-ON CONFLICT DO NOTHING";
-
-/// [`PG_INSERT_GRAPH`] with `graph`'s rows, in its sorted order.
-async fn write_graph_pg<'a>(
-    conn: &mut sqlx::PgConnection,
-    tenant: &TenantId,
-    graph: &'a GraphRows,
-    now: i64,
-) -> Result<(), StoreError> {
-    if graph.jobs.is_empty() && graph.datasets.is_empty() && graph.runs.is_empty() {
-        // Nothing newly inserted (every event a duplicate): no statement at all.
-        return Ok(());
-    }
-    let [job_ns, job_names] = columns(graph.jobs.iter().map(|(ns, nm)| [ns, nm]));
-    let [dataset_ns, dataset_names] = columns(graph.datasets.iter().map(|(ns, nm)| [ns, nm]));
-    let [run_ids, run_ns, run_names, run_events] = columns(
-        graph
-            .runs
-            .iter()
-            .map(|(run, (ns, nm, event_id))| [run, ns, nm, event_id]),
+/// The five graph inserts of run events on PostgreSQL, as `WITH` parts named `jobs`,
+/// `datasets`, `runs`, `inputs` and `outputs`, for the statement's `inserted(ev)` (the hex
+/// ids of the events whose rows to write; each row carries the id of the event it comes
+/// from, so a repeated id must not occur among those events). `tenant` and `now` are the
+/// placeholders of the tenant and the time; the twenty arrays ([`GraphColumns`]) are bound
+/// from `$first` on. The text never changes with a batch's size.
+///
+/// Each part waits for the one before it (a constant condition on its count, which
+/// PostgreSQL evaluates once, before the part's first row), and a statement using these
+/// must read `outputs` (`WHERE (SELECT COUNT(*) FROM outputs) >= 0`): the parts of a
+/// `WITH` otherwise run in an order PostgreSQL does not promise. Each part sorts its rows
+/// (`ORDER BY`; the join with `inserted` need not keep the arrays' order). So every
+/// statement takes the graph's row locks in one order, jobs, datasets, runs, inputs,
+/// outputs, each table's rows sorted, and concurrent ones cannot deadlock on them. A
+/// `DO NOTHING` conflict within the statement (a job named by two of its events) skips
+/// the second row.
+pub(crate) fn graph_inserts(tenant: &str, now: &str, first: usize) -> String {
+    let [j_ns, j_nm, j_ev, d_ns, d_nm, d_ev, r_id, r_ns, r_nm, r_ev, i_id, i_ns, i_nm, i_v, i_ev, o_id, o_ns, o_nm, o_v, o_ev] =
+        std::array::from_fn::<String, 20, _>(|i| format!("${}::text[]", first + i));
+    let edges = |table: &str, after: &str, [id, ns, nm, v, ev]: [&String; 5]| {
+        format!(
+            "INSERT INTO {table} (tenant_id, run_id, namespace, name, version)
+           SELECT {tenant}, r.id, r.ns, r.nm, r.v
+           FROM unnest({id}, {ns}, {nm}, {v}, {ev}) AS r(id, ns, nm, v, ev)
+           WHERE r.ev IN (SELECT ev FROM inserted) AND (SELECT COUNT(*) FROM {after}) >= 0
+           ORDER BY r.id, r.ns, r.nm, r.v
+           ON CONFLICT DO NOTHING RETURNING 1"
+        )
+    };
+    let inputs = edges(
+        "lineage_run_inputs",
+        "runs",
+        [&i_id, &i_ns, &i_nm, &i_v, &i_ev],
     );
-    let edge =
-        |(run, ns, nm, version): &'a (String, String, String, String)| [run, ns, nm, version];
-    let [input_runs, input_ns, input_names, input_versions] =
-        columns(graph.inputs.iter().map(edge));
-    let [output_runs, output_ns, output_names, output_versions] =
-        columns(graph.outputs.iter().map(edge));
-    sqlx::query(PG_INSERT_GRAPH)
-        .bind(tenant.as_str())
-        .bind(now)
-        .bind(job_ns)
-        .bind(job_names)
-        .bind(dataset_ns)
-        .bind(dataset_names)
-        .bind(run_ids)
-        .bind(run_ns)
-        .bind(run_names)
-        .bind(run_events)
-        .bind(input_runs)
-        .bind(input_ns)
-        .bind(input_names)
-        .bind(input_versions)
-        .bind(output_runs)
-        .bind(output_ns)
-        .bind(output_names)
-        .bind(output_versions)
-        .execute(conn)
-        .await?;
-    Ok(())
+    let outputs = edges(
+        "lineage_run_outputs",
+        "inputs",
+        [&o_id, &o_ns, &o_nm, &o_v, &o_ev],
+    );
+    format!(
+        "jobs AS (INSERT INTO lineage_jobs (tenant_id, namespace, name, first_seen_us)
+           SELECT {tenant}, r.ns, r.nm, {now} FROM unnest({j_ns}, {j_nm}, {j_ev}) AS r(ns, nm, ev)
+           WHERE r.ev IN (SELECT ev FROM inserted)
+           ORDER BY r.ns, r.nm
+           ON CONFLICT DO NOTHING RETURNING 1),
+  datasets AS (INSERT INTO lineage_datasets (tenant_id, namespace, name, first_seen_us)
+           SELECT {tenant}, r.ns, r.nm, {now} FROM unnest({d_ns}, {d_nm}, {d_ev}) AS r(ns, nm, ev)
+           WHERE r.ev IN (SELECT ev FROM inserted) AND (SELECT COUNT(*) FROM jobs) >= 0
+           ORDER BY r.ns, r.nm
+           ON CONFLICT DO NOTHING RETURNING 1),
+  runs AS (INSERT INTO lineage_runs (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us)
+           SELECT DISTINCT ON (r.id) {tenant}, r.id, r.ns, r.nm, r.ev, {now}
+           FROM unnest({r_id}, {r_ns}, {r_nm}, {r_ev}) WITH ORDINALITY AS r(id, ns, nm, ev, n)
+           WHERE r.ev IN (SELECT ev FROM inserted) AND (SELECT COUNT(*) FROM datasets) >= 0
+           ORDER BY r.id, r.n
+           ON CONFLICT DO NOTHING RETURNING 1),
+  inputs AS ({inputs}),
+  outputs AS ({outputs})"
+    )
 }
 
-/// Rows of `N` text values as `N` columns (arrays to bind).
-fn columns<'a, const N: usize>(rows: impl Iterator<Item = [&'a String; N]>) -> [Vec<&'a str>; N] {
+/// The transactional path's graph write on PostgreSQL: [`graph_inserts`] for the ids of
+/// `$3`, the events the transaction newly inserted.
+static PG_INSERT_GRAPH: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH inserted(ev) AS (SELECT unnest($3::text[])),
+  {}
+SELECT COUNT(*) FROM outputs",
+        graph_inserts("$1", "$2", 4)
+    )
+});
+
+/// The graph rows of run events as the twenty arrays [`graph_inserts`] reads, each row
+/// with the hex id of the event it comes from: jobs and datasets (namespace, name) and
+/// run inputs and outputs (run id, namespace, name, version or ''), each once, and runs
+/// (run id, job namespace, job name) in the events' order, so the first event of a run is
+/// the one its row names.
+pub(crate) struct GraphColumns<'a> {
+    jobs: [Vec<&'a str>; 3],
+    datasets: [Vec<&'a str>; 3],
+    runs: [Vec<&'a str>; 4],
+    inputs: [Vec<&'a str>; 5],
+    outputs: [Vec<&'a str>; 5],
+}
+
+impl<'a> GraphColumns<'a> {
+    pub(crate) fn new(rows: &[&'a RunEventRow]) -> GraphColumns<'a> {
+        let (mut jobs, mut datasets) = (BTreeSet::new(), BTreeSet::new());
+        let (mut inputs, mut outputs) = (BTreeSet::new(), BTreeSet::new());
+        let mut runs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = &row.identity;
+            let ev = row.event.identified.event_id.as_str();
+            let (ns, nm) = (id.job_namespace.as_str(), id.job_name.as_str());
+            jobs.insert([ns, nm, ev]);
+            runs.push([id.run_id.as_str(), ns, nm, ev]);
+            for (refs, edges) in [(&id.inputs, &mut inputs), (&id.outputs, &mut outputs)] {
+                for d in refs {
+                    let (d_ns, d_nm) = (d.namespace.as_str(), d.name.as_str());
+                    datasets.insert([d_ns, d_nm, ev]);
+                    let version = d.version.as_deref().unwrap_or_default();
+                    edges.insert([id.run_id.as_str(), d_ns, d_nm, version, ev]);
+                }
+            }
+        }
+        GraphColumns {
+            jobs: columns(jobs),
+            datasets: columns(datasets),
+            runs: columns(runs),
+            inputs: columns(inputs),
+            outputs: columns(outputs),
+        }
+    }
+
+    /// Binds the twenty arrays, in [`graph_inserts`]'s order, after `query`'s parameters.
+    pub(crate) fn bind<'q>(
+        &'q self,
+        mut query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        for column in self
+            .jobs
+            .iter()
+            .chain(&self.datasets)
+            .chain(&self.runs)
+            .chain(&self.inputs)
+            .chain(&self.outputs)
+        {
+            query = query.bind(column);
+        }
+        query
+    }
+}
+
+/// Rows of `N` values as `N` columns (arrays to bind).
+fn columns<'a, const N: usize>(rows: impl IntoIterator<Item = [&'a str; N]>) -> [Vec<&'a str>; N] {
     let mut out: [Vec<&'a str>; N] = std::array::from_fn(|_| Vec::new());
     for row in rows {
         for (column, value) in out.iter_mut().zip(row) {
-            column.push(value.as_str());
+            column.push(value);
         }
     }
     out
+}
+
+/// The graph rows of `inserted` (run events the transaction newly inserted, so of
+/// distinct ids) on PostgreSQL, in one statement ([`PG_INSERT_GRAPH`]).
+async fn write_graph_pg(
+    conn: &mut sqlx::PgConnection,
+    tenant: &TenantId,
+    inserted: &[&RunEventRow],
+    now: i64,
+) -> Result<(), StoreError> {
+    if inserted.is_empty() {
+        // Nothing newly inserted (every event a duplicate): no statement at all.
+        return Ok(());
+    }
+    let ids: Vec<&str> = inserted
+        .iter()
+        .map(|r| r.event.identified.event_id.as_str())
+        .collect();
+    let graph = GraphColumns::new(inserted);
+    let query = sqlx::query(&PG_INSERT_GRAPH)
+        .bind(tenant.as_str())
+        .bind(now)
+        .bind(&ids);
+    graph.bind(query).execute(conn).await?;
+    Ok(())
 }
 
 /// Job or dataset rows: (tenant, namespace, name, first seen).
@@ -689,9 +755,22 @@ impl crate::StoreTx {
         let outcomes = self
             .insert_events(tenant, run_event_contract(), &events)
             .await?;
-        let graph = GraphRows::of_inserted(rows, &outcomes);
-        self.write_lineage_graph(tenant, &graph, crate::now_us())
-            .await?;
+        let now = crate::now_us();
+        match &mut self.inner {
+            crate::tx::TxInner::Postgres(conn) => {
+                let inserted: Vec<&RunEventRow> = rows
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, outcome)| **outcome == EventOutcome::Inserted)
+                    .map(|(row, _)| row)
+                    .collect();
+                write_graph_pg(conn, tenant, &inserted, now).await?;
+            }
+            crate::tx::TxInner::Sqlite(conn) => {
+                let graph = GraphRows::of_inserted(rows, &outcomes);
+                write_graph_sqlite(conn, tenant, &graph, now).await?;
+            }
+        }
         debug_assert_eq!(outcomes.len(), rows.len());
         Ok(outcomes)
     }

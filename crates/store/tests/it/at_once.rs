@@ -1,11 +1,14 @@
-//! Group commit's one-statement write (`Store::insert_new_events`): it stores only new
-//! events whose batch passes its checks, counts exactly what it stored, and leaves every
-//! other event to the transactional path, which then answers it as before.
+//! Group commit's one-statement writes (`Store::insert_new_events`,
+//! `Store::insert_new_run_events`): they store only new events whose batch passes its
+//! checks (and, for run events, exactly their graph rows), count exactly what they
+//! stored, and leave every other event to the transactional path, which then answers it
+//! as before.
 
 use serde_json::json;
-use traqlyte_identity::Contract;
+use traqlyte_identity::openlineage::identify_run_event;
+use traqlyte_identity::{format_rfc3339_micros, Contract};
 use traqlyte_store::tenants::KeySelector;
-use traqlyte_store::{ApiKey, EventOutcome, NewEvent, Store, TenantId, TenantName};
+use traqlyte_store::{ApiKey, EventOutcome, NewEvent, RunEventRow, Store, TenantId, TenantName};
 
 use crate::db::{Backend, TestDb};
 
@@ -162,4 +165,170 @@ async fn repeated_ids_and_sqlite_are_left_to_the_transaction() {
         .expect("no statement");
     assert!(skipped.is_none());
     assert_eq!(counts(&sqlite, &tenant).await, (0, 0, 0));
+}
+
+/// A RunEvent of `run` (0-based) for `job`, reading `inputs` and writing `outputs`
+/// (`name` or `name@version`), happening at the test run's start, with `note` as its error
+/// message (outside its identity).
+fn run_event(run: u32, event_type: &str, job: &str, io: [&[&str]; 2], note: &str) -> RunEventRow {
+    static NOW: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let now = NOW.get_or_init(|| format_rfc3339_micros(traqlyte_store::now_us()));
+    let datasets = |names: &[&str]| -> Vec<serde_json::Value> {
+        names
+            .iter()
+            .map(|n| match n.split_once('@') {
+                Some((name, version)) => json!({"namespace": "db", "name": name,
+                    "facets": {"version": {"_producer": "https://example.com/test",
+                        "_schemaURL": "https://openlineage.io/spec/facets/1-0-0/DatasetVersionDatasetFacet.json",
+                        "datasetVersion": version}}}),
+                None => json!({"namespace": "db", "name": n}),
+            })
+            .collect()
+    };
+    let value = json!({
+        "eventType": event_type,
+        "eventTime": now.as_str(),
+        "producer": "https://example.com/test",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+        "run": {"runId": format!("00000000-0000-4000-8000-{run:012}"),
+                "facets": {"errorMessage": {"_producer": "https://example.com/test",
+                    "_schemaURL": "https://openlineage.io/spec/facets/1-0-0/ErrorMessageRunFacet.json",
+                    "message": note, "programmingLanguage": "rust"}}},
+        "job": {"namespace": "ns", "name": job},
+        "inputs": datasets(io[0]), "outputs": datasets(io[1])
+    });
+    let projected = identify_run_event(&value).expect("a valid RunEvent");
+    RunEventRow {
+        event: NewEvent {
+            identified: projected.identified,
+            payload: value.to_string(),
+        },
+        identity: projected.identity,
+    }
+}
+
+fn kinds(outcomes: &[EventOutcome]) -> Vec<&'static str> {
+    outcomes.iter().map(EventOutcome::as_str).collect()
+}
+
+/// Every graph row of the tenant, tenant id and times left out, as one text.
+async fn graph_of(db: &TestDb, tenant: &TenantId) -> String {
+    let t = tenant.as_str();
+    let sql = format!(
+        "SELECT convert_to(concat_ws(' / ',
+           (SELECT string_agg(namespace || ':' || name, ',' ORDER BY namespace, name)
+              FROM lineage_jobs WHERE tenant_id = '{t}'),
+           (SELECT string_agg(namespace || ':' || name, ',' ORDER BY namespace, name)
+              FROM lineage_datasets WHERE tenant_id = '{t}'),
+           (SELECT string_agg(run_id || '>' || job_name || '>' || first_event_id, ',' ORDER BY run_id)
+              FROM lineage_runs WHERE tenant_id = '{t}'),
+           (SELECT string_agg(run_id || '<' || name || '@' || version, ',' ORDER BY run_id, name, version)
+              FROM lineage_run_inputs WHERE tenant_id = '{t}'),
+           (SELECT string_agg(run_id || '>' || name || '@' || version, ',' ORDER BY run_id, name, version)
+              FROM lineage_run_outputs WHERE tenant_id = '{t}')), 'UTF8')"
+    );
+    let text = db.raw().await.blobs(&sql).await.remove(0);
+    String::from_utf8(text).expect("text")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_events_and_only_their_graph_rows_are_stored_in_one_statement_as_a_transaction_would() {
+    let (db, store, tenant, key) = setup(Backend::Postgres).await;
+    let name = TenantName::parse("by-transaction").expect("name");
+    let (reference, _) = store.create_tenant(&name).await.expect("tenant");
+    let stored_before = run_event(9, "START", "load", [&["raw"], &[]], "a");
+    let batch = [
+        run_event(1, "START", "extract", [&["raw"], &["staged@v1"]], "a"),
+        // A second event of run 1: the run's row names the first.
+        run_event(
+            1,
+            "COMPLETE",
+            "extract",
+            [&["raw"], &["staged@v1", "staged@v2"]],
+            "a",
+        ),
+        run_event(2, "COMPLETE", "report", [&["staged@v2"], &["report"]], "a"),
+        // A retry of the stored event.
+        stored_before.clone(),
+    ];
+    // A collision with it: the same identity, so the same graph rows, another message.
+    let collision = run_event(9, "START", "load", [&["raw"], &[]], "b");
+    assert_eq!(
+        collision.event.identified.event_id,
+        stored_before.event.identified.event_id
+    );
+    for t in [&tenant, &reference] {
+        let outcomes = store
+            .insert_run_events(t, std::slice::from_ref(&stored_before))
+            .await
+            .expect("stored before");
+        assert_eq!(outcomes, vec![EventOutcome::Inserted]);
+    }
+    // Two events of one id (the retry and the collision) are the transaction's to judge.
+    let refs: Vec<&RunEventRow> = batch.iter().chain([&collision]).collect();
+    let repeated = store
+        .insert_new_run_events(&tenant, &[&key], &refs)
+        .await
+        .expect("one statement");
+    assert!(repeated.is_none());
+    let refs: Vec<&RunEventRow> = batch.iter().collect();
+    let inserted = store
+        .insert_new_run_events(&tenant, &[&key], &refs)
+        .await
+        .expect("one statement")
+        .expect("applies on PostgreSQL");
+    let mut ids: Vec<&str> = inserted.iter().map(|id| id.as_str()).collect();
+    ids.sort_unstable();
+    let mut expected: Vec<&str> = batch[..3]
+        .iter()
+        .map(|r| r.event.identified.event_id.as_str())
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "the new events only");
+    // The retry and the collision are the transaction's to judge.
+    let left = store
+        .insert_run_events(&tenant, &[stored_before.clone(), collision.clone()])
+        .await
+        .expect("left to the transaction");
+    assert_eq!(kinds(&left), ["duplicate", "collision"]);
+    // The same events through the transactional path alone, in another tenant.
+    let outcomes = store
+        .insert_run_events(&reference, &[&batch[..], &[collision]].concat())
+        .await
+        .expect("transaction");
+    assert_eq!(
+        kinds(&outcomes),
+        ["inserted", "inserted", "inserted", "duplicate", "collision"]
+    );
+    let graph = graph_of(&db, &tenant).await;
+    assert_eq!(graph, graph_of(&db, &reference).await);
+    let first_of_run_1 = batch[0].event.identified.event_id.as_str();
+    assert!(
+        graph.contains(&format!(
+            "00000000-0000-4000-8000-000000000001>extract>{first_of_run_1}"
+        )),
+        "{graph}"
+    );
+    let counts = store.lineage_counts(&tenant).await.expect("counts");
+    assert_eq!((counts.runs, counts.datasets, counts.edges), (3, 3, 6));
+    assert_eq!(
+        counts,
+        store.lineage_counts(&reference).await.expect("counts")
+    );
+
+    // A revoked key: nothing written, neither the event nor a graph row.
+    let late = run_event(3, "START", "late", [&[], &["late-output"]], "a");
+    store
+        .revoke_api_key(&tenant, &KeySelector::Key(key.clone()))
+        .await
+        .expect("revoke")
+        .expect("revoked");
+    let refused = store
+        .insert_new_run_events(&tenant, &[&key], &[&late])
+        .await
+        .expect("one statement")
+        .expect("applies");
+    assert!(refused.is_empty());
+    assert!(!graph_of(&db, &tenant).await.contains("late"));
+    assert_eq!(store.lineage_counts(&tenant).await.expect("counts"), counts);
 }
