@@ -435,7 +435,7 @@ async fn write_in_one_tx<F: Flush>(
     let mut tx = flush.begin(store).await?;
     #[cfg(feature = "test-hooks")]
     test_delay().await;
-    let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
+    let keys = keys_of(items);
     let contracts = flush.latest_to_check(items.iter().map(|(_, item)| item));
     let (live, versions) = tx.check_writes(&keys, &contracts).await?;
     let latest: LatestVersions = contracts.into_iter().zip(versions).collect();
@@ -544,6 +544,20 @@ fn answered_at_once<T, K: Eq + Hash, A>(
         .collect()
 }
 
+/// The tenant of every item, when they share one.
+fn one_tenant<T>(items: &[(Option<ApiKey>, (TenantId, T))]) -> Option<&TenantId> {
+    let (_, (tenant, _)) = items.first()?;
+    items
+        .iter()
+        .all(|(_, (t, _))| t == tenant)
+        .then_some(tenant)
+}
+
+/// The keys a batch's items were sent with (some items have none).
+fn keys_of<T>(items: &[(Option<ApiKey>, T)]) -> Vec<&ApiKey> {
+    items.iter().filter_map(|(key, _)| key.as_ref()).collect()
+}
+
 /// The event id of a one-statement write's item.
 fn event_id<'a>(event: &'a &NewEvent) -> &'a EventId {
     &event.identified.event_id
@@ -602,7 +616,7 @@ impl Flush for EventsFlush {
         if self.late_events != LateEvents::Refuse || !one_group {
             return Ok(Vec::new());
         }
-        let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
+        let keys = keys_of(items);
         let check_latest = items.iter().any(|(_, (_, (_, latest, _)))| *latest);
         let events: Vec<&NewEvent> = items.iter().map(|(_, (_, (_, _, e)))| e).collect();
         let inserted = store
@@ -676,13 +690,13 @@ impl Flush for LineageFlush {
         store: &Store,
         items: &[(Option<ApiKey>, Self::Item)],
     ) -> Result<Vec<Option<EventOutcome>>, StoreError> {
-        let Some((_, (tenant, _))) = items.first() else {
+        let Some(tenant) = one_tenant(items) else {
             return Ok(Vec::new());
         };
-        if self.late_events != LateEvents::Refuse || items.iter().any(|(_, (t, _))| t != tenant) {
+        if self.late_events != LateEvents::Refuse {
             return Ok(Vec::new());
         }
-        let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
+        let keys = keys_of(items);
         let rows: Vec<&RunEventRow> = items.iter().map(|(_, (_, row))| row).collect();
         let inserted = store.insert_new_run_events(tenant, &keys, &rows).await?;
         let events: Vec<&NewEvent> = rows.iter().map(|row| &row.event).collect();
@@ -749,13 +763,10 @@ impl Flush for AssignmentsFlush {
         store: &Store,
         items: &[(Option<ApiKey>, Self::Item)],
     ) -> Result<Vec<Option<AssignmentAnswer>>, StoreError> {
-        let Some((_, (tenant, _))) = items.first() else {
+        let Some(tenant) = one_tenant(items) else {
             return Ok(Vec::new());
         };
-        if items.iter().any(|(_, (t, _))| t != tenant) {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<&ApiKey> = items.iter().filter_map(|(key, _)| key.as_ref()).collect();
+        let keys = keys_of(items);
         let proposals: Vec<(&Assignment, bool)> = items
             .iter()
             .map(|(_, (_, (proposal, remembered)))| (proposal, *remembered))

@@ -3,6 +3,7 @@
 //! whose, rather than by waiting (the ingestion ratios on a 2-core machine shared with
 //! the database, `BENCHMARKS.md`). Where `/proc` cannot be read nothing is reported.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Clock ticks per second in `/proc/*/stat` (`USER_HZ`: 100 on Linux).
@@ -11,13 +12,20 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// Fewer `nats-server` cores than this are an idle broker on the machine, not shown.
 const BROKER_SHOWN_MIN: f64 = 0.005;
 
-/// CPU ticks so far, and when they were read.
-#[derive(Clone, Copy)]
+/// CPU ticks so far, and when they were read: this process's, and each PostgreSQL and
+/// `nats-server` process's by its pid.
+#[derive(Clone)]
 pub(crate) struct CpuSnapshot {
-    postgres: u64,
-    broker: u64,
+    others: HashMap<u32, (Group, u64)>,
     this: u64,
     at: Instant,
+}
+
+/// The processes counted besides this one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Group {
+    Postgres,
+    Broker,
 }
 
 /// Average cores busy over an interval.
@@ -86,48 +94,58 @@ impl CpuSnapshot {
             .ok()
             .and_then(|stat| ticks(&stat))?
             .1;
-        let (mut postgres, mut broker) = (0, 0);
+        let mut others = HashMap::new();
         for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let is_pid = entry
+            let Some(pid) = entry
                 .file_name()
                 .to_str()
-                .is_some_and(|name| !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()));
-            if !is_pid {
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
                 continue;
-            }
+            };
             // A process may exit between listing and reading: skipped.
             let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
                 continue;
             };
-            match ticks(&stat).as_ref().map(|(n, t)| (n.as_str(), *t)) {
-                Some(("postgres", used)) => postgres += used,
-                Some(("nats-server", used)) => broker += used,
-                _ => {}
-            }
+            let group = match ticks(&stat) {
+                Some((name, used)) if name == "postgres" => (Group::Postgres, used),
+                Some((name, used)) if name == "nats-server" => (Group::Broker, used),
+                _ => continue,
+            };
+            others.insert(pid, group);
         }
         Some(CpuSnapshot {
-            postgres,
-            broker,
+            others,
             this,
             at: Instant::now(),
         })
     }
 
-    /// The cores busy on average since this snapshot (processes that exited meanwhile
-    /// are missing from the PostgreSQL figure).
+    /// The cores busy on average since this snapshot. Each process counts what it used
+    /// since this snapshot, or since it started: a backend that a side's server opened
+    /// counts whole. A process that exited meanwhile is missing, and with it only its own
+    /// time, not (as with one sum over all processes) the time of the others.
     pub(crate) fn cores_since(&self) -> Option<Cores> {
         let now = CpuSnapshot::now()?;
         let seconds = now.at.duration_since(self.at).as_secs_f64();
         if seconds <= 0.0 {
             return None;
         }
-        let cores = |before: u64, after: u64| {
-            after.saturating_sub(before) as f64 / TICKS_PER_SECOND / seconds
+        let used = |group: Group| -> u64 {
+            now.others
+                .iter()
+                .filter(|(_, (g, _))| *g == group)
+                .map(|(pid, (_, after))| match self.others.get(pid) {
+                    Some((g, before)) if *g == group => after.saturating_sub(*before),
+                    _ => *after,
+                })
+                .sum()
         };
+        let cores = |ticks: u64| ticks as f64 / TICKS_PER_SECOND / seconds;
         Some(Cores {
-            postgres: cores(self.postgres, now.postgres),
-            broker: cores(self.broker, now.broker),
-            this: cores(self.this, now.this),
+            postgres: cores(used(Group::Postgres)),
+            broker: cores(used(Group::Broker)),
+            this: cores(now.this.saturating_sub(self.this)),
         })
     }
 }
