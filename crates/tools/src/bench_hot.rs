@@ -624,19 +624,26 @@ pub(crate) async fn single(args: SingleArgs) -> Result<()> {
             let with = (round + step) % 2 == 0;
             let served = if with { &on } else { &off };
             let api = fresh_api(served, &client, "bench single lineage").await?;
-            let time =
-                single_round(&api, "/api/v1/lineage", runs.clone(), args.concurrency).await?;
+            let side = single_round(&api, "/api/v1/lineage", runs.clone(), args.concurrency);
+            let (time, cpu) = with_cpu(side).await?;
             measured[if with { 3 } else { 4 }] = args.requests as f64 / time.as_secs_f64();
+            let side = if with { "lineage on" } else { "lineage off" };
+            crate::cpu::report(round, side, time, args.requests, cpu);
         }
         for step in 0..2 {
             let with = (round + step) % 2 == 1;
             let served = if with { &on } else { &off };
             let api = fresh_api(served, &client, "bench single assignments").await?;
             let campaign = api.campaign().await?;
-            let time = api
-                .single_assignments(&campaign, args.requests, args.concurrency)
-                .await?;
+            let side = api.single_assignments(&campaign, args.requests, args.concurrency);
+            let (time, cpu) = with_cpu(side).await?;
             measured[if with { 5 } else { 6 }] = args.requests as f64 / time.as_secs_f64();
+            let side = if with {
+                "assignments on"
+            } else {
+                "assignments off"
+            };
+            crate::cpu::report(round, side, time, args.requests, cpu);
         }
         eprintln!(
             "round {}: events on {:.0}/s off {:.0}/s ceiling {:.0}/s; lineage on {:.0}/s off {:.0}/s; assignments on {:.0}/s off {:.0}/s",
