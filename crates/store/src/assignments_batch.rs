@@ -33,8 +33,6 @@ pub(crate) const SELECT_ASSIGNMENT_BY_ID: &str = "SELECT assignment_id, campaign
        CAST(version AS BIGINT) AS version, assigned_at_us
      FROM assignments WHERE tenant_id = $1 AND assignment_id = $2";
 
-/// The batched insert of proposed assignments on PostgreSQL (see
-/// `StoreTx::insert_assignments`).
 /// The batched insert of assignments' rows, `$1` the tenant and `$2`–`$7` the columns
 /// ([`AssignmentColumns`]); its statements add the conflict clause.
 macro_rules! insert_assignment_rows {
@@ -48,6 +46,8 @@ macro_rules! insert_assignment_rows {
 }
 pub(crate) use insert_assignment_rows;
 
+/// The batched insert of proposed assignments on PostgreSQL (see
+/// `StoreTx::insert_assignments`).
 const PG_INSERT_ASSIGNMENTS: &str = concat!(insert_assignment_rows!(), " ON CONFLICT DO NOTHING");
 
 /// The parameters `$1`–`$7` of [`insert_assignment_rows!`] for a set of rows.

@@ -77,6 +77,10 @@ pub(crate) const PG_INSERT_CHECKED: &str = concat!(
      SELECT encode(event_id, 'hex') FROM ins"
 );
 
+/// [`PG_INSERT_CHECKED`] on the live partitions, built once rather than per batch.
+static PG_INSERT_EVENTS_CHECKED: LazyLock<String> =
+    LazyLock::new(|| PG_INSERT_CHECKED.replace("{table}", "events"));
+
 /// The checked insert of run events, then the graph rows of the events it inserted
 /// ([`graph_inserts`], arrays from `$13`), in the graph's one order; returns the ids it
 /// inserted.
@@ -134,14 +138,14 @@ impl Store {
         check_latest: bool,
         events: &[&NewEvent],
     ) -> Result<Option<HashSet<EventId>>, StoreError> {
-        let sql = PG_INSERT_CHECKED.replace("{table}", "events");
         let checked = Checked {
             tenant,
             contract,
             keys,
             check_latest,
         };
-        self.insert_checked(&sql, &checked, events, None).await
+        self.insert_checked(&PG_INSERT_EVENTS_CHECKED, &checked, events, None)
+            .await
     }
 
     /// [`Store::insert_new_events`] for RunEvents under the built-in contract, with the
@@ -196,16 +200,11 @@ impl Store {
         if proposals.is_empty() {
             return Ok(Some(HashSet::new()));
         }
-        // Sorted by unit, as the transactional path's rows are, so concurrent statements
-        // take index locks in one order.
-        let mut rows: Vec<&Assignment> = proposals.iter().map(|(a, _)| *a).collect();
-        rows.sort_by(|a, b| (&a.campaign_id, &a.unit_id).cmp(&(&b.campaign_id, &b.unit_id)));
-        if rows
-            .windows(2)
-            .any(|w| (&w[0].campaign_id, &w[0].unit_id) == (&w[1].campaign_id, &w[1].unit_id))
-        {
+        // Sorted by unit, as the transactional path's rows are.
+        let rows: Vec<&Assignment> = proposals.iter().map(|(a, _)| *a).collect();
+        let Some(rows) = sorted_distinct(rows, |a| (&a.campaign_id, &a.unit_id)) else {
             return Ok(None);
-        }
+        };
         let mut remembered: Vec<(&str, i64)> = proposals
             .iter()
             .filter(|(_, remembered)| *remembered)
@@ -247,16 +246,10 @@ impl Store {
         if events.is_empty() {
             return Ok(Some(HashSet::new()));
         }
-        // Sorted by id, as the transactional path's candidates are, so concurrent
-        // statements take index locks in one order.
-        let mut rows: Vec<&NewEvent> = events.to_vec();
-        rows.sort_by(|a, b| a.identified.event_id.cmp(&b.identified.event_id));
-        if rows
-            .windows(2)
-            .any(|w| w[0].identified.event_id == w[1].identified.event_id)
-        {
+        // Sorted by id, as the transactional path's candidates are.
+        let Some(rows) = sorted_distinct(events.to_vec(), |e| &e.identified.event_id) else {
             return Ok(None);
-        }
+        };
         let hashes = key_hashes(checked.keys);
         let columns = RowColumns::new(checked.contract, &rows);
         let source = IngestSource::http();
@@ -283,6 +276,14 @@ impl Store {
             .collect::<Result<HashSet<_>, _>>()
             .map(Some)
     }
+}
+
+/// `rows` sorted by `key`, so concurrent statements take index locks in one order; `None`
+/// when two rows share a key (the transactional path judges the second against the first).
+fn sorted_distinct<T, K: Ord>(mut rows: Vec<T>, key: impl Fn(&T) -> K) -> Option<Vec<T>> {
+    rows.sort_by_key(&key);
+    let repeated = rows.windows(2).any(|w| key(&w[0]) == key(&w[1]));
+    (!repeated).then_some(rows)
 }
 
 /// The hashes of `keys`, each once, sorted.

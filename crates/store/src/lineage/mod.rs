@@ -132,15 +132,10 @@ pub(crate) struct GraphRows {
 }
 
 impl GraphRows {
-    /// Rows of the events whose outcome is `Inserted`, and nothing from the others.
-    pub(crate) fn of_inserted(rows: &[RunEventRow], outcomes: &[EventOutcome]) -> GraphRows {
-        debug_assert_eq!(rows.len(), outcomes.len());
+    /// Rows of `inserted`, the events a transaction newly inserted.
+    pub(crate) fn of(inserted: &[&RunEventRow]) -> GraphRows {
         let mut graph = GraphRows::default();
-        for (row, _) in rows
-            .iter()
-            .zip(outcomes)
-            .filter(|(_, outcome)| **outcome == EventOutcome::Inserted)
-        {
+        for row in inserted {
             graph.add(row);
         }
         graph
@@ -755,23 +750,23 @@ impl crate::StoreTx {
         let outcomes = self
             .insert_events(tenant, run_event_contract(), &events)
             .await?;
+        debug_assert_eq!(outcomes.len(), rows.len());
+        // The rows of the events whose outcome is `Inserted`, and nothing from the others.
+        let inserted: Vec<&RunEventRow> = rows
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| **outcome == EventOutcome::Inserted)
+            .map(|(row, _)| row)
+            .collect();
         let now = crate::now_us();
         match &mut self.inner {
             crate::tx::TxInner::Postgres(conn) => {
-                let inserted: Vec<&RunEventRow> = rows
-                    .iter()
-                    .zip(&outcomes)
-                    .filter(|(_, outcome)| **outcome == EventOutcome::Inserted)
-                    .map(|(row, _)| row)
-                    .collect();
                 write_graph_pg(conn, tenant, &inserted, now).await?;
             }
             crate::tx::TxInner::Sqlite(conn) => {
-                let graph = GraphRows::of_inserted(rows, &outcomes);
-                write_graph_sqlite(conn, tenant, &graph, now).await?;
+                write_graph_sqlite(conn, tenant, &GraphRows::of(&inserted), now).await?;
             }
         }
-        debug_assert_eq!(outcomes.len(), rows.len());
         Ok(outcomes)
     }
 }
