@@ -67,12 +67,14 @@ impl Store {
              SELECT $1, $2, 'u' || g, 'asg_' || lpad(to_hex(g), 32, '0'), CASE WHEN g % 2 = 0 THEN 'control' ELSE 'treatment' END, 1, $5
              FROM generate_series(1, $3::bigint) g",
             "INSERT INTO outcomes (tenant_id, assignment_id, dedupe_key, campaign_id, arm, assigned_at_us, metric, value,
-                                   occurred_at_us, received_at_us, fingerprint)
-             SELECT $1, 'asg_' || lpad(to_hex(u), 32, '0'), 'k' || g, $2, CASE WHEN u % 2 = 0 THEN 'control' ELSE 'treatment' END, $5,
+                                   occurred_at_us, received_at_us, fingerprint, outcome_id)
+             SELECT $1, a, k, $2, CASE WHEN u % 2 = 0 THEN 'control' ELSE 'treatment' END, $5,
                     CASE WHEN (g / 2) % 2 = 0 THEN 'purchase' ELSE 'revenue' END,
                     CASE WHEN (g / 2) % 2 = 0 THEN NULL ELSE (g % 1000) / 10.0 END,
-                    $5 + (g % 86400) * 1000000, $5 + (g % 86400) * 1000000 + 5000000, 'bench'
-             FROM (SELECT g, 1 + (g * 7919) % $3::bigint AS u FROM generate_series(1, $4::bigint) g) s",
+                    $5 + (g % 86400) * 1000000, $5 + (g % 86400) * 1000000 + 5000000, 'bench',
+                    traqlyte_outcome_id($1, $2, a, k)
+             FROM (SELECT g, u, 'asg_' || lpad(to_hex(u), 32, '0') AS a, 'k' || g AS k
+                   FROM (SELECT g, 1 + (g * 7919) % $3::bigint AS u FROM generate_series(1, $4::bigint) g) n) s",
             "INSERT INTO outcome_duplicates (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric,
                                              value, occurred_at_us, arrived_at_us)
              SELECT tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us,

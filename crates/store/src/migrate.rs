@@ -69,8 +69,9 @@ impl crate::Store {
             }
         };
         tx.commit().await?;
-        // Outcomes stored before migration 0015 get their ids (idempotent: only rows
-        // without one are touched, so concurrent starts and a retried start are harmless).
+        // Outcomes stored before migration 0015 get their ids on SQLite (idempotent: only
+        // rows without one are touched, so concurrent starts and a retried start are
+        // harmless); PostgreSQL's migration 0020 gave them theirs.
         let filled = self.fill_outcome_ids().await?;
         if filled > 0 {
             tracing::info!(filled, "outcome ids filled in");

@@ -102,7 +102,7 @@ const ADJUST_UNIT_METRICS: &str = "INSERT INTO unit_metric_deltas
 const COUNT_CORRECTED: &str = "SELECT COUNT(DISTINCT outcome_id) FROM outcome_supersessions
      WHERE tenant_id = $1 AND campaign_id = $2";
 
-/// Rows without an outcome id (stored before migration `0015`), a batch at a time.
+/// Rows without an outcome id (stored before migration `0015`), a batch at a time (SQLite).
 const SELECT_MISSING_IDS: &str = "SELECT tenant_id, campaign_id, assignment_id, dedupe_key
      FROM outcomes WHERE outcome_id IS NULL LIMIT 1000";
 
@@ -241,8 +241,13 @@ impl Store {
     }
 
     /// Gives every outcome stored before migration `0015` its id, in batches; run after
-    /// the migrations. Returns how many rows it filled.
+    /// the migrations. Returns how many rows it filled. SQLite only: on PostgreSQL
+    /// migration `0020` filled them in SQL (`traqlyte_outcome_id`) and made the id the
+    /// primary key, so no row lacks one (and this scan would read the whole table).
     pub(crate) async fn fill_outcome_ids(&self) -> Result<u64, StoreError> {
+        if matches!(self.backend, crate::Backend::Postgres(_)) {
+            return Ok(0);
+        }
         let mut filled = 0;
         loop {
             let rows: Vec<(String, String, String, String)> = with_pool!(self, writer, |pool| {

@@ -38,26 +38,16 @@ const PG_INSERT_OUTCOMES: &str = "INSERT INTO outcomes
      ON CONFLICT DO NOTHING RETURNING assignment_id, dedupe_key";
 
 /// The stored rows of a batch's conflicting outcomes, by their deterministic ids: the
-/// whole key of the unique index `(tenant_id, outcome_id)`, one probe per id. By the
-/// primary key's columns instead, PostgreSQL planned a scan of the tenant's outcomes on a
-/// table without statistics (every index ties at one row there); the `LIMIT 1` keeps the
-/// per-id subquery from being flattened into a join over the tenant's rows
-/// (`plans.rs`, `tests/it/plans.rs`).
+/// whole primary key `(tenant_id, outcome_id)`, one probe per id (migration `0020`). The
+/// `LIMIT 1` keeps the per-id subquery from being flattened into a join over the
+/// tenant's rows, which PostgreSQL planned on a table without statistics (`plans.rs`,
+/// `tests/it/plans.rs`).
 pub(crate) const PG_SELECT_STORED: &str =
     "SELECT o.assignment_id, o.dedupe_key, o.campaign_id, o.arm, o.metric, o.value,
        o.occurred_at_us, o.received_at_us, o.fingerprint
      FROM unnest($2::text[]) AS k(id)
      CROSS JOIN LATERAL (SELECT * FROM outcomes
        WHERE tenant_id = $1 AND outcome_id = k.id LIMIT 1) o";
-
-/// The same by the primary key's columns: for a row an older process stored without its
-/// outcome id after `migrate` filled them in (never expected; see `stored_outcomes`).
-const PG_SELECT_STORED_BY_KEY: &str =
-    "SELECT o.assignment_id, o.dedupe_key, o.campaign_id, o.arm, o.metric, o.value,
-       o.occurred_at_us, o.received_at_us, o.fingerprint
-     FROM unnest($2::text[], $3::text[]) AS k(a, d)
-     CROSS JOIN LATERAL (SELECT * FROM outcomes
-       WHERE tenant_id = $1 AND assignment_id = k.a AND dedupe_key = k.d LIMIT 1) o";
 
 const PG_INSERT_DUPLICATES: &str = "INSERT INTO outcome_duplicates
      (tenant_id, campaign_id, assignment_id, dedupe_key, arm, assigned_at_us, metric, value, occurred_at_us, arrived_at_us)
@@ -231,31 +221,13 @@ impl StoreTx {
         match &mut self.inner {
             TxInner::Postgres(conn) => {
                 // Read Committed: this statement sees the rows committed by the concurrent
-                // transactions our insert waited for. One unique-index probe per id.
+                // transactions our insert waited for. One primary-key probe per id; every
+                // row has its id (migration `0020` made it the key), and a conflicting
+                // key whose row this does not find fails the batch as corrupt (`judge`).
                 let query = sqlx::query_as(PG_SELECT_STORED)
                     .bind(tenant.as_str())
                     .bind(outcome_ids(tenant, rows));
                 found = query.fetch_all(&mut **conn).await?;
-                if found.len() < rows.len() {
-                    // Every conflicting key names a stored row; one without its id (stored
-                    // by a process older than migration `0015`) is read by its key.
-                    let seen: HashSet<Key> = found
-                        .iter()
-                        .map(|s| (s.assignment_id.clone(), s.dedupe_key.clone()))
-                        .collect();
-                    let missing: Vec<&&NewOutcome> =
-                        rows.iter().filter(|o| !seen.contains(&key_of(o))).collect();
-                    let ids: Vec<&str> = missing
-                        .iter()
-                        .map(|o| o.assignment.assignment_id.as_str())
-                        .collect();
-                    let keys: Vec<&str> = missing.iter().map(|o| o.dedupe_key.as_str()).collect();
-                    let query = sqlx::query_as(PG_SELECT_STORED_BY_KEY)
-                        .bind(tenant.as_str())
-                        .bind(ids)
-                        .bind(keys);
-                    found.extend(query.fetch_all(&mut **conn).await?);
-                }
             }
             TxInner::Sqlite(conn) => {
                 for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {

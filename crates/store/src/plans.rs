@@ -50,7 +50,7 @@ pub const LOOKUPS: &[(&str, &str, &str)] = &[
     (
         "the stored rows of a batch's conflicting outcomes",
         crate::outcomes_batch::PG_SELECT_STORED,
-        "outcomes_by_outcome_id",
+        "outcomes_pkey",
     ),
     (
         "whether a campaign has per-unit sums to fold before its report",

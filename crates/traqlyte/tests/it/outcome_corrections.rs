@@ -198,19 +198,45 @@ async fn batch_answers_name_the_same_outcome_id(backend: Backend) {
     );
 }
 
-/// Clears an outcome's id as a row stored before migration `0015` has none.
-async fn forget_outcome_ids(app: &crate::helpers::TestApp) {
+/// PostgreSQL's schema before migration `0020` (outcomes keyed by assignment and dedupe
+/// key, the outcome id a nullable unique column, no `traqlyte_outcome_id`), for a test
+/// database that `migrate` already took past it.
+const PG_BEFORE_0020: &str = "ALTER TABLE outcomes DROP CONSTRAINT outcomes_pkey;
+    ALTER TABLE outcomes ALTER COLUMN outcome_id DROP NOT NULL;
+    ALTER TABLE outcomes ADD PRIMARY KEY (tenant_id, assignment_id, dedupe_key);
+    CREATE UNIQUE INDEX outcomes_by_outcome_id ON outcomes (tenant_id, outcome_id);
+    DROP FUNCTION traqlyte_outcome_id";
+
+/// Clears the outcomes' ids as rows stored before migration `0015` have none, then runs
+/// what gives them their ids at the next start: `Store::migrate` on SQLite; on
+/// PostgreSQL migration `0020`'s own text, on the schema it starts from, since its SQL
+/// formula is what fills them there.
+async fn forget_outcome_ids_then_fill_them(app: &crate::helpers::TestApp, path: &str) {
     use sqlx::Connection;
     const CLEAR: &str = "UPDATE outcomes SET outcome_id = NULL";
     let url = app.database_url();
     if url.starts_with("postgres") {
         let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+        sqlx::raw_sql(PG_BEFORE_0020)
+            .execute(&mut conn)
+            .await
+            .expect("the schema before 0020");
         sqlx::query(CLEAR).execute(&mut conn).await.expect("clear");
+        assert_eq!(app.get(path).await.status, StatusCode::NOT_FOUND);
+        let migration = include_str!(
+            "../../../store/migrations/postgres/0020_outcomes_keyed_by_outcome_id.sql"
+        );
+        sqlx::raw_sql(migration)
+            .execute(&mut conn)
+            .await
+            .expect("migration 0020");
     } else {
         let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
             .await
             .expect("connect");
         sqlx::query(CLEAR).execute(&mut conn).await.expect("clear");
+        assert_eq!(app.get(path).await.status, StatusCode::NOT_FOUND);
+        app.store.migrate().await.expect("migrate");
     }
 }
 
@@ -221,11 +247,15 @@ async fn outcomes_stored_before_the_migration_get_their_id_at_start(backend: Bac
     let body = outcome(&unit, "prod:checkout:order_old", "revenue", Some(10.0));
     let id = app.post_json("/outcome", &body).await.body["outcome_id"].clone();
     let path = format!("/outcomes/{}", id.as_str().expect("id"));
-    forget_outcome_ids(&app).await;
-    assert_eq!(app.get(&path).await.status, StatusCode::NOT_FOUND);
-    // The next start (migrate) fills the id in, derived from the row's key.
-    app.store.migrate().await.expect("migrate");
+    // The next start fills the id in, derived from the row's key exactly as
+    // `traqlyte_experiments::outcome_id` derives it.
+    forget_outcome_ids_then_fill_them(&app, &path).await;
     let found = app.get(&path).await;
     assert_eq!(found.status, StatusCode::OK, "{}", found.body);
     assert_eq!(found.body["outcome"]["outcome_id"], id);
+    // And the filled id is the dedupe constraint's: a retry is a duplicate, not a row.
+    let again = app.post_json("/outcomes/batch", &json!([body])).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(again.body["results"][0]["status"], "duplicate");
+    assert_eq!(again.body["inserted"], 0, "{}", again.body);
 }
