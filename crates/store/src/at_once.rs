@@ -149,7 +149,7 @@ impl Store {
     }
 
     /// [`Store::insert_new_events`] for RunEvents under the built-in contract, with the
-    /// graph rows (jobs, datasets, runs, run inputs and outputs) of the events it inserted
+    /// graph rows (runs, run inputs and outputs) of the events it inserted
     /// in the same statement, exactly those the transactional path
     /// ([`StoreTx::insert_run_events`]) would write for them.
     ///

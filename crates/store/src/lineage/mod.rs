@@ -1,12 +1,20 @@
 //! Lineage: OpenLineage RunEvents stored as rows of `events` under the built-in contract
-//! `openlineage.run_event`, and the graph tables derived from them (jobs, datasets, runs,
-//! run inputs, run outputs).
+//! `openlineage.run_event`, and the graph tables derived from them (runs, run inputs, run
+//! outputs).
 //!
 //! The graph is written only from the events this transaction newly inserted, in the same
 //! transaction, so a duplicate (a retry, 1,000 concurrent copies) can never add a second
 //! run or a phantom edge. Graph rows are sets (`ON CONFLICT DO NOTHING`), written in one
-//! global order (jobs, datasets, runs, inputs, outputs; each sorted) so concurrent
-//! transactions cannot deadlock on them.
+//! global order (runs, inputs, outputs; each sorted) so concurrent transactions cannot
+//! deadlock on them.
+//!
+//! Every row is keyed by its run. Jobs and datasets have no rows of their own (migration
+//! `0021`): a job is known once a run of it is stored, a dataset once a run read or wrote
+//! it, and both are found through the indexes the walks use (`lineage_runs_by_job`,
+//! `*_by_dataset`). A node table was the one row concurrent writers shared while it was
+//! new (a chain of runs, each reading the dataset the previous run wrote; a new job's
+//! runs backfilled at once): each had to wait for the other's commit, so their commits
+//! ran one after another.
 //!
 //! Graph queries walk breadth-first with a visited set: every node at most once, cycles
 //! harmless, bounded by a depth and a node count.
@@ -122,8 +130,6 @@ pub struct Walk {
 /// set sorted (PostgreSQL binds [`GraphColumns`]).
 #[derive(Debug, Default)]
 pub(crate) struct GraphRows {
-    pub jobs: BTreeSet<(String, String)>,
-    pub datasets: BTreeSet<(String, String)>,
     /// run id → (job namespace, job name, first event id).
     pub runs: BTreeMap<String, (String, String, String)>,
     /// (run id, namespace, name, version or '').
@@ -143,18 +149,17 @@ impl GraphRows {
 
     fn add(&mut self, row: &RunEventRow) {
         let id = &row.identity;
-        let job = (id.job_namespace.clone(), id.job_name.clone());
-        self.jobs.insert(job.clone());
         let event_id = row.event.identified.event_id.to_string();
-        self.runs
-            .entry(id.run_id.clone())
-            .or_insert((job.0, job.1, event_id));
+        self.runs.entry(id.run_id.clone()).or_insert((
+            id.job_namespace.clone(),
+            id.job_name.clone(),
+            event_id,
+        ));
         for (datasets, edges) in [
             (&id.inputs, &mut self.inputs),
             (&id.outputs, &mut self.outputs),
         ] {
             for d in datasets {
-                self.datasets.insert((d.namespace.clone(), d.name.clone()));
                 let version = d.version.clone().unwrap_or_default();
                 edges.insert((
                     id.run_id.clone(),
@@ -166,12 +171,6 @@ impl GraphRows {
         }
     }
 }
-
-const INSERT_JOBS: &str =
-    "INSERT INTO lineage_jobs (tenant_id, namespace, name, first_seen_us) VALUES";
-
-const INSERT_DATASETS: &str =
-    "INSERT INTO lineage_datasets (tenant_id, namespace, name, first_seen_us) VALUES";
 
 const INSERT_RUNS: &str = "INSERT INTO lineage_runs
      (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us) VALUES";
@@ -248,11 +247,17 @@ pub(crate) fn level_sql(
     )
 }
 
-pub(crate) const DATASET_EXISTS: &str =
-    "SELECT COUNT(*) FROM lineage_datasets WHERE tenant_id = $1 AND namespace = $2 AND name = $3";
+/// A dataset is known once a run read or wrote it: its edges' `*_by_dataset` indexes.
+pub(crate) const DATASET_EXISTS: &str = "SELECT
+     (SELECT COUNT(*) FROM (SELECT 1 FROM lineage_run_inputs
+        WHERE tenant_id = $1 AND namespace = $2 AND name = $3 LIMIT 1) i)
+   + (SELECT COUNT(*) FROM (SELECT 1 FROM lineage_run_outputs
+        WHERE tenant_id = $1 AND namespace = $2 AND name = $3 LIMIT 1) o)";
 
-pub(crate) const JOB_EXISTS: &str =
-    "SELECT COUNT(*) FROM lineage_jobs WHERE tenant_id = $1 AND namespace = $2 AND name = $3";
+/// A job is known once a run of it is stored (the job of the run's first stored event):
+/// `lineage_runs_by_job`.
+pub(crate) const JOB_EXISTS: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM lineage_runs
+     WHERE tenant_id = $1 AND job_namespace = $2 AND job_name = $3 LIMIT 1) r";
 
 pub(crate) const COUNT_RUNS: &str = "SELECT COUNT(*) FROM lineage_runs WHERE tenant_id = $1";
 
@@ -260,8 +265,10 @@ pub(crate) const COUNT_EDGES: &str = "SELECT
      (SELECT COUNT(*) FROM lineage_run_inputs WHERE tenant_id = $1)
    + (SELECT COUNT(*) FROM lineage_run_outputs WHERE tenant_id = $1)";
 
-pub(crate) const COUNT_DATASETS: &str =
-    "SELECT COUNT(*) FROM lineage_datasets WHERE tenant_id = $1";
+/// The distinct datasets the tenant's runs read or wrote.
+pub(crate) const COUNT_DATASETS: &str = "SELECT COUNT(*) FROM (
+       SELECT namespace, name FROM lineage_run_inputs WHERE tenant_id = $1
+       UNION SELECT namespace, name FROM lineage_run_outputs WHERE tenant_id = $1) d";
 
 /// Counts of a tenant's lineage graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -477,8 +484,6 @@ async fn write_graph_sqlite(
             ]
         })
         .collect();
-    insert_graph_rows(conn, INSERT_JOBS, &named_rows(t, &graph.jobs, now)).await?;
-    insert_graph_rows(conn, INSERT_DATASETS, &named_rows(t, &graph.datasets, now)).await?;
     insert_graph_rows(conn, INSERT_RUNS, &runs).await?;
     insert_graph_rows(conn, INSERT_RUN_INPUTS, &edge_rows(t, &graph.inputs)).await?;
     insert_graph_rows(conn, INSERT_RUN_OUTPUTS, &edge_rows(t, &graph.outputs)).await
@@ -519,25 +524,25 @@ async fn insert_graph_rows(
     Ok(())
 }
 
-/// The five graph inserts of run events on PostgreSQL, as `WITH` parts named `jobs`,
-/// `datasets`, `runs`, `inputs` and `outputs`, for the statement's `inserted(ev)` (the hex
-/// ids of the events whose rows to write; each row carries the id of the event it comes
-/// from, so a repeated id must not occur among those events). `tenant` and `now` are the
-/// placeholders of the tenant and the time; the twenty arrays ([`GraphColumns`]) are bound
-/// from `$first` on. The text never changes with a batch's size.
+/// The three graph inserts of run events on PostgreSQL, as `WITH` parts named `runs`,
+/// `inputs` and `outputs`, for the statement's `inserted(ev)` (the hex ids of the events
+/// whose rows to write; each row carries the id of the event it comes from, so a repeated
+/// id must not occur among those events). `tenant` and `now` are the placeholders of the
+/// tenant and the time; the fourteen arrays ([`GraphColumns`]) are bound from `$first`
+/// on. The text never changes with a batch's size.
 ///
 /// Each part waits for the one before it (a constant condition on its count, which
 /// PostgreSQL evaluates once, before the part's first row), and a statement using these
 /// must read `outputs` (`WHERE (SELECT COUNT(*) FROM outputs) >= 0`): the parts of a
 /// `WITH` otherwise run in an order PostgreSQL does not promise. Each part sorts its rows
 /// (`ORDER BY`; the join with `inserted` need not keep the arrays' order). So every
-/// statement takes the graph's row locks in one order, jobs, datasets, runs, inputs,
-/// outputs, each table's rows sorted, and concurrent ones cannot deadlock on them. A
-/// `DO NOTHING` conflict within the statement (a job named by two of its events) skips
-/// the second row.
+/// statement takes the graph's row locks in one order, runs, inputs, outputs, each
+/// table's rows sorted, and concurrent ones cannot deadlock on them. A `DO NOTHING`
+/// conflict within the statement (a run named by two of its events) skips the second
+/// row.
 pub(crate) fn graph_inserts(tenant: &str, now: &str, first: usize) -> String {
-    let [j_ns, j_nm, j_ev, d_ns, d_nm, d_ev, r_id, r_ns, r_nm, r_ev, i_id, i_ns, i_nm, i_v, i_ev, o_id, o_ns, o_nm, o_v, o_ev] =
-        std::array::from_fn::<String, 20, _>(|i| format!("${}::text[]", first + i));
+    let [r_id, r_ns, r_nm, r_ev, i_id, i_ns, i_nm, i_v, i_ev, o_id, o_ns, o_nm, o_v, o_ev] =
+        std::array::from_fn::<String, 14, _>(|i| format!("${}::text[]", first + i));
     let edges = |table: &str, after: &str, [id, ns, nm, v, ev]: [&String; 5]| {
         format!(
             "INSERT INTO {table} (tenant_id, run_id, namespace, name, version)
@@ -559,20 +564,10 @@ pub(crate) fn graph_inserts(tenant: &str, now: &str, first: usize) -> String {
         [&o_id, &o_ns, &o_nm, &o_v, &o_ev],
     );
     format!(
-        "jobs AS (INSERT INTO lineage_jobs (tenant_id, namespace, name, first_seen_us)
-           SELECT {tenant}, r.ns, r.nm, {now} FROM unnest({j_ns}, {j_nm}, {j_ev}) AS r(ns, nm, ev)
-           WHERE r.ev IN (SELECT ev FROM inserted)
-           ORDER BY r.ns, r.nm
-           ON CONFLICT DO NOTHING RETURNING 1),
-  datasets AS (INSERT INTO lineage_datasets (tenant_id, namespace, name, first_seen_us)
-           SELECT {tenant}, r.ns, r.nm, {now} FROM unnest({d_ns}, {d_nm}, {d_ev}) AS r(ns, nm, ev)
-           WHERE r.ev IN (SELECT ev FROM inserted) AND (SELECT COUNT(*) FROM jobs) >= 0
-           ORDER BY r.ns, r.nm
-           ON CONFLICT DO NOTHING RETURNING 1),
-  runs AS (INSERT INTO lineage_runs (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us)
+        "runs AS (INSERT INTO lineage_runs (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us)
            SELECT DISTINCT ON (r.id) {tenant}, r.id, r.ns, r.nm, r.ev, {now}
            FROM unnest({r_id}, {r_ns}, {r_nm}, {r_ev}) WITH ORDINALITY AS r(id, ns, nm, ev, n)
-           WHERE r.ev IN (SELECT ev FROM inserted) AND (SELECT COUNT(*) FROM datasets) >= 0
+           WHERE r.ev IN (SELECT ev FROM inserted)
            ORDER BY r.id, r.n
            ON CONFLICT DO NOTHING RETURNING 1),
   inputs AS ({inputs}),
@@ -591,14 +586,11 @@ SELECT COUNT(*) FROM outputs",
     )
 });
 
-/// The graph rows of run events as the twenty arrays [`graph_inserts`] reads, each row
-/// with the hex id of the event it comes from: jobs and datasets (namespace, name) and
-/// run inputs and outputs (run id, namespace, name, version or ''), each once, and runs
-/// (run id, job namespace, job name) in the events' order, so the first event of a run is
-/// the one its row names.
+/// The graph rows of run events as the fourteen arrays [`graph_inserts`] reads, each row
+/// with the hex id of the event it comes from: run inputs and outputs (run id,
+/// namespace, name, version or ''), each once, and runs (run id, job namespace, job name)
+/// in the events' order, so the first event of a run is the one its row names.
 pub(crate) struct GraphColumns<'a> {
-    jobs: [Vec<&'a str>; 3],
-    datasets: [Vec<&'a str>; 3],
     runs: [Vec<&'a str>; 4],
     inputs: [Vec<&'a str>; 5],
     outputs: [Vec<&'a str>; 5],
@@ -606,46 +598,43 @@ pub(crate) struct GraphColumns<'a> {
 
 impl<'a> GraphColumns<'a> {
     pub(crate) fn new(rows: &[&'a RunEventRow]) -> GraphColumns<'a> {
-        let (mut jobs, mut datasets) = (BTreeSet::new(), BTreeSet::new());
         let (mut inputs, mut outputs) = (BTreeSet::new(), BTreeSet::new());
         let mut runs = Vec::with_capacity(rows.len());
         for row in rows {
             let id = &row.identity;
             let ev = row.event.identified.event_id.as_str();
-            let (ns, nm) = (id.job_namespace.as_str(), id.job_name.as_str());
-            jobs.insert([ns, nm, ev]);
-            runs.push([id.run_id.as_str(), ns, nm, ev]);
+            runs.push([
+                id.run_id.as_str(),
+                id.job_namespace.as_str(),
+                id.job_name.as_str(),
+                ev,
+            ]);
             for (refs, edges) in [(&id.inputs, &mut inputs), (&id.outputs, &mut outputs)] {
                 for d in refs {
-                    let (d_ns, d_nm) = (d.namespace.as_str(), d.name.as_str());
-                    datasets.insert([d_ns, d_nm, ev]);
                     let version = d.version.as_deref().unwrap_or_default();
-                    edges.insert([id.run_id.as_str(), d_ns, d_nm, version, ev]);
+                    edges.insert([
+                        id.run_id.as_str(),
+                        d.namespace.as_str(),
+                        d.name.as_str(),
+                        version,
+                        ev,
+                    ]);
                 }
             }
         }
         GraphColumns {
-            jobs: columns(jobs),
-            datasets: columns(datasets),
             runs: columns(runs),
             inputs: columns(inputs),
             outputs: columns(outputs),
         }
     }
 
-    /// Binds the twenty arrays, in [`graph_inserts`]'s order, after `query`'s parameters.
+    /// Binds the fourteen arrays, in [`graph_inserts`]'s order, after `query`'s parameters.
     pub(crate) fn bind<'q>(
         &'q self,
         mut query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        for column in self
-            .jobs
-            .iter()
-            .chain(&self.datasets)
-            .chain(&self.runs)
-            .chain(&self.inputs)
-            .chain(&self.outputs)
-        {
+        for column in self.runs.iter().chain(&self.inputs).chain(&self.outputs) {
             query = query.bind(column);
         }
         query
@@ -686,24 +675,6 @@ async fn write_graph_pg(
         .bind(&ids);
     graph.bind(query).execute(conn).await?;
     Ok(())
-}
-
-/// Job or dataset rows: (tenant, namespace, name, first seen).
-fn named_rows<'a>(
-    tenant: &'a str,
-    rows: &'a BTreeSet<(String, String)>,
-    now: i64,
-) -> Vec<Vec<GraphParam<'a>>> {
-    rows.iter()
-        .map(|(namespace, name)| {
-            vec![
-                GraphParam::Text(tenant),
-                GraphParam::Text(namespace),
-                GraphParam::Text(name),
-                GraphParam::Int(now),
-            ]
-        })
-        .collect()
 }
 
 /// Run input or output rows: (tenant, run id, namespace, name, version).

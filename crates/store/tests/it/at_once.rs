@@ -216,10 +216,6 @@ async fn graph_of(db: &TestDb, tenant: &TenantId) -> String {
     let t = tenant.as_str();
     let sql = format!(
         "SELECT convert_to(concat_ws(' / ',
-           (SELECT string_agg(namespace || ':' || name, ',' ORDER BY namespace, name)
-              FROM lineage_jobs WHERE tenant_id = '{t}'),
-           (SELECT string_agg(namespace || ':' || name, ',' ORDER BY namespace, name)
-              FROM lineage_datasets WHERE tenant_id = '{t}'),
            (SELECT string_agg(run_id || '>' || job_name || '>' || first_event_id, ',' ORDER BY run_id)
               FROM lineage_runs WHERE tenant_id = '{t}'),
            (SELECT string_agg(run_id || '<' || name || '@' || version, ',' ORDER BY run_id, name, version)

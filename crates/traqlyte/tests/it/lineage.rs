@@ -22,6 +22,7 @@ crate::on_both_backends!(
     an_unknown_or_malformed_node_is_a_clear_error,
     the_built_in_contract_name_cannot_be_registered,
     concurrent_runs_sharing_jobs_and_datasets_all_commit_without_deadlock,
+    jobs_and_datasets_are_nodes_once_a_stored_run_names_them,
 );
 
 /// Recorded event ids of the corpus's complete RunEvents (as in the identity tests).
@@ -255,6 +256,53 @@ async fn nfc_and_nfd_dataset_names_are_one_dataset(backend: Backend) {
     assert_eq!(ids, ["dataset:db:caf\u{e9}", "job:ns:writer"]);
     let by_nfd = app.walk("descendants", "dataset:db:cafe\u{301}", 5).await;
     assert_eq!(by_nfd.len(), 1, "{by_nfd:?}");
+}
+
+/// Jobs and datasets have no rows of their own (migration `0021`): a job is a node once a
+/// run of it is stored, a dataset once a run read or wrote it, and a run belongs to the
+/// job of its first stored event.
+async fn jobs_and_datasets_are_nodes_once_a_stored_run_names_them(backend: Backend) {
+    let app = spawn_app(backend).await;
+    assert_eq!(app.graph_counts().await, (0, 0, 0));
+    let not_found = |node: &str| format!("/lineage/descendants?node={node}");
+    for node in [
+        "job:ns:writer",
+        "dataset:db:read_only",
+        "dataset:db:written",
+    ] {
+        assert_eq!(
+            app.get(&not_found(node)).await.status,
+            StatusCode::NOT_FOUND
+        );
+    }
+    let events = [
+        run_event("writer", 1, &["read_only"], &["written"]),
+        // A later event of run 1 naming another job: the run stays the writer's.
+        run_event("impostor", 1, &[], &["also_written"]),
+    ];
+    for event in events {
+        let answer = app.post_lineage(event.to_string()).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+    assert_eq!(app.graph_counts().await, (1, 3, 3));
+    let read_only = app.walk("descendants", "dataset:db:read_only", 5).await;
+    let ids: Vec<&str> = read_only.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "job:ns:writer",
+            "dataset:db:also_written",
+            "dataset:db:written"
+        ]
+    );
+    let upstream = app.walk("ancestors", "dataset:db:also_written", 5).await;
+    let ids: Vec<&str> = upstream.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["job:ns:writer", "dataset:db:read_only"]);
+    let impostor = app.get(&not_found("job:ns:impostor")).await;
+    assert_eq!(
+        (impostor.status, impostor.code()),
+        (StatusCode::NOT_FOUND, "node_not_found")
+    );
 }
 
 /// j1: A → B, j2: B → A (a cycle), j3: A, B → C.
