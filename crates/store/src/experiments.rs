@@ -163,10 +163,7 @@ impl Store {
         let texts: Vec<&str> = ids.iter().map(AssignmentId::as_str).collect();
         match &self.backend {
             crate::Backend::Postgres(pg) => {
-                let query = sqlx::query_as(crate::assignments_batch::PG_SELECT_ASSIGNED)
-                    .bind(tenant.as_str())
-                    .bind(&texts);
-                Ok(query.fetch_all(&pg.pool).await?)
+                crate::assignments_batch::pg_assigned(&pg.pool, tenant, &texts).await
             }
             crate::Backend::Sqlite(lite) => {
                 let sql = format!(
