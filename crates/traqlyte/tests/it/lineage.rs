@@ -264,14 +264,14 @@ async fn nfc_and_nfd_dataset_names_are_one_dataset(backend: Backend) {
 async fn jobs_and_datasets_are_nodes_once_a_stored_run_names_them(backend: Backend) {
     let app = spawn_app(backend).await;
     assert_eq!(app.graph_counts().await, (0, 0, 0));
-    let not_found = |node: &str| format!("/lineage/descendants?node={node}");
+    let descendants = |node: &str| format!("/lineage/descendants?node={node}");
     for node in [
         "job:ns:writer",
         "dataset:db:read_only",
         "dataset:db:written",
     ] {
         assert_eq!(
-            app.get(&not_found(node)).await.status,
+            app.get(&descendants(node)).await.status,
             StatusCode::NOT_FOUND
         );
     }
@@ -298,7 +298,7 @@ async fn jobs_and_datasets_are_nodes_once_a_stored_run_names_them(backend: Backe
     let upstream = app.walk("ancestors", "dataset:db:also_written", 5).await;
     let ids: Vec<&str> = upstream.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, ["job:ns:writer", "dataset:db:read_only"]);
-    let impostor = app.get(&not_found("job:ns:impostor")).await;
+    let impostor = app.get(&descendants("job:ns:impostor")).await;
     assert_eq!(
         (impostor.status, impostor.code()),
         (StatusCode::NOT_FOUND, "node_not_found")
