@@ -2,7 +2,7 @@
 //! IEEE doubles, and RFC 8785 (JCS) bytes: sorted keys, no whitespace, ECMAScript numbers.
 
 use serde_json::{Number, Value};
-use unicode_normalization::{is_nfc, UnicodeNormalization};
+use unicode_normalization::UnicodeNormalization;
 
 use crate::IdentityError;
 
@@ -292,6 +292,13 @@ fn increment(digits: &mut Vec<u8>) {
     digits.insert(0, b'1');
 }
 
+/// Whether `text` is in Unicode NFC. ASCII text always is, and is told apart a machine
+/// word at a time (`str::is_ascii`) instead of a character at a time: most keys and
+/// values of real events are ASCII.
+pub(crate) fn is_nfc(text: &str) -> bool {
+    text.is_ascii() || unicode_normalization::is_nfc(text)
+}
+
 fn nfc(text: &str) -> String {
     if is_nfc(text) {
         text.to_owned()
@@ -316,6 +323,26 @@ fn is_exact(number: &Number) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_ascii_shortcut_agrees_with_the_full_nfc_check() {
+        let samples = [
+            String::new(),
+            (0u8..0x80).map(char::from).collect(),
+            "caf\u{e9}".to_string(),
+            "cafe\u{301}".to_string(),
+            "\u{212b}ngstr\u{f6}m".to_string(),
+            "\u{1e9b}\u{323}".to_string(),
+        ];
+        for text in &samples {
+            assert_eq!(
+                is_nfc(text),
+                unicode_normalization::is_nfc(text),
+                "{text:?}"
+            );
+        }
+        assert!(!is_nfc("cafe\u{301}"));
+    }
 
     #[test]
     fn strings_are_escaped_as_ecmascript_json_does_byte_for_byte() {

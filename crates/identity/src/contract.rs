@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use unicode_normalization::is_nfc;
 
 use crate::canonical::{self, type_name};
 use crate::pointer::Pointer;
@@ -388,7 +387,7 @@ impl Contract {
 /// NFC-normalised before lookup, so such a pointer could never match and its field would
 /// silently hash as absent, giving events that differ in it the same id.
 fn contract_pointer(text: &str) -> Result<Pointer, String> {
-    if !is_nfc(text) {
+    if !canonical::is_nfc(text) {
         return Err(format!(
             "pointer {text:?} is not in Unicode NFC; event keys are NFC-normalised, so it could never match"
         ));
