@@ -3,8 +3,9 @@
 //! `POST /events/{contract}`, `POST /api/v1/lineage`, `POST /outcome` and a first-time
 //! `POST /assignments` (without an idempotency key) validate their request alone, as
 //! before, then hand the one row they would have written to a [`GroupCommit`] queue and
-//! wait. A worker per kind collects what arrives within `wait_us` of the first item (at
-//! most `batch_max` items), writes them with the batch store paths
+//! wait. A worker per kind collects what is queued and, while another batch of its kind
+//! is being written, what arrives within `wait_us` of the first item (at most
+//! `batch_max` items), writes them with the batch store paths
 //! (`StoreTx::insert_events`, `insert_run_events`, `record_outcomes`, `assign_many`) in
 //! one transaction, commits, and only then answers every request with its own outcome:
 //! inserted, duplicate or collision, judged by the store's unique constraint exactly as
@@ -282,6 +283,7 @@ impl<F: Flush> Queue<F> {
             wait: Duration::from_micros(config.wait_us),
             batch_max,
             flushes: Arc::new(Semaphore::new(flushes_max)),
+            flushes_max,
             lookups,
         };
         tokio::spawn(worker.run(receiver));
@@ -306,6 +308,7 @@ struct Worker<F: Flush> {
     wait: Duration,
     batch_max: usize,
     flushes: Arc<Semaphore>,
+    flushes_max: usize,
     lookups: Arc<Lookups>,
 }
 
@@ -322,15 +325,24 @@ impl<F: Flush> Worker<F> {
                 return;
             };
             let mut batch = vec![first];
-            let deadline = tokio::time::Instant::now() + self.wait;
+            let waits = batch_waits(
+                self.flushes.available_permits(),
+                self.flushes_max,
+                self.wait,
+            );
+            let mut timer = waits.then(|| sleep(self.wait));
             while batch.len() < self.batch_max {
                 match receiver.try_recv() {
                     Ok(pending) => batch.push(pending),
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
                     Err(mpsc::error::TryRecvError::Empty) => {
-                        match tokio::time::timeout_at(deadline, receiver.recv()).await {
-                            Ok(Some(pending)) => batch.push(pending),
-                            Ok(None) | Err(_) => break,
+                        let Some(timer) = timer.as_mut() else { break };
+                        tokio::select! {
+                            pending = receiver.recv() => match pending {
+                                Some(pending) => batch.push(pending),
+                                None => break,
+                            },
+                            _ = timer => break,
                         }
                     }
                 }
@@ -343,6 +355,21 @@ impl<F: Flush> Worker<F> {
             });
         }
     }
+}
+
+/// Whether a batch just started waits for more requests, given the flush slots left free
+/// besides its own: only while another batch of its kind is being written, whose commit
+/// is about to send its clients' next requests. With none, the batch takes what is queued
+/// and goes, so a lone request is not held up by the wait.
+fn batch_waits(free_slots: usize, flushes_max: usize, wait: Duration) -> bool {
+    !wait.is_zero() && free_slots + 1 < flushes_max
+}
+
+/// Sleeps `wait` on one of the runtime's blocking threads, to within the kernel's timer
+/// slack (tens of microseconds): the runtime's own timer rounds a deadline up to its next
+/// millisecond, which made a 500 µs wait take 1–2 ms.
+fn sleep(wait: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || std::thread::sleep(wait))
 }
 
 /// Writes a batch in one transaction and answers each item; on a failed transaction,
@@ -843,7 +870,21 @@ async fn stale_proposals(
 
 #[cfg(test)]
 mod tests {
-    use super::{groups, scatter};
+    use super::{batch_waits, groups, scatter};
+    use std::time::Duration;
+
+    #[test]
+    fn a_batch_waits_only_while_another_of_its_kind_is_written() {
+        let wait = Duration::from_micros(500);
+        // Four slots: this batch holds one; three free means no other batch is written.
+        assert!(!batch_waits(3, 4, wait));
+        assert!(batch_waits(2, 4, wait));
+        assert!(batch_waits(0, 4, wait));
+        // One slot: no other batch can be written alongside, so it never waits.
+        assert!(!batch_waits(0, 1, wait));
+        // A zero wait never waits.
+        assert!(!batch_waits(0, 4, Duration::ZERO));
+    }
 
     #[test]
     fn groups_keep_input_order_within_a_key_and_sort_the_keys() {

@@ -187,7 +187,8 @@ struct ServeArgs {
     /// first assignments) share one durable commit; `off` gives each its own.
     #[arg(long, env = "TRAQLYTE_GROUP_COMMIT", value_enum, default_value = "on")]
     group_commit: OnOff,
-    /// How long a group-commit batch waits for more requests after its first, in µs.
+    /// How long a group-commit batch waits for more requests after its first, in µs,
+    /// while another batch of its kind is being written (a lone request never waits).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=2_000))]
     group_commit_wait_us: u64,
     /// Most requests one group-commit batch (one transaction) holds.
