@@ -55,7 +55,8 @@ use crate::ApiError;
 pub struct GroupCommitConfig {
     /// Whether single requests are coalesced (`--group-commit on|off`).
     pub enabled: bool,
-    /// How long a batch waits for more requests after its first, in microseconds.
+    /// How long a batch waits for more requests after its first, in microseconds, while
+    /// another batch of its kind is being written (so never when `flushes_max` is 1).
     pub wait_us: u64,
     /// Most requests one batch (one transaction) holds.
     pub batch_max: usize,

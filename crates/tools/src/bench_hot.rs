@@ -474,7 +474,8 @@ pub struct SingleArgs {
     /// `--group-commit-max` of the group-commit server.
     #[arg(long, default_value_t = GroupCommitConfig::default().batch_max)]
     group_commit_max: usize,
-    /// Most batch transactions of one kind open at once in the group-commit server.
+    /// Most batch transactions of one kind open at once in the group-commit server (with 1,
+    /// a batch never waits: it goes with what queued while the one before was written).
     #[arg(long, default_value_t = GroupCommitConfig::default().flushes_max)]
     group_commit_flushes: usize,
     /// Rounds; each rotates which mode goes first, medians are reported.
