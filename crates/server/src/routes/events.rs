@@ -47,11 +47,11 @@ pub(crate) async fn post_one(
     let WriteTenant { tenant, key } = &writer;
     let answer: Result<axum::response::Response, ApiError> = async {
         let (mut contract, latest) = load_for_write(&state, tenant, &name, query.version).await?;
-        let value = read_document(&state, &headers, body).await?;
+        let mut value = read_document(&state, &headers, body).await?;
         let http = IngestSource::http();
         let mut stale_rounds = 0;
         let (event, outcome) = loop {
-            let event = match identify(&contract, value.clone())
+            let event = match identify(&contract, value)
                 .and_then(|e| admit(&state, &contract, e))
             {
                 Ok(event) => event,
@@ -74,6 +74,9 @@ pub(crate) async fn post_one(
                 // it: read it now and identify the event again under it.
                 EventAnswer::StaleContract if stale_rounds < STALE_ROUNDS_MAX => {
                     stale_rounds += 1;
+                    // The document again, from the event's payload (its compact JSON), so
+                    // the usual request does not keep a copy for this rare round.
+                    value = serde_json::from_str(&event.payload).map_err(ApiError::internal)?;
                     if let Some(lookups) = state.group_commit.lookups() {
                         lookups.forget_latest(tenant, contract.name().as_str());
                     }
