@@ -633,9 +633,9 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
     let delay = [("TRAQLYTE_TEST_GROUP_COMMIT_DELAY_MS", "1500")];
     let flags = ["--group-commit", "on", "--request-timeout-ms", "300"];
     let server = ServerProcess::start_with_env(app.database_url(), &flags, &delay);
-    let client = reqwest::Client::new();
     let event = checkout_event("timed-out-order");
-    let first = client
+    let first = app
+        .client
         .post(format!("{}/events/checkout_completed", server.address))
         .bearer_auth(&app.key)
         .json(&event)
