@@ -208,7 +208,7 @@ impl StoreTx {
                 .insert_into(EventTable::Live, tenant, contract, events)
                 .await;
         }
-        let attached = partitions::attached_days(conn).await?;
+        let (attached, detached) = partitions::partition_days(conn).await?;
         let last = attached
             .iter()
             .copied()
@@ -229,6 +229,20 @@ impl StoreTx {
             };
             group.0.push(index);
             group.1.push(event.clone());
+        }
+        let mut missing: Vec<i32> = old
+            .1
+            .iter()
+            .map(|e| partition_day(contract, e.identified.occurred_at_us))
+            .filter(|day| !detached.contains(day))
+            .collect();
+        if !missing.is_empty() {
+            missing.sort_unstable();
+            missing.dedup();
+            let pool = self.pool.as_ref().ok_or_else(|| {
+                StoreError::Corrupt("a PostgreSQL transaction without its pool".into())
+            })?;
+            partitions::create_detached_days(pool, &missing).await?;
         }
         let mut outcomes: Vec<Option<EventOutcome>> = vec![None; events.len()];
         for (table, (indices, group)) in [(EventTable::Live, live), (EventTable::Detached, old)] {

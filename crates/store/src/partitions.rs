@@ -170,12 +170,35 @@ pub fn plan_maintenance(
     Maintenance { create, detach }
 }
 
+/// The days from the oldest attached one up to `before` (exclusive) that have no
+/// partition at all. A `serve` down for longer than its horizon leaves them when a
+/// command with a shorter horizon then creates only the newest days;
+/// [`Store::create_partitions`] fills them (attached), so a backfill never takes a day
+/// inside `serve`'s horizon for an old one and gives it a detached table, where live
+/// events of that day would be refused. `serve`'s next run detaches those it no longer
+/// admits.
+pub fn gap_days(attached: &[i32], detached: &[i32], before: i32) -> Vec<i32> {
+    let Some(oldest) = attached.iter().copied().filter(|&d| d != UNTIMED_DAY).min() else {
+        return Vec::new();
+    };
+    (oldest..before)
+        .filter(|day| !attached.contains(day) && !detached.contains(day))
+        .collect()
+}
+
+/// Whether a maintenance run detaches the days that left its horizon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detach {
+    Yes,
+    No,
+}
+
 /// One partition as `traqlyte partitions status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PartitionInfo {
-    /// The table's name (`events_p20261130`, `events_untimed`, `events_detached_default`).
+    /// The table's name (`events_p20261130`, `events_untimed`).
     pub table: String,
-    /// The first day it holds, `YYYY-MM-DD`; `None` for the untimed and default ones.
+    /// The first day it holds, `YYYY-MM-DD`; `None` for the untimed one.
     pub from_day: Option<String>,
     /// The day after the last it holds (exclusive).
     pub to_day: Option<String>,
@@ -249,13 +272,68 @@ fn days(listed: &[Listed], attached: bool) -> Vec<i32> {
         .collect()
 }
 
-/// The attached days, read inside a transaction that already holds a lock on `events`
-/// so no maintenance run can detach one of them before it ends.
-pub(crate) async fn attached_days(conn: &mut sqlx::PgConnection) -> Result<Vec<i32>, StoreError> {
+/// The attached and the detached days, read inside a transaction that already holds a
+/// lock on `events` so no maintenance run can detach one of them before it ends.
+pub(crate) async fn partition_days(
+    conn: &mut sqlx::PgConnection,
+) -> Result<(Vec<i32>, Vec<i32>), StoreError> {
     sqlx::query("LOCK TABLE events IN ROW EXCLUSIVE MODE")
         .execute(&mut *conn)
         .await?;
-    Ok(days(&list(conn).await?, true))
+    let listed = list(conn).await?;
+    Ok((days(&listed, true), days(&listed, false)))
+}
+
+/// Gives each of `missing` (days older than every attached one, with no partition yet)
+/// a detached partition of its own, with its primary key. Every day that holds rows then
+/// has a table named after it, attached or detached, so a later maintenance run with a
+/// longer horizon can never create an attached twin of it (a second table of that name
+/// cannot exist): a live duplicate always meets its original.
+///
+/// It runs in a short transaction of its own on another connection of `pool`, committed
+/// before the caller writes those days, so the caller (a dry run is one transaction for a
+/// whole file) holds no lock for it: the table is built apart and attached, which takes
+/// `SHARE UPDATE EXCLUSIVE` on `events_detached` for that moment only, blocking neither
+/// readers nor the caller's own `ROW EXCLUSIVE` (`CREATE TABLE … PARTITION OF` would want
+/// `ACCESS EXCLUSIVE`). Maintenance's advisory lock makes it take turns with maintenance
+/// runs; a day that got a partition meanwhile is left alone.
+pub(crate) async fn create_detached_days(
+    pool: &sqlx::PgPool,
+    missing: &[i32],
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    let conn: &mut sqlx::PgConnection = &mut tx;
+    sqlx::query(&format!(
+        "SET LOCAL lock_timeout = {MAINTAIN_LOCK_TIMEOUT_MS}"
+    ))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(PARTITION_LOCK_KEY)
+        .execute(&mut *conn)
+        .await?;
+    let listed = list(conn).await?;
+    let (attached, detached) = (days(&listed, true), days(&listed, false));
+    for &day in missing
+        .iter()
+        .filter(|day| !attached.contains(day) && !detached.contains(day))
+    {
+        let table = partition_table(day);
+        for sql in [
+            format!("CREATE TABLE {table} (LIKE events_detached)"),
+            format!(
+                "ALTER TABLE {table} ADD PRIMARY KEY (tenant_id, contract_name, event_id, occurred_day)"
+            ),
+            format!(
+                "ALTER TABLE events_detached ATTACH PARTITION {table} FOR VALUES FROM ({day}) TO ({})",
+                day + 1
+            ),
+        ] {
+            sqlx::query(&sql).execute(&mut *conn).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 impl Store {
@@ -267,6 +345,28 @@ impl Store {
         &self,
         horizon: &DedupeHorizon,
         now_us: i64,
+    ) -> Result<Maintenance, StoreError> {
+        self.maintain(horizon, now_us, Detach::Yes).await
+    }
+
+    /// The creating half of [`Store::maintain_partitions`]: the days of `horizon` and
+    /// those ahead get their partitions, and so do the [`gap_days`] before them; nothing
+    /// is detached. For the commands that need
+    /// the partitions to exist but do not own the horizon (`traqlyte backfill`): a horizon
+    /// shorter than `serve`'s must never detach days `serve` still admits.
+    pub async fn create_partitions(
+        &self,
+        horizon: &DedupeHorizon,
+        now_us: i64,
+    ) -> Result<Maintenance, StoreError> {
+        self.maintain(horizon, now_us, Detach::No).await
+    }
+
+    async fn maintain(
+        &self,
+        horizon: &DedupeHorizon,
+        now_us: i64,
+        detach: Detach,
     ) -> Result<Maintenance, StoreError> {
         let mut tx = self.begin().await?;
         let TxInner::Postgres(conn) = &mut tx.inner else {
@@ -284,7 +384,14 @@ impl Store {
             .execute(&mut *conn)
             .await?;
         let listed = list(conn).await?;
-        let plan = plan_maintenance(&days(&listed, true), &days(&listed, false), horizon, now_us);
+        let mut plan =
+            plan_maintenance(&days(&listed, true), &days(&listed, false), horizon, now_us);
+        if detach == Detach::No {
+            plan.detach.clear();
+            let first = horizon.first_attached_day(now_us);
+            let gaps = gap_days(&days(&listed, true), &days(&listed, false), first);
+            plan.create.splice(0..0, gaps);
+        }
         for &day in &plan.create {
             let sql = format!(
                 "CREATE TABLE {} PARTITION OF events FOR VALUES FROM ({day}) TO ({})",

@@ -13,6 +13,9 @@ pub struct StoreTx {
     /// The surface whose events this transaction counts (see
     /// [`StoreTx::set_ingest_source`]).
     pub(crate) source: crate::ops::IngestSource,
+    /// The PostgreSQL pool the transaction came from, for the short transactions of its
+    /// own that a backfill needs beside it (an old day's detached partition).
+    pub(crate) pool: Option<sqlx::PgPool>,
 }
 
 pub(crate) enum TxInner {
@@ -65,16 +68,21 @@ impl Store {
     /// Opens a write transaction (`BEGIN IMMEDIATE` on SQLite, so it holds the write lock
     /// from the start and never fails to upgrade).
     pub async fn begin(&self) -> Result<StoreTx, StoreError> {
-        let inner = match &self.backend {
-            crate::Backend::Sqlite(s) => {
-                TxInner::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?)
-            }
-            crate::Backend::Postgres(p) => TxInner::Postgres(p.pool.begin().await?),
+        let (inner, pool) = match &self.backend {
+            crate::Backend::Sqlite(s) => (
+                TxInner::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?),
+                None,
+            ),
+            crate::Backend::Postgres(p) => (
+                TxInner::Postgres(p.pool.begin().await?),
+                Some(p.pool.clone()),
+            ),
         };
         Ok(StoreTx {
             inner,
             any_age: false,
             source: crate::ops::IngestSource::http(),
+            pool,
         })
     }
 

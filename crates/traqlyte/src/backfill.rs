@@ -56,8 +56,9 @@ pub(crate) struct BackfillArgs {
     json: bool,
     #[command(flatten)]
     db: DbArgs,
-    /// The horizon `serve` runs with: the backfill first maintains the partitions with
-    /// it, then reconciles each event in the partition of its day, attached or detached.
+    /// The horizon `serve` runs with: the backfill first creates the partitions of its
+    /// days (it never detaches one), then reconciles each event in the partition of its
+    /// day, attached or detached.
     #[command(flatten)]
     horizon: HorizonArgs,
 }
@@ -89,11 +90,14 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
     let kind = kind(&store, &tenant, &args.contract).await?;
     let horizon = args.horizon.dedupe_horizon_days;
-    // Every day of the horizon has its partition before events are routed to them.
+    // Every day of the horizon has its partition before events are routed to them. Only
+    // created, never detached: `serve` owns the horizon, and a backfill run with a
+    // shorter one must not take days out of it (a dry run creates them too: empty
+    // partitions `serve` creates anyway, so its counts stay the real run's).
     store
-        .maintain_partitions(&horizon, traqlyte_store::now_us())
+        .create_partitions(&horizon, traqlyte_store::now_us())
         .await
-        .context("maintain partitions")?;
+        .context("create partitions")?;
     let file =
         std::fs::File::open(&args.file).with_context(|| format!("open {}", args.file.display()))?;
     let progress = progress_bar(file.metadata().map(|m| m.len()).unwrap_or(0));

@@ -6,7 +6,7 @@
 use serde_json::json;
 use traqlyte_identity::Contract;
 use traqlyte_store::partitions::{
-    day_text, occurred_day, plan_maintenance, DETACH_GRACE_DAYS, FUTURE_SKEW_US,
+    day_text, gap_days, occurred_day, plan_maintenance, DETACH_GRACE_DAYS, FUTURE_SKEW_US,
     PARTITIONS_AHEAD_DAYS, UNTIMED_DAY,
 };
 use traqlyte_store::{DedupeHorizon, EventOutcome, NewEvent, OutsideHorizon, Store, StoreError};
@@ -89,6 +89,14 @@ fn maintenance_creates_the_missing_days_and_detaches_the_old_ones_never_reattach
     assert!(again.create.contains(&(first - 2)));
 }
 
+#[test]
+fn the_gap_is_every_day_without_a_partition_from_the_oldest_attached_one_on() {
+    let attached = [UNTIMED_DAY, 10, 11, 15, 16];
+    assert_eq!(gap_days(&attached, &[12], 15), vec![13, 14]);
+    assert_eq!(gap_days(&attached, &[], 11), Vec::<i32>::new());
+    assert_eq!(gap_days(&[UNTIMED_DAY], &[3], 15), Vec::<i32>::new());
+}
+
 fn contract() -> Contract {
     Contract::from_json(&json!({
         "name": "order", "version": 1, "fields": [{"pointer": "/order", "required": true}],
@@ -134,13 +142,87 @@ async fn rows_of_an_unpartitioned_table_move_into_day_partitions_when_migrated()
     assert_eq!(
         rows,
         vec![
-            ("events_detached_default", 0, false),
             ("events_untimed", 1, true),
             ("events_p20261130", 1, true),
             ("events_p20261201", 1, true),
         ]
     );
     assert!(matches!(raw, Raw::Postgres(_)));
+}
+
+/// Migration 0022 empties the default partition 0010 gave `events_detached`: each day it
+/// held gets a detached table of its own, or, where that day later got an attached
+/// partition (the defect 0022 fixes), its rows join it. Where both held a key, the row
+/// received first stays, whichever table it was in, and a later copy with other content
+/// is logged as a collision. Then the default partition goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_detached_default_partitions_rows_move_into_tables_of_their_days() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let before_0022 = 19;
+    crate::migrate::old_runner_database(&db, before_0022).await;
+    let mut raw = db.raw().await;
+    let (live_day, old_day) = (20_788, 20_000);
+    // (id, fingerprint, payload, received at, day)
+    let row = |id: char, fingerprint: char, payload: &str, received: i64, day: i32| {
+        format!(
+            "('tn_a', 'order', decode(repeat('{id}', 64), 'hex'), 1, repeat('{fingerprint}', 64), '{payload}', {}, {received}, {day})",
+            i64::from(day) * DAY_US
+        )
+    };
+    raw.execute(&format!(
+        "CREATE TABLE events_p20261201 PARTITION OF events FOR VALUES FROM ({live_day}) TO ({});
+         INSERT INTO events VALUES {}, {}, {};
+         INSERT INTO events_detached_default VALUES {}, {}, {}, {}, {}",
+        live_day + 1,
+        row('a', 'f', "live a", 2, live_day),
+        row('d', 'e', "live d", 2, live_day),
+        row('e', 'f', "live e", 1, live_day),
+        row('a', 'f', "backfilled a", 1, live_day),
+        row('d', 'f', "backfilled d", 1, live_day),
+        row('e', 'e', "backfilled e", 5, live_day),
+        row('b', 'f', "backfilled b", 1, live_day),
+        row('c', 'f', "backfilled c", 1, old_day),
+    ))
+    .await;
+    db.store().await.migrate().await.expect("migrate");
+    let partitions = db.store().await.partitions().await.expect("partitions");
+    let rows: Vec<(&str, i64, bool)> = partitions
+        .iter()
+        .map(|p| (p.table.as_str(), p.rows, p.attached))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("events_untimed", 0, true),
+            ("events_p20241004", 1, false),
+            ("events_p20261201", 4, true),
+        ]
+    );
+    // The first received of each key: a and d as backfilled, e as stored live.
+    let kept = raw
+        .integers("SELECT received_at_us FROM events_p20261201 ORDER BY event_id")
+        .await;
+    assert_eq!(kept, vec![1, 1, 1, 1]);
+    let stored = raw
+        .integers(
+            "SELECT COUNT(*) FROM events_p20261201
+              WHERE payload IN ('backfilled a', 'backfilled b', 'backfilled d', 'live e')",
+        )
+        .await;
+    assert_eq!(stored, vec![4]);
+    let collisions = raw
+        .integers(
+            "SELECT received_at_us FROM event_collisions
+              WHERE source = 'migration' AND stored_fingerprint = repeat('f', 64)
+                AND incoming_fingerprint = repeat('e', 64)
+              ORDER BY received_at_us",
+        )
+        .await;
+    assert_eq!(collisions, vec![2, 5]);
+    let defaults = raw
+        .integers("SELECT COUNT(*) FROM pg_class WHERE relname = 'events_detached_default'")
+        .await;
+    assert_eq!(defaults, vec![0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,4 +302,152 @@ async fn a_detached_day_stays_readable_and_only_a_backfill_transaction_writes_it
         .map(|p| p.rows)
         .sum();
     assert_eq!(detached_rows, 3, "{partitions:#?}");
+    // The day no partition ever had got a detached table of its own, so a horizon long
+    // enough to reach it creates no attached twin: a live retry of its backfilled event
+    // is refused, never stored twice, and maintenance goes on working afterwards.
+    let day_400 = occurred_day(Some(now - 400 * DAY_US));
+    let table_400 = format!("events_p{}", day_text(day_400).replace('-', ""));
+    assert!(
+        partitions
+            .iter()
+            .any(|p| p.table == table_400 && !p.attached && p.rows == 1),
+        "{partitions:#?}"
+    );
+    let long = DedupeHorizon::new(500).expect("horizon");
+    let done = store
+        .maintain_partitions(&long, now)
+        .await
+        .expect("maintain with a longer horizon");
+    assert!(!done.create.contains(&day_400), "{done:?}");
+    let retry = event("o-3", now - 400 * DAY_US, "a day no partition ever had");
+    let live = store
+        .insert_events(&tenant, &contract(), std::slice::from_ref(&retry))
+        .await;
+    assert!(matches!(live, Err(StoreError::OutsideHorizon)), "{live:?}");
+    store
+        .maintain_partitions(&short, now)
+        .await
+        .expect("detaching the longer horizon's days again");
+    let rows = db
+        .raw()
+        .await
+        .integers("SELECT COUNT(*) FROM events_any_age WHERE payload LIKE '%o-3%'")
+        .await;
+    assert_eq!(rows, vec![1]);
+}
+
+/// An old day's detached partition is created in a short transaction of its own: an open
+/// backfill transaction (a dry run is one for the whole file) that gave one day its table
+/// holds no lock that stops another backfill giving another day its table, nor a reader
+/// of the detached rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_backfill_that_created_an_old_days_table_blocks_no_other_backfill_or_reader() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    let tenant = tenant(&store).await;
+    let now = traqlyte_store::now_us();
+    let horizon = DedupeHorizon::new(14).expect("horizon");
+    store
+        .maintain_partitions(&horizon, now)
+        .await
+        .expect("maintain");
+    let name = contract().name().clone();
+    let stored = event("o-stored", now - 300 * DAY_US, "stored before");
+    let mut tx = store.begin_backfill().await.expect("begin");
+    tx.insert_events(&tenant, &contract(), std::slice::from_ref(&stored))
+        .await
+        .expect("backfill");
+    tx.commit().await.expect("commit");
+
+    let mut open = store.begin_backfill().await.expect("begin");
+    let first = event("o-1", now - 200 * DAY_US, "first");
+    let outcomes = open
+        .insert_events(&tenant, &contract(), std::slice::from_ref(&first))
+        .await
+        .expect("backfill one old day");
+    assert_eq!(outcomes, vec![EventOutcome::Inserted]);
+    let limit = std::time::Duration::from_secs(20);
+    let other = async {
+        let mut tx = store.begin_backfill().await.expect("begin");
+        let second = event("o-2", now - 100 * DAY_US, "second");
+        let outcomes = tx
+            .insert_events(&tenant, &contract(), std::slice::from_ref(&second))
+            .await
+            .expect("backfill another old day");
+        tx.commit().await.expect("commit");
+        outcomes
+    };
+    let outcomes = tokio::time::timeout(limit, other)
+        .await
+        .expect("the other backfill waited for the open one");
+    assert_eq!(outcomes, vec![EventOutcome::Inserted]);
+    let read = tokio::time::timeout(
+        limit,
+        store.event(&tenant, &name, &stored.identified.event_id),
+    )
+    .await
+    .expect("the reader waited for the open backfill")
+    .expect("read");
+    assert!(read.is_some());
+    open.commit().await.expect("commit");
+    let detached: Vec<i64> = store
+        .partitions()
+        .await
+        .expect("partitions")
+        .iter()
+        .filter(|p| !p.attached)
+        .map(|p| p.rows)
+        .collect();
+    assert_eq!(detached, vec![1, 1, 1]);
+}
+
+/// `serve` down for longer than its horizon, then a backfill run with a shorter one:
+/// the days between the oldest attached day and the backfill's horizon get attached
+/// partitions, not detached ones, so once `serve` runs its maintenance again the days it
+/// admits are attached and a live retry of a backfilled event is a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_backfill_horizon_after_downtime_fills_the_gap_with_attached_days() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    let tenant = tenant(&store).await;
+    let now = traqlyte_store::now_us();
+    let serve = DedupeHorizon::new(14).expect("horizon");
+    store
+        .maintain_partitions(&serve, now - 30 * DAY_US)
+        .await
+        .expect("serve's last run, 30 days ago");
+    let short = DedupeHorizon::new(3).expect("horizon");
+    let created = store
+        .create_partitions(&short, now)
+        .await
+        .expect("the backfill's partitions");
+    let day_10 = occurred_day(Some(now - 10 * DAY_US));
+    assert!(created.create.contains(&day_10), "{created:?}");
+    let backfilled = event("o-gap", now - 10 * DAY_US, "backfilled");
+    let mut tx = store.begin_backfill().await.expect("begin");
+    let outcomes = tx
+        .insert_events(&tenant, &contract(), std::slice::from_ref(&backfilled))
+        .await
+        .expect("backfill");
+    tx.commit().await.expect("commit");
+    assert_eq!(outcomes, vec![EventOutcome::Inserted]);
+    let done = store
+        .maintain_partitions(&serve, now)
+        .await
+        .expect("serve's run now");
+    assert!(!done.detach.contains(&day_10), "{done:?}");
+    let live = store
+        .insert_events(&tenant, &contract(), std::slice::from_ref(&backfilled))
+        .await
+        .expect("a live retry");
+    assert_eq!(live, vec![EventOutcome::Duplicate]);
+    let attached = store
+        .partitions()
+        .await
+        .expect("partitions")
+        .iter()
+        .any(|p| p.attached && p.rows == 1 && p.from_day == Some(day_text(day_10)));
+    assert!(attached);
 }
