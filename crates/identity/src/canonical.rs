@@ -18,6 +18,17 @@ pub fn normalize(value: &Value, at: &str) -> Result<Value, IdentityError> {
     Ok(owned)
 }
 
+/// `text` in Unicode NFC, as [`normalize`] leaves every string of an identified event:
+/// for names a client declares once and the server matches against identified events
+/// later (a metric binding's event name and pointers).
+pub fn nfc_string(text: String) -> String {
+    if is_nfc(&text) {
+        text
+    } else {
+        text.nfc().collect()
+    }
+}
+
 /// [`normalize`] without copying: rewrites only the strings and objects that need it.
 pub fn normalize_in_place(value: &mut Value, at: &str) -> Result<(), IdentityError> {
     normalize_node(value).map_err(|fault| {

@@ -183,6 +183,11 @@ async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
     ));
     let old = serde_json::to_vec(&old).expect("JSON");
     publish(&js, "traqlyte.checkout_completed", &old, "old").await;
+    // Refused with a detail that quotes a key holding NUL, which PostgreSQL's text cannot
+    // store: the letter must still be recorded (NUL replaced), or the batch would be
+    // Nak'd and redelivered for ever.
+    let nul_key = br#"{"\u0000":9007199254740993}"#;
+    publish(&js, "traqlyte.checkout_completed", nul_key, "nul-key").await;
     publish(&js, "traqlyte.checkout_completed", &good, "good").await;
     let _consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
     wait_for(&app, "the good one stored", |(stored, _)| stored == 1).await;
@@ -208,9 +213,17 @@ async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
             ("unknown_contract", 2),
             ("missing_required_field", 3),
             ("segment_source_not_configured", 4),
-            ("outside_horizon", 5)
+            ("outside_horizon", 5),
+            ("invalid_json", 6)
         ]
     );
+    let nul = letters
+        .iter()
+        .find(|l| l["stream_sequence"] == 6)
+        .expect("letter 6");
+    let detail = nul["detail"].as_str().unwrap_or("");
+    assert!(detail.contains("/\u{FFFD}"), "{detail}");
+    assert_eq!(nul["raw_text"], r#"{"\u0000":9007199254740993}"#);
     let bad = letters
         .iter()
         .find(|l| l["stream_sequence"] == 1)
@@ -282,26 +295,46 @@ async fn sigterm_finishes_the_batch_in_flight_and_acks_it(backend: Backend) {
     assert_eq!(info.ack_floor.stream_sequence, 20, "all acked before exit");
 }
 
-async fn a_consumer_refuses_a_durable_without_explicit_acks(backend: Backend) {
+/// A durable that could let a message go unstored is refused at start: one without
+/// explicit acks (acked before the commit), and one whose `max_deliver` would make
+/// JetStream drop a message Nak'd through a database outage.
+async fn a_consumer_refuses_a_durable_that_could_drop_a_message_unstored(backend: Backend) {
     let (app, nats, js) = setup(backend).await;
     let stream = js.get_stream(STREAM).await.expect("stream");
-    stream
-        .create_consumer(jetstream::consumer::pull::Config {
-            durable_name: Some(DURABLE.to_string()),
-            ack_policy: jetstream::consumer::AckPolicy::None,
-            ..Default::default()
-        })
-        .await
-        .expect("create a consumer without acks");
-    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
-        .args(["consume", "nats", "--database-url", app.database_url()])
-        .args(["--url", &nats.url, "--stream", STREAM, "--durable", DURABLE])
-        .args(["--tenant", "test tenant"])
-        .output()
-        .expect("run traqlyte consume nats");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("explicit acks"), "{stderr}");
+    let no_acks = jetstream::consumer::pull::Config {
+        durable_name: Some("no-acks".to_string()),
+        ack_policy: jetstream::consumer::AckPolicy::None,
+        ..Default::default()
+    };
+    let five_tries = jetstream::consumer::pull::Config {
+        durable_name: Some("five-tries".to_string()),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        max_deliver: 5,
+        ..Default::default()
+    };
+    for (config, refusal) in [(no_acks, "explicit acks"), (five_tries, "max_deliver 5")] {
+        let durable = config.durable_name.clone().unwrap_or_default();
+        stream
+            .create_consumer(config)
+            .await
+            .expect("create a consumer");
+        let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args(["consume", "nats", "--database-url", app.database_url()])
+            .args([
+                "--url",
+                &nats.url,
+                "--stream",
+                STREAM,
+                "--durable",
+                &durable,
+            ])
+            .args(["--tenant", "test tenant"])
+            .output()
+            .expect("run traqlyte consume nats");
+        assert!(!output.status.success(), "{durable}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(refusal), "{durable}: {stderr}");
+    }
 }
 
 /// Segment messages on `traqlyte.segment` take the `/v1/batch` path under the source
@@ -418,7 +451,7 @@ crate::on_both_backends!(
     republished_messages_are_stored_once_and_counted_as_duplicates,
     a_poison_message_is_dead_lettered_and_the_rest_flow,
     sigterm_finishes_the_batch_in_flight_and_acks_it,
-    a_consumer_refuses_a_durable_without_explicit_acks,
+    a_consumer_refuses_a_durable_that_could_drop_a_message_unstored,
 );
 
 /// The multi-process tests: PostgreSQL, the backend several processes share in production.

@@ -22,6 +22,7 @@ crate::on_both_backends!(
     a_revoked_source_is_refused_at_once_by_another_server_process,
     bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
     bindings_are_checked_against_the_campaign_and_immutable,
+    a_binding_declared_in_another_unicode_normal_form_matches_its_events,
     rolling_up_source_and_binding_tallies_keeps_every_count,
     the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once,
 );
@@ -716,6 +717,36 @@ async fn bindings_are_checked_against_the_campaign_and_immutable(backend: Backen
         Some(1),
         "{}",
         listed.body
+    );
+}
+
+/// Identification puts a message's strings and keys in NFC, so the binding is stored in
+/// NFC too: declared decomposed (e + U+0301), it matches a client sending precomposed é,
+/// and declaring it again precomposed is the same binding.
+async fn a_binding_declared_in_another_unicode_normal_form_matches_its_events(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let (campaign, _) = campaign_with_units(&app, &["user-0".to_string()]).await;
+    let path = format!("/campaigns/{campaign}/bindings");
+    let decomposed = json!({"metric": "purchase", "event": "Cafe\u{301} Order", "key_pointer": "/properties/re\u{301}f"});
+    let answer = app.post_json(&path, &decomposed).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let composed = json!({"metric": "purchase", "event": "Caf\u{e9} Order", "key_pointer": "/properties/r\u{e9}f"});
+    let again = app.post_json(&path, &composed).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    let message = json!({
+        "type": "track", "messageId": "m-1", "userId": "user-0", "event": "Caf\u{e9} Order",
+        "properties": {"r\u{e9}f": "order-1"}
+    });
+    let sent = post_v1(&app, "/v1/track", Some(&key), &message).await;
+    assert_eq!(sent.body, json!({"success": true}));
+    let listed = app.get(&path).await;
+    let binding = &listed.body["bindings"][0];
+    assert_eq!(binding["event"], "Caf\u{e9} Order", "{binding}");
+    assert_eq!(
+        (binding["outcomes"].as_i64(), binding["unusable"].as_i64()),
+        (Some(1), Some(0)),
+        "{binding}"
     );
 }
 

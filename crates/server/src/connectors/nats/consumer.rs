@@ -62,6 +62,15 @@ pub enum ConsumerError {
         /// Its ack policy.
         policy: String,
     },
+    /// The durable consumer exists with a delivery limit: JetStream would drop a
+    /// message Nak'd that many times (a database outage) without it being stored.
+    #[error("JetStream consumer {durable:?} has max_deliver {max_deliver}; TraqLyte needs unlimited deliveries (max_deliver -1), or a database outage would drop messages unstored: delete it or name another durable")]
+    LimitedDeliveries {
+        /// The durable consumer's name.
+        durable: String,
+        /// Its delivery limit.
+        max_deliver: i64,
+    },
     /// `--segment-source` names no working source of the tenant.
     #[error("no working source named {0:?} for this tenant (missing or revoked); create one with `traqlyte source create`")]
     UnknownSource(String),
@@ -177,7 +186,7 @@ async fn sample_lag(consumer: &PullConsumer, config: &NatsConfig) {
 }
 
 /// The stream's durable pull consumer, created with explicit acks when absent; an
-/// existing one with another ack policy is refused.
+/// existing one with another ack policy, or with a delivery limit, is refused.
 async fn durable_consumer(
     client: async_nats::Client,
     config: &NatsConfig,
@@ -210,6 +219,13 @@ async fn durable_consumer(
         return Err(ConsumerError::NotExplicitAck {
             durable: config.durable.clone(),
             policy: format!("{policy:?}"),
+        });
+    }
+    let max_deliver = consumer.cached_info().config.max_deliver;
+    if max_deliver > 0 {
+        return Err(ConsumerError::LimitedDeliveries {
+            durable: config.durable.clone(),
+            max_deliver,
         });
     }
     Ok(consumer)

@@ -211,12 +211,15 @@ fn check(campaign: &Campaign, body: BindingBody) -> Result<MetricBinding, ApiErr
             format!("metric {metric:?} is a sum: value_pointer is required"),
         ));
     }
+    // Messages are matched after identification, which puts every string and key in
+    // NFC: a binding declared in another normal form would never match one.
+    let nfc = traqlyte_identity::canonical::nfc_string;
     Ok(MetricBinding {
         campaign_id: campaign.id.clone(),
         metric: metric.to_string(),
-        event: body.event,
-        value_pointer: body.value_pointer,
-        key_pointer: body.key_pointer,
+        event: nfc(body.event),
+        value_pointer: body.value_pointer.map(nfc),
+        key_pointer: body.key_pointer.map(nfc),
         created_at_us: now_us(),
     })
 }
