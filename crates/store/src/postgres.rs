@@ -36,8 +36,36 @@ impl PgStore {
                     Ok(true)
                 })
             })
+            // Every acknowledged write must be durable first, which holds only with
+            // `synchronous_commit` on (or a stronger or local level): a database or role
+            // set to `off` would acknowledge commits a crash of PostgreSQL loses. Such a
+            // setting is overridden for this process's sessions; any other is kept.
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::query(DURABLE_COMMITS).execute(conn).await?;
+                    Ok(())
+                })
+            })
             .connect(&config.database_url)
             .await?;
         Ok(PgStore { pool })
+    }
+}
+
+/// Turns `synchronous_commit = off` into `on` for the session; leaves any other level.
+const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'on', false)
+     WHERE current_setting('synchronous_commit') = 'off'";
+
+impl crate::Store {
+    /// The `synchronous_commit` level this process's PostgreSQL sessions commit with
+    /// (never `off`); `None` on SQLite, whose commits are `synchronous=FULL`.
+    pub async fn synchronous_commit(&self) -> Result<Option<String>, StoreError> {
+        let crate::Backend::Postgres(pg) = &self.backend else {
+            return Ok(None);
+        };
+        let level: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+            .fetch_one(&pg.pool)
+            .await?;
+        Ok(Some(level))
     }
 }

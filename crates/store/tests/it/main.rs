@@ -4,6 +4,7 @@
 
 mod at_once;
 mod db;
+mod durability;
 mod migrate;
 mod partitions;
 mod placeholders;

@@ -1,0 +1,29 @@
+//! Every acknowledged write is durable first: the store's PostgreSQL sessions never
+//! commit with `synchronous_commit = off`, whatever the database or role says, and keep
+//! any other level an operator chose.
+
+use crate::db::{Backend, TestDb};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_commits_durably_on_a_database_set_to_asynchronous_commits() {
+    let db = TestDb::create(Backend::Postgres).await;
+    for (database_level, sessions_level) in [("off", "on"), ("local", "local"), ("on", "on")] {
+        db.raw()
+            .await
+            .execute(&format!(
+                "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = {database_level}', current_database()); END $$"
+            ))
+            .await;
+        let store = db.store().await;
+        let level = store.synchronous_commit().await.expect("read the level");
+        assert_eq!(level.as_deref(), Some(sessions_level), "{database_level}");
+    }
+    let sqlite = TestDb::create(Backend::Sqlite).await;
+    let level = sqlite
+        .store()
+        .await
+        .synchronous_commit()
+        .await
+        .expect("read");
+    assert_eq!(level, None);
+}
