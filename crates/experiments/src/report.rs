@@ -363,6 +363,11 @@ struct Side {
     delta_value: Option<f64>,
     lift: Option<Lift>,
     naive_lift: Option<Lift>,
+    /// The deduplicated lift of the quantity the naive lift measures: [`Side::lift`] for
+    /// count and sum metrics; for conversion metrics stored outcomes per unit, not
+    /// converters, so that repeat conversions of one unit (distinct business facts) are
+    /// never taken for retry noise.
+    retry_free_lift: Option<Lift>,
     predicted_naive_lift: Option<f64>,
 }
 
@@ -400,21 +405,31 @@ impl Side {
             delta_value: (values_ok && s.value != 0.0).then(|| s.duplicate_value / s.value),
             lift: None,
             naive_lift: None,
+            retry_free_lift: None,
             predicted_naive_lift: None,
         };
         let sum_unavailable = metric.kind == MetricKind::Sum && !(values_ok && c.values_finite());
         if !is_control && !sum_unavailable {
             side.lift = deduped_lift(metric.kind, units, s, control_units, c);
             side.naive_lift = naive_lift(metric.kind, units, s, control_units, c);
+            side.retry_free_lift = match metric.kind {
+                MetricKind::Conversion => {
+                    deduped_lift(MetricKind::Count, units, s, control_units, c)
+                }
+                MetricKind::Count | MetricKind::Sum => side.lift,
+            };
             let rate = |sums: &WindowSums| match metric.kind {
                 MetricKind::Sum => (sums.value != 0.0).then(|| sums.duplicate_value / sums.value),
                 _ => (sums.events > 0.0).then(|| sums.duplicates / sums.events),
             };
-            side.predicted_naive_lift =
-                match (side.lift.and_then(|l| l.estimate()), rate(s), rate(c)) {
-                    (Some(l), Some(dt), Some(dc)) => predicted_naive_lift(l, dt, dc).ok(),
-                    _ => None,
-                };
+            side.predicted_naive_lift = match (
+                side.retry_free_lift.and_then(|l| l.estimate()),
+                rate(s),
+                rate(c),
+            ) {
+                (Some(l), Some(dt), Some(dc)) => predicted_naive_lift(l, dt, dc).ok(),
+                _ => None,
+            };
         }
         side
     }
@@ -438,9 +453,15 @@ impl Side {
         }
     }
 
-    /// A sentence when deduplication changes the conclusion for this arm.
+    /// A sentence when deduplication changes the conclusion for this arm: the naive lift
+    /// against the deduplicated lift of the same quantity (for a conversion metric,
+    /// outcomes per unit, named so in the sentence).
     fn verdict(&self, metric: &MetricDef, arm: &str) -> Option<Verdict> {
-        let (lift, naive) = (self.lift?, self.naive_lift?);
+        let (lift, naive) = (self.retry_free_lift?, self.naive_lift?);
+        let name = match metric.kind {
+            MetricKind::Conversion => format!("{} events per unit", metric.name),
+            MetricKind::Count | MetricKind::Sum => metric.name.clone(),
+        };
         let pct = |l: &Lift| {
             l.estimate()
                 .map(|e| format!("{:+.1}%", e * 100.0))
@@ -454,15 +475,15 @@ impl Side {
         let message = match (naive.is_significant(), lift.is_significant()) {
             (true, false) => format!(
                 "Retry noise alone would have produced a significant {} lift in {} for {arm} ({}); deduplicated, the lift is {} ({}), not significant.",
-                pct(&naive), metric.name, p(&naive), pct(&lift), p(&lift)
+                pct(&naive), name, p(&naive), pct(&lift), p(&lift)
             ),
             (false, true) => format!(
                 "Duplicates would have hidden a real effect: deduplicated, {arm} shows a significant {} lift in {} ({}), while the naive pipeline saw {} ({}).",
-                pct(&lift), metric.name, p(&lift), pct(&naive), p(&naive)
+                pct(&lift), name, p(&lift), pct(&naive), p(&naive)
             ),
             (true, true) if lift.estimate()?.signum() != naive.estimate()?.signum() => format!(
                 "Duplicates flip the sign of {}'s lift for {arm}: naive {} vs deduplicated {}.",
-                metric.name, pct(&naive), pct(&lift)
+                name, pct(&naive), pct(&lift)
             ),
             _ => return None,
         };

@@ -203,8 +203,11 @@ async fn semantic_scans(state: AppState, every_ms: u64) {
     }
 }
 
-/// One pass of `semantic_scans`.
+/// One pass of `semantic_scans`. A contract whose scan fails (its payloads trip the
+/// database) is logged and skipped, so it never keeps the pass from the contracts and
+/// tenants after it; the pass then answers the first such error.
 pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::StoreError> {
+    let mut first_error = None;
     for tenant in store.tenants().await? {
         let contracts = store.contracts(&tenant.tenant_id).await?;
         // Ordered by name then version: the last of each name is its latest version.
@@ -223,9 +226,17 @@ pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::Stor
                 contract,
                 since_us: None,
             };
-            let scan = store
+            let scan = match store
                 .semantic_scan(scope, traqlyte_store::now_us, |_| {})
-                .await?;
+                .await
+            {
+                Ok(scan) => scan,
+                Err(err) => {
+                    tracing::warn!(tenant = %tenant.tenant_id, contract = %contract.name(), error = %err, "semantic-duplicate scan of a contract failed; going on with the next");
+                    first_error.get_or_insert(err);
+                    continue;
+                }
+            };
             if !scan.findings.is_empty() {
                 tracing::warn!(
                     tenant = %tenant.tenant_id,
@@ -238,7 +249,7 @@ pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::Stor
             store.save_semantic_scan(&tenant.tenant_id, &scan).await?;
         }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Deletes idempotency keys older than the retention, periodically.

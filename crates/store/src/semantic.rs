@@ -326,7 +326,9 @@ fn outer_sql(inner: &str) -> String {
     )
 }
 
-/// PostgreSQL: `removed` pointers bound as `text[]` paths from `$5` on.
+/// PostgreSQL: `removed` pointers bound as `text[]` paths from `$5` on. A payload may
+/// hold a NUL (`\u0000` in its JSON text), which `jsonb` refuses: it is read as U+FFFD,
+/// the same for every row, so the grouping is unchanged and the scan never fails on it.
 fn pg_field_sql(removed: usize) -> String {
     let paths: String = (0..removed)
         .map(|i| format!(" #- CAST(${} AS TEXT[])", i + 5))
@@ -336,7 +338,7 @@ fn pg_field_sql(removed: usize) -> String {
                 MAX(encode(event_id, 'hex')) AS b
          FROM events_any_age
          WHERE tenant_id = $1 AND contract_name = $2 AND contract_version = $3 AND received_at_us >= $4
-         GROUP BY md5(CAST(CAST(payload AS JSONB){paths} AS TEXT))
+         GROUP BY md5(CAST(CAST(replace(payload, '\\u0000', '\\ufffd') AS JSONB){paths} AS TEXT))
          HAVING COUNT(DISTINCT event_id) > 1"
     ))
 }

@@ -106,6 +106,40 @@ fn retry_noise_that_alone_makes_a_lift_significant_is_called_out() {
 }
 
 #[test]
+fn repeat_conversions_without_duplicates_are_not_taken_for_retry_noise() {
+    // As many converters in both arms, but treatment's each bought three times (three
+    // distinct orders), and nothing was re-sent: the naive events-per-unit lift is real
+    // repeat buying, which deduplication leaves as it is.
+    let control = sums(1_000.0, 0.0);
+    let window = WindowSums {
+        units_with_events: 1_000.0,
+        events: 3_000.0,
+        events_sq: 9_000.0,
+        naive_events_sq: 9_000.0,
+        ..WindowSums::default()
+    };
+    let treatment = MetricArmSums {
+        event_time: window.clone(),
+        arrival_time: window,
+    };
+    let report = report(control, treatment);
+    let treatment = &report.arm("treatment").expect("arm").metrics["purchase"];
+    let figures = &treatment.event_time;
+    assert!(
+        !figures.lift.expect("lift").is_significant(),
+        "converters equal"
+    );
+    let naive = figures
+        .naive_lift
+        .and_then(|l| l.estimate())
+        .expect("naive");
+    assert!((naive - 2.0).abs() < 1e-9, "{naive}");
+    let predicted = figures.predicted_naive_lift.expect("predicted");
+    assert!((predicted - naive).abs() < 1e-9, "{predicted} vs {naive}");
+    assert!(report.verdicts.is_empty(), "{:?}", report.verdicts);
+}
+
+#[test]
 fn the_report_serialises_counts_as_integers_and_reads_back_equal() {
     let report = report(sums(2_500.0, 50.0), sums(2_600.0, 250.0));
     let value = serde_json::to_value(&report).expect("json");

@@ -14,6 +14,7 @@ use crate::helpers::{spawn_app, spawn_app_with, Backend, TestApp};
 crate::on_both_backends!(
     the_scan_names_an_emit_time_in_the_identity_with_its_group_count,
     a_sound_contract_has_no_semantic_duplicates,
+    payloads_holding_nul_are_scanned_like_any_other,
     serve_runs_the_scan_periodically_and_shows_it_per_tenant,
 );
 
@@ -147,6 +148,27 @@ async fn a_sound_contract_has_no_semantic_duplicates(backend: Backend) {
     assert_eq!(scan["events"], 4);
     assert_eq!(scan["fields_checked"], json!(["/user_id", "/page"]));
     assert_eq!(scan["findings"], json!([]), "{scan}");
+}
+
+/// Event payloads keep NUL (`routes/text.rs`), which PostgreSQL's `jsonb` refuses: the
+/// scan reads it as U+FFFD rather than failing on the contract.
+async fn payloads_holding_nul_are_scanned_like_any_other(backend: Backend) {
+    let app = spawn_app(backend).await;
+    assert_eq!(feed(&app, 1).await, 10);
+    for attempt in 1..=2 {
+        let mut view = page_view("u5", "/nul", attempt);
+        view["referrer"] = json!("a\u{0}b");
+        let answer = app.post_json("/events/page_view?version=1", &view).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    let scan = scan_cli(&app, 1, &[]);
+    assert_eq!(scan["events"], 12);
+    let finding = &scan["findings"][0];
+    assert_eq!(finding["pointer"], "/emitted_at", "{scan}");
+    assert_eq!(
+        finding["groups"], 4,
+        "u1, u2, u3 and u5 were retried: {scan}"
+    );
 }
 
 async fn serve_runs_the_scan_periodically_and_shows_it_per_tenant(backend: Backend) {
