@@ -130,10 +130,13 @@ const SELECT_UNITS_BY_VERSION: &str =
     "SELECT CAST(version AS BIGINT) AS version, arm, COUNT(*) AS units
      FROM assignments WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY version, arm";
 
-const SELECT_DUPLICATES_OVER_TIME: &str =
-    "SELECT (arrived_at_us / $3) * $3 AS bucket_start_us, arm, COUNT(*) AS duplicates
-     FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2
-     GROUP BY bucket_start_us, arm ORDER BY bucket_start_us, arm LIMIT $4";
+/// The newest `$4` (bucket, arm) rows, oldest first: a cap must cut the oldest hours,
+/// never the rising duplicate rate of today.
+const SELECT_DUPLICATES_OVER_TIME: &str = "SELECT bucket_start_us, arm, duplicates FROM (
+         SELECT (arrived_at_us / $3) * $3 AS bucket_start_us, arm, COUNT(*) AS duplicates
+         FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2
+         GROUP BY bucket_start_us, arm ORDER BY bucket_start_us DESC, arm DESC LIMIT $4
+     ) newest ORDER BY bucket_start_us, arm";
 
 impl Store {
     /// An assignment by id.
@@ -201,7 +204,8 @@ impl Store {
         })
     }
 
-    /// Suppressed duplicates per (arrival bucket, arm), oldest first, at most `rows_max`.
+    /// Suppressed duplicates per (arrival bucket, arm), oldest first: the newest
+    /// `rows_max` of them.
     pub async fn duplicates_over_time(
         &self,
         tenant: &TenantId,

@@ -316,7 +316,10 @@ async fn walk_one_way(
     direction: Direction,
 ) -> Result<Walk, ApiError> {
     ensure_exists(state, tenant, start).await?;
-    let limits = limits(state, depth);
+    // The walk counts its start node, which a flat list leaves out (`skip(1)`): one more,
+    // so the list holds `lineage_nodes_max` nodes, as configured.
+    let mut limits = limits(state, depth);
+    limits.nodes_max = limits.nodes_max.saturating_add(1);
     Ok(state
         .store
         .lineage_walk(tenant, start, &[direction], limits, false)

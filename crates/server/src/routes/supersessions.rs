@@ -17,7 +17,6 @@ use utoipa::ToSchema;
 use super::contracts::load;
 use super::events::identify;
 use crate::auth::Tenant;
-use crate::body::read_document;
 use crate::body::typed::parse;
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
@@ -55,7 +54,14 @@ pub(crate) async fn supersede(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let value = read_document(&state, &headers, body).await?;
+    // The event sits one level down, under "event": as deep as a single event may be.
+    let value = crate::body::read_json(
+        &headers,
+        body,
+        state.config.body_bytes_max,
+        state.config.json_depth_max + 1,
+    )
+    .await?;
     let (event, reason) = parse_body(&value)?;
     let missing = || {
         ApiError::not_found(

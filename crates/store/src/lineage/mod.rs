@@ -404,7 +404,7 @@ impl Store {
                 }
             }
             let expand = depth < limits.depth_max;
-            let mut next_level = Vec::new();
+            let mut candidates: Vec<&NodeRef> = Vec::new();
             for node in &level {
                 for (direction, by_node) in &found {
                     for neighbour in by_node.get(node).into_iter().flatten() {
@@ -414,18 +414,27 @@ impl Store {
                                 Direction::Downstream => (node.clone(), neighbour.clone()),
                             });
                         }
-                        if !expand || seen.contains(neighbour) {
-                            continue;
+                        if expand && !seen.contains(neighbour) {
+                            candidates.push(neighbour);
                         }
-                        if walk.nodes.len() >= limits.nodes_max {
-                            walk.truncated = true;
-                            continue;
-                        }
-                        seen.insert(neighbour.clone());
-                        walk.nodes.push((neighbour.clone(), depth + 1));
-                        next_level.push(neighbour.clone());
                     }
                 }
+            }
+            // A level is listed by namespace and name (then kind), whichever node of the
+            // level before found it, and the node limit cuts it in that order.
+            candidates.sort_by(|a, b| {
+                (&a.namespace, &a.name, a.kind).cmp(&(&b.namespace, &b.name, b.kind))
+            });
+            candidates.dedup();
+            let mut next_level = Vec::with_capacity(candidates.len());
+            for neighbour in candidates {
+                if walk.nodes.len() >= limits.nodes_max {
+                    walk.truncated = true;
+                    break;
+                }
+                seen.insert(neighbour.clone());
+                walk.nodes.push((neighbour.clone(), depth + 1));
+                next_level.push(neighbour.clone());
             }
             level = next_level;
             depth += 1;

@@ -10,4 +10,5 @@ mod partitions;
 mod placeholders;
 mod plan;
 mod plans;
+mod report_reads;
 mod schema;

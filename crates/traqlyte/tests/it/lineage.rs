@@ -18,6 +18,7 @@ crate::on_both_backends!(
     nfc_and_nfd_dataset_names_are_one_dataset,
     ancestors_and_descendants_list_each_node_once_even_with_a_cycle,
     the_marquez_graph_lists_each_node_once_with_its_edges,
+    a_flat_walk_returns_up_to_the_configured_nodes_and_says_when_it_stops,
     depth_beyond_the_configured_maximum_is_refused_naming_depth,
     an_unknown_or_malformed_node_is_a_clear_error,
     the_built_in_contract_name_cannot_be_registered,
@@ -326,8 +327,9 @@ async fn ancestors_and_descendants_list_each_node_once_even_with_a_cycle(backend
         ("job:ns:j3", 1),
         ("dataset:db:A", 2),
         ("dataset:db:B", 2),
-        ("job:ns:j2", 3),
+        // A level by namespace and name, whichever node of the level before found it.
         ("job:ns:j1", 3),
+        ("job:ns:j2", 3),
     ]
     .iter()
     .map(|(id, d)| (id.to_string(), *d))
@@ -347,6 +349,35 @@ async fn ancestors_and_descendants_list_each_node_once_even_with_a_cycle(backend
     );
     assert_eq!(app.walk("ancestors", "dataset:db:C", 1).await.len(), 1);
     assert!(app.walk("ancestors", "dataset:db:C", 0).await.is_empty());
+}
+
+/// `--lineage-nodes-max` is what a flat list holds at most (the start node, which it
+/// leaves out, does not count), cut in the list's own order.
+async fn a_flat_walk_returns_up_to_the_configured_nodes_and_says_when_it_stops(backend: Backend) {
+    let config = traqlyte_server::ServerConfig {
+        lineage_nodes_max: 3,
+        ..traqlyte_server::ServerConfig::default()
+    };
+    let app = crate::helpers::spawn_app_with(backend, config).await;
+    cyclic_graph(&app).await;
+    let descendants = |node: &str| format!("/lineage/descendants?node={node}&depth=20");
+    // C has three ancestors at depth 2: j3, A and B.
+    let answer = app
+        .get("/lineage/ancestors?node=dataset:db:C&depth=2")
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.body["nodes"].as_array().map(Vec::len), Some(3));
+    assert_eq!(answer.body["truncated"], false, "{}", answer.body);
+    // A has five descendants: the first three by distance, then namespace and name.
+    let answer = app.get(&descendants("dataset:db:A")).await;
+    let ids: Vec<&str> = answer.body["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["id"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(ids, ["job:ns:j1", "job:ns:j3", "dataset:db:B"]);
+    assert_eq!(answer.body["truncated"], true, "{}", answer.body);
 }
 
 async fn the_marquez_graph_lists_each_node_once_with_its_edges(backend: Backend) {

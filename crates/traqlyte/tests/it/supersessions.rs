@@ -8,6 +8,7 @@ use crate::helpers::{checkout_event, spawn_app, Backend};
 crate::on_both_backends!(
     a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry,
     a_supersession_must_keep_the_identity_and_name_a_stored_event,
+    an_event_as_deep_as_the_limit_allows_can_be_corrected,
 );
 
 async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry(
@@ -105,4 +106,38 @@ async fn a_supersession_must_keep_the_identity_and_name_a_stored_event(backend: 
             .body["supersessions"],
         json!([])
     );
+}
+
+/// `note` nested in `levels` arrays around `leaf`.
+fn nested(levels: usize, leaf: &str) -> serde_json::Value {
+    (0..levels).fold(json!(leaf), |inner, _| json!([inner]))
+}
+
+/// The supersession body holds the event one level down, under "event": an event as deep
+/// as `POST /events/{contract}` takes is as deep as a correction takes.
+async fn an_event_as_deep_as_the_limit_allows_can_be_corrected(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let deep = |levels: usize, leaf: &str| {
+        let mut event = checkout_event(&format!("order_{levels}"));
+        event["note"] = nested(levels, leaf);
+        event
+    };
+    // The deepest note the single-event route takes.
+    let mut deepest = None;
+    for levels in 20..40 {
+        let answer = app.post_event(&deep(levels, "probe")).await;
+        if answer.status == StatusCode::BAD_REQUEST {
+            assert_eq!(answer.code(), "too_deep", "{}", answer.body);
+            break;
+        }
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        deepest = Some((levels, answer.body["event_id"].as_str().map(str::to_string)));
+    }
+    let (levels, id) = deepest.expect("some depth is taken");
+    let id = id.expect("id");
+    let path = format!("/events/checkout_completed/{id}/supersessions");
+    let body = json!({"event": deep(levels, "corrected"), "reason": "deep"});
+    let answer = app.post_json(&path, &body).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
 }
