@@ -89,6 +89,11 @@ const INSERT_SUPERSESSION: &str = "INSERT INTO event_supersessions
      (tenant_id, contract_name, event_id, fingerprint, supersedes, payload, reason, superseded_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
 
+/// PostgreSQL: a transaction-long lock on one event's corrections (class 0x5355 "SU",
+/// then a hash of the event's key; a hash collision only makes two events take turns).
+const LOCK_EVENT_SUPERSESSIONS: &str =
+    "SELECT pg_advisory_xact_lock(21333, hashtext($1 || ':' || $2 || ':' || $3))";
+
 const SELECT_SUPERSEDING: &str = "SELECT event_id, fingerprint FROM event_supersessions
      WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3";
 
@@ -105,9 +110,20 @@ impl StoreTx {
     ) -> Result<Option<SupersedeOutcome>, StoreError> {
         let event_id = corrected.identified.event_id.as_str();
         let fingerprint = &corrected.identified.fingerprint;
-        let select = match self.inner {
+        let select = match &mut self.inner {
             crate::tx::TxInner::Sqlite(_) => SELECT_FINGERPRINT,
-            crate::tx::TxInner::Postgres(_) => PG_SELECT_FINGERPRINT,
+            crate::tx::TxInner::Postgres(conn) => {
+                // Corrections of one event take turns, across processes: two read the
+                // same current version otherwise, and both would claim to replace it.
+                // (SQLite's write transaction is already exclusive.)
+                sqlx::query(LOCK_EVENT_SUPERSESSIONS)
+                    .bind(tenant.as_str())
+                    .bind(contract.as_str())
+                    .bind(event_id)
+                    .execute(&mut **conn)
+                    .await?;
+                PG_SELECT_FINGERPRINT
+            }
         };
         let original: Option<String> = with_tx!(self, |conn| {
             let query = sqlx::query_scalar(select)
@@ -135,6 +151,11 @@ impl StoreTx {
             .last()
             .map(|s| s.fingerprint.clone())
             .unwrap_or(original);
+        // The history is ordered by this time: a process whose clock lags the one that
+        // stored the current version must still sort after it.
+        let at_us = history
+            .last()
+            .map_or(now_us, |s| now_us.max(s.superseded_at_us.saturating_add(1)));
         if &current == fingerprint || history.iter().any(|s| &s.fingerprint == fingerprint) {
             return Ok(Some(SupersedeOutcome::Unchanged));
         }
@@ -146,7 +167,7 @@ impl StoreTx {
             .bind(current.as_str())
             .bind(&corrected.payload)
             .bind(reason)
-            .bind(now_us)
+            .bind(at_us)
             .execute(&mut *conn)
             .await?
             .rows_affected());

@@ -9,6 +9,7 @@ crate::on_both_backends!(
     a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry,
     a_supersession_must_keep_the_identity_and_name_a_stored_event,
     an_event_as_deep_as_the_limit_allows_can_be_corrected,
+    concurrent_corrections_of_one_event_form_one_chain,
 );
 
 async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry(
@@ -140,4 +141,43 @@ async fn an_event_as_deep_as_the_limit_allows_can_be_corrected(backend: Backend)
     let body = json!({"event": deep(levels, "corrected"), "reason": "deep"});
     let answer = app.post_json(&path, &body).await;
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+}
+
+/// Corrections of one event sent at once take turns: each names the one before it, never
+/// two the same version, and the history lists them in that order.
+async fn concurrent_corrections_of_one_event_form_one_chain(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let original = checkout_event("order_1");
+    let stored = app.post_event(&original).await;
+    let id = stored.body["event_id"].as_str().expect("id").to_string();
+    let url = app.url(&format!("/events/checkout_completed/{id}/supersessions"));
+    let mut posts = Vec::new();
+    for i in 0..8 {
+        let mut corrected = original.clone();
+        corrected["note"] = json!(format!("correction {i}"));
+        let request = app
+            .client
+            .post(&url)
+            .bearer_auth(&app.key)
+            .header("content-type", "application/json")
+            .body(json!({"event": corrected, "reason": "race"}).to_string());
+        posts.push(tokio::spawn(async move { request.send().await }));
+    }
+    for post in posts {
+        let answer = post.await.expect("task").expect("answer");
+        assert_eq!(answer.status(), StatusCode::CREATED);
+    }
+    let event = app.get(&format!("/events/checkout_completed/{id}")).await;
+    let history = event.body["supersessions"].as_array().expect("history");
+    assert_eq!(history.len(), 8, "{}", event.body);
+    let mut previous = event.body["fingerprint"].clone();
+    for correction in history {
+        assert_eq!(correction["supersedes"], previous, "{}", event.body);
+        previous = correction["fingerprint"].clone();
+    }
+    assert_eq!(
+        event.body["current_payload"]["note"],
+        history[7]["payload"]["note"]
+    );
 }
