@@ -93,6 +93,20 @@ pub(crate) async fn supersede(
         )
         .with_field("event"));
     }
+    // PostgreSQL keys an event by its occurrence day too: content whose day moved would
+    // not meet the stored row when its producer resends it, and be stored a second time.
+    // Refused on both backends, so an answer never depends on the backend.
+    let day = |at| traqlyte_store::partitions::partition_day(&contract, at);
+    if day(stored.occurred_at_us) != day(corrected.identified.occurred_at_us) {
+        let pointer = contract.occurred_at().unwrap_or("/");
+        return Err(ApiError::unprocessable(
+            "occurrence_day_changed",
+            format!(
+                "the correction moves the occurrence time ({pointer}) to another UTC day (or adds or removes it): events are keyed by that day, so a resend of the corrected event would not meet the stored one; correct it within its day, or post the event anew"
+            ),
+        )
+        .with_field(pointer));
+    }
     let mut tx = work.begin().await?;
     let outcome = tx
         .supersede(

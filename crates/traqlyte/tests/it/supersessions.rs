@@ -96,6 +96,25 @@ async fn a_supersession_must_keep_the_identity_and_name_a_stored_event(backend: 
         (unknown.status, unknown.code()),
         (StatusCode::NOT_FOUND, "event_not_found")
     );
+    // The occurrence time keys the event (by its UTC day): a correction may move it
+    // within the day, not to another one.
+    let moved = |offset_s: i64| {
+        let mut event = original.clone();
+        event["occurred_at"] = json!(crate::helpers::fixture_time(offset_s));
+        json!({"event": event})
+    };
+    let next_day = app.post_json(&path, &moved(13 * 3_600)).await;
+    assert_eq!(
+        (next_day.status, next_day.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "occurrence_day_changed"),
+        "{}",
+        next_day.body
+    );
+    assert_eq!(next_day.body["error"]["field"], "/occurred_at");
+    let mut untimed = original.clone();
+    untimed["occurred_at"] = serde_json::Value::Null;
+    let removed = app.post_json(&path, &json!({"event": untimed})).await;
+    assert_eq!(removed.code(), "occurrence_day_changed", "{}", removed.body);
     let same = app.post_json(&path, &json!({"event": original})).await;
     assert_eq!(
         same.body["status"], "unchanged",
