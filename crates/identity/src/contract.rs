@@ -76,6 +76,10 @@ pub enum FieldType {
     Boolean,
     /// A JSON object.
     Object,
+    /// An RFC 3339 timestamp string, canonicalised to the instant it names (UTC, to the
+    /// microsecond: `2026-11-29T12:00:00.000000Z`), so a retry that spells the same
+    /// instant another way (`+00:00`, `.000`, another offset) keeps its id.
+    Timestamp,
     /// A JSON array.
     Array,
 }
@@ -454,7 +458,7 @@ fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Option<Value>, Ide
     };
     let type_ok = match expected {
         None => true,
-        Some(FieldType::String) => value.is_string(),
+        Some(FieldType::String | FieldType::Timestamp) => value.is_string(),
         Some(FieldType::Number) => value.is_number(),
         Some(FieldType::Integer) => value.is_i64() || value.is_u64(),
         Some(FieldType::Boolean) => value.is_boolean(),
@@ -465,12 +469,23 @@ fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Option<Value>, Ide
     if !type_ok {
         return Err(wrong(match expected {
             Some(FieldType::String) => "a string",
+            Some(FieldType::Timestamp) => "an RFC 3339 timestamp string",
             Some(FieldType::Number) => "a number",
             Some(FieldType::Integer) => "an integer",
             Some(FieldType::Boolean) => "a boolean",
             Some(FieldType::Object) => "an object",
             Some(FieldType::Array) | None => "an array",
         }));
+    }
+    if let (Some(FieldType::Timestamp), Value::String(text)) = (expected, value) {
+        let micros = crate::parse_rfc3339_micros(text).map_err(|reason| {
+            IdentityError::InvalidTimestamp {
+                field: spec.pointer.clone(),
+                reason,
+            }
+        })?;
+        let canonical = crate::format_rfc3339_micros(micros);
+        return Ok((canonical != *text).then_some(Value::String(canonical)));
     }
     Ok(match (value, spec.precision, spec.array) {
         (Value::Number(n), Some(p), _) => Some(Value::Number(canonical::round_decimal(n, p))),

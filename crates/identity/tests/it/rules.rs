@@ -291,3 +291,35 @@ fn the_event_time_is_read_from_the_declared_pointer() {
     let err = identify_err(&contract, &event(json!("yesterday")));
     assert_eq!((err.code(), err.field()), ("invalid_timestamp", "/at"));
 }
+
+#[test]
+fn a_timestamp_field_keeps_the_id_of_one_instant_however_it_is_spelled() {
+    let orders = contract(json!({
+        "name": "orders", "version": 1,
+        "fields": [
+            {"pointer": "/order", "required": true},
+            {"pointer": "/at", "required": true, "type": "timestamp"}
+        ],
+        "occurred_at": "/at"
+    }));
+    let event = |at: &str| json!({"order": "o-1", "at": at});
+    let first = identify(&orders, &event("2026-11-29T12:00:00Z"));
+    for spelling in [
+        "2026-11-29T12:00:00+00:00",
+        "2026-11-29T12:00:00.000Z",
+        "2026-11-29T13:00:00.000000+01:00",
+        "2026-11-29t12:00:00z",
+    ] {
+        let again = identify(&orders, &event(spelling));
+        assert_eq!(again.event_id, first.event_id, "{spelling}");
+        assert_eq!(again.fingerprint, first.fingerprint, "{spelling}");
+        assert_eq!(again.occurred_at_us, first.occurred_at_us, "{spelling}");
+    }
+    assert!(canonical_text(&first).contains("2026-11-29T12:00:00.000000Z"));
+    let later = identify(&orders, &event("2026-11-29T12:00:00.000001Z"));
+    assert_ne!(later.event_id, first.event_id);
+    let err = identify_err(&orders, &event("yesterday noon"));
+    assert_eq!((err.code(), err.field()), ("invalid_timestamp", "/at"));
+    let err = identify_err(&orders, &json!({"order": "o-1", "at": 1_795_953_600}));
+    assert_eq!((err.code(), err.field()), ("wrong_type", "/at"));
+}
