@@ -460,7 +460,15 @@ fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Option<Value>, Ide
         None => true,
         Some(FieldType::String | FieldType::Timestamp) => value.is_string(),
         Some(FieldType::Number) => value.is_number(),
-        Some(FieldType::Integer) => value.is_i64() || value.is_u64(),
+        // An integer may be spelled with a zero fraction or an exponent (`7.0`, `7e0`):
+        // RFC 8785 writes them all `7`, so a retry respelling one keeps its id.
+        Some(FieldType::Integer) => {
+            value.is_i64()
+                || value.is_u64()
+                || value
+                    .as_f64()
+                    .is_some_and(|f| f.is_finite() && f.fract() == 0.0)
+        }
         Some(FieldType::Boolean) => value.is_boolean(),
         Some(FieldType::Object) => value.is_object(),
         Some(FieldType::Array) => value.is_array(),

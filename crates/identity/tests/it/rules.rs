@@ -172,6 +172,23 @@ fn a_typed_field_refuses_other_types_including_null() {
 }
 
 #[test]
+fn an_integer_field_takes_any_spelling_of_an_integer_and_keeps_its_id() {
+    let job = job_run_contract();
+    let run = |text: &str| {
+        let event: Value =
+            serde_json::from_str(&format!(r#"{{"job": "j", "run": {text}}}"#)).expect("JSON");
+        identify(&job, &event)
+    };
+    let seven = run("7");
+    for spelling in ["7.0", "7e0", "0.7e1", "700e-2"] {
+        let again = run(spelling);
+        assert_eq!(again.event_id, seven.event_id, "{spelling}");
+        assert_eq!(again.fingerprint, seven.fingerprint, "{spelling}");
+    }
+    assert_ne!(run("8").event_id, seven.event_id);
+}
+
+#[test]
 fn the_contract_name_and_version_are_part_of_the_id_but_not_the_fingerprint() {
     let document = |name: &str, version: u32| {
         let fields = json!([{"pointer": "/key"}]);
