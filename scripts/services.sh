@@ -52,6 +52,8 @@ ensure_postgres() {
   fi
   echo "starting PostgreSQL $version" >&2
   as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  # The package may have started the cluster before pg_hba.conf was edited.
+  [ "$fresh" -eq 1 ] && { as_root pg_ctlcluster --skip-systemctl-redirect "$version" main reload || true; }
   wait_for_port "$PG_PORT" PostgreSQL
   for _ in $(seq 1 60); do
     pg_isready -q -h 127.0.0.1 -p "$PG_PORT" && return 0
@@ -62,6 +64,12 @@ ensure_postgres() {
 }
 
 ensure_postgres
+# Accepting connections is not accepting the tests' login (postgres, no password): say so
+# now rather than let every PostgreSQL test fail on authentication.
+if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atqc 'SELECT 1' >/dev/null 2>&1; then
+  echo "error: PostgreSQL on 127.0.0.1:$PG_PORT refuses user postgres without a password; the tests need trust auth on loopback (pg_hba.conf: host all all 127.0.0.1/32 trust)" >&2
+  exit 1
+fi
 command -v python3 >/dev/null || apt_install python3
 # The web UI tests load pages in headless Chromium (Debian's package).
 command -v chromium >/dev/null || apt_install chromium

@@ -555,11 +555,15 @@ async fn killed_with_batches_open(backend: Backend) {
     let key = Arc::new(app.key.clone());
     let client = reqwest::Client::new();
     let acknowledged = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    // A client's loop ends when the kill cuts its request off, or on a refusal (not 200),
+    // which no client may see.
     let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut clients = Vec::new();
     for worker in 0..64 {
         let (client, address, key) = (client.clone(), address.clone(), key.clone());
-        let (acknowledged, failed) = (acknowledged.clone(), failed.clone());
+        let (acknowledged, failed, refused) =
+            (acknowledged.clone(), failed.clone(), refused.clone());
         clients.push(tokio::spawn(async move {
             for i in 0.. {
                 let event = checkout_event(&format!("kill-{worker}-{i}"));
@@ -574,7 +578,7 @@ async fn killed_with_batches_open(backend: Backend) {
                     return;
                 };
                 if response.status() != StatusCode::OK {
-                    failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return;
                 }
                 let body: Value = match response.json().await {
@@ -589,7 +593,16 @@ async fn killed_with_batches_open(backend: Backend) {
             }
         }));
     }
-    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    // Killed once at least 64 events were acknowledged, however slow the machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while acknowledged.lock().expect("lock").len() < 64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server acknowledged {} events in 60 s",
+            acknowledged.lock().expect("lock").len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     server.kill();
     for client in clients {
         client.await.expect("client task");
@@ -600,7 +613,9 @@ async fn killed_with_batches_open(backend: Backend) {
         "the server acknowledged {} events before the kill",
         acknowledged.len()
     );
-    // Every client was cut off in flight: its request was in an open batch (or queued).
+    // Every client was cut off in flight by the kill (its request in an open batch or
+    // queued), none refused before it.
+    assert_eq!(refused.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_eq!(failed.load(std::sync::atomic::Ordering::Relaxed), 64);
     let restarted = ServerProcess::start(app.database_url(), &[]);
     for id in &acknowledged {

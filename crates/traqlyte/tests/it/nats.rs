@@ -19,8 +19,10 @@ use crate::segment::{
 
 /// How long counts may take to settle (redeliveries wait for the ack wait).
 const SETTLE_WAIT_MS: u64 = 60_000;
-/// The ack wait of the consumers these tests create: a crash redelivers after it.
-const ACK_WAIT_MS: &str = "2000";
+/// The ack wait of the consumers these tests create: a crash redelivers after it. Long
+/// enough that a batch stored slowly on a loaded machine is not redelivered meanwhile
+/// (which would add duplicates to counts the tests expect exactly).
+const ACK_WAIT_MS: &str = "5000";
 const STREAM: &str = "EVENTS";
 const DURABLE: &str = "traqlyte";
 
@@ -99,16 +101,18 @@ async fn wait_until_drained(js: &jetstream::Context) {
             .expect("stream")
             .consumer_info(DURABLE)
             .await;
-        if let Ok(info) = info {
-            if info.num_pending == 0 && info.num_ack_pending == 0 {
-                return;
-            }
-            assert!(
+        match info {
+            Ok(info) if info.num_pending == 0 && info.num_ack_pending == 0 => return,
+            Ok(info) => assert!(
                 Instant::now() < deadline,
                 "consumer never drained: {} pending, {} unacked",
                 info.num_pending,
                 info.num_ack_pending
-            );
+            ),
+            Err(err) => assert!(
+                Instant::now() < deadline,
+                "consumer info never answered: {err}"
+            ),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -284,6 +288,9 @@ async fn sigterm_finishes_the_batch_in_flight_and_acks_it(backend: Backend) {
     // Still inside the delay between commit and acks.
     let status = consumer.terminate();
     assert!(status.success(), "exit status {status}");
+    // The server applies acks the process sent before it exited a moment later; with no
+    // consumer left, unacked messages could only come back as pending, never drain.
+    wait_until_drained(&js).await;
     let info = js
         .get_stream(STREAM)
         .await
