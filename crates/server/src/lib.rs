@@ -68,10 +68,17 @@ pub async fn serve(
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // The partitions of the horizon exist before the first event arrives.
-    maintain_partitions_once(&store, &config.dedupe_horizon)
-        .await
-        .map_err(std::io::Error::other)?;
+    // The partitions of the horizon exist before the first event arrives. A run that
+    // cannot take its locks now (a long backfill dry run holds them) does not keep the
+    // server down: the days ahead were created by earlier runs, and the periodic task
+    // retries within a minute.
+    let partitions_ready = match maintain_partitions_once(&store, &config.dedupe_horizon).await {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::error!(error = %err, "partition maintenance failed at start; serving with the partitions that exist and retrying in a minute");
+            false
+        }
+    };
     metrics::install(config.metrics.enabled).map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(&config.listen).await?;
     let metrics_listener = match &config.metrics.listen {
@@ -91,7 +98,7 @@ pub async fn serve(
         tokio::spawn(purge_idempotency_keys(state.clone())),
         tokio::spawn(roll_up_tallies(state.clone())),
         tokio::spawn(fold_unit_metrics(state.clone())),
-        tokio::spawn(maintain_partitions(state.clone())),
+        tokio::spawn(maintain_partitions(state.clone(), partitions_ready)),
     ];
     if let Some(every_ms) = state.config.semantic_scan_every_ms {
         tasks.push(tokio::spawn(semantic_scans(state.clone(), every_ms)));
@@ -135,17 +142,27 @@ async fn maintain_partitions_once(
 /// Creates the coming days' partitions and detaches those that left the dedupe horizon,
 /// periodically (PostgreSQL; a no-op on SQLite). Several servers take turns under an
 /// advisory lock.
-async fn maintain_partitions(state: AppState) {
-    let mut ticker = tokio::time::interval(PARTITIONS_MAINTAIN_EVERY);
-    ticker.tick().await;
+async fn maintain_partitions(state: AppState, mut succeeded: bool) {
     loop {
-        ticker.tick().await;
-        if let Err(err) = maintain_partitions_once(&state.store, &state.config.dedupe_horizon).await
+        let wait = if succeeded {
+            PARTITIONS_MAINTAIN_EVERY
+        } else {
+            PARTITIONS_RETRY_AFTER
+        };
+        tokio::time::sleep(wait).await;
+        succeeded = match maintain_partitions_once(&state.store, &state.config.dedupe_horizon).await
         {
-            tracing::warn!(error = %err, "partition maintenance failed");
-        }
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!(error = %err, "partition maintenance failed; retrying in a minute");
+                false
+            }
+        };
     }
 }
+
+/// How soon a failed maintenance run is retried.
+const PARTITIONS_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How often per-call tally rows are folded, and how old a row must be to be folded.
 const TALLY_ROLL_UP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);

@@ -31,7 +31,7 @@ pub const FUTURE_SKEW_US: i64 = DAY_US;
 const MAINTAIN_LOCK_TIMEOUT_MS: u32 = 5_000;
 /// The advisory lock every partition change takes, so maintenance runs of several
 /// processes go one at a time.
-const PARTITION_LOCK_KEY: i64 = 0x7472_6171_7061_7274; // "traqpart"
+pub const PARTITION_LOCK_KEY: i64 = 0x7472_6171_7061_7274; // "traqpart"
 
 /// The day (since 1970-01-01 UTC) an occurrence time falls in: the partition key.
 pub fn occurred_day(occurred_at_us: Option<i64>) -> i32 {

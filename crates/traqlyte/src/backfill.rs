@@ -109,22 +109,27 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     let mut number = 0u64;
     loop {
         line.clear();
+        // Room for the limit and a `\r\n`: the limit is on the event, not its line ending.
         let read = reader
             .by_ref()
-            .take(LINE_BYTES_MAX as u64 + 1)
+            .take(LINE_BYTES_MAX as u64 + 2)
             .read_until(b'\n', &mut line)
             .with_context(|| format!("read {}", args.file.display()))?;
         if read == 0 {
             break;
         }
         number += 1;
-        if line.len() > LINE_BYTES_MAX {
+        if content_len(&line) > LINE_BYTES_MAX {
             reject(
                 &mut counts,
                 number,
                 "longer than the 1 MiB limit of one event",
             );
-            skip_rest_of_line(&mut reader)?;
+            // Only a line cut short by the limit has a rest to skip: a whole line's
+            // newline is already read, and skipping would swallow the next line.
+            if line.last() != Some(&b'\n') {
+                skip_rest_of_line(&mut reader)?;
+            }
             continue;
         }
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -278,6 +283,12 @@ fn reject(counts: &mut Counts, line: u64, reason: &str) {
     if counts.rejected <= REJECTIONS_SHOWN_MAX as u64 {
         eprintln!("line {line}: rejected: {reason}");
     }
+}
+
+/// The bytes of `line` without its line ending (`\n` or `\r\n`).
+fn content_len(line: &[u8]) -> usize {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line).len()
 }
 
 /// Discards the rest of an over-long line.

@@ -80,17 +80,17 @@ pub(crate) struct ServeNats {
     #[arg(long, requires_all = ["nats_stream", "nats_durable", "nats_tenant"])]
     nats_url: Option<String>,
     /// The stream to consume.
-    #[arg(long)]
+    #[arg(long, requires = "nats_url")]
     nats_stream: Option<String>,
     /// The durable consumer's name.
-    #[arg(long)]
+    #[arg(long, requires = "nats_url")]
     nats_durable: Option<String>,
     /// The tenant the messages are stored under.
-    #[arg(long)]
+    #[arg(long, requires = "nats_url")]
     nats_tenant: Option<String>,
     /// The source Segment messages on `traqlyte.segment` are stored under (see
     /// `consume nats --segment-source`).
-    #[arg(long)]
+    #[arg(long, requires = "nats_url")]
     nats_segment_source: Option<String>,
     #[command(flatten)]
     bounds: NatsBounds,

@@ -524,15 +524,32 @@ async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {
         .with_context(|| format!("connect to {}", redact(&db.database_url)))
 }
 
-/// Hides a password in a database URL before it reaches a log or an error.
+/// Hides a password in a database URL before it reaches a log or an error: the one
+/// after the user name, and a `password=` query parameter (libpq's URLs take both).
 fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (url, query) = match url.split_once('?') {
+        Some((url, query)) => (url, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => match url[scheme + 3..at].split_once(':') {
             Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
             None => url.to_string(),
         },
         _ => url.to_string(),
+    };
+    if let Some(query) = query {
+        let parameters: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => p.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&parameters.join("&"));
     }
+    out
 }
 
 fn init_logging(format: &str, default_filter: &str) {
@@ -570,4 +587,32 @@ async fn shutdown_signal() {
         _ = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn a_database_urls_password_is_hidden_wherever_it_is_written() {
+        let cases = [
+            ("postgres://u:secret@h/db", "postgres://u:***@h/db"),
+            (
+                "postgres://u@h/db?password=secret",
+                "postgres://u@h/db?password=***",
+            ),
+            (
+                "postgres://h/db?sslmode=require&PASSWORD=secret&user=u",
+                "postgres://h/db?sslmode=require&PASSWORD=***&user=u",
+            ),
+            (
+                "postgres://u:a@h/db?password=b",
+                "postgres://u:***@h/db?password=***",
+            ),
+            ("/var/lib/traqlyte.db", "/var/lib/traqlyte.db"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
 }

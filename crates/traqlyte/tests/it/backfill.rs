@@ -13,6 +13,7 @@ crate::on_both_backends!(
     a_backfill_reconciles_against_stored_events_and_a_second_run_inserts_nothing,
     a_backfill_of_run_events_matches_the_live_ones_and_adds_no_graph_rows,
     a_backfill_stores_events_older_than_the_horizon_once_and_matches_detached_ones,
+    a_line_of_exactly_the_limit_is_stored_and_no_line_after_a_long_one_is_lost,
 );
 
 /// Runs `traqlyte backfill … --json` and reads its summary.
@@ -111,6 +112,37 @@ async fn a_backfill_reconciles_against_stored_events_and_a_second_run_inserts_no
         .await
         .body;
     assert_eq!(stored["collisions"].as_array().map(Vec::len), Some(2));
+}
+
+/// The limit is 1 MiB of event, its line ending aside: a line of exactly that is stored
+/// (as `POST /events/{contract}` takes a body of exactly that), one byte more is
+/// rejected, and the line after either is read as it is, never swallowed.
+async fn a_line_of_exactly_the_limit_is_stored_and_no_line_after_a_long_one_is_lost(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let sized = |order: &str, bytes: usize| {
+        let mut event = checkout_event(order);
+        event["note"] = json!("");
+        let pad = bytes - event.to_string().len();
+        event["note"] = json!("x".repeat(pad));
+        let line = event.to_string();
+        assert_eq!(line.len(), bytes);
+        line
+    };
+    let limit = 1 << 20;
+    let file = Ndjson::new(&[
+        sized("order_at_limit", limit),
+        checkout_event("order_after_it").to_string(),
+        sized("order_over_limit", limit + 1),
+        checkout_event("order_after_the_long_one").to_string(),
+    ]);
+    let real = backfill(&app, "checkout_completed", &file.0, false);
+    assert_eq!(
+        real,
+        json!({"dry_run": false, "inserted": 3, "already_present": 0, "collided": 0, "rejected": 1})
+    );
 }
 
 async fn a_backfill_of_run_events_matches_the_live_ones_and_adds_no_graph_rows(backend: Backend) {

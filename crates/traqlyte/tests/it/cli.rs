@@ -155,3 +155,26 @@ async fn serve_migrates_an_empty_sqlite_file_and_answers_health_checks() {
         serde_json::json!({"status": "ok", "backend": "sqlite"})
     );
 }
+
+/// A consumer option of `serve` without `--nats-url` would start no consumer; it is
+/// refused before anything is opened, naming what is missing.
+#[test]
+fn serve_refuses_consumer_options_without_a_nats_url() {
+    let database = std::env::temp_dir().join(format!(
+        "traqlyte_it_nats_options_{}.db",
+        std::process::id()
+    ));
+    let database = database.to_str().expect("utf-8 path");
+    for option in [
+        "--nats-stream",
+        "--nats-durable",
+        "--nats-tenant",
+        "--nats-segment-source",
+    ] {
+        let output = traqlyte(&["serve", "--database-url", database, option, "x"], "");
+        assert!(!output.status.success(), "{option}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("--nats-url"), "{option}: {stderr}");
+    }
+    assert!(!std::path::Path::new(database).exists(), "nothing opened");
+}

@@ -268,3 +268,38 @@ async fn a_detached_day_stays_readable_and_partitions_status_shows_it(backend: B
     }
     assert_eq!(app.checkout_stats().await.0, 1, "one row");
 }
+
+/// PostgreSQL only: there maintenance takes locks another process can hold.
+mod postgres_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn serve_starts_while_another_process_holds_partition_maintenance() {
+        super::serve_starts_while_another_process_holds_partition_maintenance().await
+    }
+}
+
+/// A long backfill dry run holds the locks maintenance needs; `serve` starting meanwhile
+/// gives up on its run after the 5 s lock timeout and serves with the partitions that
+/// exist, instead of exiting.
+async fn serve_starts_while_another_process_holds_partition_maintenance() {
+    use sqlx::Connection;
+    let app = spawn_refusing_app(Backend::Postgres).await;
+    let mut holder = sqlx::PgConnection::connect(app.database_url())
+        .await
+        .expect("connect");
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(traqlyte_store::partitions::PARTITION_LOCK_KEY)
+        .execute(&mut holder)
+        .await
+        .expect("hold maintenance");
+    let server = crate::helpers::ServerProcess::start(app.database_url(), &[]);
+    let answer = app
+        .send(
+            app.client
+                .post(format!("{}/events/checkout_completed", server.address))
+                .bearer_auth(&app.key)
+                .json(&checkout_event("order_while_held")),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.body["status"], "inserted");
+}
