@@ -284,6 +284,22 @@ pub(crate) async fn partition_days(
     Ok((days(&listed, true), days(&listed, false)))
 }
 
+/// Takes the partition changes' advisory lock for the rest of the transaction, waiting at
+/// most [`MAINTAIN_LOCK_TIMEOUT_MS`] for it and for every lock after it, then lists the
+/// partitions as they are under it.
+async fn lock_and_list(conn: &mut sqlx::PgConnection) -> Result<Vec<Listed>, StoreError> {
+    sqlx::query(&format!(
+        "SET LOCAL lock_timeout = {MAINTAIN_LOCK_TIMEOUT_MS}"
+    ))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(PARTITION_LOCK_KEY)
+        .execute(&mut *conn)
+        .await?;
+    list(conn).await
+}
+
 /// Gives each of `missing` (days older than every attached one, with no partition yet)
 /// a detached partition of its own, with its primary key. Every day that holds rows then
 /// has a table named after it, attached or detached, so a later maintenance run with a
@@ -303,16 +319,7 @@ pub(crate) async fn create_detached_days(
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
     let conn: &mut sqlx::PgConnection = &mut tx;
-    sqlx::query(&format!(
-        "SET LOCAL lock_timeout = {MAINTAIN_LOCK_TIMEOUT_MS}"
-    ))
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(PARTITION_LOCK_KEY)
-        .execute(&mut *conn)
-        .await?;
-    let listed = list(conn).await?;
+    let listed = lock_and_list(conn).await?;
     let (attached, detached) = (days(&listed, true), days(&listed, false));
     for &day in missing
         .iter()
@@ -374,16 +381,7 @@ impl Store {
             return Ok(Maintenance::default());
         };
         let conn: &mut sqlx::PgConnection = conn;
-        sqlx::query(&format!(
-            "SET LOCAL lock_timeout = {MAINTAIN_LOCK_TIMEOUT_MS}"
-        ))
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(PARTITION_LOCK_KEY)
-            .execute(&mut *conn)
-            .await?;
-        let listed = list(conn).await?;
+        let listed = lock_and_list(conn).await?;
         let mut plan =
             plan_maintenance(&days(&listed, true), &days(&listed, false), horizon, now_us);
         if detach == Detach::No {

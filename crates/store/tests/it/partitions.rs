@@ -120,6 +120,26 @@ async fn tenant(store: &Store) -> traqlyte_store::TenantId {
     tenant
 }
 
+/// Migrates `db`, then checks its partitions as (table, rows, attached).
+async fn assert_migrated_partitions(db: &TestDb, expected: &[(&str, i64, bool)]) {
+    db.store().await.migrate().await.expect("migrate");
+    let partitions = db.store().await.partitions().await.expect("partitions");
+    let rows: Vec<(&str, i64, bool)> = partitions
+        .iter()
+        .map(|p| (p.table.as_str(), p.rows, p.attached))
+        .collect();
+    assert_eq!(rows, expected);
+}
+
+/// A migrated PostgreSQL store with a tenant, and the time it was made.
+async fn migrated_store() -> (TestDb, Store, traqlyte_store::TenantId, i64) {
+    let db = TestDb::create(Backend::Postgres).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    let tenant = tenant(&store).await;
+    (db, store, tenant, traqlyte_store::now_us())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_of_an_unpartitioned_table_move_into_day_partitions_when_migrated() {
     let db = TestDb::create(Backend::Postgres).await;
@@ -133,20 +153,15 @@ async fn rows_of_an_unpartitioned_table_move_into_day_partitions_when_migrated()
         DEC_1_US - 1
     ))
     .await;
-    db.store().await.migrate().await.expect("migrate");
-    let partitions = db.store().await.partitions().await.expect("partitions");
-    let rows: Vec<(&str, i64, bool)> = partitions
-        .iter()
-        .map(|p| (p.table.as_str(), p.rows, p.attached))
-        .collect();
-    assert_eq!(
-        rows,
-        vec![
+    assert_migrated_partitions(
+        &db,
+        &[
             ("events_untimed", 1, true),
             ("events_p20261130", 1, true),
             ("events_p20261201", 1, true),
-        ]
-    );
+        ],
+    )
+    .await;
     assert!(matches!(raw, Raw::Postgres(_)));
 }
 
@@ -184,20 +199,15 @@ async fn the_detached_default_partitions_rows_move_into_tables_of_their_days() {
         row('c', 'f', "backfilled c", 1, old_day),
     ))
     .await;
-    db.store().await.migrate().await.expect("migrate");
-    let partitions = db.store().await.partitions().await.expect("partitions");
-    let rows: Vec<(&str, i64, bool)> = partitions
-        .iter()
-        .map(|p| (p.table.as_str(), p.rows, p.attached))
-        .collect();
-    assert_eq!(
-        rows,
-        vec![
+    assert_migrated_partitions(
+        &db,
+        &[
             ("events_untimed", 0, true),
             ("events_p20241004", 1, false),
             ("events_p20261201", 4, true),
-        ]
-    );
+        ],
+    )
+    .await;
     // The first received of each key: a and d as backfilled, e as stored live.
     let kept = raw
         .integers("SELECT received_at_us FROM events_p20261201 ORDER BY event_id")
@@ -342,11 +352,7 @@ async fn a_detached_day_stays_readable_and_only_a_backfill_transaction_writes_it
 /// of the detached rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_backfill_that_created_an_old_days_table_blocks_no_other_backfill_or_reader() {
-    let db = TestDb::create(Backend::Postgres).await;
-    let store = db.store().await;
-    store.migrate().await.expect("migrate");
-    let tenant = tenant(&store).await;
-    let now = traqlyte_store::now_us();
+    let (_db, store, tenant, now) = migrated_store().await;
     let horizon = DedupeHorizon::new(14).expect("horizon");
     store
         .maintain_partitions(&horizon, now)
@@ -408,11 +414,7 @@ async fn an_open_backfill_that_created_an_old_days_table_blocks_no_other_backfil
 /// admits are attached and a live retry of a backfilled event is a duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shorter_backfill_horizon_after_downtime_fills_the_gap_with_attached_days() {
-    let db = TestDb::create(Backend::Postgres).await;
-    let store = db.store().await;
-    store.migrate().await.expect("migrate");
-    let tenant = tenant(&store).await;
-    let now = traqlyte_store::now_us();
+    let (_db, store, tenant, now) = migrated_store().await;
     let serve = DedupeHorizon::new(14).expect("horizon");
     store
         .maintain_partitions(&serve, now - 30 * DAY_US)
