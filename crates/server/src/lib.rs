@@ -225,48 +225,72 @@ async fn semantic_scans(state: AppState, every_ms: u64) {
 /// tenants after it; the pass then answers the first such error.
 pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::StoreError> {
     let mut first_error = None;
-    for tenant in store.tenants().await? {
-        let contracts = store.contracts(&tenant.tenant_id).await?;
-        // Ordered by name then version: the last of each name is its latest version.
-        let latest = contracts
-            .iter()
-            .enumerate()
-            .filter(|(i, c)| {
-                contracts
-                    .get(i + 1)
-                    .is_none_or(|next| next.name() != c.name())
-            })
-            .map(|(_, c)| c);
-        for contract in latest {
-            let scope = traqlyte_store::SemanticScope {
-                tenant: &tenant.tenant_id,
-                contract,
-                since_us: None,
-            };
-            let scan = match store
-                .semantic_scan(scope, traqlyte_store::now_us, |_| {})
-                .await
-            {
-                Ok(scan) => scan,
-                Err(err) => {
-                    tracing::warn!(tenant = %tenant.tenant_id, contract = %contract.name(), error = %err, "semantic-duplicate scan of a contract failed; going on with the next");
-                    first_error.get_or_insert(err);
-                    continue;
-                }
-            };
-            if !scan.findings.is_empty() {
-                tracing::warn!(
-                    tenant = %tenant.tenant_id,
-                    contract = %scan.contract,
-                    version = scan.version,
-                    suspects = ?scan.findings.iter().map(|f| f.pointer.as_str()).collect::<Vec<_>>(),
-                    "semantic duplicates found: an identity field differs where all else is equal"
-                );
-            }
-            store.save_semantic_scan(&tenant.tenant_id, &scan).await?;
+    let mut after: Option<traqlyte_store::TenantId> = None;
+    loop {
+        let page = store
+            .tenant_ids_after(after.as_ref(), SEMANTIC_SCAN_TENANTS_PAGE)
+            .await?;
+        let Some(last) = page.last().cloned() else {
+            break;
+        };
+        for tenant in &page {
+            scan_tenant(store, tenant, &mut first_error).await?;
         }
+        after = Some(last);
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Tenants read per page by [`semantic_scan_all`].
+const SEMANTIC_SCAN_TENANTS_PAGE: u32 = 1_000;
+
+/// [`semantic_scan_all`] for one tenant: a contract whose scan fails is logged and kept in
+/// `first_error`; a failure to read the contracts or save a scan ends the pass.
+async fn scan_tenant(
+    store: &Store,
+    tenant: &traqlyte_store::TenantId,
+    first_error: &mut Option<traqlyte_store::StoreError>,
+) -> Result<(), traqlyte_store::StoreError> {
+    let contracts = store.contracts(tenant).await?;
+    // Ordered by name then version: the last of each name is its latest version.
+    let latest = contracts
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| {
+            contracts
+                .get(i + 1)
+                .is_none_or(|next| next.name() != c.name())
+        })
+        .map(|(_, c)| c);
+    for contract in latest {
+        let scope = traqlyte_store::SemanticScope {
+            tenant,
+            contract,
+            since_us: None,
+        };
+        let scan = match store
+            .semantic_scan(scope, traqlyte_store::now_us, |_| {})
+            .await
+        {
+            Ok(scan) => scan,
+            Err(err) => {
+                tracing::warn!(tenant = %tenant, contract = %contract.name(), error = %err, "semantic-duplicate scan of a contract failed; going on with the next");
+                first_error.get_or_insert(err);
+                continue;
+            }
+        };
+        if !scan.findings.is_empty() {
+            tracing::warn!(
+                tenant = %tenant,
+                contract = %scan.contract,
+                version = scan.version,
+                suspects = ?scan.findings.iter().map(|f| f.pointer.as_str()).collect::<Vec<_>>(),
+                "semantic duplicates found: an identity field differs where all else is equal"
+            );
+        }
+        store.save_semantic_scan(tenant, &scan).await?;
+    }
+    Ok(())
 }
 
 /// Deletes idempotency keys older than the retention, periodically.

@@ -148,6 +148,8 @@ const SELECT_TENANTS: &str = "SELECT t.tenant_id, t.name, t.created_at_us,
        (SELECT COUNT(*) FROM api_keys k WHERE k.tenant_id = t.tenant_id AND k.revoked_at_us IS NULL)
          AS active_keys
      FROM tenants t";
+const SELECT_TENANT_IDS_AFTER: &str =
+    "SELECT tenant_id FROM tenants WHERE tenant_id > $1 ORDER BY tenant_id LIMIT $2";
 const SELECT_KEY_COLUMNS: &str = "SELECT key_prefix, created_at_us, revoked_at_us FROM api_keys";
 
 impl Store {
@@ -203,6 +205,25 @@ impl Store {
                 .await?;
             Ok(rows.into_iter().map(TenantRecord::from).collect())
         })
+    }
+
+    /// Every tenant's id after `after` (all from the first when `None`), in id order, at
+    /// most `limit`: a page, for jobs that must visit every tenant however many there are
+    /// (the periodic semantic scan).
+    pub async fn tenant_ids_after(
+        &self,
+        after: Option<&TenantId>,
+        limit: u32,
+    ) -> Result<Vec<TenantId>, StoreError> {
+        let after = after.map_or("", TenantId::as_str);
+        let ids: Vec<String> = with_pool!(self, reader, |pool| {
+            sqlx::query_scalar(SELECT_TENANT_IDS_AFTER)
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await?
+        });
+        Ok(ids.into_iter().map(TenantId::from_stored).collect())
     }
 
     /// The tenant named `name`, or whose id is `name`; `None` when there is none. Two

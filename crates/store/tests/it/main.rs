@@ -12,3 +12,4 @@ mod plan;
 mod plans;
 mod report_reads;
 mod schema;
+mod tenants;
