@@ -104,11 +104,19 @@ pub(crate) async fn run(state: AppState) {
                 continue;
             }
         };
+        // All of a claim at once: one slow or unreachable receiver then holds a round up
+        // for one timeout, not one timeout per delivery queued behind it (50 × 10 s would
+        // outlive the lease, and other tenants' collisions would wait that long).
+        let mut posts = tokio::task::JoinSet::new();
         for delivery in claimed {
-            if let Err(err) = deliver(&state, &client, &owner, &delivery).await {
-                tracing::warn!(error = %err, delivery = %delivery.delivery_id, "webhook delivery not recorded; its lease will run out");
-            }
+            let (state, client, owner) = (state.clone(), client.clone(), owner.clone());
+            posts.spawn(async move {
+                if let Err(err) = deliver(&state, &client, &owner, &delivery).await {
+                    tracing::warn!(error = %err, delivery = %delivery.delivery_id, "webhook delivery not recorded; its lease will run out");
+                }
+            });
         }
+        while posts.join_next().await.is_some() {}
     }
 }
 

@@ -28,6 +28,7 @@ on_both_backends!(
     the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates,
     collisions_are_listed_newest_first_with_their_field_diffs_and_paginated,
     a_webhook_receives_each_collision_once,
+    unreachable_receivers_do_not_hold_back_a_working_one,
     the_ops_page_in_chromium_shows_the_numbers_of_the_json,
 );
 
@@ -329,6 +330,60 @@ async fn a_webhook_receives_each_collision_once(backend: Backend) {
         .expect("DELETE");
     assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
     assert_eq!(app.get("/ops/webhooks").await.body["webhooks"], json!([]));
+}
+
+/// A listener that accepts webhook calls and never answers; counts the connections the
+/// dispatcher gave up on (closed by its timeout).
+async fn black_hole() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::AsyncReadExt;
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let counter = closed.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                while matches!(socket.read(&mut buffer).await, Ok(n) if n > 0) {}
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+    });
+    (format!("http://{address}"), closed)
+}
+
+/// One round's deliveries are posted at once: receivers that never answer hold it up for
+/// one timeout, so a working receiver registered after them has its delivery before the
+/// dispatcher gives up on any of them.
+async fn unreachable_receivers_do_not_hold_back_a_working_one(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let (hole, closed) = black_hole().await;
+    for i in 0..5 {
+        let url = format!("{hole}/hook-{i}");
+        let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
+        assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    }
+    let (url, seen) = receiver().await;
+    let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    collide(&app, "held", "other", 129.99).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().expect("lock").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the working receiver got nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        closed.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the working receiver waited for an unreachable one's timeout"
+    );
 }
 
 async fn the_ops_page_in_chromium_shows_the_numbers_of_the_json(backend: Backend) {
