@@ -358,7 +358,11 @@ fn deduplicated_table(
                         td.head data-label="Arm" { (a.arm) }
                         (at("units").count_cell("Units", m.units))
                         @if conversion {
-                            (at("converters").cell("Converters", m.converters.map(|c| c as f64), Format::Count))
+                            // A count, written as the report's JSON writes it (`4`, not `4.0`).
+                            @match m.converters {
+                                Some(converters) => (at("converters").count_cell("Converters", converters)),
+                                None => (at("converters").cell("Converters", None, Format::Count)),
+                            }
                         }
                         (at("value").cell(reading.value_label, m.value, reading.value))
                         (lift_cells(a, metric, "lift", m.lift))
