@@ -18,17 +18,6 @@ pub fn normalize(value: &Value, at: &str) -> Result<Value, IdentityError> {
     Ok(owned)
 }
 
-/// `text` in Unicode NFC, as [`normalize`] leaves every string of an identified event:
-/// for names a client declares once and the server matches against identified events
-/// later (a metric binding's event name and pointers).
-pub fn nfc_string(text: String) -> String {
-    if is_nfc(&text) {
-        text
-    } else {
-        text.nfc().collect()
-    }
-}
-
 /// [`normalize`] without copying: rewrites only the strings and objects that need it.
 pub fn normalize_in_place(value: &mut Value, at: &str) -> Result<(), IdentityError> {
     normalize_node(value).map_err(|fault| {
@@ -310,7 +299,10 @@ pub(crate) fn is_nfc(text: &str) -> bool {
     text.is_ascii() || unicode_normalization::is_nfc(text)
 }
 
-fn nfc(text: &str) -> String {
+/// `text` in Unicode NFC, as [`normalize`] leaves every string and key of an event: for
+/// names the server matches against identified events (lineage node names, a metric
+/// binding's event name and pointers).
+pub fn nfc(text: &str) -> String {
     if is_nfc(text) {
         text.to_owned()
     } else {

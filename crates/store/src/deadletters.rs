@@ -60,18 +60,6 @@ const SELECT_DEAD_LETTERS: &str =
      ORDER BY received_at_us DESC, stream, stream_sequence DESC
      LIMIT $2";
 
-/// `text` with every NUL replaced by U+FFFD. A refused message's detail quotes its keys
-/// (`number_out_of_range at /\0`) and PostgreSQL's `text` cannot hold NUL: the letter
-/// would fail to insert, the consumer would Nak its batch, and the redelivered poison
-/// message would fail every batch it lands in for ever. The raw bytes keep the original.
-fn without_nul(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.contains('\0') {
-        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
-    } else {
-        std::borrow::Cow::Borrowed(text)
-    }
-}
-
 impl Store {
     /// Records dead letters in one transaction, durable before returning; a letter whose
     /// (stream, sequence) is already recorded is skipped. Returns how many were new.
@@ -91,9 +79,9 @@ impl Store {
                 .bind(tenant.as_str())
                 .bind(&letter.stream)
                 .bind(letter.stream_sequence)
-                .bind(without_nul(&letter.subject))
-                .bind(without_nul(&letter.reason))
-                .bind(without_nul(&letter.detail))
+                .bind(crate::without_nul(&letter.subject))
+                .bind(crate::without_nul(&letter.reason))
+                .bind(crate::without_nul(&letter.detail))
                 .bind(&letter.raw)
                 .bind(now_us)
                 .execute(conn)

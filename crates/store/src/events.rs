@@ -216,11 +216,16 @@ impl StoreTx {
             .unwrap_or(partitions::UNTIMED_DAY);
         let mut live: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
         let mut old: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
+        // Old days without a table yet: each gets a detached one before it is written.
+        let mut missing: Vec<i32> = Vec::new();
         for (index, event) in events.iter().enumerate() {
             let day = partition_day(contract, event.identified.occurred_at_us);
             let group = if day == partitions::UNTIMED_DAY || attached.contains(&day) {
                 &mut live
             } else if day < last {
+                if !detached.contains(&day) {
+                    missing.push(day);
+                }
                 &mut old
             } else {
                 // A day after every partition: a later partition of it would not see a
@@ -230,12 +235,6 @@ impl StoreTx {
             group.0.push(index);
             group.1.push(event.clone());
         }
-        let mut missing: Vec<i32> = old
-            .1
-            .iter()
-            .map(|e| partition_day(contract, e.identified.occurred_at_us))
-            .filter(|day| !detached.contains(day))
-            .collect();
         if !missing.is_empty() {
             missing.sort_unstable();
             missing.dedup();

@@ -286,6 +286,19 @@ fn parse_definition(text: &str) -> Result<Contract, StoreError> {
     Contract::from_json(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
+/// `text` with every NUL replaced by U+FFFD, for text the server composes from client
+/// input (a refusal's reason or field quoting a key of the message) before it reaches a
+/// `text` column, which cannot hold NUL on PostgreSQL: a dead letter or a Segment
+/// rejection would fail to insert, and a broker would redeliver its poison message for
+/// ever. Raw bytes and payloads keep the original (JSON escapes NUL).
+pub(crate) fn without_nul(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// Microseconds since the Unix epoch, now.
 pub fn now_us() -> i64 {
     SystemTime::now()

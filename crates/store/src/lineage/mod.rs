@@ -25,7 +25,6 @@ mod sqlite;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::LazyLock;
 
-use serde_json::Value;
 use traqlyte_identity::canonical;
 use traqlyte_identity::openlineage::{run_event_contract, RunEventIdentity};
 
@@ -78,8 +77,8 @@ impl NodeRef {
         }
         Some(NodeRef {
             kind,
-            namespace: nfc(namespace),
-            name: nfc(name),
+            namespace: canonical::nfc(namespace),
+            name: canonical::nfc(name),
         })
     }
 
@@ -442,13 +441,6 @@ impl Store {
         walk.edges
             .retain(|(from, to)| seen.contains(from) && seen.contains(to));
         Ok(walk)
-    }
-}
-
-fn nfc(text: &str) -> String {
-    match canonical::normalize(&Value::String(text.to_string()), "") {
-        Ok(Value::String(normalized)) => normalized,
-        _ => text.to_string(),
     }
 }
 

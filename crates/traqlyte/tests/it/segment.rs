@@ -353,17 +353,31 @@ async fn an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_r
         track("m-1", "user-1", "order-1", 1.0),
         {"type": "track", "event": "Cafe\u{301}", "messageId": "m-2", "writeKey": key},
         track("m-3", "user-3", "order-3", 3.0),
+        // Keys equal only after NFC: refused with a field naming the key, NUL and all,
+        // which the stored rejection holds as U+FFFD (PostgreSQL's text cannot hold NUL).
+        {"type": "track", "userId": "u", "event": "e", "messageId": "m-4",
+         "properties": {"\u{0}\u{e9}": 1, "\u{0}e\u{301}": 2}},
     ]});
     let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
     assert_eq!(answer.body, json!({"success": true}));
     assert_eq!(segment_stats(&app).await, (2, 0, 0));
     let row = source_row(&app, "web").await;
-    assert_eq!(row["rejected"], 1);
+    assert_eq!(row["rejected"], 2);
     let id = row["id"].as_str().expect("id");
     let listed = app.get(&format!("/sources/{id}/rejections")).await;
     let rejections = listed.body["rejections"].as_array().expect("rejections");
-    assert_eq!(rejections.len(), 1, "{}", listed.body);
-    let r = &rejections[0];
+    assert_eq!(rejections.len(), 2, "{}", listed.body);
+    let at = |index: i64| {
+        rejections
+            .iter()
+            .find(|r| r["index"] == index)
+            .unwrap_or_else(|| panic!("no rejection {index}: {}", listed.body))
+    };
+    let nul = at(3);
+    assert_eq!(nul["code"], "duplicate_key", "{nul}");
+    let field = nul["field"].as_str().unwrap_or("");
+    assert!(field.contains('\u{FFFD}') && !field.contains('\0'), "{nul}");
+    let r = at(1);
     assert_eq!(
         (r["index"].as_i64(), r["code"].as_str(), r["field"].as_str()),
         (Some(1), Some("missing_required_field"), Some("userId"))

@@ -213,13 +213,13 @@ fn check(campaign: &Campaign, body: BindingBody) -> Result<MetricBinding, ApiErr
     }
     // Messages are matched after identification, which puts every string and key in
     // NFC: a binding declared in another normal form would never match one.
-    let nfc = traqlyte_identity::canonical::nfc_string;
+    let nfc = traqlyte_identity::canonical::nfc;
     Ok(MetricBinding {
         campaign_id: campaign.id.clone(),
         metric: metric.to_string(),
-        event: nfc(body.event),
-        value_pointer: body.value_pointer.map(nfc),
-        key_pointer: body.key_pointer.map(nfc),
+        event: nfc(&body.event),
+        value_pointer: body.value_pointer.as_deref().map(nfc),
+        key_pointer: body.key_pointer.as_deref().map(nfc),
         created_at_us: now_us(),
     })
 }

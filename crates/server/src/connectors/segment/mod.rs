@@ -336,14 +336,12 @@ fn rejection(index: usize, mut item: Value, err: &SegmentError) -> NewRejection 
             .unwrap_or(0);
         payload.truncate(cut);
     }
-    // Stored text never holds NUL (PostgreSQL's `text` cannot); a reason quoting a key
-    // of the message could.
-    let text = |t: String| t.replace('\0', "\u{FFFD}");
+    // A reason quoting a key of the message may hold NUL: the store replaces it.
     NewRejection {
         message_index: u32::try_from(index).unwrap_or(u32::MAX),
         code: err.code().to_string(),
-        field: text(err.field()),
-        reason: text(err.to_string()),
+        field: err.field(),
+        reason: err.to_string(),
         payload,
     }
 }
