@@ -13,8 +13,9 @@ pub struct StoreTx {
     /// The surface whose events this transaction counts (see
     /// [`StoreTx::set_ingest_source`]).
     pub(crate) source: crate::ops::IngestSource,
-    /// The PostgreSQL pool the transaction came from, for the short transactions of its
-    /// own that a backfill needs beside it (an old day's detached partition).
+    /// A backfill transaction's PostgreSQL pool, for the short transactions of their own
+    /// it needs beside it (an old day's detached partition); `None` on every other
+    /// transaction, which never writes an old day.
     pub(crate) pool: Option<sqlx::PgPool>,
 }
 
@@ -68,21 +69,17 @@ impl Store {
     /// Opens a write transaction (`BEGIN IMMEDIATE` on SQLite, so it holds the write lock
     /// from the start and never fails to upgrade).
     pub async fn begin(&self) -> Result<StoreTx, StoreError> {
-        let (inner, pool) = match &self.backend {
-            crate::Backend::Sqlite(s) => (
-                TxInner::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?),
-                None,
-            ),
-            crate::Backend::Postgres(p) => (
-                TxInner::Postgres(p.pool.begin().await?),
-                Some(p.pool.clone()),
-            ),
+        let inner = match &self.backend {
+            crate::Backend::Sqlite(s) => {
+                TxInner::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?)
+            }
+            crate::Backend::Postgres(p) => TxInner::Postgres(p.pool.begin().await?),
         };
         Ok(StoreTx {
             inner,
             any_age: false,
             source: crate::ops::IngestSource::http(),
-            pool,
+            pool: None,
         })
     }
 
@@ -92,6 +89,9 @@ impl Store {
     pub async fn begin_backfill(&self) -> Result<StoreTx, StoreError> {
         let mut tx = self.begin().await?;
         tx.any_age = true;
+        if let crate::Backend::Postgres(p) = &self.backend {
+            tx.pool = Some(p.pool.clone());
+        }
         Ok(tx)
     }
 }
