@@ -122,6 +122,10 @@ pub struct SegmentMessage {
     pub user_id: Option<String>,
     /// `anonymousId`, NFC.
     pub anonymous_id: Option<String>,
+    /// `userId` and `anonymousId` as sent, each only where NFC changed it: a unit is
+    /// assigned (`POST /assignments`) under the very bytes the application used, so a
+    /// tracked event is matched to its assignment by these first.
+    pub units_as_sent: Vec<String>,
     /// The client's own `timestamp`, microseconds since the epoch, before correction:
     /// the one time that is the same in every re-send of a message.
     pub original_timestamp_us: Option<i64>,
@@ -238,6 +242,12 @@ pub fn identify_message_owned(
             max: MESSAGE_BYTES_MAX,
         });
     }
+    let units_as_sent: Vec<String> = ["userId", "anonymousId"]
+        .iter()
+        .filter_map(|field| raw.get(*field).and_then(Value::as_str))
+        .filter(|unit| !canonical::is_nfc(unit))
+        .map(str::to_owned)
+        .collect();
     let mut content = message;
     canonical::normalize_in_place(&mut content, "")?;
     let kind = message_type(&mut content, envelope.route_type)?;
@@ -263,6 +273,7 @@ pub fn identify_message_owned(
         event: fields.event,
         user_id: fields.user_id,
         anonymous_id: fields.anonymous_id,
+        units_as_sent,
         original_timestamp_us: fields.timestamp_us,
         payload,
     })

@@ -153,7 +153,7 @@ pub async fn read_batch(
 }
 
 /// Splits `/3/a/b` into the item index 3 and the pointer `/a/b` inside it.
-fn item_of(pointer: &str) -> Option<(usize, &str)> {
+pub(crate) fn item_of(pointer: &str) -> Option<(usize, &str)> {
     let rest = pointer.strip_prefix('/')?;
     let (index, inner) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     Some((index.parse().ok()?, inner))

@@ -23,6 +23,8 @@ crate::on_both_backends!(
     bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
     bindings_are_checked_against_the_campaign_and_immutable,
     a_binding_declared_in_another_unicode_normal_form_matches_its_events,
+    a_unit_assigned_in_another_unicode_normal_form_gets_its_outcomes,
+    library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_its_message,
     rolling_up_source_and_binding_tallies_keeps_every_count,
     the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once,
 );
@@ -286,9 +288,18 @@ async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backe
         ),
         (
             "/v1/batch",
-            json!({"batch": [], "extra": 1}),
+            json!({"batch": [], "context": "c"}),
             "invalid_batch",
-            "extra",
+            "context",
+        ),
+        // In the batch's context a number refuses the request: it is merged into every
+        // message.
+        (
+            "/v1/batch",
+            json!({"batch": [{"type": "track", "userId": "u", "event": "E"}],
+                   "context": {"n": 9_007_199_254_740_993_u64}}),
+            "number_out_of_range",
+            "/context/n",
         ),
     ];
     for (path, body, code, field) in cases {
@@ -762,6 +773,83 @@ async fn a_binding_declared_in_another_unicode_normal_form_matches_its_events(ba
         (Some(1), Some(0)),
         "{binding}"
     );
+}
+
+/// Assignments keep a unit's bytes as given while identification puts a message in
+/// NFC: a unit assigned decomposed (e + U+0301, as macOS writes it) and tracked with the
+/// same bytes is matched to its assignment, not counted unassigned.
+async fn a_unit_assigned_in_another_unicode_normal_form_gets_its_outcomes(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let decomposed = "Jose\u{301}".to_string();
+    let (campaign, _) = campaign_with_units(&app, std::slice::from_ref(&decomposed)).await;
+    bind(&app, &campaign).await;
+    let mut by_anonymous = track("m-2", "stranger", "order-2", 2.0);
+    by_anonymous["anonymousId"] = json!(decomposed);
+    for message in [track("m-1", &decomposed, "order-1", 1.0), by_anonymous] {
+        let sent = post_v1(&app, "/v1/track", Some(&key), &message).await;
+        assert_eq!(sent.body, json!({"success": true}));
+    }
+    let bindings = app.get(&format!("/campaigns/{campaign}/bindings")).await;
+    for binding in bindings.body["bindings"].as_array().expect("bindings") {
+        assert_eq!(
+            (binding["outcomes"].as_i64(), binding["unassigned"].as_i64()),
+            (Some(2), Some(0)),
+            "{binding}"
+        );
+    }
+    let figures = report_figures(&app, &campaign).await;
+    let converters: u64 = figures.iter().map(|f| f.2).sum();
+    let revenue: f64 = figures.iter().map(|f| f.4).sum();
+    assert_eq!((converters, revenue), (1, 3.0), "{figures:?}");
+}
+
+/// Official libraries add top-level keys of their own to a batch (analytics-go and
+/// analytics.NET a batch `messageId`, analytics-java `sequence`): ignored, as Segment
+/// ignores them. A message holding an integer no double holds exactly (a 64-bit id, as
+/// Python's json writes it) is rejected alone, naming its field; the others are stored.
+async fn library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_its_message(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let mut wide = track("m-2", "user-2", "order-2", 2.0);
+    wide["properties"]["tweet_id"] = json!(1_541_815_603_606_036_481_u64);
+    let batch = json!({
+        "messageId": "batch-7f3c", "sequence": 1,
+        "sentAt": traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us()),
+        "batch": [track("m-1", "user-1", "order-1", 1.0), wide, track("m-3", "user-3", "order-3", 3.0)],
+    });
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (2, 0, 0));
+    let row = source_row(&app, "web").await;
+    assert_eq!(row["rejected"], 1, "{row}");
+    let id = row["id"].as_str().expect("id");
+    let listed = app.get(&format!("/sources/{id}/rejections")).await;
+    let rejection = &listed.body["rejections"][0];
+    assert_eq!(
+        (
+            rejection["index"].as_i64(),
+            rejection["code"].as_str(),
+            rejection["field"].as_str()
+        ),
+        (
+            Some(1),
+            Some("number_out_of_range"),
+            Some("properties.tweet_id")
+        ),
+        "{}",
+        listed.body
+    );
+    assert_eq!(rejection["payload"]["messageId"], "m-2", "{rejection}");
+    // The same message alone on /v1/track is refused whole, as before.
+    let mut alone = track("m-4", "user-4", "order-4", 4.0);
+    alone["properties"]["tweet_id"] = json!(1_541_815_603_606_036_481_u64);
+    let refused = post_v1(&app, "/v1/track", Some(&key), &alone).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+    assert_eq!(refused.code(), "number_out_of_range", "{}", refused.body);
+    assert_eq!(segment_stats(&app).await, (2, 0, 0));
 }
 
 /// Runs `tools/segment_client_emit.py` (the official client behind a lossy proxy).

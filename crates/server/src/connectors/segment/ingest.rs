@@ -194,11 +194,21 @@ impl Bound {
     }
 }
 
-/// The message's units, `userId` first, then `anonymousId`; an id no assignment could
-/// have been made for (too long, NUL) is none.
+/// The message's units, `userId` first, then `anonymousId`, each as sent before its NFC
+/// form where the two differ (assignments keep a unit's bytes as given); an id no
+/// assignment could have been made for (too long, NUL) is none.
 fn units(message: &SegmentMessage) -> impl Iterator<Item = UnitId> + '_ {
+    let as_sent = |nfc: &Option<String>| {
+        nfc.as_ref().and_then(|nfc| {
+            message
+                .units_as_sent
+                .iter()
+                .find(|raw| traqlyte_identity::canonical::nfc(raw) == *nfc)
+        })
+    };
     [&message.user_id, &message.anonymous_id]
         .into_iter()
+        .flat_map(move |nfc| [as_sent(nfc), nfc.as_ref()])
         .flatten()
         .filter_map(|unit| UnitId::try_from(unit.as_str()).ok())
 }

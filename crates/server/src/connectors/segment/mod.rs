@@ -17,8 +17,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_identity::json;
+use traqlyte_identity::number::RefusedNumber;
 use traqlyte_identity::segment::{identify_message_owned, Envelope, MessageType, SegmentError};
+use traqlyte_identity::{format_rfc3339_micros, IdentityError};
 use traqlyte_store::{now_us, EventOutcome, NewRejection, Rejection, SourceId, SourceInfo};
 use utoipa::ToSchema;
 
@@ -67,7 +69,8 @@ async fn single(
     body: Body,
     kind: MessageType,
 ) -> Result<Json<Success>, ApiError> {
-    let Authenticated { value, source, .. } = read_authenticated(state, headers, body).await?;
+    let Authenticated { value, source, .. } =
+        read_authenticated(state, headers, body, Parse::Single).await?;
     let received_at_us = now_us();
     let envelope = Envelope {
         source: source.source_id.as_str(),
@@ -92,11 +95,11 @@ async fn single(
 }
 
 /// The body of `POST /v1/batch`. Messages stay JSON values: each is judged alone.
+/// Other top-level keys are ignored, as Segment ignores them: official libraries add
+/// their own (analytics-go and analytics.NET a batch `messageId`, analytics-java
+/// `sequence`).
 #[derive(Deserialize, ToSchema)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "a JSON object {\"batch\": [messages…]}"
-)]
+#[serde(expecting = "a JSON object {\"batch\": [messages…]}")]
 pub(crate) struct BatchBody {
     /// The messages (each at most 32 KB; the request at most 500 KB).
     #[schema(value_type = Vec<Object>)]
@@ -133,8 +136,7 @@ impl BatchBody {
                     "batch" => member.is_array(),
                     "context" | "integrations" => member.is_object() || member.is_null(),
                     "sentAt" | "writeKey" => member.is_string() || member.is_null(),
-                    "timestamp" => true,
-                    _ => false,
+                    _ => true,
                 })
         };
         let mut map = match value {
@@ -179,8 +181,10 @@ pub(crate) async fn batch(
     let Authenticated {
         bytes,
         value,
+        numbers,
         source,
-    } = read_authenticated(&state, &headers, body).await?;
+    } = read_authenticated(&state, &headers, body, Parse::Batch).await?;
+    let numbers = message_numbers(numbers)?;
     let body = BatchBody::from_value(value).map_err(|r| {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_batch", r.message).with_field(r.field)
     })?;
@@ -195,6 +199,10 @@ pub(crate) async fn batch(
     let mut messages = Vec::with_capacity(body.batch.len());
     let mut refused = Vec::new();
     for (index, item) in body.batch.into_iter().enumerate() {
+        if let Some((_, number)) = numbers.iter().find(|(at, _)| *at == index) {
+            refused.push((index, number.clone()));
+            continue;
+        }
         match identify_message_owned(item, &envelope) {
             Ok(message) => messages.push(message),
             Err(err) => refused.push((index, err)),
@@ -225,7 +233,42 @@ pub(crate) async fn batch(
 struct Authenticated {
     bytes: Bytes,
     value: Value,
+    /// A batch's numbers the canonical form cannot hold, each refusing only its message.
+    numbers: Vec<RefusedNumber>,
     source: traqlyte_store::Source,
+}
+
+/// How a body is parsed: one message, refused whole for any number the canonical form
+/// cannot hold; or a batch, whose such numbers refuse only their own message.
+#[derive(Clone, Copy)]
+enum Parse {
+    Single,
+    Batch,
+}
+
+/// The messages of a batch refused for a number, by index, each with its first such
+/// number (its field inside the message). A number outside the messages (in the batch's
+/// `context`, merged into every message) refuses the request, as it would a single call.
+fn message_numbers(numbers: Vec<RefusedNumber>) -> Result<Vec<(usize, SegmentError)>, ApiError> {
+    let mut refused: Vec<(usize, SegmentError)> = Vec::new();
+    for number in numbers {
+        let located = number
+            .pointer
+            .strip_prefix("/batch")
+            .and_then(crate::body::item_of)
+            .map(|(index, field)| (index, field.to_string()));
+        let Some((index, field)) = located else {
+            let err = ApiError::from(traqlyte_identity::json::refused_number_error(number));
+            return Err(
+                err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
+            );
+        };
+        if refused.iter().all(|(at, _)| *at != index) {
+            let err = IdentityError::NumberOutOfRange { field };
+            refused.push((index, SegmentError::Canonical(err)));
+        }
+    }
+    Ok(refused)
 }
 
 /// Reads the body (at most 500 KB: a larger one is `400 body_too_large`) and finds the
@@ -235,6 +278,7 @@ async fn read_authenticated(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
+    parse: Parse,
 ) -> Result<Authenticated, ApiError> {
     let early = if auth::has_header(headers) {
         Some(auth::source(state, headers, None).await?)
@@ -246,7 +290,7 @@ async fn read_authenticated(
         .map_err(|err| {
             err.with_status_if(StatusCode::PAYLOAD_TOO_LARGE, StatusCode::BAD_REQUEST)
         })?;
-    let value = parse_body(state, &bytes).map_err(|err| {
+    let (value, numbers) = parse_body(state, &bytes, parse).map_err(|err| {
         ApiError::from(err)
             .with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
     })?;
@@ -257,6 +301,7 @@ async fn read_authenticated(
     Ok(Authenticated {
         bytes,
         value,
+        numbers,
         source,
     })
 }
@@ -264,8 +309,13 @@ async fn read_authenticated(
 fn parse_body(
     state: &AppState,
     bytes: &[u8],
-) -> Result<Value, traqlyte_identity::json::ParseError> {
-    traqlyte_identity::json::parse(bytes, state.config.json_depth_max + BATCH_DEPTH_EXTRA)
+    parse: Parse,
+) -> Result<(Value, Vec<RefusedNumber>), traqlyte_identity::json::ParseError> {
+    let depth_max = state.config.json_depth_max + BATCH_DEPTH_EXTRA;
+    match parse {
+        Parse::Single => Ok((json::parse(bytes, depth_max)?, Vec::new())),
+        Parse::Batch => json::parse_reporting_numbers(bytes, depth_max),
+    }
 }
 
 fn bad_message(err: SegmentError) -> ApiError {
@@ -309,9 +359,9 @@ fn batch_rejections(
         return Vec::new();
     }
     // The body parsed and read as a batch the first time: it does again.
-    let mut received = parse_body(state, bytes)
+    let mut received = parse_body(state, bytes, Parse::Batch)
         .ok()
-        .and_then(|value| BatchBody::from_value(value).ok())
+        .and_then(|(value, _)| BatchBody::from_value(value).ok())
         .map(|body| body.batch)
         .unwrap_or_default();
     refused
