@@ -342,7 +342,9 @@ impl TryFrom<f64> for OutcomeValue {
 
     fn try_from(value: f64) -> Result<Self, RuleError> {
         if value.is_finite() && value.abs() <= Self::ABS_MAX {
-            Ok(OutcomeValue(value))
+            // -0 is 0: one fingerprint already, and SQLite stores it as 0, so a retry's
+            // answer (read back from the row) would otherwise differ from the first.
+            Ok(OutcomeValue(if value == 0.0 { 0.0 } else { value }))
         } else {
             Err(RuleError::Broken(Self::RULE))
         }

@@ -198,7 +198,8 @@ async fn complete(
         Ok(true) => Ok(Response::from_parts(parts, Body::from(bytes))),
         // Our reservation went stale and another request took it over: our writes were
         // rolled back (the transaction is dropped), the other request's will stand.
-        Ok(false) => Err(ApiError::new(StatusCode::CONFLICT, "request_in_flight", "this request took longer than the reservation cutoff and was superseded by a retry; its effects were rolled back")),
+        // A retry a second later gets the superseding request's answer (or waits for it).
+        Ok(false) => Ok(in_flight_for("this request took longer than the reservation cutoff and was superseded by a retry; its effects were rolled back", 1)),
         Err(err) => {
             let _ = store.idempotency_release(tenant, key, owner).await;
             Err(err.into())
@@ -237,9 +238,10 @@ fn key_from(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
     Ok(Some(key))
 }
 
-/// SHA-256 over the method, the path with its query, and the canonical JSON body (raw
-/// bytes when the body is not JSON), so whitespace or key order never make a retry
-/// look like a different request.
+/// SHA-256 over the method, the path with its query, and the RFC 8785 form of the JSON
+/// body (raw bytes when the body is not JSON), so whitespace or key order never make a
+/// retry look like a different request. Strings are hashed as sent, not in NFC: the
+/// handlers keep a unit id or a name byte for byte, so two spellings are two requests.
 pub fn request_checksum(method: &str, target: &str, body: &[u8]) -> String {
     let mut hasher = Sha256::new();
     hasher.update(method.as_bytes());
@@ -248,7 +250,6 @@ pub fn request_checksum(method: &str, target: &str, body: &[u8]) -> String {
     hasher.update(b"\n");
     let canonical = json::parse(body, json::DEPTH_MAX_CEILING)
         .ok()
-        .and_then(|value| canonical::normalize(&value, "").ok())
         .map(|value| canonical::jcs(&value));
     hasher.update(canonical.as_deref().unwrap_or(body));
     hasher
@@ -277,7 +278,13 @@ fn reused() -> ApiError {
 }
 
 fn in_flight(retry_after_s: u64) -> Response {
-    let mut response = ApiError::new(StatusCode::CONFLICT, "request_in_flight", "a request with this idempotency key is still being processed; retry after the Retry-After delay").into_response();
+    in_flight_for("a request with this idempotency key is still being processed; retry after the Retry-After delay", retry_after_s)
+}
+
+/// `409 request_in_flight` with `Retry-After` (docs/api.md: the code always carries it).
+fn in_flight_for(message: &str, retry_after_s: u64) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::CONFLICT, "request_in_flight", message).into_response();
     response
         .headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from(retry_after_s.max(1)));

@@ -114,6 +114,27 @@ async fn the_same_key_with_a_different_body_is_refused_and_writes_nothing(backen
     let body: Value = serde_json::from_slice(&body).expect("json");
     assert_eq!((status, replayed), (StatusCode::CONFLICT, false));
     assert_eq!(body["error"]["code"], "idempotency_key_reused");
+    // A note that differs only in its Unicode normal form is a different note (the
+    // version keeps its bytes): a different request, never a replay of the first.
+    publish(
+        &app,
+        &app.key,
+        &id,
+        Some("nfc"),
+        "{\"note\": \"Caf\u{e9}\"}",
+    )
+    .await;
+    let (status, replayed, body) = publish(
+        &app,
+        &app.key,
+        &id,
+        Some("nfc"),
+        "{\"note\": \"Cafe\u{301}\"}",
+    )
+    .await;
+    let body: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!((status, replayed), (StatusCode::CONFLICT, false), "{body}");
+    assert_eq!(body["error"]["code"], "idempotency_key_reused");
     // The same key on another path is a different request too.
     let other = app
         .send(
@@ -125,10 +146,10 @@ async fn the_same_key_with_a_different_body_is_refused_and_writes_nothing(backen
         )
         .await;
     assert_eq!(other.code(), "idempotency_key_reused");
-    assert_eq!(version_count(&app, &id).await, 1);
+    assert_eq!(version_count(&app, &id).await, 2);
     assert_eq!(
         app.get(&format!("/campaigns/{id}")).await.body["latest_version"],
-        1
+        2
     );
 }
 

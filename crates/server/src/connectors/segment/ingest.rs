@@ -285,6 +285,8 @@ impl Fact {
 /// A finite number within the outcome bound at `pointer`.
 fn number_at(payload: &Value, pointer: &str) -> Option<f64> {
     let value = Pointer::parse(pointer).ok()?.get(payload)?.as_f64()?;
+    // -0 is 0, as for `POST /outcome` (`OutcomeValue`).
+    let value = if value == 0.0 { 0.0 } else { value };
     (value.is_finite() && value.abs() <= OUTCOME_VALUE_ABS_MAX).then_some(value)
 }
 
