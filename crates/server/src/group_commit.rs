@@ -387,12 +387,21 @@ async fn write_batch<F: Flush>(
         items.push((key, item));
         replies.push(reply);
     }
-    // A failed early write stored nothing (one statement): the transaction below meets
-    // the same error and writes the items one by one.
-    let early = flush.write_at_once(store, &items).await.unwrap_or_else(|err| {
-        tracing::debug!(error = %err, "one-statement write failed; writing the batch in a transaction");
-        Vec::new()
-    });
+    let early = flush.write_at_once(store, &items).await;
+    #[cfg(feature = "test-hooks")]
+    let early = test_lose_answer(early);
+    let early = match early {
+        Ok(early) => early,
+        // The statement may have committed before its answer was lost: judged again, the
+        // batch's own rows would be answered (and counted) as duplicates of themselves.
+        Err(err) if err.outcome_unknown() => return unknown_outcome(replies, err),
+        // Any other failure stored nothing (one statement): the transaction below meets
+        // the same error and writes the items one by one.
+        Err(err) => {
+            tracing::debug!(error = %err, "one-statement write failed; writing the batch in a transaction");
+            Vec::new()
+        }
+    };
     if early.iter().any(Option::is_some) {
         // Committed, not yet answered: where a kill loses answers, never rows.
         #[cfg(feature = "test-hooks")]
@@ -422,11 +431,9 @@ async fn write_batch<F: Flush>(
                 let _ = reply.send(answered(lookups, key.as_ref(), answer));
             }
         }
-        Err(err) if items.len() == 1 => {
-            if let Some(reply) = replies.into_iter().next() {
-                let _ = reply.send(Err(err.into()));
-            }
-        }
+        // One item has no other to spare; a commit whose answer was lost may have stored
+        // the batch, which the items written again would each meet as a duplicate.
+        Err(err) if items.len() == 1 || err.outcome_unknown() => unknown_outcome(replies, err),
         Err(err) => {
             tracing::warn!(error = %err, items = items.len(), "group commit batch failed; writing its items one by one");
             for (item, reply) in items.iter().zip(replies) {
@@ -440,6 +447,41 @@ async fn write_batch<F: Flush>(
                 let _ = reply.send(answer);
             }
         }
+    }
+}
+
+/// Answers every reply with `err` (a 5xx): what a request written on its own would be
+/// answered for the same failure. A client's retry then finds its row, or not.
+fn unknown_outcome<A>(replies: Vec<oneshot::Sender<Result<A, ApiError>>>, err: StoreError) {
+    if err.outcome_unknown() {
+        tracing::warn!(error = %err, items = replies.len(), "group commit batch lost its connection; its outcome is unknown, every request answered with the error");
+    }
+    let err = ApiError::from(err);
+    for reply in replies {
+        let _ = reply.send(Err(err.clone()));
+    }
+}
+
+/// Test-only hook (feature `test-hooks`): with `TRAQLYTE_TEST_GROUP_COMMIT_LOSE_ANSWER`
+/// set, the first one-statement write that stored rows is reported as a lost connection,
+/// as when the database committed and the answer never arrived.
+#[cfg(feature = "test-hooks")]
+fn test_lose_answer<T>(
+    early: Result<Vec<Option<T>>, StoreError>,
+) -> Result<Vec<Option<T>>, StoreError> {
+    static LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    match early {
+        Ok(answers)
+            if answers.iter().any(Option::is_some)
+                && std::env::var_os("TRAQLYTE_TEST_GROUP_COMMIT_LOSE_ANSWER").is_some()
+                && !LOST.swap(true, std::sync::atomic::Ordering::SeqCst) =>
+        {
+            Err(StoreError::connection_lost(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "test hook: the answer of a committed statement was lost",
+            )))
+        }
+        other => other,
     }
 }
 

@@ -123,6 +123,29 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
 }
 
+impl StoreError {
+    /// The error of a connection that failed under a statement (see
+    /// [`StoreError::outcome_unknown`]); for fault-injection hooks.
+    pub fn connection_lost(err: std::io::Error) -> StoreError {
+        StoreError::Database(sqlx::Error::Io(err))
+    }
+
+    /// Whether the connection failed under the statement (I/O, TLS, protocol, a crashed
+    /// worker): it may have been executed, and committed, before its answer was lost, so
+    /// the caller cannot tell what it did. Every other error left nothing written.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(
+                sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::Protocol(_)
+                    | sqlx::Error::WorkerCrashed
+            )
+        )
+    }
+}
+
 /// How to connect and what to bound.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {

@@ -679,3 +679,34 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
     assert_eq!(resent.status, StatusCode::OK, "{}", resent.body);
     assert_eq!(resent.body["status"], "duplicate", "{}", resent.body);
 }
+
+/// A batch written in one statement whose answer is lost after the commit (the test hook
+/// reports the first such write as a reset connection) cannot know what it stored: each
+/// request is answered the error, as it would be written on its own, never `duplicate`
+/// of its own row, and no duplicate is counted. The client's retry finds the row.
+/// PostgreSQL only: SQLite commits in the process, with no connection to lose, and
+/// writes its batches in a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_whose_commit_answer_is_lost_is_answered_an_error_not_duplicates_of_itself() {
+    let app = app(Backend::Postgres, true).await;
+    app.register_checkout_contract().await;
+    let lose = [("TRAQLYTE_TEST_GROUP_COMMIT_LOSE_ANSWER", "1")];
+    let server =
+        ServerProcess::start_with_env(app.database_url(), &["--group-commit", "on"], &lose);
+    let event = checkout_event("lost-answer-order");
+    let post = || {
+        app.client
+            .post(format!("{}/events/checkout_completed", server.address))
+            .bearer_auth(&app.key)
+            .json(&event)
+            .send()
+    };
+    let first = post().await.expect("request sent");
+    assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(app.checkout_stats().await, (1, 0, 0));
+    let retry = post().await.expect("request sent");
+    assert_eq!(retry.status(), StatusCode::OK);
+    let body: Value = retry.json().await.expect("json");
+    assert_eq!(body["status"], "duplicate", "{body}");
+    assert_eq!(app.checkout_stats().await, (1, 1, 0));
+}
