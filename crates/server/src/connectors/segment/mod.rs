@@ -107,7 +107,8 @@ pub(crate) struct BatchBody {
     /// Context merged under each message's own.
     #[schema(value_type = Option<Object>)]
     context: Option<Map<String, Value>>,
-    /// Integrations (kept in each message as sent; not interpreted).
+    /// Integrations of the whole batch: accepted, as Segment accepts them, and not
+    /// stored (a message's own `integrations` are stored with it).
     #[schema(value_type = Option<Object>)]
     #[allow(dead_code)] // accepted, as Segment accepts it; not interpreted
     integrations: Option<Map<String, Value>>,
