@@ -115,8 +115,10 @@ struct ServeArgs {
     /// Largest batch body, in bytes.
     #[arg(long, default_value_t = 5 * 1024 * 1024)]
     batch_bytes_max: usize,
-    /// Most events per batch.
-    #[arg(long, default_value_t = 1_000)]
+    /// Most events per batch (1 to 10,000: a batch's lookups bind one parameter per
+    /// distinct id, and SQLite takes at most 32,766 in a statement).
+    #[arg(long, default_value_t = 1_000,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
     batch_events_max: usize,
     /// Deepest JSON nesting accepted in an event.
     #[arg(long, default_value_t = 32)]

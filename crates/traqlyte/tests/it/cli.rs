@@ -178,3 +178,31 @@ fn serve_refuses_consumer_options_without_a_nats_url() {
     }
     assert!(!std::path::Path::new(database).exists(), "nothing opened");
 }
+
+/// `--batch-events-max` beyond what one statement's parameters can bind (or zero) is
+/// refused before anything is opened, naming the flag and its range.
+#[test]
+fn serve_refuses_a_batch_limit_beyond_its_range() {
+    let database =
+        std::env::temp_dir().join(format!("traqlyte_it_batch_max_{}.db", std::process::id()));
+    let database = database.to_str().expect("utf-8 path");
+    for value in ["0", "10001", "40000"] {
+        let output = traqlyte(
+            &[
+                "serve",
+                "--database-url",
+                database,
+                "--batch-events-max",
+                value,
+            ],
+            "",
+        );
+        assert!(!output.status.success(), "{value}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("--batch-events-max") && stderr.contains("1..=10000"),
+            "{value}: {stderr}"
+        );
+    }
+    assert!(!std::path::Path::new(database).exists(), "nothing opened");
+}
