@@ -90,6 +90,14 @@ const SELECT_CORRECTIONS: &str =
      FROM outcome_supersessions WHERE tenant_id = $1 AND outcome_id = $2
      ORDER BY outcome_supersessions.seq";
 
+/// The newest correction alone: a correction needs only the current value and the next
+/// sequence number, not the outcome's whole history (which no bound limits), read under
+/// the outcome's lock.
+const SELECT_LATEST_CORRECTION: &str =
+    "SELECT CAST(seq AS BIGINT) AS seq, value, supersedes_value, reason, superseded_at_us
+     FROM outcome_supersessions WHERE tenant_id = $1 AND outcome_id = $2
+     ORDER BY outcome_supersessions.seq DESC LIMIT 1";
+
 const INSERT_CORRECTION: &str = "INSERT INTO outcome_supersessions
      (tenant_id, outcome_id, seq, campaign_id, value, supersedes_value, reason, superseded_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -134,16 +142,17 @@ impl StoreTx {
         let Some(row) = row else {
             return Ok(None);
         };
-        let corrections: Vec<OutcomeCorrection> = with_tx!(self, |conn| {
-            let query = sqlx::query_as(SELECT_CORRECTIONS)
+        let latest: Option<OutcomeCorrection> = with_tx!(self, |conn| {
+            let query = sqlx::query_as(SELECT_LATEST_CORRECTION)
                 .bind(tenant.as_str())
                 .bind(id.as_str());
-            query.fetch_all(&mut *conn).await?
+            query.fetch_optional(&mut *conn).await?
         });
+        // The history's last entry is all that is read from it below.
         let history = OutcomeHistory {
             outcome: row.outcome,
             assigned_at_us: row.assigned_at_us,
-            corrections,
+            corrections: latest.into_iter().collect(),
         };
         let current = history.current_value();
         if current == value {
@@ -199,6 +208,23 @@ impl StoreTx {
 }
 
 impl Store {
+    /// The tenant's outcome `id` without its corrections, if stored (what a correction
+    /// checks before its transaction: the history can be long).
+    pub async fn outcome_by_id(
+        &self,
+        tenant: &TenantId,
+        id: &OutcomeId,
+    ) -> Result<Option<StoredOutcome>, StoreError> {
+        let row: Option<OutcomeRow> = with_pool!(self, reader, |pool| {
+            sqlx::query_as(SELECT_OUTCOME)
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(row.map(|row| row.outcome))
+    }
+
     /// The tenant's outcome `id` with its corrections, if stored.
     pub async fn outcome_history(
         &self,

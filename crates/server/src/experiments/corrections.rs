@@ -164,8 +164,12 @@ pub(crate) async fn supersede_outcome(
     let body: CorrectionBody =
         parse(&document).map_err(|r| r.unprocessable("invalid_correction"))?;
     let value = body.value.map(OutcomeValue::get);
-    let (id, history) = history(&state, &tenant, &text).await?;
-    let outcome = &history.outcome;
+    let id = OutcomeId::try_from(text.as_str()).map_err(|_| not_found(&text))?;
+    let outcome = state
+        .store
+        .outcome_by_id(&tenant, &id)
+        .await?
+        .ok_or_else(|| not_found(&text))?;
     let campaign = state
         .store
         .campaign(&tenant, &outcome.campaign_id)

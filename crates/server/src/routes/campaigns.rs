@@ -64,8 +64,13 @@ pub(crate) async fn show(
         .campaign(&tenant, &id)
         .await?
         .ok_or_else(|| missing(&id))?;
-    let versions = state.store.campaign_versions(&tenant, &id).await?;
-    Ok(Json(campaign_json(&campaign, versions.last())))
+    // The latest version alone: publishing is unbounded, and every version is read only
+    // by `/versions` and the report.
+    let latest = state
+        .store
+        .latest_versions(&tenant, std::slice::from_ref(&id))
+        .await?;
+    Ok(Json(campaign_json(&campaign, latest.first())))
 }
 
 /// The answer of `GET /campaigns/{id}/versions`.
