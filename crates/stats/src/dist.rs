@@ -32,6 +32,10 @@ const BETA_FRACTION_TERMS_MAX: usize = 50_000;
 /// complementary fraction; see [`t_two_sided_p`].
 const LARGE_DF: f64 = 1000.0;
 
+/// Degrees of freedom above which a t quantile starts from its Cornish–Fisher expansion
+/// instead of `statrs`'s inverse incomplete beta function.
+const EXPANSION_DF: f64 = 1e5;
+
 /// Newton refinements of a t quantile; each one roughly squares the relative error.
 const QUANTILE_NEWTON_STEPS_MAX: usize = 8;
 
@@ -98,21 +102,35 @@ pub(crate) fn t_two_sided_p(t: f64, df: f64) -> Option<f64> {
 /// The `t > 0` with `P(|T| ≥ t) = alpha` for Student's t with `df` degrees of freedom,
 /// i.e. the `1 − alpha/2` quantile used for a two-sided interval.
 ///
-/// Starts from `statrs`'s inverse incomplete beta function (good to about 1e-9) and
-/// polishes with Newton steps on [`t_two_sided_p`].
+/// Starts from `statrs`'s inverse incomplete beta function (good to about 1e-9), or above
+/// `EXPANSION_DF` from the Cornish–Fisher expansion, and polishes with Newton steps on
+/// [`t_two_sided_p`].
 pub(crate) fn t_two_sided_quantile(alpha: f64, df: f64) -> Option<f64> {
     let valid = alpha > 0.0 && alpha < 1.0 && df.is_finite() && df > 0.0;
     if !valid {
         return None;
     }
-    let y = beta::inv_beta_reg(df / 2.0, 0.5, alpha);
-    let mut t = (df * (1.0 - y) / y).sqrt();
+    let z = normal_quantile(1.0 - alpha / 2.0)?;
+    let mut t = if df > EXPANSION_DF {
+        // statrs's inverse never returns beyond df ≈ 1.44·10⁷ (its Newton step overflows
+        // to ∞, then NaN, and its step-shrinking loop has no exit): a report of a
+        // seven-million-unit-per-arm campaign hung a worker. The expansion is exact to
+        // the last bits here (its first omitted term is below 1e-19 at df = 10⁵).
+        cornish_fisher_t(z, df)
+    } else {
+        let y = beta::inv_beta_reg(df / 2.0, 0.5, alpha);
+        (df * (1.0 - y) / y).sqrt()
+    };
     if !(t.is_finite() && t > 0.0) {
-        t = normal_quantile(1.0 - alpha / 2.0)?;
+        t = z;
     }
     for _ in 0..QUANTILE_NEWTON_STEPS_MAX {
         // d/dt P(|T| ≥ t) = −2·f(t), with f the Student's t density.
-        let step = (t_two_sided_p(t, df)? - alpha) / (2.0 * t_density(t, df));
+        let Some(p) = t_two_sided_p(t, df) else {
+            // Beyond the fraction's reach (df ≳ 2·10⁸) the expansion stands alone.
+            return (df > EXPANSION_DF && t.is_finite() && t > 0.0).then_some(t);
+        };
+        let step = (p - alpha) / (2.0 * t_density(t, df));
         if !step.is_finite() {
             return None;
         }
@@ -122,6 +140,16 @@ pub(crate) fn t_two_sided_quantile(alpha: f64, df: f64) -> Option<f64> {
         }
     }
     (t.is_finite() && t > 0.0).then_some(t)
+}
+
+/// The Cornish–Fisher expansion of Student's t quantile around the normal quantile `z`
+/// (Abramowitz & Stegun 26.7.5), to the `1/df³` term.
+fn cornish_fisher_t(z: f64, df: f64) -> f64 {
+    let z2 = z * z;
+    let g1 = (z2 + 1.0) * z / 4.0;
+    let g2 = ((5.0 * z2 + 16.0) * z2 + 3.0) * z / 96.0;
+    let g3 = (((3.0 * z2 + 19.0) * z2 + 17.0) * z2 - 15.0) * z / 384.0;
+    z + g1 / df + g2 / (df * df) + g3 / (df * df * df)
 }
 
 /// Student's t density, `(1 + t²/df)^(−(df+1)/2) / (√df · B(df/2, 1/2))`.
@@ -249,6 +277,16 @@ mod tests {
         }
         assert_eq!(t_two_sided_p(0.0, 3.0), Some(1.0));
         assert_eq!(t_two_sided_p(1.0, 0.0), None);
+        // Beyond df ≈ 1.44·10⁷ statrs's inverse never returned (a hung report); each of
+        // these returns, at the normal quantile plus (z³ + z)/(4·df).
+        for df in [1.5e7, 2e7, 1e9, 1e12] {
+            let z = 1.959963984540054;
+            close_to(
+                t_two_sided_quantile(0.05, df),
+                z + (z * z * z + z) / (4.0 * df),
+                1e-12,
+            );
+        }
         assert_eq!(t_two_sided_quantile(0.0, 3.0), None);
     }
 
