@@ -158,8 +158,10 @@ impl Lift {
         self.df
     }
 
-    /// Whether the p-value is defined and strictly below `1 − confidence level`, i.e. the
-    /// interval excludes zero lift by the test's own criterion.
+    /// Whether the p-value is defined and strictly below `1 − confidence level`. The test
+    /// is on the difference and the interval on the ratio (delta method), so near the
+    /// boundary the interval can include zero lift while this holds, or exclude it while
+    /// this does not (docs/statistics.md).
     pub fn is_significant(&self) -> bool {
         self.p_value
             .is_some_and(|p| p < self.confidence_level.alpha())

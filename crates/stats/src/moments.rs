@@ -39,7 +39,8 @@ impl Moments {
     /// cancellation is inherent to these totals); where that matters, prefer the
     /// database's own `var_samp` with [`from_mean_variance`](Self::from_mean_variance).
     /// A result below zero by at most [`TOTALS_RELATIVE_TOLERANCE`] of `Σx²` is rounding
-    /// and is clamped to zero.
+    /// and is clamped to zero, and so is a positive one within `4·n·ε·Σx²` (the rounding
+    /// of `n` identical values: their variance is zero, not the noise).
     ///
     /// `n = 0` with both sums zero is the empty aggregate and gives empty moments.
     ///
@@ -67,10 +68,15 @@ impl Moments {
             let variance = if n > 1 { m2 / (count - 1.0) } else { m2 };
             return Err(StatsError::NegativeVariance(variance));
         }
+        // Identical non-integer values leave rounding noise rather than 0 (a hundred units
+        // of 9.99 gave a variance of 6e-14, and a t of 1.6e8 against another constant
+        // arm): anything within the summation's own error, a few ulps of Σx² per value,
+        // is zero.
+        let noise = 4.0 * count * f64::EPSILON * sum_sq;
         Ok(Self {
             count: n,
             mean,
-            m2: m2.max(0.0),
+            m2: if m2 <= noise { 0.0 } else { m2 },
             sum,
             sum_compensation: 0.0,
         })

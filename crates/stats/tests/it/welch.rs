@@ -205,6 +205,38 @@ fn constant_arms_have_an_estimate_but_no_test_or_interval() {
     assert_eq!(got.p_value(), None);
 }
 
+/// The report builds its arms from SQL totals (`Moments::from_totals`): identical
+/// non-integer values leave rounding noise in `Σx² − x̄·Σx`, which must read as the zero
+/// variance it is (100 units of 9.99 against 100 of 24.99 gave t = 1.6e8, p = 0 and a
+/// zero-width interval).
+#[test]
+fn constant_arms_from_totals_have_no_test_or_interval() {
+    let totals = |value: f64, n: u64| {
+        let (mut sum, mut sum_sq) = (0.0, 0.0);
+        for _ in 0..n {
+            sum += value;
+            sum_sq += value * value;
+        }
+        Moments::from_totals(n, sum, sum_sq).unwrap()
+    };
+    for (control, treatment) in [(9.99, 24.99), (19.99, 19.99), (0.1, 0.3)] {
+        let got = mean_lift(&totals(control, 100), &totals(treatment, 100), level(0.95)).unwrap();
+        assert_close(got.estimate(), treatment / control - 1.0);
+        assert_eq!(got.ci(), None, "{control} vs {treatment}");
+        assert_eq!(got.statistic(), None, "{control} vs {treatment}");
+        assert_eq!(got.p_value(), None, "{control} vs {treatment}");
+    }
+    // Real spread survives: 100 units alternating 9.99 and 10.01.
+    let (mut sum, mut sum_sq) = (0.0, 0.0);
+    for i in 0..100 {
+        let x = if i % 2 == 0 { 9.99 } else { 10.01 };
+        sum += x;
+        sum_sq += x * x;
+    }
+    let spread = Moments::from_totals(100, sum, sum_sq).unwrap();
+    assert!(spread.variance().is_some_and(|v| (v - 0.0001 * 100.0 / 99.0).abs() < 1e-9));
+}
+
 #[test]
 fn one_constant_arm_takes_its_df_from_the_other() {
     // v_c = 0, so df = v_t² / (v_t²/(n_t − 1)) = n_t − 1 = 2.
