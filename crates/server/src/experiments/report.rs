@@ -42,8 +42,11 @@ pub async fn build(
     if versions.is_empty() {
         return Err(super::not_published());
     }
-    let units_by_version = store.units_by_version(tenant, campaign_id).await?;
+    // Sums before units: a unit can convert only once assigned, so every unit the sums
+    // hold is counted below. Read the other way, a unit assigned and converting between
+    // the two reads was a converter of no unit (a rate above 1, and no lift).
     let sums = store.report_sums(tenant, campaign_id).await?;
+    let units_by_version = store.units_by_version(tenant, campaign_id).await?;
     let duplicates_over_time = store
         .duplicates_over_time(tenant, campaign_id, HOUR_US, DUPLICATE_BUCKETS_MAX)
         .await?;
