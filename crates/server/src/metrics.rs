@@ -338,8 +338,30 @@ fn answer(state: &AppState, request: &Request, dedicated: bool) -> Response {
         .into_response()
 }
 
-/// Who may read: a token holder when a token is set; else loopback peers on the API's
-/// listener, anyone on the dedicated one.
+/// Whether a loopback peer's request is a local client's own: not relayed by a proxy on
+/// the same host (`Forwarded`, `X-Forwarded-For`), whose peer is always loopback, and
+/// addressed to a loopback name (a page whose host name was rebound to 127.0.0.1 sends
+/// its own name as `Host`). Either way every tenant's counters would be readable.
+fn direct_local(headers: &HeaderMap) -> bool {
+    let relayed = headers.contains_key("forwarded") || headers.contains_key("x-forwarded-for");
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    // `localhost:8080`, `127.0.0.1`, `[::1]:8080`: the name without its port.
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let loopback_name = name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    !relayed && (host.is_empty() || loopback_name)
+}
+
+/// Who may read: a token holder when a token is set; else a loopback peer's own direct
+/// request on the API's listener ([`direct_local`]), anyone on the dedicated one.
 fn admit(
     config: &MetricsConfig,
     headers: &HeaderMap,
@@ -362,7 +384,7 @@ fn admit(
             )),
         };
     }
-    if dedicated || peer.is_some_and(|p| p.ip().is_loopback()) {
+    if dedicated || peer.is_some_and(|p| p.ip().is_loopback()) && direct_local(headers) {
         return Ok(());
     }
     Err(ApiError::new(
@@ -389,6 +411,50 @@ mod tests {
         assert!(admit(&config, &headers, peer("10.0.0.7"), false).is_err());
         assert!(admit(&config, &headers, None, false).is_err());
         assert!(admit(&config, &headers, peer("10.0.0.7"), true).is_ok());
+    }
+
+    /// A proxy on the same host (its peer is loopback) and a page whose host name was
+    /// rebound to 127.0.0.1 are not local clients: every tenant's counters stay closed.
+    #[test]
+    fn a_relayed_or_rebound_loopback_request_is_not_a_local_client() {
+        let config = MetricsConfig::default();
+        let with = |pairs: &[(&'static str, &str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, value.parse().expect("header"));
+            }
+            headers
+        };
+        for local in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "[::1]:8080",
+            "LOCALHOST",
+            "127.0.0.1",
+        ] {
+            let headers = with(&[("host", local)]);
+            assert!(
+                admit(&config, &headers, peer("127.0.0.1"), false).is_ok(),
+                "{local}"
+            );
+        }
+        for refused in [
+            with(&[("host", "evil.example")]),
+            with(&[("host", "evil.example:8080")]),
+            with(&[
+                ("host", "127.0.0.1:8080"),
+                ("x-forwarded-for", "203.0.113.9"),
+            ]),
+            with(&[("host", "localhost"), ("forwarded", "for=203.0.113.9")]),
+        ] {
+            assert!(
+                admit(&config, &refused, peer("127.0.0.1"), false).is_err(),
+                "{refused:?}"
+            );
+        }
+        // The dedicated listener and a token holder are unaffected.
+        let proxied = with(&[("host", "metrics.example"), ("x-forwarded-for", "10.0.0.1")]);
+        assert!(admit(&config, &proxied, peer("127.0.0.1"), true).is_ok());
     }
 
     #[test]

@@ -156,7 +156,9 @@ async fn deliver(
     let failure = match result {
         Ok(response) if response.status().is_success() => None,
         Ok(response) => Some(format!("answered {}", response.status().as_u16())),
-        Err(err) => Some(format!("request failed: {err}")),
+        // Without the URL: a receiver's secret often rides in its query string, and this
+        // text is logged and stored as the delivery's last error.
+        Err(err) => Some(format!("request failed: {}", err.without_url())),
     };
     let now = now_us();
     match failure {

@@ -252,7 +252,13 @@ async fn mint_login_token(
         login_path: format!("/ui/login?token={}", token.expose()),
         token: token.expose().to_string(),
     };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    // A login secret: never kept by a cache, as the admin routes' new keys.
+    response.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    Ok(response)
 }
 
 /// `GET /ui/campaigns`.

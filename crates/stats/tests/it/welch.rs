@@ -234,7 +234,9 @@ fn constant_arms_from_totals_have_no_test_or_interval() {
         sum_sq += x * x;
     }
     let spread = Moments::from_totals(100, sum, sum_sq).unwrap();
-    assert!(spread.variance().is_some_and(|v| (v - 0.0001 * 100.0 / 99.0).abs() < 1e-9));
+    assert!(spread
+        .variance()
+        .is_some_and(|v| (v - 0.0001 * 100.0 / 99.0).abs() < 1e-9));
 }
 
 #[test]

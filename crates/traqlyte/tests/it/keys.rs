@@ -126,6 +126,20 @@ async fn creating_a_tenant_over_http_answers_its_first_key_once(backend: Backend
     );
     let body: Value = response.json().await.expect("JSON");
     let key = body["api_key"].as_str().expect("api_key").to_string();
+    // A UI login link is a secret too: never kept by a cache.
+    let link = app
+        .client
+        .post(app.url("/ui/tokens"))
+        .bearer_auth(&key)
+        .body("{}")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(link.status(), StatusCode::CREATED);
+    assert_eq!(
+        link.headers().get("cache-control").map(|v| v.as_bytes()),
+        Some(&b"no-store"[..])
+    );
     assert_eq!(body["tenant"]["name"], "acme");
     assert_eq!(body["tenant"]["active_keys"], json!(1));
     assert_eq!(body["key"]["prefix"], json!(prefix_of(&key)));
