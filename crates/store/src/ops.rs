@@ -273,13 +273,21 @@ pub struct ClaimedDelivery {
     pub attempts: i64,
 }
 
+/// Due deliveries taken round-robin across tenants (each tenant's oldest, then each one's
+/// second, …): a tenant whose thousands of collisions fan out to unreachable receivers
+/// fills no more than its turn of a round, so another tenant's alert goes out in the
+/// next round instead of behind the whole backlog.
 const CLAIM_DELIVERIES: &str = "UPDATE webhook_deliveries
      SET lease_until_us = $2, lease_owner = $3, attempts = attempts + 1
      WHERE delivered_at_us IS NULL AND next_attempt_at_us <= $1 AND lease_until_us <= $1
        AND (tenant_id, delivery_id) IN (
-         SELECT tenant_id, delivery_id FROM webhook_deliveries
-         WHERE delivered_at_us IS NULL AND next_attempt_at_us <= $1 AND lease_until_us <= $1
-         ORDER BY next_attempt_at_us LIMIT $4)
+         SELECT tenant_id, delivery_id FROM (
+           SELECT tenant_id, delivery_id, next_attempt_at_us,
+                  ROW_NUMBER() OVER (PARTITION BY tenant_id ORDER BY next_attempt_at_us, delivery_id) AS turn
+           FROM webhook_deliveries
+           WHERE delivered_at_us IS NULL AND next_attempt_at_us <= $1 AND lease_until_us <= $1
+         ) due
+         ORDER BY turn, next_attempt_at_us LIMIT $4)
      RETURNING tenant_id, delivery_id, webhook_id, collision_id, CAST(attempts AS BIGINT) AS attempts";
 
 /// Usage of one connection pool, sampled.

@@ -13,3 +13,4 @@ mod plans;
 mod report_reads;
 mod schema;
 mod tenants;
+mod webhooks;
