@@ -128,7 +128,10 @@ pub(crate) struct LoginQuery {
 
 #[derive(Deserialize, ToSchema)]
 pub(crate) struct LoginForm {
-    api_key: String,
+    /// The key pasted into the login form.
+    api_key: Option<String>,
+    /// Or the token of a login link opened from another site (`login_link` page).
+    token: Option<String>,
     next: Option<String>,
 }
 
@@ -157,12 +160,29 @@ async fn login_page(
     let Some(text) = query.token else {
         return Ok(html_response(StatusCode::OK, pages::login(next, None)));
     };
-    let grant = match UiToken::parse(&text) {
+    // Opened from another site: used only when posted from our own page (login CSRF).
+    if cross_site(&headers) {
+        return Ok(html_response(
+            StatusCode::OK,
+            pages::login_link(&text, next),
+        ));
+    }
+    login_with_link(&state, &headers, &text, next).await
+}
+
+/// Uses a login link's token: a session, or the form again saying why not.
+async fn login_with_link(
+    state: &AppState,
+    headers: &HeaderMap,
+    text: &str,
+    next: &str,
+) -> Result<Response, UiError> {
+    let grant = match UiToken::parse(text) {
         Some(token) => state.store.consume_ui_login_token(&token, now_us()).await?,
         None => None,
     };
     match grant {
-        Some(grant) => start_session(&state, &grant, &headers, next).await,
+        Some(grant) => start_session(state, &grant, headers, next).await,
         None => Ok(html_response(
             StatusCode::UNAUTHORIZED,
             pages::login(
@@ -171,6 +191,14 @@ async fn login_page(
             ),
         )),
     }
+}
+
+/// Whether the browser says the request comes from another site's page
+/// (`Sec-Fetch-Site: cross-site`, sent by every current browser).
+fn cross_site(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
 }
 
 /// `POST /ui/login`: checks the API key and starts a session.
@@ -192,7 +220,14 @@ async fn login(
         )));
     }
     let next = safe_next(form.next.as_deref());
-    let grant = match ApiKey::parse(form.api_key.trim()) {
+    if let Some(token) = form.token.as_deref() {
+        return login_with_link(&state, &headers, token, next).await;
+    }
+    let grant = match form
+        .api_key
+        .as_deref()
+        .and_then(|key| ApiKey::parse(key.trim()))
+    {
         Some(key) => state.store.ui_grant(&key).await?,
         None => None,
     };
@@ -210,6 +245,13 @@ async fn login(
     responses((status = 303, description = "to the login form, the cookie cleared"), (status = "4XX", description = "an HTML error page"),
         (status = "5XX", description = "an HTML error page")))]
 async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, UiError> {
+    if !same_origin(&headers) || cross_site(&headers) {
+        return Err(UiError(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_origin",
+            "log out from this server's own pages",
+        )));
+    }
     if let Some(token) = session_cookie(&headers) {
         state.store.delete_ui_token(&token).await?;
     }

@@ -33,6 +33,25 @@ pub(crate) fn login(next: &str, message: Option<&str>) -> String {
     page("Log in", false, body)
 }
 
+/// A login link opened from another site (a mail or chat client): a button that posts the
+/// link's token from this server's own page. The token is not used until then, so another
+/// site cannot log a browser into its own tenant by sending it there, and the session
+/// cookie (`SameSite=Strict`) is set by a same-site request that keeps it.
+pub(crate) fn login_link(token: &str, next: &str) -> String {
+    let body = html! {
+        section {
+            h1 { "Log in" }
+            p.meta { "This login link was opened from another site. Continue only if you asked for it." }
+            form.login method="post" action="/ui/login" {
+                input type="hidden" name="token" value=(token);
+                input type="hidden" name="next" value=(next);
+                button type="submit" { "Continue to TraqLyte" }
+            }
+        }
+    };
+    page("Log in", false, body)
+}
+
 /// The landing page at `/`.
 pub(crate) fn landing() -> String {
     let body = html! {

@@ -522,6 +522,54 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
     assert_eq!(second.status(), StatusCode::UNAUTHORIZED);
     assert!(second.headers().get("set-cookie").is_none());
 
+    // Opened from another site (a mail client, or a page logging this browser into the
+    // page's own tenant), a link is not used on arrival: a page posts it from here, and
+    // the SameSite=Strict cookie then comes from a same-site request.
+    let token = app.post_json("/ui/tokens", &json!({})).await;
+    let link = app.url(token.body["login_path"].as_str().expect("login_path"));
+    let secret = token.body["token"].as_str().expect("token").to_string();
+    let arrival = client
+        .get(&link)
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(arrival.status(), StatusCode::OK);
+    assert!(arrival.headers().get("set-cookie").is_none());
+    let html = arrival.text().await.expect("text");
+    assert!(
+        html.contains(&format!("name=\"token\" value=\"{secret}\"")),
+        "{html}"
+    );
+    let post_link = |origin: &str| {
+        client
+            .post(app.url("/ui/login"))
+            .header("origin", origin)
+            .form(&[("token", secret.as_str()), ("next", "/ui/campaigns")])
+    };
+    let forged = post_link("http://evil.example").send().await.expect("post");
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let continued = post_link(&own_origin).send().await.expect("post");
+    assert_eq!(continued.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&continued), "/ui/campaigns");
+    assert!(continued.headers().get("set-cookie").is_some());
+    let again = post_link(&own_origin).send().await.expect("post");
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+
+    // Another site cannot log this browser out.
+    let forged_out = client
+        .post(app.url("/ui/logout"))
+        .header("cookie", session.clone())
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(forged_out.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        page("/ui/campaigns", &session).await.expect("get").status(),
+        StatusCode::OK
+    );
+
     // Logging out revokes the session on the server, not just in the browser.
     let out = client
         .post(app.url("/ui/logout"))
