@@ -113,6 +113,7 @@ pub async fn serve(
         let router = routes::metrics_router(state.clone());
         tasks.push(tokio::spawn(async move {
             let never = std::future::pending::<()>();
+            let limits = limits.with_connections_max(listener::METRICS_CONNECTIONS_MAX);
             if let Err(err) = listener::serve(metrics_listener, router, limits, never).await {
                 tracing::error!(error = %err, "metrics listener failed");
             }

@@ -88,15 +88,39 @@ pub(crate) struct Limits {
     header_read: Duration,
     idle: Duration,
     connections_max: usize,
+    /// How long a shutdown waits for open connections: the longest a request may run
+    /// plus the longest its answer may take to write. Past it they are dropped (what
+    /// they wrote is committed or rolled back; a client that did not get its answer
+    /// retries, which the store absorbs).
+    shutdown_grace: Duration,
 }
 
+/// Connections the dedicated metrics listener (`--metrics-listen`) serves at once: a
+/// scraper or two. Its own cap, inside the open files [`FILES_RESERVED_BASE`] keeps
+/// aside, so the API's cap still fits under the open-file limit.
+pub(crate) const METRICS_CONNECTIONS_MAX: usize = 16;
+
 impl Limits {
+    /// These limits with another connection cap.
+    pub(crate) fn with_connections_max(self, connections_max: usize) -> Limits {
+        Limits {
+            connections_max: connections_max.max(1),
+            ..self
+        }
+    }
+
     pub(crate) fn from_config(config: &ServerConfig) -> Limits {
         // A zero bound would close every connection at once; 1 ms is the least that means
         // something. The cap stays within what a semaphore (and `acquire_many`) can count.
         Limits {
             header_read: Duration::from_millis(config.header_read_timeout_ms.max(1)),
             idle: Duration::from_millis(config.idle_timeout_ms.max(1)),
+            shutdown_grace: Duration::from_millis(
+                config
+                    .request_timeout_ms
+                    .saturating_add(config.idle_timeout_ms)
+                    .max(1),
+            ),
             connections_max: config
                 .connections_max
                 .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize)),
@@ -181,8 +205,20 @@ pub(crate) async fn serve(
     drop(listener);
     let _ = stop.send(true);
     // Each connection holds a slot until it ends: holding every slot means all ended.
+    // A client that reads its answer a few bytes a minute would hold the shutdown for as
+    // long as it likes: past the grace, what is left is dropped.
     let all = u32::try_from(limits.connections_max).unwrap_or(u32::MAX);
-    let _ = slots.acquire_many(all).await;
+    if tokio::time::timeout(limits.shutdown_grace, slots.acquire_many(all))
+        .await
+        .is_err()
+    {
+        let open = limits.connections_max - slots.available_permits();
+        tracing::warn!(
+            open,
+            grace_ms = limits.shutdown_grace.as_millis(),
+            "connections still open after the shutdown grace; dropping them"
+        );
+    }
     Ok(())
 }
 
@@ -249,7 +285,14 @@ enum Phase {
     /// The first byte of a request head arrived at `since`; the head is not parsed yet.
     ReadingHead { since: Instant },
     /// `open` requests handed to the router whose response bodies have not ended.
-    Serving { open: u32 },
+    /// `stalled_since`: a pipelined request arrived while an earlier response was still
+    /// unwritten, since when no byte of it reached the socket. hyper runs the new
+    /// request's handler only once that response is out, so a client that pipelines and
+    /// never reads would otherwise hold the connection with no deadline at all.
+    Serving {
+        open: u32,
+        stalled_since: Option<Instant>,
+    },
     /// The last response body ended; hyper may still be writing its tail. `since` is
     /// when the body ended or, later, when the last byte of it reached the socket.
     Flushing { since: Instant },
@@ -278,17 +321,34 @@ impl Phase {
     /// hyper parsed a head and handed the request to the router.
     fn on_request(self) -> Phase {
         match self {
-            Phase::Serving { open } => Phase::Serving {
+            Phase::Serving {
+                open,
+                stalled_since,
+            } => Phase::Serving {
                 open: open.saturating_add(1),
+                stalled_since,
             },
-            _ => Phase::Serving { open: 1 },
+            Phase::Flushing { since } => Phase::Serving {
+                open: 1,
+                stalled_since: Some(since),
+            },
+            _ => Phase::Serving {
+                open: 1,
+                stalled_since: None,
+            },
         }
     }
 
     /// A response body ended (or the request was dropped unanswered).
     fn on_response_done(self, now: Instant) -> Phase {
         match self {
-            Phase::Serving { open } if open > 1 => Phase::Serving { open: open - 1 },
+            Phase::Serving {
+                open,
+                stalled_since,
+            } if open > 1 => Phase::Serving {
+                open: open - 1,
+                stalled_since,
+            },
             Phase::Serving { .. } => Phase::Flushing { since: now },
             other => other,
         }
@@ -298,6 +358,13 @@ impl Phase {
     fn on_written(self, now: Instant) -> Phase {
         match self {
             Phase::Flushing { .. } => Phase::Flushing { since: now },
+            Phase::Serving {
+                open,
+                stalled_since: Some(_),
+            } => Phase::Serving {
+                open,
+                stalled_since: Some(now),
+            },
             other => other,
         }
     }
@@ -308,6 +375,10 @@ impl Phase {
     fn on_flushed(self, now: Instant) -> Phase {
         match self {
             Phase::Flushing { .. } => Phase::Idle { since: now },
+            Phase::Serving { open, .. } => Phase::Serving {
+                open,
+                stalled_since: None,
+            },
             other => other,
         }
     }
@@ -323,7 +394,9 @@ impl Phase {
         match self {
             Phase::Idle { since } => Some((since + limits.idle, Expiry::Idle)),
             Phase::ReadingHead { since } => Some((since + limits.header_read, Expiry::HeaderRead)),
-            Phase::Serving { .. } => None,
+            Phase::Serving { stalled_since, .. } => {
+                stalled_since.map(|since| (since + limits.idle, Expiry::Flush))
+            }
             Phase::Flushing { since } => Some((since + limits.idle, Expiry::Flush)),
             Phase::Rejecting { since } => Some((since + limits.header_read, Expiry::Rejection)),
         }
@@ -661,6 +734,7 @@ mod tests {
             header_read: Duration::from_secs(10),
             idle: Duration::from_secs(60),
             connections_max: 10,
+            shutdown_grace: Duration::from_secs(90),
         }
     }
 
@@ -674,7 +748,20 @@ mod tests {
                 Phase::ReadingHead { since: t0 },
                 Some((t0 + s(10), Expiry::HeaderRead)),
             ),
-            (Phase::Serving { open: 1 }, None),
+            (
+                Phase::Serving {
+                    open: 1,
+                    stalled_since: None,
+                },
+                None,
+            ),
+            (
+                Phase::Serving {
+                    open: 1,
+                    stalled_since: Some(t0),
+                },
+                Some((t0 + s(60), Expiry::Flush)),
+            ),
             (
                 Phase::Flushing { since: t0 },
                 Some((t0 + s(60), Expiry::Flush)),
@@ -701,7 +788,13 @@ mod tests {
         // More trickled bytes do not move the header deadline.
         assert_eq!(reading.on_read(t2), reading);
         let serving = reading.on_request();
-        assert_eq!(serving, Phase::Serving { open: 1 });
+        assert_eq!(
+            serving,
+            Phase::Serving {
+                open: 1,
+                stalled_since: None
+            }
+        );
         // Body bytes do not end `Serving`; a flush before the body ended neither.
         assert_eq!(serving.on_read(t2), serving);
         assert_eq!(serving.on_flushed(t2), serving);
@@ -720,11 +813,37 @@ mod tests {
     #[test]
     fn a_pipelined_request_keeps_the_connection_serving() {
         let t0 = Instant::now();
+        let serving = |open| Phase::Serving {
+            open,
+            stalled_since: None,
+        };
         let two = Phase::Idle { since: t0 }.on_request().on_request();
-        assert_eq!(two, Phase::Serving { open: 2 });
-        assert_eq!(two.on_response_done(t0), Phase::Serving { open: 1 });
-        let flushing = Phase::Flushing { since: t0 };
-        assert_eq!(flushing.on_request(), Phase::Serving { open: 1 });
+        assert_eq!(two, serving(2));
+        assert_eq!(two.on_response_done(t0), serving(1));
+    }
+
+    /// A request pipelined behind a response still being written keeps that response's
+    /// write deadline until the response is out: a client that pipelines and never reads
+    /// is closed after `idle`, not held for ever (and no longer blocks a shutdown).
+    #[test]
+    fn a_request_pipelined_behind_an_unwritten_response_keeps_its_write_deadline() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let stalled = Phase::Flushing { since: t0 }.on_request();
+        let deadline = |phase: Phase| phase.deadline(limits());
+        assert_eq!(
+            deadline(stalled),
+            Some((t0 + Duration::from_secs(60), Expiry::Flush))
+        );
+        // Another pipelined request, or the earlier response's end, keeps it.
+        assert_eq!(deadline(stalled.on_request()), deadline(stalled));
+        // Progress writing pushes it; the write finishing ends it (the handler runs).
+        let progressed = stalled.on_written(t1);
+        assert_eq!(
+            deadline(progressed),
+            Some((t1 + Duration::from_secs(60), Expiry::Flush))
+        );
+        assert_eq!(deadline(progressed.on_flushed(t1)), None);
     }
 
     #[test]
@@ -732,7 +851,11 @@ mod tests {
         let t0 = Instant::now();
         assert!(Phase::Idle { since: t0 }.writes_are_hypers());
         assert!(Phase::ReadingHead { since: t0 }.writes_are_hypers());
-        assert!(!Phase::Serving { open: 1 }.writes_are_hypers());
+        assert!(!Phase::Serving {
+            open: 1,
+            stalled_since: None
+        }
+        .writes_are_hypers());
         assert!(!Phase::Flushing { since: t0 }.writes_are_hypers());
         assert!(!Phase::Rejecting { since: t0 }.writes_are_hypers());
     }

@@ -16,6 +16,7 @@ crate::on_both_backends!(
     an_idle_keep_alive_connection_is_closed_after_the_idle_timeout,
     at_the_connection_cap_new_connections_wait_until_one_closes,
     requests_hyper_refuses_are_answered_in_the_json_error_shape,
+    a_client_that_pipelines_and_never_reads_is_closed_after_the_idle_timeout,
 );
 
 /// Long enough that a test never waits for it; short enough to notice a mistake.
@@ -279,4 +280,41 @@ async fn requests_hyper_refuses_are_answered_in_the_json_error_shape(backend: Ba
     // The server still serves well-formed requests.
     let mut stream = connect(&app).await;
     assert_eq!(get_healthz(&mut stream).await, 200);
+}
+
+/// A client that pipelines requests for large answers and never reads them (its receive
+/// buffer tiny) stalls the first answer's write, and hyper parses the next request
+/// meanwhile: the connection must keep that write's deadline and close after the idle
+/// timeout, not hold its slot for ever. With one slot, another client is served once the
+/// stuck one is closed, without the stuck one reading a byte.
+async fn a_client_that_pipelines_and_never_reads_is_closed_after_the_idle_timeout(
+    backend: Backend,
+) {
+    let app = app(backend, |c| {
+        c.header_read_timeout_ms = LONG_MS;
+        c.idle_timeout_ms = 300;
+        c.connections_max = 1;
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://");
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("receive buffer");
+    let mut stuck = socket
+        .connect(address.parse().expect("address"))
+        .await
+        .expect("connect");
+    // About 400 times the OpenAPI description: far beyond every socket buffer.
+    let requests = "GET /openapi.json HTTP/1.1\r\nHost: test\r\n\r\n".repeat(400);
+    stuck
+        .write_all(requests.as_bytes())
+        .await
+        .expect("write the requests");
+    let mut other = connect(&app).await;
+    let status = tokio::time::timeout(CLOSED_WITHIN * 2, get_healthz(&mut other)).await;
+    assert_eq!(
+        status.ok(),
+        Some(200),
+        "the stuck connection kept the only slot"
+    );
+    drop(stuck);
 }
