@@ -62,7 +62,9 @@ pub struct NodeRef {
 impl NodeRef {
     /// Parses `dataset:{namespace}:{name}` or `job:{namespace}:{name}`. The namespace and
     /// name are split at the **last** colon (namespaces such as `postgres://host:5432`
-    /// contain colons; names rarely do), and NFC-normalised.
+    /// contain colons; names rarely do), and NFC-normalised. Either may be empty: the
+    /// OpenLineage spec allows any string, ingestion stores such nodes, and every id the
+    /// API answers must be one it accepts back.
     pub fn parse(id: &str) -> Option<NodeRef> {
         let (kind, rest) = if let Some(rest) = id.strip_prefix("dataset:") {
             (NodeKind::Dataset, rest)
@@ -72,9 +74,6 @@ impl NodeRef {
             return None;
         };
         let (namespace, name) = rest.rsplit_once(':')?;
-        if namespace.is_empty() || name.is_empty() {
-            return None;
-        }
         Some(NodeRef {
             kind,
             namespace: canonical::nfc(namespace),

@@ -443,6 +443,17 @@ async fn an_unknown_or_malformed_node_is_a_clear_error(backend: Backend) {
         );
         assert!(answer.body["error"]["field"].is_string(), "{path}");
     }
+    // The spec allows an empty job name: such a node is stored, listed, and its id is
+    // accepted back.
+    let unnamed = run_event("", 77, &["E"], &[]);
+    let stored = app.post_lineage(unnamed.to_string()).await;
+    assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
+    let listed = app.walk("descendants", "dataset:db:E", 1).await;
+    assert!(listed.iter().any(|(id, _)| id == "job:ns:"), "{listed:?}");
+    assert_eq!(
+        app.walk("ancestors", "job:ns:", 1).await,
+        vec![("dataset:db:E".to_string(), 1)]
+    );
 }
 
 mod cli {
