@@ -164,6 +164,18 @@ async fn republished_messages_are_stored_once_and_counted_as_duplicates(backend:
     assert_eq!(counts(&app).await, (40, 10));
 }
 
+/// A message larger than `--nats-batch-bytes-max` ends every pull of a batch before it
+/// (JetStream answers 409 instead of delivering it): it is pulled alone, so it never
+/// stops the stream. Here every message is larger than the bound.
+async fn messages_larger_than_the_batch_byte_bound_are_pulled_alone(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    publish_orders(&js, 10, 0).await;
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &["--nats-batch-bytes-max", "64"], &[]);
+    wait_for(&app, "all stored", |(stored, _)| stored == 10).await;
+    wait_until_drained(&js).await;
+    assert_eq!(counts(&app).await, (10, 0));
+}
+
 async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
     let (app, nats, js) = setup(backend).await;
     let good = serde_json::to_vec(&checkout_event("order-1")).expect("JSON");
@@ -303,8 +315,9 @@ async fn sigterm_finishes_the_batch_in_flight_and_acks_it(backend: Backend) {
 }
 
 /// A durable that could let a message go unstored is refused at start: one without
-/// explicit acks (acked before the commit), and one whose `max_deliver` would make
-/// JetStream drop a message Nak'd through a database outage.
+/// explicit acks (acked before the commit), one whose `max_deliver` would make
+/// JetStream drop a message Nak'd through a database outage, and one that would deliver
+/// headers only, a filtered part of the stream or only new messages.
 async fn a_consumer_refuses_a_durable_that_could_drop_a_message_unstored(backend: Backend) {
     let (app, nats, js) = setup(backend).await;
     let stream = js.get_stream(STREAM).await.expect("stream");
@@ -319,7 +332,32 @@ async fn a_consumer_refuses_a_durable_that_could_drop_a_message_unstored(backend
         max_deliver: 5,
         ..Default::default()
     };
-    for (config, refusal) in [(no_acks, "explicit acks"), (five_tries, "max_deliver 5")] {
+    // Durables made for another purpose: headers only, a filtered part of the stream,
+    // new messages only.
+    let explicit = |name: &str| jetstream::consumer::pull::Config {
+        durable_name: Some(name.to_string()),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ..Default::default()
+    };
+    let headers_only = jetstream::consumer::pull::Config {
+        headers_only: true,
+        ..explicit("headers-only")
+    };
+    let filtered = jetstream::consumer::pull::Config {
+        filter_subject: "traqlyte.checkout_completed".to_string(),
+        ..explicit("filtered")
+    };
+    let new_only = jetstream::consumer::pull::Config {
+        deliver_policy: jetstream::consumer::DeliverPolicy::New,
+        ..explicit("new-only")
+    };
+    for (config, refusal) in [
+        (no_acks, "explicit acks"),
+        (five_tries, "max_deliver 5"),
+        (headers_only, "headers_only true"),
+        (filtered, "filter_subject"),
+        (new_only, "deliver_policy New"),
+    ] {
         let durable = config.durable_name.clone().unwrap_or_default();
         stream
             .create_consumer(config)
@@ -459,6 +497,7 @@ crate::on_both_backends!(
     a_poison_message_is_dead_lettered_and_the_rest_flow,
     sigterm_finishes_the_batch_in_flight_and_acks_it,
     a_consumer_refuses_a_durable_that_could_drop_a_message_unstored,
+    messages_larger_than_the_batch_byte_bound_are_pulled_alone,
 );
 
 /// The multi-process tests: PostgreSQL, the backend several processes share in production.

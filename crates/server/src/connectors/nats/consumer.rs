@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer, ReplayPolicy};
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -70,6 +70,19 @@ pub enum ConsumerError {
         durable: String,
         /// Its delivery limit.
         max_deliver: i64,
+    },
+    /// The durable consumer exists with a setting that would skip, empty or throttle
+    /// messages: TraqLyte consumes every message of the stream, whole, at once.
+    #[error("JetStream consumer {durable:?} has {setting} {found}; TraqLyte needs {needed} (every message of the stream, whole, as fast as it can store them): delete it or name another durable")]
+    ConsumerSetting {
+        /// The durable consumer's name.
+        durable: String,
+        /// Which setting.
+        setting: &'static str,
+        /// What the durable has.
+        found: String,
+        /// What TraqLyte needs.
+        needed: &'static str,
     },
     /// `--segment-source` names no working source of the tenant.
     #[error("no working source named {0:?} for this tenant (missing or revoked); create one with `traqlyte source create`")]
@@ -228,6 +241,44 @@ async fn durable_consumer(
             max_deliver,
         });
     }
+    // An existing durable is taken as it is: one made for another purpose could deliver
+    // headers only (every message dead-lettered empty, then termed), a filtered part of
+    // the stream, only new messages, or at the original publish pace.
+    let existing = &consumer.cached_info().config;
+    let setting = |setting, found: String, needed| ConsumerError::ConsumerSetting {
+        durable: config.durable.clone(),
+        setting,
+        found,
+        needed,
+    };
+    if existing.headers_only {
+        return Err(setting(
+            "headers_only",
+            "true".into(),
+            "whole messages (headers_only false)",
+        ));
+    }
+    if !existing.filter_subject.is_empty() {
+        return Err(setting(
+            "filter_subject",
+            format!("{:?}", existing.filter_subject),
+            "no filter (use a stream of its own for a part of the subjects)",
+        ));
+    }
+    if existing.deliver_policy != DeliverPolicy::All {
+        return Err(setting(
+            "deliver_policy",
+            format!("{:?}", existing.deliver_policy),
+            "deliver_policy all",
+        ));
+    }
+    if existing.replay_policy != ReplayPolicy::Instant {
+        return Err(setting(
+            "replay_policy",
+            format!("{:?}", existing.replay_policy),
+            "replay_policy instant",
+        ));
+    }
     Ok(consumer)
 }
 
@@ -276,31 +327,62 @@ struct Counts {
 /// `fetch_wait_ms` for messages. A fetch error is logged and yields an empty batch.
 async fn fetch(consumer: &PullConsumer, config: &NatsConfig, immediate: bool) -> Vec<Message> {
     let wait = Duration::from_millis(config.fetch_wait_ms.max(1));
+    let bytes = Some(config.batch_bytes_max);
+    let (batch, ended) = pull(consumer, config.batch_messages_max, bytes, immediate, wait).await;
+    match ended {
+        Some(status) if batch.is_empty() && status.contains("Exceeds MaxBytes") => {
+            // The next message alone is larger than --nats-batch-bytes-max: every pull
+            // would end here and the stream would stop. Pulled alone, without the byte
+            // bound (the server's max_payload bounds it), it is handled like any other.
+            tracing::warn!(
+                status,
+                "a message exceeds the batch byte limit; pulling it alone"
+            );
+            pull(consumer, 1, None, true, wait).await.0
+        }
+        Some(status) if batch.is_empty() => {
+            // Consumer deleted, no responders, a request limit of the durable: pulling
+            // again at once would spin, and the status would never be seen.
+            tracing::warn!(status, "pull ended with an error status and no message; pulling again after the fetch wait");
+            tokio::time::sleep(wait).await;
+            batch
+        }
+        _ => batch,
+    }
+}
+
+/// One pull of at most `messages` (and `bytes`, if bounded): what came, and the status
+/// that ended it when it was an error.
+async fn pull(
+    consumer: &PullConsumer,
+    messages: usize,
+    bytes: Option<usize>,
+    immediate: bool,
+    wait: Duration,
+) -> (Vec<Message>, Option<String>) {
     let requested = if immediate {
-        consumer
-            .fetch()
-            .max_messages(config.batch_messages_max)
-            .max_bytes(config.batch_bytes_max)
-            .messages()
-            .await
+        let request = consumer.fetch().max_messages(messages);
+        match bytes {
+            Some(bytes) => request.max_bytes(bytes).messages().await,
+            None => request.messages().await,
+        }
     } else {
-        consumer
-            .batch()
-            .max_messages(config.batch_messages_max)
-            .max_bytes(config.batch_bytes_max)
-            .expires(wait)
-            .messages()
-            .await
+        let request = consumer.batch().max_messages(messages).expires(wait);
+        match bytes {
+            Some(bytes) => request.max_bytes(bytes).messages().await,
+            None => request.messages().await,
+        }
     };
     let mut incoming = match requested {
         Ok(incoming) => incoming,
         Err(err) => {
             tracing::warn!(error = %err, "fetch failed; retrying");
             tokio::time::sleep(wait).await;
-            return Vec::new();
+            return (Vec::new(), None);
         }
     };
     let mut batch = Vec::new();
+    let mut ended = None;
     let drain = async {
         while let Some(item) = incoming.next().await {
             match item {
@@ -309,6 +391,7 @@ async fn fetch(consumer: &PullConsumer, config: &NatsConfig, immediate: bool) ->
                 // came.
                 Err(err) => {
                     tracing::debug!(error = %err, "pull request ended");
+                    ended = Some(err.to_string());
                     break;
                 }
             }
@@ -327,7 +410,7 @@ async fn fetch(consumer: &PullConsumer, config: &NatsConfig, immediate: bool) ->
             "pull request never ended (server lost?); pulling again"
         );
     }
-    batch
+    (batch, ended)
 }
 
 impl Worker {
