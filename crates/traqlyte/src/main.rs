@@ -399,11 +399,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         tracing::info!(%address, "listening");
         println!("traqlyte listening on http://{address} (web UI: http://{address}/ui)");
     };
-    let Some(nats) = args.nats.config(args.horizon.dedupe_horizon_days)? else {
+    let Some(mut nats) = args.nats.config(args.horizon.dedupe_horizon_days)? else {
         return traqlyte_server::serve(store, config, on_bound, shutdown_signal())
             .await
             .context("serve HTTP");
     };
+    // The server's nesting limit: an event its HTTP API accepts is no dead letter here.
+    nats.json_depth_max = config.json_depth_max;
     serve_and_consume(store, config, nats, on_bound).await
 }
 

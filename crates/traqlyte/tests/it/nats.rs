@@ -176,6 +176,51 @@ async fn messages_larger_than_the_batch_byte_bound_are_pulled_alone(backend: Bac
     assert_eq!(counts(&app).await, (10, 0));
 }
 
+/// `serve --nats-*` runs the consumer beside the HTTP API, with the server's own
+/// ingestion limits: an event nested deeper than the default 32 levels, accepted by the
+/// server's `--json-depth-max 40`, is stored from the stream too, not dead-lettered.
+async fn serve_consumes_the_stream_with_its_own_ingestion_limits(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    publish_orders(&js, 5, 2).await;
+    let mut deep = checkout_event("order-deep");
+    let mut nested = serde_json::json!("bottom");
+    for _ in 0..35 {
+        nested = serde_json::json!({ "n": nested });
+    }
+    deep["extra"] = nested;
+    let body = serde_json::to_vec(&deep).expect("JSON");
+    publish(&js, "traqlyte.checkout_completed", &body, "m-deep").await;
+    let _server = crate::helpers::ServerProcess::start(
+        app.database_url(),
+        &[
+            "--nats-url",
+            &nats.url,
+            "--nats-stream",
+            STREAM,
+            "--nats-durable",
+            DURABLE,
+            "--nats-tenant",
+            "test tenant",
+            "--nats-fetch-wait-ms",
+            "200",
+            "--json-depth-max",
+            "40",
+        ],
+    );
+    wait_for(&app, "all stored", |(stored, dups)| {
+        stored == 6 && dups == 2
+    })
+    .await;
+    wait_until_drained(&js).await;
+    let dead = app.get("/deadletters").await;
+    assert_eq!(
+        dead.body["dead_letters"],
+        serde_json::json!([]),
+        "{}",
+        dead.body
+    );
+}
+
 async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
     let (app, nats, js) = setup(backend).await;
     let good = serde_json::to_vec(&checkout_event("order-1")).expect("JSON");
@@ -498,6 +543,7 @@ crate::on_both_backends!(
     sigterm_finishes_the_batch_in_flight_and_acks_it,
     a_consumer_refuses_a_durable_that_could_drop_a_message_unstored,
     messages_larger_than_the_batch_byte_bound_are_pulled_alone,
+    serve_consumes_the_stream_with_its_own_ingestion_limits,
 );
 
 /// The multi-process tests: PostgreSQL, the backend several processes share in production.
