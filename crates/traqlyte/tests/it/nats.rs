@@ -550,6 +550,34 @@ crate::on_both_backends!(
 mod postgres_only {
     use super::*;
 
+    /// A consumer whose horizon (30 days) is longer than the one partitions are
+    /// maintained with (14, the server's default): an event of 20 days ago passes the
+    /// consumer's own check, and its day has no partition. It is a dead letter naming the
+    /// backfill, and its batch-mates are stored; Nak'd, the batch would come back for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_event_whose_day_has_no_partition_is_dead_lettered_and_the_rest_stored() {
+        let (app, nats, js) = setup(Backend::Postgres).await;
+        publish_orders(&js, 3, 0).await;
+        let mut old = checkout_event("order-old");
+        old["occurred_at"] = serde_json::json!(traqlyte_identity::format_rfc3339_micros(
+            traqlyte_store::now_us() - 20 * 86_400_000_000
+        ));
+        let old = serde_json::to_vec(&old).expect("JSON");
+        publish(&js, "traqlyte.checkout_completed", &old, "old").await;
+        let _consumer =
+            ConsumerProcess::start(&app, &nats.url, &["--dedupe-horizon-days", "30"], &[]);
+        wait_for(&app, "the recent ones stored", |(stored, _)| stored == 3).await;
+        wait_until_drained(&js).await;
+        let answer = app.get("/deadletters").await;
+        let letters = answer.body["dead_letters"].as_array().expect("a list");
+        let reasons: Vec<&str> = letters
+            .iter()
+            .map(|l| l["reason"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(reasons, ["outside_horizon"], "{}", answer.body);
+        assert_eq!(counts(&app).await, (3, 0));
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_consumer_killed_after_commit_before_ack_leaves_each_message_stored_once() {
         super::a_consumer_killed_after_commit_before_ack_leaves_each_message_stored_once(

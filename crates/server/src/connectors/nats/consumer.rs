@@ -528,10 +528,47 @@ impl Worker {
             }
         }
         let source = IngestSource::nats(&self.config.stream);
-        let outcomes = self
+        let outcomes = match self
             .store
             .insert_events_from(source.clone(), &self.tenant, contract, &events)
-            .await?;
+            .await
+        {
+            // An event's day has no live partition although this consumer's horizon
+            // admits it (maintenance ran with a shorter horizon, or no `serve` runs it):
+            // Nak'd, the batch would come back for ever. Each event alone: those without
+            // a partition are dead letters naming the backfill, the others stored.
+            Err(StoreError::OutsideHorizon) => {
+                let mut outcomes = Vec::with_capacity(events.len());
+                let (mut kept, mut kept_positions) = (Vec::new(), Vec::new());
+                for (event, index) in events.into_iter().zip(positions) {
+                    let one = std::slice::from_ref(&event);
+                    match self
+                        .store
+                        .insert_events_from(source.clone(), &self.tenant, contract, one)
+                        .await
+                    {
+                        Ok(stored) => {
+                            outcomes.extend(stored);
+                            kept.push(event);
+                            kept_positions.push(index);
+                        }
+                        Err(StoreError::OutsideHorizon) => {
+                            pending[index].fate = Fate::Dead(Refusal::new(
+                                "outside_horizon",
+                                format!(
+                                    "no live partition holds the event's occurrence day (partitions are maintained with a shorter horizon than this consumer's); load it with `traqlyte backfill --contract {}`",
+                                    contract.name()
+                                ),
+                            ));
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+                (events, positions) = (kept, kept_positions);
+                outcomes
+            }
+            other => other?,
+        };
         debug_assert_eq!(outcomes.len(), events.len());
         // The WARN line of each collision is `record_events`'s.
         let rejected = offered - events.len();
