@@ -11,7 +11,7 @@ const DEPTH_MAX: usize = 64;
 
 fuzz_target!(|bytes: &[u8]| {
     let strict = json::parse(bytes, DEPTH_MAX);
-    let reporting = json::parse_reporting_numbers(bytes, DEPTH_MAX);
+    let reporting = json::parse_reporting_numbers(bytes, DEPTH_MAX, 1);
     match (&strict, &reporting) {
         // A document the strict reader accepts has no refused number.
         (Ok(value), Ok((same, refused))) => {

@@ -94,7 +94,7 @@ fn identify_batches(contract: &Contract) {
     }
     let body = serde_json::Value::Array(items).to_string();
     for _ in 0..5 {
-        let (value, _refused) = tljson::parse_reporting_numbers(body.as_bytes(), 33).unwrap();
+        let (value, _refused) = tljson::parse_reporting_numbers(body.as_bytes(), 33, 1).unwrap();
         let serde_json::Value::Array(items) = value else {
             panic!("the body is an array")
         };

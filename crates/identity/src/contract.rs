@@ -131,7 +131,23 @@ pub struct Contract {
     /// Indices into `fields` in RFC 8785 key order of their pointers.
     identity_order: Vec<usize>,
     transport: Vec<Pointer>,
+    /// Indices into `transport` in the order they are removed: a later array item
+    /// before an earlier one (`/hops/1` before `/hops/0`), so that removing one never
+    /// shifts another to a different element.
+    transport_removal: Vec<usize>,
     occurred_at: Option<Pointer>,
+}
+
+/// A pointer's tokens as sort keys, array indices by number (`/a/10` after `/a/9`).
+fn removal_key(pointer: &Pointer) -> Vec<(u8, u64, &str)> {
+    pointer
+        .tokens()
+        .iter()
+        .map(|token| match token.parse::<u64>() {
+            Ok(index) => (0, index, ""),
+            Err(_) => (1, 0, token.as_str()),
+        })
+        .collect()
 }
 
 impl Contract {
@@ -171,6 +187,26 @@ impl Contract {
                     format!("pointer {} is listed twice", spec.pointer),
                 ));
             }
+            // A field inside a set would be read by position, and a set's order is not
+            // part of its identity: the same set in another order would be another event.
+            let inside_set = |(outer, outer_spec): &(Pointer, FieldSpec), inner: &Pointer| {
+                outer_spec.array == Some(ArrayMode::Set)
+                    && inner.tokens().len() > outer.tokens().len()
+                    && outer.overlaps(inner)
+            };
+            if let Some((set, _)) = fields.iter().find(|field| inside_set(field, &pointer)) {
+                return Err(ContractError::new(
+                    format!("{at}.pointer"),
+                    format!("pointer {} lies inside the set field {}, whose order is not part of the identity: name the set alone", spec.pointer, set.as_str()),
+                ));
+            }
+            let this = (pointer.clone(), spec.clone());
+            if let Some((inner, _)) = fields.iter().find(|(inner, _)| inside_set(&this, inner)) {
+                return Err(ContractError::new(
+                    format!("{at}.pointer"),
+                    format!("field {} lies inside this set field, whose order is not part of the identity: name the set alone", inner.as_str()),
+                ));
+            }
             fields.push((pointer, spec.clone()));
         }
         if document.transport.len() > TRANSPORT_POINTERS_MAX {
@@ -200,6 +236,9 @@ impl Contract {
         let mut identity_order: Vec<usize> = (0..fields.len()).collect();
         identity_order
             .sort_by(|&a, &b| canonical::key_order(&fields[a].1.pointer, &fields[b].1.pointer));
+        let mut transport_removal: Vec<usize> = (0..transport.len()).collect();
+        transport_removal
+            .sort_by(|&a, &b| removal_key(&transport[b]).cmp(&removal_key(&transport[a])));
         Ok(Contract {
             document,
             name,
@@ -207,6 +246,7 @@ impl Contract {
             fields,
             identity_order,
             transport,
+            transport_removal,
             occurred_at,
         })
     }
@@ -357,8 +397,8 @@ impl Contract {
         });
         let identity_bytes = canonical::jcs_object(members);
         let occurred_at_us = self.event_time(&content)?;
-        for pointer in &self.transport {
-            pointer.remove(&mut content);
+        for &index in &self.transport_removal {
+            self.transport[index].remove(&mut content);
         }
         let fingerprint = fingerprint.unwrap_or_else(|| Fingerprint::of(&content));
         Ok(Identified::new(

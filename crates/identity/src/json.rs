@@ -10,7 +10,7 @@ use serde_json::{Map, Number, Value};
 use thiserror::Error;
 
 use crate::canonical::EXACT_INTEGER_MAX;
-use crate::number::{all_refused, first_refused, NumberFault, RefusedNumber};
+use crate::number::{first_refused, first_refused_per_item, NumberFault, RefusedNumber};
 
 /// The most deeply nested document the parser can ever accept; `serde_json` stops at 128.
 pub const DEPTH_MAX_CEILING: usize = 120;
@@ -106,16 +106,19 @@ pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
     }
 }
 
-/// [`parse`] for a batch whose items are judged one by one: a number the canonical form
-/// cannot hold is reported (with its pointer, which starts with the item's index) instead
-/// of refusing the whole document. A number beyond the double range still refuses it.
+/// [`parse`] for a batch whose items are judged one by one: the first number the
+/// canonical form cannot hold in each item (what the first `item_depth` levels of a
+/// pointer name: 1 for a JSON array of items, 2 for `{"batch": [items]}`) is reported,
+/// with its pointer, instead of refusing the whole document. A number beyond the double
+/// range still refuses it.
 pub fn parse_reporting_numbers(
     bytes: &[u8],
     depth_max: usize,
+    item_depth: usize,
 ) -> Result<(Value, Vec<RefusedNumber>), ParseError> {
     let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max)?;
     let refused = if suspect_number {
-        all_refused(text)
+        first_refused_per_item(text, item_depth)
     } else {
         Vec::new()
     };

@@ -113,12 +113,32 @@ pub fn first_refused(text: &str) -> Option<RefusedNumber> {
     first
 }
 
-/// Every number literal of the valid JSON document `text` that [`check_literal`]
-/// refuses, in document order.
-pub fn all_refused(text: &str) -> Vec<RefusedNumber> {
+/// The first number literal that [`check_literal`] refuses in each item of the valid
+/// JSON document `text`, in document order. An item is what the first `item_depth`
+/// levels of the pointer name (`/3` at depth 1, `/batch/3` at depth 2): a batch is judged
+/// item by item, and one refusal is all an item needs. Listing every refused number
+/// instead cost a pointer each, every one copying the keys above it: a 5 MiB body of
+/// numbers under one long key asked for terabytes.
+pub fn first_refused_per_item(text: &str, item_depth: usize) -> Vec<RefusedNumber> {
     let mut all = Vec::new();
-    scan(text, &mut |refused| {
-        all.push(refused);
+    let mut last_item: Option<Vec<(usize, usize)>> = None;
+    scan_with(text, &mut |frames, literal, fault| {
+        let item: Vec<(usize, usize)> = frames
+            .iter()
+            .take(item_depth)
+            .map(|frame| match frame {
+                Frame::Object { key, .. } => *key,
+                Frame::Array { index } => (usize::MAX, *index),
+            })
+            .collect();
+        if last_item.as_ref() != Some(&item) {
+            all.push(RefusedNumber {
+                pointer: pointer_of(text, frames),
+                literal: literal.to_string(),
+                fault,
+            });
+            last_item = Some(item);
+        }
         true
     });
     all
@@ -126,6 +146,18 @@ pub fn all_refused(text: &str) -> Vec<RefusedNumber> {
 
 /// Calls `found` with each refused number in document order while it returns true.
 fn scan(text: &str, found: &mut dyn FnMut(RefusedNumber) -> bool) {
+    scan_with(text, &mut |frames, literal, fault| {
+        found(RefusedNumber {
+            pointer: pointer_of(text, frames),
+            literal: literal.to_string(),
+            fault,
+        })
+    });
+}
+
+/// Calls `found` with the open containers, the literal and the fault of each refused
+/// number in document order while it returns true.
+fn scan_with(text: &str, found: &mut dyn FnMut(&[Frame], &str, NumberFault) -> bool) {
     let bytes = text.as_bytes();
     let mut frames: Vec<Frame> = Vec::new();
     let mut at = 0;
@@ -163,12 +195,7 @@ fn scan(text: &str, found: &mut dyn FnMut(RefusedNumber) -> bool) {
                         .count();
                 let literal = &text[at..end];
                 if let Err(fault) = check_literal(literal) {
-                    let refused = RefusedNumber {
-                        pointer: pointer_of(text, &frames),
-                        literal: literal.to_string(),
-                        fault,
-                    };
-                    if !found(refused) {
+                    if !found(&frames, literal, fault) {
                         return;
                     }
                 }
@@ -390,9 +417,37 @@ mod tests {
     }
 
     #[test]
-    fn every_refused_number_of_a_batch_is_listed() {
+    fn the_first_refused_number_of_each_item_is_listed() {
         let text = r#"[{"a": 1e-400}, {"a": 0.5}, {"a": [1, 9007199254740993.0, 2e-999]}]"#;
-        let pointers: Vec<String> = all_refused(text).into_iter().map(|r| r.pointer).collect();
-        assert_eq!(pointers, ["/0/a", "/2/a/1", "/2/a/2"]);
+        let pointers = |depth| -> Vec<String> {
+            first_refused_per_item(text, depth)
+                .into_iter()
+                .map(|r| r.pointer)
+                .collect()
+        };
+        assert_eq!(pointers(1), ["/0/a", "/2/a/1"]);
+        assert_eq!(pointers(3), ["/0/a", "/2/a/1", "/2/a/2"]);
+        let segment = r#"{"context": {"n": 1e-400, "m": 2e-400}, "batch": [{"p": 1e-400}, {"q": [3e-400, 4e-400]}]}"#;
+        let pointers: Vec<String> = first_refused_per_item(segment, 2)
+            .into_iter()
+            .map(|r| r.pointer)
+            .collect();
+        assert_eq!(
+            pointers,
+            ["/context/n", "/context/m", "/batch/0/p", "/batch/1/q/0"]
+        );
+    }
+
+    /// Many refused numbers under one long key: one pointer, not one per number (a
+    /// pointer each made the work, and the memory, grow with the square of the body).
+    #[test]
+    fn refused_numbers_under_a_long_key_cost_one_pointer_per_item() {
+        let key = "k".repeat(20_000);
+        let numbers = vec!["1e-400"; 20_000].join(",");
+        let text = format!(r#"[{{"{key}": [{numbers}]}}]"#);
+        let refused = first_refused_per_item(&text, 1);
+        assert_eq!(refused.len(), 1);
+        let total: usize = refused.iter().map(|r| r.pointer.len()).sum();
+        assert!(total <= text.len(), "{total} bytes of pointers");
     }
 }

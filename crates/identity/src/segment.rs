@@ -265,7 +265,9 @@ pub fn identify_message_owned(
     let mut identified =
         message_contract().identify_with_fingerprint(Value::Object(projection), fingerprint)?;
     let corrected = corrected_timestamp(envelope.received_at_us, sent_at, fields.timestamp_us);
-    if !(RFC3339_FIRST_US..=RFC3339_LAST_US).contains(&corrected) {
+    if !(crate::timestamp::RFC3339_FIRST_US..=crate::timestamp::RFC3339_LAST_US)
+        .contains(&corrected)
+    {
         return Err(SegmentError::Invalid {
             field: "sentAt".to_string(),
             reason: "timestamp and sentAt put the clock-skew-corrected time (receivedAt - (sentAt - timestamp)) outside the years 0001 to 9999".to_string(),
@@ -378,11 +380,6 @@ fn put_back(content: &mut Value, pointer: &Pointer, value: Value) {
         map.insert(last.clone(), value);
     }
 }
-
-/// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z in microseconds since the epoch:
-/// the instants an RFC 3339 timestamp can write.
-const RFC3339_FIRST_US: i64 = -62_135_596_800_000_000;
-const RFC3339_LAST_US: i64 = 253_402_300_799_999_999;
 
 /// Segment's clock-skew correction: with both the client's `timestamp` and `sentAt`,
 /// `receivedAt - (sentAt - timestamp)`; with a `timestamp` alone, that timestamp; with

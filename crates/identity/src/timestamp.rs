@@ -3,12 +3,27 @@
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+/// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z in microseconds since the epoch:
+/// the instants an RFC 3339 timestamp in UTC can write.
+pub(crate) const RFC3339_FIRST_US: i64 = -62_135_596_800_000_000;
+pub(crate) const RFC3339_LAST_US: i64 = 253_402_300_799_999_999;
+
 /// Parses an RFC 3339 timestamp that carries a UTC offset into microseconds since the
-/// Unix epoch (UTC). Returns the parser's reason on failure.
+/// Unix epoch (UTC), rounded down. Returns the parser's reason on failure, and refuses an
+/// instant outside the years 0001–9999 in UTC (`9999-12-31T23:00:00-02:00` is one): it
+/// has no RFC 3339 form of its own, and two of them would share one canonical text.
 pub fn parse_rfc3339_micros(text: &str) -> Result<i64, String> {
     let parsed = OffsetDateTime::parse(text, &Rfc3339).map_err(|err| err.to_string())?;
-    let micros = parsed.unix_timestamp_nanos() / 1_000;
-    i64::try_from(micros).map_err(|_| "timestamp out of range".to_string())
+    // Floor, not truncation toward zero: before 1970 a fraction of a microsecond must
+    // not move an instant into the next microsecond (or the next day).
+    let micros = parsed.unix_timestamp_nanos().div_euclid(1_000);
+    i64::try_from(micros)
+        .ok()
+        .filter(|m| (RFC3339_FIRST_US..=RFC3339_LAST_US).contains(m))
+        .ok_or_else(|| {
+            "the instant in UTC falls outside the years 0001 to 9999, which RFC 3339 cannot write"
+                .to_string()
+        })
 }
 
 /// Formats microseconds since the Unix epoch as RFC 3339 in UTC with microseconds

@@ -121,7 +121,7 @@ pub async fn read_batch(
 ) -> Result<Vec<Result<Value, ApiError>>, ApiError> {
     let config = &state.config;
     let bytes = not_blank(read_limited(headers, body, config.batch_bytes_max).await?)?;
-    let (value, refused) = json::parse_reporting_numbers(&bytes, config.json_depth_max + 1)?;
+    let (value, refused) = json::parse_reporting_numbers(&bytes, config.json_depth_max + 1, 1)?;
     let Value::Array(items) = value else {
         return Err(ApiError::unprocessable(
             "not_an_array",

@@ -242,6 +242,40 @@ fn transport_fields_are_removed_from_the_fingerprint() {
     assert_eq!(sent.fingerprint, bare.fingerprint);
 }
 
+/// Two transport pointers into one array remove the items they name, whichever order the
+/// contract lists them in (removing `/hops/0` first used to shift `/hops/1` onto the
+/// original third item: a retry differing in the second hop was a collision, and events
+/// differing in the third were one).
+#[test]
+fn transport_pointers_into_one_array_remove_the_items_they_name() {
+    for transport in [json!(["/hops/0", "/hops/1"]), json!(["/hops/1", "/hops/0"])] {
+        let hops = contract(json!({
+            "name": "hops", "version": 1,
+            "fields": [{"pointer": "/key", "required": true}],
+            "transport": transport
+        }));
+        let event = |h0: &str, h1: &str, h2: &str| json!({"key": 1, "hops": [h0, h1, h2]});
+        let first = identify(&hops, &event("a", "b", "c"));
+        let retry = identify(&hops, &event("x", "y", "c"));
+        assert_eq!(first.fingerprint, retry.fingerprint, "{transport}");
+        let other = identify(&hops, &event("a", "b", "d"));
+        assert_ne!(first.fingerprint, other.fingerprint, "{transport}");
+    }
+}
+
+/// A field inside a set field would be read by position: the same set in another order
+/// would give another id. Such a contract is refused, whichever field is listed first.
+#[test]
+fn a_field_inside_a_set_field_is_refused() {
+    let set = json!({"pointer": "/p", "array": "set"});
+    let inner = json!({"pointer": "/p/0", "precision": 0});
+    for fields in [json!([inner.clone(), set.clone()]), json!([set, inner])] {
+        let err = Contract::from_json(&json!({"name": "sets", "version": 1, "fields": fields}))
+            .expect_err("a field inside a set");
+        assert!(err.to_string().contains("inside"), "{err}");
+    }
+}
+
 #[test]
 fn a_pointer_not_in_nfc_is_refused_by_the_contract() {
     // Event keys are normalised to NFC before lookup, so a decomposed pointer would never
@@ -339,4 +373,18 @@ fn a_timestamp_field_keeps_the_id_of_one_instant_however_it_is_spelled() {
     assert_eq!((err.code(), err.field()), ("invalid_timestamp", "/at"));
     let err = identify_err(&orders, &json!({"order": "o-1", "at": 1_795_953_600}));
     assert_eq!((err.code(), err.field()), ("wrong_type", "/at"));
+    // Instants past 9999-12-31T23:59:59.999999Z in UTC have no RFC 3339 form: each was
+    // written as one constant text, so two of them shared an id. Refused.
+    for beyond in ["9999-12-31T23:00:00-02:00", "9999-12-31T23:30:00-03:00"] {
+        let err = identify_err(&orders, &event(beyond));
+        assert_eq!(
+            (err.code(), err.field()),
+            ("invalid_timestamp", "/at"),
+            "{beyond}"
+        );
+    }
+    // Before 1970 a fraction of a microsecond rounds down, as after: the instant stays
+    // in its own microsecond (and day).
+    let before = identify(&orders, &event("1969-12-31T23:59:59.9999995Z"));
+    assert_eq!(before.occurred_at_us, Some(-1));
 }

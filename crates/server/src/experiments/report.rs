@@ -38,15 +38,17 @@ pub async fn build(
         .campaign(tenant, campaign_id)
         .await?
         .ok_or_else(|| super::campaign_not_found(campaign_id.as_str(), "id"))?;
+    // Sums, then units, then versions: a unit can convert only once assigned, and be
+    // assigned only under a published version, so each read covers what the one before
+    // it saw. In another order a unit assigned and converting in between was a converter
+    // of no unit (a rate above 1, and no lift), or a unit of a version the sample-ratio
+    // check did not know (a false mismatch).
+    let sums = store.report_sums(tenant, campaign_id).await?;
+    let units_by_version = store.units_by_version(tenant, campaign_id).await?;
     let versions = store.campaign_versions(tenant, campaign_id).await?;
     if versions.is_empty() {
         return Err(super::not_published());
     }
-    // Sums before units: a unit can convert only once assigned, so every unit the sums
-    // hold is counted below. Read the other way, a unit assigned and converting between
-    // the two reads was a converter of no unit (a rate above 1, and no lift).
-    let sums = store.report_sums(tenant, campaign_id).await?;
-    let units_by_version = store.units_by_version(tenant, campaign_id).await?;
     let duplicates_over_time = store
         .duplicates_over_time(tenant, campaign_id, HOUR_US, DUPLICATE_BUCKETS_MAX)
         .await?;

@@ -215,7 +215,9 @@ fn metric_views(metrics: &[MetricDef]) -> Vec<MetricView> {
 
 pub(crate) fn campaign_json(campaign: &Campaign, latest: Option<&CampaignVersion>) -> CampaignView {
     CampaignView {
-        arms: arm_views(&campaign.arms),
+        // The weights units are bucketed with now: the latest version's (a publish may
+        // change them), else the campaign's as created.
+        arms: arm_views(latest.map_or(&campaign.arms, |v| &v.arms)),
         created_at: format_rfc3339_micros(campaign.created_at_us),
         id: campaign.id.clone(),
         key: campaign.key.clone(),

@@ -229,6 +229,15 @@ async fn assignments_need_a_published_version_and_stay_sticky_across_republishin
         )
         .await;
     assert_eq!(reweighted.body["version"], 2);
+    // The campaign shows the weights units are now bucketed with.
+    let shown = app.get(&format!("/campaigns/{campaign}")).await;
+    let weights: Vec<i64> = shown.body["arms"]
+        .as_array()
+        .expect("arms")
+        .iter()
+        .map(|arm| arm["weight"].as_i64().unwrap_or(0))
+        .collect();
+    assert_eq!(weights, [1, 9], "{}", shown.body);
     for (unit, first) in before.iter().enumerate() {
         let again = assign(&app, &campaign, &format!("user-{unit}")).await;
         assert_eq!(

@@ -315,7 +315,8 @@ fn parse_body(
     let depth_max = state.config.json_depth_max + BATCH_DEPTH_EXTRA;
     match parse {
         Parse::Single => Ok((json::parse(bytes, depth_max)?, Vec::new())),
-        Parse::Batch => json::parse_reporting_numbers(bytes, depth_max),
+        // An item is `/batch/{index}`.
+        Parse::Batch => json::parse_reporting_numbers(bytes, depth_max, 2),
     }
 }
 
