@@ -38,8 +38,9 @@ pub struct Report {
     pub srm: SrmReport,
     /// Every arm, the control first.
     pub arms: Vec<ArmReport>,
-    /// Plain-language warnings: a sample ratio mismatch first, then every arm and
-    /// metric whose conclusion deduplication changes.
+    /// Plain-language warnings: a sample ratio mismatch first, then weights changed
+    /// between versions that have units, then every arm and metric whose conclusion
+    /// deduplication changes.
     pub verdicts: Vec<Verdict>,
     /// Duplicate deliveries suppressed per arrival hour and arm.
     pub duplicates_over_time: Vec<DuplicateBucket>,
@@ -145,6 +146,8 @@ pub enum VerdictKind {
     Srm,
     /// Deduplication changes an arm's conclusion on a metric.
     DedupeChangesConclusion,
+    /// Units were assigned under versions whose weights differ.
+    WeightsChanged,
 }
 
 /// A plain-language warning.
@@ -254,6 +257,9 @@ impl Report {
                 metrics,
             });
         }
+        if let Some(verdict) = weights_changed(input.versions, input.units_by_version) {
+            verdicts.insert(0, verdict);
+        }
         if srm.flagged {
             verdicts.insert(0, Verdict {
                 kind: VerdictKind::Srm,
@@ -307,19 +313,64 @@ fn units_per_arm(campaign: &Campaign, by_version: &[UnitsByVersion]) -> HashMap<
 
 /// Chi-square of observed units against the weights of the version each unit was
 /// assigned under (a mixture when weights changed between versions).
+/// Units assigned under each version, in one pass over the rows (a pass per version cost
+/// versions × rows, and publishing is unbounded).
+fn assigned_per_version(by_version: &[UnitsByVersion]) -> HashMap<i64, i64> {
+    let mut assigned: HashMap<i64, i64> = HashMap::new();
+    for row in by_version {
+        *assigned.entry(row.version).or_default() += row.units;
+    }
+    assigned
+}
+
+/// A warning when units were assigned under versions whose arms' weights differ: the
+/// figures pool every unit per arm, and after a reweighting the arms hold units of
+/// different ages and periods (an arm given more weight later holds more recent units,
+/// with less time to convert), which can bias a lift the sample-ratio check, per
+/// version, does not see.
+fn weights_changed(versions: &[CampaignVersion], by_version: &[UnitsByVersion]) -> Option<Verdict> {
+    let assigned = assigned_per_version(by_version);
+    let shares = |version: &CampaignVersion| -> Vec<(String, f64)> {
+        let total: f64 = version.arms.iter().map(|a| f64::from(a.weight)).sum();
+        version
+            .arms
+            .iter()
+            .map(|a| (a.key.clone(), f64::from(a.weight) / total))
+            .collect()
+    };
+    let used: Vec<&CampaignVersion> = versions
+        .iter()
+        .filter(|v| assigned.get(&v.version).is_some_and(|n| *n > 0))
+        .collect();
+    let (first, rest) = used.split_first()?;
+    let first_shares = shares(first);
+    let changed = rest.iter().find(|v| {
+        shares(v)
+            .iter()
+            .zip(&first_shares)
+            .any(|((_, a), (_, b))| (a - b).abs() > 1e-12)
+    })?;
+    Some(Verdict {
+        kind: VerdictKind::WeightsChanged,
+        metric: None,
+        arm: None,
+        message: format!(
+            "The arms' weights changed between version {} and version {}, and units were assigned under both: the figures pool them, so an arm weighted more later holds more recent units (less time to convert, another period) and its lift can be biased. Read it with care, or compare units of one version.",
+            first.version, changed.version
+        ),
+    })
+}
+
 fn srm_report(
     campaign: &Campaign,
     versions: &[CampaignVersion],
     by_version: &[UnitsByVersion],
     units: &HashMap<String, u64>,
 ) -> SrmReport {
+    let assigned_under = assigned_per_version(by_version);
     let mut expected: HashMap<&str, f64> = HashMap::new();
     for version in versions {
-        let assigned: i64 = by_version
-            .iter()
-            .filter(|row| row.version == version.version)
-            .map(|row| row.units)
-            .sum();
+        let assigned = assigned_under.get(&version.version).copied().unwrap_or(0);
         let total_weight: f64 = version.arms.iter().map(|a| f64::from(a.weight)).sum();
         for arm in version.arms.iter() {
             *expected.entry(arm.key.as_str()).or_default() +=

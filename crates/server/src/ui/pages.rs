@@ -255,6 +255,7 @@ fn verdict_kind_name(kind: VerdictKind) -> &'static str {
     match kind {
         VerdictKind::Srm => "srm",
         VerdictKind::DedupeChangesConclusion => "dedupe_changes_conclusion",
+        VerdictKind::WeightsChanged => "weights_changed",
     }
 }
 

@@ -255,6 +255,39 @@ async fn assignments_need_a_published_version_and_stay_sticky_across_republishin
         new_b > 150,
         "new units follow the new weights: {new_b}/200 in b"
     );
+    // Units under both weightings are pooled in the figures: the report says so.
+    let kinds = |report: &Value| -> Vec<String> {
+        report["verdicts"]
+            .as_array()
+            .expect("verdicts")
+            .iter()
+            .map(|v| v["kind"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let reweighted_report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    assert!(
+        kinds(&reweighted_report.body).contains(&"weights_changed".to_string()),
+        "{}",
+        reweighted_report.body["verdicts"]
+    );
+    // A republish that keeps the weights (a note) warns of nothing.
+    let same = app.post_json("/campaigns", &json!({"key": "same", "name": "Same", "arms": [{"key": "a", "weight": 1}, {"key": "b", "weight": 1}], "metrics": []})).await;
+    let same = same.body["id"].as_str().expect("id").to_string();
+    app.post_raw(&format!("/campaigns/{same}/publish"), "")
+        .await;
+    assign(&app, &same, "user-1").await;
+    app.post_raw(
+        &format!("/campaigns/{same}/publish"),
+        r#"{"note": "again"}"#,
+    )
+    .await;
+    assign(&app, &same, "user-2").await;
+    let same_report = app.get(&format!("/campaigns/{same}/report")).await;
+    assert!(
+        !kinds(&same_report.body).contains(&"weights_changed".to_string()),
+        "{}",
+        same_report.body["verdicts"]
+    );
 }
 
 async fn invalid_outcomes_are_refused_naming_the_field(backend: Backend) {
