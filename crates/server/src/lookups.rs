@@ -85,8 +85,14 @@ impl Lookups {
     ) {
         let name = contract.name().as_str().to_string();
         if latest {
-            self.latest
-                .put((tenant.clone(), name.clone()), contract.version());
+            // Never backwards: a read of v1 that finishes after another request cached v2
+            // would send every later request through a stale round (and, three in a
+            // row, a 503).
+            self.latest.put_newer(
+                (tenant.clone(), name.clone()),
+                contract.version(),
+                |cached, new| new >= cached,
+            );
         }
         self.contracts
             .put((tenant.clone(), name, contract.version()), contract.clone());
@@ -103,8 +109,12 @@ impl Lookups {
 
     /// Remembers the latest published version the store just answered for a campaign.
     pub(crate) fn remember_campaign(&self, tenant: &TenantId, latest: &CampaignVersion) {
-        self.campaigns
-            .put((tenant.clone(), latest.campaign_id.clone()), latest.clone());
+        // Never backwards, as for contracts.
+        self.campaigns.put_newer(
+            (tenant.clone(), latest.campaign_id.clone()),
+            latest.clone(),
+            |cached, new| new.version >= cached.version,
+        );
     }
 
     /// Forgets a campaign's latest version (a batch found a newer one).
@@ -148,6 +158,19 @@ impl<K: Eq + Hash, V: Clone> Memory<K, V> {
         }
     }
 
+    /// [`Memory::put`] unless the value remembered is newer (`newer(cached, new)` false).
+    fn put_newer(&self, key: K, value: V, newer: impl Fn(&V, &V) -> bool) {
+        if let Ok(mut map) = self.map.lock() {
+            if map.get(&key).is_some_and(|cached| !newer(cached, &value)) {
+                return;
+            }
+            if map.len() >= ENTRIES_MAX {
+                map.clear();
+            }
+            map.insert(key, value);
+        }
+    }
+
     fn remove(&self, key: &K) {
         if let Ok(mut map) = self.map.lock() {
             map.remove(key);
@@ -171,5 +194,21 @@ mod tests {
         assert_eq!(memory.get(&ENTRIES_MAX), Some(1));
         memory.remove(&ENTRIES_MAX);
         assert_eq!(memory.get(&ENTRIES_MAX), None);
+    }
+
+    /// A latest version remembered late (its read started before a newer one was
+    /// cached) does not replace the newer one; once forgotten, any is taken.
+    #[test]
+    fn a_latest_version_never_goes_backwards() {
+        let memory: Memory<&str, u32> = Memory::default();
+        let newer = |cached: &u32, new: &u32| new >= cached;
+        memory.put_newer("c", 2, newer);
+        memory.put_newer("c", 1, newer);
+        assert_eq!(memory.get(&"c"), Some(2));
+        memory.put_newer("c", 3, newer);
+        assert_eq!(memory.get(&"c"), Some(3));
+        memory.remove(&"c");
+        memory.put_newer("c", 1, newer);
+        assert_eq!(memory.get(&"c"), Some(1));
     }
 }
