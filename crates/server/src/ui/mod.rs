@@ -309,10 +309,19 @@ async fn mint_login_token(
         (status = 303, description = "no session: to the login form"), (status = "4XX", description = "an HTML error page"),
         (status = "5XX", description = "an HTML error page")))]
 async fn index(State(state): State<AppState>, session: UiSession) -> Result<Response, UiError> {
-    let campaigns = state
+    let mut campaigns = state
         .store
         .campaigns(&session.tenant, INDEX_CAMPAIGNS_MAX)
         .await?;
+    // The weights units are bucketed with now, as `GET /campaigns/{id}` shows them: the
+    // latest published version's (one statement for the page), else as created.
+    let ids: Vec<_> = campaigns.iter().map(|c| c.id.clone()).collect();
+    let latest = state.store.latest_versions(&session.tenant, &ids).await?;
+    for campaign in &mut campaigns {
+        if let Some(version) = latest.iter().find(|v| v.campaign_id == campaign.id) {
+            campaign.arms = version.arms.clone();
+        }
+    }
     Ok(html_response(StatusCode::OK, pages::index(&campaigns)))
 }
 

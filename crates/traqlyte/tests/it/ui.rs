@@ -498,6 +498,15 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
         .to_str()
         .unwrap_or("")
         .starts_with("text/html"));
+    // Published with other weights, the list shows the weights units get now.
+    app.post_raw(
+        &format!("/campaigns/{created}/publish"),
+        r#"{"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 9}]}"#,
+    )
+    .await;
+    let listed = page("/ui/campaigns", &session).await.expect("get");
+    let html = listed.text().await.expect("text");
+    assert!(html.contains("treatment (9)"), "{html}");
 
     // Another tenant's session does not see this tenant's campaign.
     let other_key = app.other_tenant_key().await;
