@@ -222,7 +222,8 @@ impl Report {
     pub fn compute(input: ReportInput<'_>) -> Report {
         let campaign = input.campaign;
         let units = units_per_arm(campaign, input.units_by_version);
-        let srm = srm_report(campaign, input.versions, input.units_by_version, &units);
+        let assigned_under = assigned_per_version(input.units_by_version);
+        let srm = srm_report(campaign, input.versions, &assigned_under, &units);
         let control = &campaign.arms.control().key;
         let mut arms = Vec::with_capacity(campaign.arms.len());
         let mut verdicts = Vec::new();
@@ -257,7 +258,7 @@ impl Report {
                 metrics,
             });
         }
-        if let Some(verdict) = weights_changed(input.versions, input.units_by_version) {
+        if let Some(verdict) = weights_changed(input.versions, &assigned_under) {
             verdicts.insert(0, verdict);
         }
         if srm.flagged {
@@ -311,8 +312,6 @@ fn units_per_arm(campaign: &Campaign, by_version: &[UnitsByVersion]) -> HashMap<
     units
 }
 
-/// Chi-square of observed units against the weights of the version each unit was
-/// assigned under (a mixture when weights changed between versions).
 /// Units assigned under each version, in one pass over the rows (a pass per version cost
 /// versions × rows, and publishing is unbounded).
 fn assigned_per_version(by_version: &[UnitsByVersion]) -> HashMap<i64, i64> {
@@ -328,14 +327,14 @@ fn assigned_per_version(by_version: &[UnitsByVersion]) -> HashMap<i64, i64> {
 /// different ages and periods (an arm given more weight later holds more recent units,
 /// with less time to convert), which can bias a lift the sample-ratio check, per
 /// version, does not see.
-fn weights_changed(versions: &[CampaignVersion], by_version: &[UnitsByVersion]) -> Option<Verdict> {
-    let assigned = assigned_per_version(by_version);
-    let shares = |version: &CampaignVersion| -> Vec<(String, f64)> {
+fn weights_changed(versions: &[CampaignVersion], assigned: &HashMap<i64, i64>) -> Option<Verdict> {
+    // Each arm's share of the weight, in the campaign's arm order (a republish keeps it).
+    let shares = |version: &CampaignVersion| -> Vec<f64> {
         let total: f64 = version.arms.iter().map(|a| f64::from(a.weight)).sum();
         version
             .arms
             .iter()
-            .map(|a| (a.key.clone(), f64::from(a.weight) / total))
+            .map(|a| f64::from(a.weight) / total)
             .collect()
     };
     let used: Vec<&CampaignVersion> = versions
@@ -348,7 +347,7 @@ fn weights_changed(versions: &[CampaignVersion], by_version: &[UnitsByVersion]) 
         shares(v)
             .iter()
             .zip(&first_shares)
-            .any(|((_, a), (_, b))| (a - b).abs() > 1e-12)
+            .any(|(a, b)| (a - b).abs() > 1e-12)
     })?;
     Some(Verdict {
         kind: VerdictKind::WeightsChanged,
@@ -361,13 +360,14 @@ fn weights_changed(versions: &[CampaignVersion], by_version: &[UnitsByVersion]) 
     })
 }
 
+/// Chi-square of observed units against the weights of the version each unit was
+/// assigned under (a mixture when weights changed between versions).
 fn srm_report(
     campaign: &Campaign,
     versions: &[CampaignVersion],
-    by_version: &[UnitsByVersion],
+    assigned_under: &HashMap<i64, i64>,
     units: &HashMap<String, u64>,
 ) -> SrmReport {
-    let assigned_under = assigned_per_version(by_version);
     let mut expected: HashMap<&str, f64> = HashMap::new();
     for version in versions {
         let assigned = assigned_under.get(&version.version).copied().unwrap_or(0);

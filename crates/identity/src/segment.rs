@@ -265,9 +265,7 @@ pub fn identify_message_owned(
     let mut identified =
         message_contract().identify_with_fingerprint(Value::Object(projection), fingerprint)?;
     let corrected = corrected_timestamp(envelope.received_at_us, sent_at, fields.timestamp_us);
-    if !(crate::timestamp::RFC3339_FIRST_US..=crate::timestamp::RFC3339_LAST_US)
-        .contains(&corrected)
-    {
+    if !crate::timestamp::writable_in_rfc3339(corrected) {
         return Err(SegmentError::Invalid {
             field: "sentAt".to_string(),
             reason: "timestamp and sentAt put the clock-skew-corrected time (receivedAt - (sentAt - timestamp)) outside the years 0001 to 9999".to_string(),

@@ -5,8 +5,13 @@ use time::OffsetDateTime;
 
 /// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z in microseconds since the epoch:
 /// the instants an RFC 3339 timestamp in UTC can write.
-pub(crate) const RFC3339_FIRST_US: i64 = -62_135_596_800_000_000;
-pub(crate) const RFC3339_LAST_US: i64 = 253_402_300_799_999_999;
+const RFC3339_FIRST_US: i64 = -62_135_596_800_000_000;
+const RFC3339_LAST_US: i64 = 253_402_300_799_999_999;
+
+/// Whether an RFC 3339 timestamp in UTC can write the instant `micros` (years 0001–9999).
+pub(crate) fn writable_in_rfc3339(micros: i64) -> bool {
+    (RFC3339_FIRST_US..=RFC3339_LAST_US).contains(&micros)
+}
 
 /// Parses an RFC 3339 timestamp that carries a UTC offset into microseconds since the
 /// Unix epoch (UTC), rounded down. Returns the parser's reason on failure, and refuses an
@@ -19,7 +24,7 @@ pub fn parse_rfc3339_micros(text: &str) -> Result<i64, String> {
     let micros = parsed.unix_timestamp_nanos().div_euclid(1_000);
     i64::try_from(micros)
         .ok()
-        .filter(|m| (RFC3339_FIRST_US..=RFC3339_LAST_US).contains(m))
+        .filter(|m| writable_in_rfc3339(*m))
         .ok_or_else(|| {
             "the instant in UTC falls outside the years 0001 to 9999, which RFC 3339 cannot write"
                 .to_string()

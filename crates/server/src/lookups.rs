@@ -150,12 +150,7 @@ impl<K: Eq + Hash, V: Clone> Memory<K, V> {
     }
 
     fn put(&self, key: K, value: V) {
-        if let Ok(mut map) = self.map.lock() {
-            if map.len() >= ENTRIES_MAX {
-                map.clear();
-            }
-            map.insert(key, value);
-        }
+        self.put_newer(key, value, |_, _| true);
     }
 
     /// [`Memory::put`] unless the value remembered is newer (`newer(cached, new)` false).

@@ -7,12 +7,12 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
-use traqlyte_experiments::{outcome_fingerprint, CampaignId, DedupeKey, UnitId};
+use traqlyte_experiments::{outcome_fingerprint, CampaignId, DedupeKey, OutcomeValue, UnitId};
 use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
 use traqlyte_store::{
     BindingTally, Campaign, EventOutcome, IngestSource, MetricBinding, MetricKind, NewEvent,
-    NewOutcome, NewRejection, Source, SourceTally, Store, StoreTx, TenantId, OUTCOME_VALUE_ABS_MAX,
+    NewOutcome, NewRejection, Source, SourceTally, Store, StoreTx, TenantId,
 };
 
 use crate::ApiError;
@@ -285,9 +285,8 @@ impl Fact {
 /// A finite number within the outcome bound at `pointer`.
 fn number_at(payload: &Value, pointer: &str) -> Option<f64> {
     let value = Pointer::parse(pointer).ok()?.get(payload)?.as_f64()?;
-    // -0 is 0, as for `POST /outcome` (`OutcomeValue`).
-    let value = if value == 0.0 { 0.0 } else { value };
-    (value.is_finite() && value.abs() <= OUTCOME_VALUE_ABS_MAX).then_some(value)
+    // The rule of `POST /outcome`: finite, within the bound, -0 read as 0.
+    OutcomeValue::try_from(value).ok().map(OutcomeValue::get)
 }
 
 /// A business key at `pointer`: a non-empty string without NUL, or an integer.
