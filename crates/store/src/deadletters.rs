@@ -2,7 +2,8 @@
 //! contract, an identity error), kept with the reason and their raw bytes so an operator
 //! can read, fix and re-publish them. The consumer writes them before it terminates the
 //! message on the broker, so a message is never dropped unseen; the key is the message's
-//! place in its stream, so a redelivery after a crash adds no second row.
+//! place in its stream and the time the broker received it, so a redelivery after a crash
+//! adds no second row while a re-created stream's message at an old place is still kept.
 
 use crate::tx::with_pool;
 use crate::{Store, StoreError, TenantId};
@@ -18,6 +19,10 @@ pub struct NewDeadLetter {
     /// Its sequence number in that stream (JetStream's are u64; the store's column is
     /// BIGINT, which 9.2e18 messages would take to overflow).
     pub stream_sequence: i64,
+    /// When the broker received it (ns since the epoch; JetStream's `published`, the same
+    /// on every redelivery): a stream deleted and re-created under its name restarts its
+    /// sequences, and this tells its messages from the old ones at the same place.
+    pub published_ns: i64,
     /// The subject it was published on.
     pub subject: String,
     /// A stable code: `invalid_json`, `unknown_contract`, `segment_source_not_configured`, `source_revoked`, `outside_horizon`,
@@ -36,6 +41,9 @@ pub struct DeadLetter {
     pub stream: String,
     /// Its sequence number in that stream.
     pub stream_sequence: i64,
+    /// When the broker received it (ns since the epoch; 0 for letters recorded before
+    /// migration 0023).
+    pub published_ns: i64,
     /// The subject it was published on.
     pub subject: String,
     /// A stable code (see [`NewDeadLetter::reason`]).
@@ -49,12 +57,13 @@ pub struct DeadLetter {
 }
 
 const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters
-     (tenant_id, stream, stream_sequence, subject, reason, detail, raw, received_at_us)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+     (tenant_id, stream, stream_sequence, published_ns, subject, reason, detail, raw,
+      received_at_us)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
      ON CONFLICT DO NOTHING";
 
 const SELECT_DEAD_LETTERS: &str =
-    "SELECT stream, stream_sequence, subject, reason, detail, raw, received_at_us
+    "SELECT stream, stream_sequence, published_ns, subject, reason, detail, raw, received_at_us
      FROM dead_letters
      WHERE tenant_id = $1
      ORDER BY received_at_us DESC, stream, stream_sequence DESC
@@ -62,7 +71,7 @@ const SELECT_DEAD_LETTERS: &str =
 
 impl Store {
     /// Records dead letters in one transaction, durable before returning; a letter whose
-    /// (stream, sequence) is already recorded is skipped. Returns how many were new.
+    /// (stream, sequence, published time) is already recorded is skipped. Returns how many were new.
     pub async fn insert_dead_letters(
         &self,
         tenant: &TenantId,
@@ -79,6 +88,7 @@ impl Store {
                 .bind(tenant.as_str())
                 .bind(&letter.stream)
                 .bind(letter.stream_sequence)
+                .bind(letter.published_ns)
                 .bind(crate::without_nul(&letter.subject))
                 .bind(crate::without_nul(&letter.reason))
                 .bind(crate::without_nul(&letter.detail))

@@ -71,18 +71,26 @@ impl std::fmt::Display for IngestSource {
 }
 
 impl Store {
-    /// [`Store::insert_events`] counted under `source` (tallies and collisions).
+    /// [`Store::insert_events`] counted under `source` (tallies and collisions); with
+    /// `any_age`, in a backfill's transaction ([`Store::begin_backfill`]): events older
+    /// than every attached partition are reconciled in the detached ones (and counted as
+    /// `late`) instead of failing with [`StoreError::OutsideHorizon`].
     pub async fn insert_events_from(
         &self,
         source: IngestSource,
         tenant: &TenantId,
         contract: &traqlyte_identity::Contract,
         events: &[crate::NewEvent],
+        any_age: bool,
     ) -> Result<Vec<crate::EventOutcome>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.begin().await?;
+        let mut tx = if any_age {
+            self.begin_backfill().await?
+        } else {
+            self.begin().await?
+        };
         tx.set_ingest_source(source);
         let outcomes = tx.insert_events(tenant, contract, events).await?;
         tx.commit().await?;

@@ -44,6 +44,8 @@ pub(crate) struct ConsumeNatsArgs {
     #[command(flatten)]
     horizon: crate::partitions::HorizonArgs,
     #[command(flatten)]
+    late: crate::partitions::LateEventsArgs,
+    #[command(flatten)]
     bounds: NatsBounds,
     #[command(flatten)]
     db: DbArgs,
@@ -147,11 +149,12 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let ConsumeCommand::Nats(args) = command;
-    let config = args.bounds.config(
+    let mut config = args.bounds.config(
         (&args.url, &args.stream, &args.durable, &args.tenant),
         args.segment_source.as_deref(),
         args.horizon.dedupe_horizon_days,
     )?;
+    config.late_events = args.late.late_events.into();
     let store = crate::connect(&args.db, 4).await?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");

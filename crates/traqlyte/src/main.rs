@@ -161,15 +161,8 @@ struct ServeArgs {
     admin_token_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     horizon: partitions::HorizonArgs,
-    /// An event older than the horizon: refused (422 outside_horizon) or reconciled
-    /// like a backfill.
-    #[arg(
-        long,
-        env = "TRAQLYTE_LATE_EVENTS",
-        value_enum,
-        default_value = "refuse"
-    )]
-    late_events: partitions::LateEventsArg,
+    #[command(flatten)]
+    late: partitions::LateEventsArgs,
     /// Record Prometheus metrics and serve `GET /metrics` (`off`: nothing recorded, 404).
     #[arg(long, env = "TRAQLYTE_METRICS", value_enum, default_value = "on")]
     metrics: OnOff,
@@ -378,7 +371,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         idle_timeout_ms: args.idle_timeout_ms,
         connections_max,
         dedupe_horizon: args.horizon.dedupe_horizon_days,
-        late_events: args.late_events.into(),
+        late_events: args.late.late_events.into(),
         semantic_scan_every_ms: args.semantic_scan_interval.0,
         metrics: traqlyte_server::metrics::MetricsConfig {
             enabled: args.metrics == OnOff::On,
@@ -406,6 +399,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     // The server's nesting limit: an event its HTTP API accepts is no dead letter here.
     nats.json_depth_max = config.json_depth_max;
+    nats.late_events = config.late_events;
     serve_and_consume(store, config, nats, on_bound).await
 }
 

@@ -20,7 +20,22 @@ pub(crate) struct HorizonArgs {
     pub(crate) dedupe_horizon_days: DedupeHorizon,
 }
 
-/// What `serve` does with an event older than the horizon.
+/// What the live path (`serve`, `consume nats`) does with an event older than the
+/// horizon.
+#[derive(Args, Clone, Copy)]
+pub(crate) struct LateEventsArgs {
+    /// An event older than the horizon: refused (HTTP: 422 outside_horizon; NATS: a dead
+    /// letter) or reconciled like a backfill.
+    #[arg(
+        long,
+        env = "TRAQLYTE_LATE_EVENTS",
+        value_enum,
+        default_value = "refuse"
+    )]
+    pub(crate) late_events: LateEventsArg,
+}
+
+/// What the live path does with an event older than the horizon.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub(crate) enum LateEventsArg {
     /// 422 outside_horizon, nothing written; load late events with `traqlyte backfill`.

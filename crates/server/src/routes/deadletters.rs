@@ -30,6 +30,12 @@ pub(crate) struct DeadLetterView {
     reason: String,
     /// When it was recorded (RFC 3339).
     received_at: String,
+    /// When the broker received it (RFC 3339, to the nanosecond; JetStream's own time of
+    /// the message, the same on every redelivery). Absent for letters recorded before it
+    /// was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    published_at: Option<String>,
     /// The broker stream it came from.
     stream: String,
     /// Its sequence in that stream.
@@ -51,12 +57,25 @@ impl DeadLetterView {
             raw_base64: base64::engine::general_purpose::STANDARD.encode(&letter.raw),
             raw_text: String::from_utf8(letter.raw).ok(),
             detail: letter.detail,
+            published_at: (letter.published_ns != 0)
+                .then(|| format_rfc3339_nanos(letter.published_ns)),
             reason: letter.reason,
             received_at: format_rfc3339_micros(letter.received_at_us),
             stream: letter.stream,
             stream_sequence: letter.stream_sequence,
             subject: letter.subject,
         }
+    }
+}
+
+/// `ns` nanoseconds since the epoch as RFC 3339 in UTC, with all nine digits.
+fn format_rfc3339_nanos(ns: i64) -> String {
+    let micros = format_rfc3339_micros(ns.div_euclid(1_000));
+    let extra = ns.rem_euclid(1_000);
+    // `…SS.ffffffZ` → `…SS.ffffffnnnZ`.
+    match micros.strip_suffix('Z') {
+        Some(head) => format!("{head}{extra:03}Z"),
+        None => micros,
     }
 }
 

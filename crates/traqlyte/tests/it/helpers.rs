@@ -328,6 +328,22 @@ impl TestApp {
         &self._db.url
     }
 
+    /// Runs `sql` (one or more statements) on the app's database over a connection of
+    /// its own, as an operator's console would.
+    pub async fn execute_sql(&self, sql: &str) {
+        use sqlx::Connection;
+        let url = self.database_url();
+        if url.starts_with("postgres") {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+            sqlx::raw_sql(sql).execute(&mut conn).await.expect(sql);
+        } else {
+            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
+                .await
+                .expect("connect");
+            sqlx::raw_sql(sql).execute(&mut conn).await.expect(sql);
+        }
+    }
+
     /// A second tenant's API key.
     pub async fn other_tenant_key(&self) -> String {
         let (_, key) = self

@@ -168,6 +168,7 @@ async fn tenant_a_writes(app: &TestApp) -> Owned {
     let letter = traqlyte_store::NewDeadLetter {
         stream: "TRAQLYTE".to_string(),
         stream_sequence: 1,
+        published_ns: 1,
         subject: "traqlyte.nope".to_string(),
         reason: "unknown_contract".to_string(),
         detail: "A's dead letter".to_string(),

@@ -535,7 +535,152 @@ async fn a_consumer_refuses_a_segment_source_that_does_not_work(backend: Backend
     }
 }
 
+/// The tenant's dead letters once there are `n` of them (fails after the settle wait).
+async fn wait_for_letters(app: &TestApp, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    loop {
+        let answer = app.get("/deadletters").await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        let letters = answer.body["dead_letters"].as_array().cloned();
+        let letters = letters.unwrap_or_default();
+        if letters.len() >= n {
+            assert_eq!(letters.len(), n, "{}", answer.body);
+            return letters;
+        }
+        assert!(Instant::now() < deadline, "dead letters: {}", answer.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A stream deleted and re-created under its name restarts its sequences: its first
+/// dead letter sits at the old first letter's position. Both are kept, told apart by
+/// the time the broker received each (the old key, the position alone, dropped the new
+/// letter, and the message was then terminated: lost).
+async fn a_recreated_stream_keeps_a_dead_letter_at_an_old_position(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    publish(&js, "traqlyte.checkout_completed", b"{first", "first").await;
+    let mut consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    wait_for_letters(&app, 1).await;
+    wait_until_drained(&js).await;
+    assert!(consumer.terminate().success());
+    js.delete_stream(STREAM).await.expect("delete the stream");
+    create_stream(&js, STREAM, 1).await;
+    publish(&js, "traqlyte.checkout_completed", b"{second", "second").await;
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    let letters = wait_for_letters(&app, 2).await;
+    let mut seen: Vec<(&str, i64)> = letters
+        .iter()
+        .map(|l| {
+            let raw = l["raw_text"].as_str().unwrap_or("");
+            (raw, l["stream_sequence"].as_i64().unwrap_or(0))
+        })
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [("{first", 1), ("{second", 1)]);
+    let published: Vec<&str> = letters
+        .iter()
+        .map(|l| l["published_at"].as_str().unwrap_or(""))
+        .collect();
+    assert_ne!(published[0], published[1], "{letters:?}");
+    for at in published {
+        // RFC 3339 in UTC with nine fractional digits.
+        assert_eq!((at.len(), at.ends_with('Z')), (30, true), "{at}");
+    }
+}
+
+/// `consume nats --late-events reconcile` takes an event older than the horizon, as
+/// `serve --late-events reconcile` does over HTTP: reconciled against the rows of any
+/// age (here its original, stored over HTTP), so its re-publication is a duplicate, and
+/// counted as late (PostgreSQL; SQLite has one table and nothing late).
+async fn late_events_reconciled_by_the_consumer_meet_their_originals(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    let mut old = checkout_event("order-old");
+    old["occurred_at"] = serde_json::json!(traqlyte_identity::format_rfc3339_micros(
+        traqlyte_store::now_us() - 20 * 86_400_000_000
+    ));
+    let first = app.post_event(&old).await;
+    assert_eq!(first.body["status"], "inserted", "{}", first.body);
+    let old = serde_json::to_vec(&old).expect("JSON");
+    publish(&js, "traqlyte.checkout_completed", &old, "old").await;
+    let fresh = serde_json::to_vec(&checkout_event("order-fresh")).expect("JSON");
+    publish(&js, "traqlyte.checkout_completed", &fresh, "fresh").await;
+    let late = ["--late-events", "reconcile"];
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &late, &[]);
+    wait_for(&app, "all stored", |(stored, dups)| {
+        stored == 2 && dups == 1
+    })
+    .await;
+    wait_until_drained(&js).await;
+    assert_eq!(counts(&app).await, (2, 1));
+    let dead = app.get("/deadletters").await;
+    assert_eq!(
+        dead.body["dead_letters"],
+        serde_json::json!([]),
+        "{}",
+        dead.body
+    );
+    let stats = app.get("/stats").await.body;
+    let late = match backend {
+        Backend::Postgres => 2,
+        Backend::Sqlite => 0,
+    };
+    assert_eq!(
+        stats["contracts"]["checkout_completed"]["late"], late,
+        "{stats}"
+    );
+}
+
+/// A store error Naks the batch and pauses the consumer for the backoff (here ten
+/// minutes); SIGTERM during that pause ends it at once instead of after it.
+async fn sigterm_ends_a_nak_backoff_at_once(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    // Dead letters cannot be recorded: every batch holding one fails to store.
+    app.execute_sql("ALTER TABLE dead_letters RENAME TO dead_letters_away")
+        .await;
+    publish(&js, "traqlyte.checkout_completed", b"{poison", "poison").await;
+    let backoff = [
+        "--nats-nak-delay-ms-min",
+        "600000",
+        "--nats-nak-delay-ms-max",
+        "600000",
+    ];
+    let mut consumer = ConsumerProcess::start(&app, &nats.url, &backoff, &[]);
+    // Delivered (and, a moment later, Nak'd: the store fails at once).
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    loop {
+        let stream = js.get_stream(STREAM).await.expect("stream");
+        let delivered = stream
+            .consumer_info(DURABLE)
+            .await
+            .map(|info| info.delivered.stream_sequence)
+            .unwrap_or(0);
+        if delivered >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never delivered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let asked = Instant::now();
+    let status = consumer.terminate();
+    let took = asked.elapsed();
+    assert!(status.success(), "exit status {status}");
+    assert!(took < Duration::from_secs(30), "SIGTERM took {took:?}");
+    app.execute_sql("ALTER TABLE dead_letters_away RENAME TO dead_letters")
+        .await;
+    let dead = app.get("/deadletters").await;
+    assert_eq!(
+        dead.body["dead_letters"],
+        serde_json::json!([]),
+        "{}",
+        dead.body
+    );
+}
+
 crate::on_both_backends!(
+    a_recreated_stream_keeps_a_dead_letter_at_an_old_position,
+    late_events_reconciled_by_the_consumer_meet_their_originals,
+    sigterm_ends_a_nak_backoff_at_once,
     segment_messages_are_stored_under_the_named_source_and_feed_metric_bindings,
     a_consumer_refuses_a_segment_source_that_does_not_work,
     republished_messages_are_stored_once_and_counted_as_duplicates,

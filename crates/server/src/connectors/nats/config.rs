@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use traqlyte_store::{DedupeHorizon, SourceName, TenantName};
+use traqlyte_store::{DedupeHorizon, LateEvents, SourceName, TenantName};
 
 /// Settings of one NATS JetStream consumer process.
 #[derive(Debug, Clone)]
@@ -44,6 +44,10 @@ pub struct NatsConfig {
     /// letter (`outside_horizon`), as the HTTP API refuses it with a 422, instead of a
     /// store error that would Nak the batch for ever.
     pub dedupe_horizon: DedupeHorizon,
+    /// An event older than the horizon: a dead letter (`Refuse`, the default) or
+    /// reconciled against stored rows of any age as a backfill is (`Reconcile`, as
+    /// `serve --late-events reconcile` does for HTTP), counted as `late`.
+    pub late_events: LateEvents,
     /// Test-only hook (feature `test-hooks`): sleep this long between the commit and the
     /// acks, so a test can kill the process in that window. Read from
     /// `TRAQLYTE_TEST_ACK_DELAY_MS`.
@@ -68,6 +72,7 @@ impl NatsConfig {
             json_depth_max: 32,
             segment_source: None,
             dedupe_horizon: DedupeHorizon::default(),
+            late_events: LateEvents::Refuse,
             #[cfg(feature = "test-hooks")]
             test_ack_delay_ms: std::env::var("TRAQLYTE_TEST_ACK_DELAY_MS")
                 .ok()

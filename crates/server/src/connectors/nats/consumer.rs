@@ -2,8 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer, ReplayPolicy};
@@ -14,8 +12,8 @@ use traqlyte_identity::segment::{identify_message_owned, Envelope};
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName};
 use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
-    now_us, EventOutcome, IngestSource, NewDeadLetter, NewEvent, OutsideHorizon, Store, StoreError,
-    TenantId,
+    now_us, EventOutcome, IngestSource, LateEvents, NewDeadLetter, NewEvent, OutsideHorizon, Store,
+    StoreError, TenantId,
 };
 
 use super::decode::{decode, Decoded, Refusal};
@@ -131,23 +129,23 @@ pub async fn run(
         })?;
     let consumer = durable_consumer(client.clone(), &config).await?;
     tracing::info!(stream = %config.stream, durable = %config.durable, tenant = %tenant, "consuming");
-    let stopping = Arc::new(AtomicBool::new(false));
-    let flag = stopping.clone();
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
-        flag.store(true, Ordering::SeqCst);
+        let _ = stop.send(true);
     });
     let mut worker = Worker {
         store,
         tenant,
         config,
         failures: 0,
+        stopping: stopping.clone(),
     };
     let fetching = worker.config.clone();
     let mut last_full = false;
     let mut prefetched: Option<Vec<Message>> = None;
     let mut lag_sampled: Option<std::time::Instant> = None;
-    while !stopping.load(Ordering::SeqCst) {
+    while !*stopping.borrow() {
         if lag_sampled.is_none_or(|at| at.elapsed() >= LAG_SAMPLE_EVERY) {
             lag_sampled = Some(std::time::Instant::now());
             sample_lag(&consumer, &worker.config).await;
@@ -299,12 +297,16 @@ struct Worker {
     config: NatsConfig,
     /// Consecutive batches that failed to store: the exponent of the Nak backoff.
     failures: u32,
+    /// Turns true on shutdown: a Nak backoff's pause ends early then.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// One message of a batch on its way to the store.
 struct Pending {
     message: Message,
     sequence: i64,
+    /// When the broker received it (ns since the epoch), the same on every redelivery.
+    published_ns: i64,
     fate: Fate,
 }
 
@@ -312,6 +314,16 @@ struct Pending {
 enum Fate {
     Store,
     Dead(Refusal),
+}
+
+/// How an event inside the consumer's bounds is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admitted {
+    /// Inside the horizon: the live transaction.
+    Live,
+    /// Older than the horizon, taken by `--late-events reconcile`: the batch goes through
+    /// a backfill's transaction.
+    Late,
 }
 
 /// What a batch did, for the log.
@@ -440,8 +452,13 @@ impl Worker {
                     }
                 }
                 // Pause too, so a consumer does not spin on other messages while the
-                // store is down.
-                tokio::time::sleep(delay).await;
+                // store is down; a shutdown ends the pause (the Nak'd batch is
+                // redelivered to whichever consumer is left).
+                let mut stopping = self.stopping.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stopping.wait_for(|stop| *stop) => {}
+                }
             }
         }
     }
@@ -453,10 +470,16 @@ impl Worker {
         let mut groups: BTreeMap<ContractName, Vec<(Value, usize)>> = BTreeMap::new();
         let mut segment: Vec<(Value, usize)> = Vec::new();
         for (index, message) in batch.iter().enumerate() {
-            let sequence = message
+            let (sequence, published_ns) = message
                 .info()
-                .map(|info| i64::try_from(info.stream_sequence).unwrap_or(i64::MAX))
-                .unwrap_or(0);
+                .map(|info| {
+                    let published = info.published.unix_timestamp_nanos();
+                    (
+                        i64::try_from(info.stream_sequence).unwrap_or(i64::MAX),
+                        i64::try_from(published).unwrap_or(i64::MAX),
+                    )
+                })
+                .unwrap_or((0, 0));
             let fate = match decode(
                 message.subject.as_str(),
                 &message.payload,
@@ -475,6 +498,7 @@ impl Worker {
             pending.push(Pending {
                 message: message.clone(),
                 sequence,
+                published_ns,
                 fate,
             });
         }
@@ -515,10 +539,12 @@ impl Worker {
         let mut events: Vec<NewEvent> = Vec::with_capacity(values.len());
         let mut positions = Vec::with_capacity(values.len());
         let now = now_us();
+        let mut late = false;
         for (value, index) in values {
             match identify(contract, value) {
                 Ok(event) => match self.admit(contract, &event, now) {
-                    Ok(()) => {
+                    Ok(admitted) => {
+                        late |= admitted == Admitted::Late;
                         events.push(event);
                         positions.push(index);
                     }
@@ -530,7 +556,7 @@ impl Worker {
         let source = IngestSource::nats(&self.config.stream);
         let outcomes = match self
             .store
-            .insert_events_from(source.clone(), &self.tenant, contract, &events)
+            .insert_events_from(source.clone(), &self.tenant, contract, &events, late)
             .await
         {
             // An event's day has no live partition although this consumer's horizon
@@ -544,7 +570,7 @@ impl Worker {
                     let one = std::slice::from_ref(&event);
                     match self
                         .store
-                        .insert_events_from(source.clone(), &self.tenant, contract, one)
+                        .insert_events_from(source.clone(), &self.tenant, contract, one, false)
                         .await
                     {
                         Ok(stored) => {
@@ -598,12 +624,17 @@ impl Worker {
 
     /// Refuses an event outside the live dedupe horizon, as the HTTP API does with
     /// `422 outside_horizon`: a dead letter (load it with `traqlyte backfill`), never a
-    /// store error that would Nak the batch again and again.
-    fn admit(&self, contract: &Contract, event: &NewEvent, now: i64) -> Result<(), Refusal> {
+    /// store error that would Nak the batch again and again. With `--late-events
+    /// reconcile` an event older than the horizon is taken, to be reconciled as a
+    /// backfill would ([`Admitted::Late`]); one too far ahead is still refused.
+    fn admit(&self, contract: &Contract, event: &NewEvent, now: i64) -> Result<Admitted, Refusal> {
         let at = partition_time(contract, event.identified.occurred_at_us);
         let horizon = self.config.dedupe_horizon;
         let side = match horizon.admits(at, now) {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(Admitted::Live),
+            Err(OutsideHorizon::TooOld) if self.config.late_events == LateEvents::Reconcile => {
+                return Ok(Admitted::Late)
+            }
             Err(OutsideHorizon::TooOld) => {
                 format!("older than the {}-day dedupe horizon", horizon.days())
             }
@@ -703,6 +734,7 @@ impl Worker {
                 Fate::Dead(refusal) => Some(NewDeadLetter {
                     stream: self.config.stream.clone(),
                     stream_sequence: p.sequence,
+                    published_ns: p.published_ns,
                     subject: p.message.subject.to_string(),
                     reason: refusal.reason.clone(),
                     detail: refusal.detail.clone(),
