@@ -7,6 +7,9 @@ Sent, in order:
   2. The COMPLETE of chain.report again with a later eventTime: a producer retry (a duplicate).
   3. Two COMPLETE events of one run of params.job that differ only in the nominalTime run
      facet, a parameter (2 new rows).
+Steps 2 and 3 go through a second client configured with `compression: gzip`
+(`Content-Encoding: gzip` bodies), so the retry in step 2 also shows that a compressed
+body is identified as its plain twin.
 
 Prints a JSON summary on stdout. Usage: ol_client_emit.py URL API_KEY
 """
@@ -19,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from openlineage.client import OpenLineageClient
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import nominal_time_run
-from openlineage.client.transport.http import ApiKeyTokenProvider, HttpConfig, HttpTransport
+from openlineage.client.transport.http import ApiKeyTokenProvider, HttpCompression, HttpConfig, HttpTransport
 
 NAMESPACE = "ol-client-test"
 DATASETS = "warehouse"
@@ -27,8 +30,10 @@ PRODUCER = "https://github.com/OpenLineage/OpenLineage/tree/1.54.0/client/python
 START = datetime(2026, 11, 29, 3, 0, 0, tzinfo=timezone.utc)
 
 
-def client(url, key):
-    config = HttpConfig(url=url, auth=ApiKeyTokenProvider({"apiKey": key}), timeout=30.0)
+def client(url, key, compression=None):
+    config = HttpConfig(
+        url=url, auth=ApiKeyTokenProvider({"apiKey": key}), timeout=30.0, compression=compression
+    )
     return OpenLineageClient(transport=HttpTransport(config))
 
 
@@ -79,8 +84,9 @@ def main():
     url, key = sys.argv[1], sys.argv[2]
     ol = client(url, key)
     complete = chain(ol)
-    retry(ol, complete)
-    parameter_runs(ol)
+    compressed = client(url, key, HttpCompression.GZIP)
+    retry(compressed, complete)
+    parameter_runs(compressed)
     print(json.dumps({"emitted": 10, "expected_rows": 8, "expected_duplicates": 1}))
 
 

@@ -11,10 +11,13 @@ Reads the events from stdin: a JSON array of {"userId", "event", "properties"}; 
 sent with `timestamp` TIMESTAMP and a messageId the client generates (a new one on every
 run: a re-run is a replayed queue with regenerated ids).
 
+With GZIP 1 the client compresses its requests (`gzip=True`: `Content-Encoding: gzip`).
+
 Prints {"requests", "dropped_requests", "dropped_messages", "errors"} on stdout.
-Usage: segment_client_emit.py URL WRITE_KEY DROP_EVERY TIMESTAMP
+Usage: segment_client_emit.py URL WRITE_KEY DROP_EVERY TIMESTAMP [GZIP]
 """
 
+import gzip
 import http.client
 import json
 import sys
@@ -56,7 +59,8 @@ def proxy_handler(target, drop_every, counts):
                 drop = drop_every > 0 and counts.requests % drop_every == 0
                 if drop:
                     counts.dropped_requests += 1
-                    counts.dropped_messages += len(json.loads(body).get("batch", [None]))
+                    sent = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
+                    counts.dropped_messages += len(json.loads(sent).get("batch", [None]))
             if drop:
                 # The server stored the batch; the client never hears so.
                 self.close_connection = True
@@ -72,6 +76,7 @@ def proxy_handler(target, drop_every, counts):
 
 def main():
     url, write_key, drop_every, timestamp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    compress = len(sys.argv) > 5 and sys.argv[5] == "1"
     events = json.load(sys.stdin)
     counts = Counts()
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), proxy_handler(url, drop_every, counts))
@@ -83,6 +88,7 @@ def main():
         upload_size=10,
         upload_interval=0.05,
         max_retries=6,
+        gzip=compress,
         on_error=lambda error, batch: errors.append(str(error)),
     )
     at = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))

@@ -69,6 +69,8 @@ async fn protect(state: AppState, request: Request, next: Next) -> Result<Respon
     let bytes = read_limited(&parts.headers, body, state.config.body_bytes_max)
         .await
         .map_err(IntoResponse::into_response)?;
+    // The handler reads these bytes again: as they are now, inflated.
+    crate::body::as_read(&mut parts.headers, bytes.len());
     let target = parts
         .uri
         .path_and_query()

@@ -6,6 +6,7 @@ mod backfill;
 mod bad_input;
 mod bad_input_routes;
 mod cli;
+mod compressed_bodies;
 mod connections;
 mod contracts;
 mod demo;

@@ -860,11 +860,12 @@ async fn library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_i
     assert_eq!(segment_stats(&app).await, (2, 0, 0));
 }
 
-/// Runs `tools/segment_client_emit.py` (the official client behind a lossy proxy).
+/// Runs `tools/segment_client_emit.py` (the official client behind a lossy proxy), its
+/// requests gzip-compressed when `gzip`.
 async fn python_client(
     app: &TestApp,
     key: &str,
-    drop_every: u32,
+    (drop_every, gzip): (u32, bool),
     timestamp: &str,
     events: &Value,
 ) -> Value {
@@ -878,6 +879,7 @@ async fn python_client(
     let mut child = tokio::process::Command::new(&python)
         .arg("tools/segment_client_emit.py")
         .args([&app.address, key, &drop_every.to_string(), timestamp])
+        .arg(if gzip { "1" } else { "0" })
         .current_dir(repository_root())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -918,7 +920,7 @@ async fn the_official_python_client_retrying_through_a_lossy_proxy_stores_each_e
     }
     let events = Value::Array(events);
     let timestamp = traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us() + 60_000_000);
-    let run = python_client(&app, &key, 3, &timestamp, &events).await;
+    let run = python_client(&app, &key, (3, false), &timestamp, &events).await;
     let dropped = run["dropped_messages"].as_i64().expect("dropped_messages");
     assert!(
         run["dropped_requests"].as_i64().unwrap_or(0) >= 2,
@@ -927,8 +929,9 @@ async fn the_official_python_client_retrying_through_a_lossy_proxy_stores_each_e
     assert_eq!(segment_stats(&app).await, (60, dropped, 0), "{run}");
     let expected = expected_figures(&arms, &orders);
     assert_eq!(report_figures(&app, &campaign).await, expected);
-    // The same events again: new messageIds from the client, another lossy run.
-    let again = python_client(&app, &key, 4, &timestamp, &events).await;
+    // The same events again: new messageIds from the client, another lossy run, its
+    // requests compressed (`gzip=True`).
+    let again = python_client(&app, &key, (4, true), &timestamp, &events).await;
     let dropped_again = again["dropped_messages"]
         .as_i64()
         .expect("dropped_messages");
