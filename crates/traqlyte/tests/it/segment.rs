@@ -27,6 +27,7 @@ crate::on_both_backends!(
     library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_its_message,
     rolling_up_source_and_binding_tallies_keeps_every_count,
     the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once,
+    colons_in_event_names_and_business_keys_never_merge_two_facts,
 );
 
 /// `traqlyte ARGS --database-url URL`.
@@ -943,4 +944,39 @@ async fn the_official_python_client_retrying_through_a_lossy_proxy_stores_each_e
     assert_eq!(report_figures(&app, &campaign).await, expected);
     let row = source_row(&app, "python").await;
     assert_eq!(row["stored"], 120);
+}
+
+/// The parts of a bound outcome's dedupe key are joined by `:`, so they are escaped: the
+/// order `done:1` of event `checkout` and the order `1` of event `checkout:done`, both
+/// bound to one metric, are two facts of one unit (unescaped, both were
+/// `{source}:checkout:done:1:purchase`, and the second was counted as a duplicate).
+async fn colons_in_event_names_and_business_keys_never_merge_two_facts(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let (campaign, _) = campaign_with_units(&app, &["user-1".to_string()]).await;
+    for event in ["checkout", "checkout:done"] {
+        let body = json!({"metric": "revenue", "event": event,
+            "value_pointer": "/properties/revenue", "key_pointer": "/properties/order_id"});
+        let answer = app
+            .post_json(&format!("/campaigns/{campaign}/bindings"), &body)
+            .await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+    let mut first = track("m-1", "user-1", "done:1", 3.0);
+    first["event"] = json!("checkout");
+    let mut second = track("m-2", "user-1", "1", 4.0);
+    second["event"] = json!("checkout:done");
+    let batch = json!({"batch": [first, second]});
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    // And both again with new message ids: duplicates of their facts, nothing new.
+    first["messageId"] = json!("m-3");
+    second["messageId"] = json!("m-4");
+    let again = json!({"batch": [first, second]});
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &again).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    let figures = report_figures(&app, &campaign).await;
+    let stored: u64 = figures.iter().map(|f| f.3).sum();
+    let value: f64 = figures.iter().map(|f| f.4).sum();
+    assert_eq!((stored, value), (2, 7.0), "{figures:?}");
 }

@@ -242,14 +242,17 @@ impl Fact {
             return None;
         }
         let key = match &binding.key_pointer {
-            Some(pointer) => key_at(&message.payload, pointer)?,
+            Some(pointer) => escape_colons(&key_at(&message.payload, pointer)?).into_owned(),
+            // Two parts: never the one part an escaped business key is.
             None => format!("message:{}", event.identified.event_id),
         };
         // Outcomes are unique per (assignment, dedupe key) whatever their metric, so the
         // metric closes the key: one order may feed a conversion and a sum.
         let dedupe_key = format!(
             "{}:{}:{key}:{}",
-            source.source_id, binding.event, binding.metric
+            source.source_id,
+            escape_colons(&binding.event),
+            escape_colons(&binding.metric)
         );
         let dedupe_key = DedupeKey::try_from(dedupe_key).ok()?;
         // The client's own timestamp is the one time every re-send of the message
@@ -282,6 +285,24 @@ impl Fact {
     }
 }
 
+/// `text` as one part of a dedupe key whose parts are joined by `:`: each `\` doubled and
+/// each `:` escaped as `\:`, so no two (event, business key, metric) share a key (unescaped,
+/// event `a:b` with key `c` and event `a` with key `b:c` did). A part without either
+/// character is unchanged, so such keys are what they were before escaping.
+fn escape_colons(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains([':', '\\']) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c == ':' || c == '\\' {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    std::borrow::Cow::Owned(escaped)
+}
+
 /// A finite number within the outcome bound at `pointer`.
 fn number_at(payload: &Value, pointer: &str) -> Option<f64> {
     let value = Pointer::parse(pointer).ok()?.get(payload)?.as_f64()?;
@@ -295,5 +316,31 @@ fn key_at(payload: &Value, pointer: &str) -> Option<String> {
         Value::String(text) if !text.is_empty() && !text.contains('\0') => Some(text.clone()),
         Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_colons;
+
+    #[test]
+    fn escaped_parts_never_join_into_another_tuples_key() {
+        let key = |event: &str, business: &str, metric: &str| {
+            format!(
+                "src:{}:{}:{}",
+                escape_colons(event),
+                escape_colons(business),
+                escape_colons(metric)
+            )
+        };
+        assert_ne!(key("a:b", "c", "m"), key("a", "b:c", "m"));
+        assert_ne!(key("a\\", "b", "m"), key("a", "\\:b", "m"));
+        assert_ne!(key("a", "b:m", "n"), key("a", "b", "m:n"));
+        // Parts without `:` or `\` are as they were.
+        assert_eq!(
+            key("Order Completed", "o-77", "revenue"),
+            "src:Order Completed:o-77:revenue"
+        );
+        assert_eq!(escape_colons("a:b\\c"), "a\\:b\\\\c");
     }
 }
