@@ -41,6 +41,14 @@ pub enum CorrectionResult {
     Superseded(OutcomeCorrection),
     /// The value already is the current one: nothing written.
     Unchanged,
+    /// The caller's precondition failed: the newest correction is not the one it named
+    /// (another correction came first). Nothing written.
+    Stale {
+        /// The newest correction's number (0: none).
+        seq: i64,
+        /// The current value.
+        value: Option<f64>,
+    },
 }
 
 /// A stored outcome with its corrections, oldest first.
@@ -119,15 +127,17 @@ const SET_OUTCOME_ID: &str = "UPDATE outcomes SET outcome_id = $4
 
 impl StoreTx {
     /// Supersedes the value of the tenant's outcome `id` with `value`; `None` when no such
-    /// outcome is stored. `window_us` is its metric's window (for the per-unit sums).
+    /// outcome is stored. `window_us` is its metric's window (for the per-unit sums),
+    /// `now_us` the correction's time. With `expected_seq`, only when the newest
+    /// correction is that one (0: none yet), else [`CorrectionResult::Stale`].
     pub async fn supersede_outcome(
         &mut self,
         tenant: &TenantId,
         id: &OutcomeId,
         value: Option<f64>,
         reason: &str,
-        window_us: i64,
-        now_us: i64,
+        (window_us, now_us): (i64, i64),
+        expected_seq: Option<i64>,
     ) -> Result<Option<CorrectionResult>, StoreError> {
         let lock = match self.inner {
             TxInner::Sqlite(_) => SELECT_OUTCOME.to_string(),
@@ -157,6 +167,15 @@ impl StoreTx {
         let current = history.current_value();
         if current == value {
             return Ok(Some(CorrectionResult::Unchanged));
+        }
+        // Checked after `Unchanged`: a retry of a correction that was stored (its answer
+        // lost) finds its own value current and is answered as such, not refused.
+        let latest_seq = history.corrections.last().map_or(0, |c| c.seq);
+        if expected_seq.is_some_and(|expected| expected != latest_seq) {
+            return Ok(Some(CorrectionResult::Stale {
+                seq: latest_seq,
+                value: current,
+            }));
         }
         let correction = OutcomeCorrection {
             seq: history.corrections.last().map_or(1, |c| c.seq + 1),

@@ -28,9 +28,16 @@ const REASON_CHARS_MAX: usize = 2_000;
 #[derive(Deserialize, ToSchema)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a JSON object {\"value\": number or null, \"reason\": \"…\"}"
+    expecting = "a JSON object {\"value\": number or null, \"reason\": \"…\", \"expected_seq\"?: integer}"
 )]
 pub(crate) struct CorrectionBody {
+    /// A precondition: the `seq` of the newest correction the sender saw (0: none). When
+    /// another correction came since, nothing is stored and the answer is
+    /// `409 correction_conflict` naming the current value, so a late retry never undoes
+    /// a later correction. Absent: no precondition.
+    #[serde(default)]
+    #[schema(required = false, minimum = 0)]
+    expected_seq: Option<u32>,
     /// The corrected value: finite, within ±1e15; `null` only for a count metric.
     #[schema(value_type = Option<f64>, minimum = -1e15, maximum = 1e15)]
     value: Option<OutcomeValue>,
@@ -187,7 +194,21 @@ pub(crate) async fn supersede_outcome(
         .ok_or_else(|| {
             ApiError::internal(format!("outcome names unknown metric {}", outcome.metric))
         })?;
-    if metric.kind == MetricKind::Sum && value.is_none() {
+    if metric.kind != MetricKind::Sum {
+        return Err(ApiError::unprocessable(
+            "invalid_correction",
+            format!(
+                "metric {:?} is a {}: its figures count outcomes, not their values, so a corrected value would change no figure; nothing stored",
+                outcome.metric,
+                match metric.kind {
+                    MetricKind::Conversion => "conversion",
+                    _ => "count",
+                }
+            ),
+        )
+        .with_field("value"));
+    }
+    if value.is_none() {
         return Err(ApiError::unprocessable(
             "invalid_correction",
             format!("metric {:?} is a sum: value is required", outcome.metric),
@@ -197,7 +218,14 @@ pub(crate) async fn supersede_outcome(
     let window_us = i64::from(metric.window_hours) * 3_600_000_000;
     let mut tx = work.begin().await?;
     let result = tx
-        .supersede_outcome(&tenant, &id, value, &body.reason.0, window_us, now_us())
+        .supersede_outcome(
+            &tenant,
+            &id,
+            value,
+            &body.reason.0,
+            (window_us, now_us()),
+            body.expected_seq.map(i64::from),
+        )
         .await?
         .ok_or_else(|| not_found(&text))?;
     work.finish(tx).await?;
@@ -210,6 +238,19 @@ pub(crate) async fn supersede_outcome(
                 status: "superseded",
             };
             (StatusCode::CREATED, Json(ack)).into_response()
+        }
+        CorrectionResult::Stale { seq, value } => {
+            let current = value.map_or_else(|| "null".to_string(), |v| v.to_string());
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "correction_conflict",
+                format!(
+                    "the newest correction of this outcome is number {seq} (current value {current}), not {}: another correction came first and nothing was stored. Read GET /outcomes/{} and correct again if you still mean to",
+                    body.expected_seq.unwrap_or(0),
+                    id.as_str()
+                ),
+            )
+            .with_field("expected_seq"));
         }
         CorrectionResult::Unchanged => Json(CorrectionAck {
             correction: None,

@@ -17,6 +17,8 @@ crate::on_both_backends!(
     a_correction_is_refused_for_another_tenant_and_for_bad_bodies,
     batch_answers_name_the_same_outcome_id,
     outcomes_stored_before_the_migration_get_their_id_at_start,
+    a_late_retry_of_a_correction_never_undoes_a_later_one,
+    only_sum_outcomes_take_corrections,
 );
 
 /// `value` per unit of `arm`'s revenue, event and arrival time.
@@ -258,4 +260,107 @@ async fn outcomes_stored_before_the_migration_get_their_id_at_start(backend: Bac
     assert_eq!(again.status, StatusCode::OK, "{}", again.body);
     assert_eq!(again.body["results"][0]["status"], "duplicate");
     assert_eq!(again.body["inserted"], 0, "{}", again.body);
+}
+
+/// `expected_seq` names the newest correction the sender saw: a correction retried late
+/// (its first answer lost, another correction stored since) is refused with
+/// `409 correction_conflict` instead of undoing the later one; a retry that finds its own
+/// value current is `unchanged`, whatever it expected.
+async fn a_late_retry_of_a_correction_never_undoes_a_later_one(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let arm = unit["arm"].as_str().expect("arm").to_string();
+    let body = outcome(&unit, "prod:checkout:order_1", "revenue", Some(100.0));
+    let first = app.post_json("/outcome", &body).await;
+    let id = first.body["outcome_id"].as_str().expect("id").to_string();
+    let path = format!("/outcomes/{id}/supersessions");
+    let refund = json!({"value": 40.0, "reason": "partial refund", "expected_seq": 0});
+    let stored = app.post_json(&path, &refund).await;
+    assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
+    assert_eq!(stored.body["correction"]["seq"], 1);
+    let reversal = json!({"value": 55.0, "reason": "refund reversed in part", "expected_seq": 1});
+    let stored = app.post_json(&path, &reversal).await;
+    assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
+
+    // The first correction again, as a client whose answer was lost retries it.
+    let late = app.post_json(&path, &refund).await;
+    assert_eq!(late.status, StatusCode::CONFLICT, "{}", late.body);
+    assert_eq!(late.code(), "correction_conflict");
+    assert_eq!(late.body["error"]["field"], "expected_seq");
+    let message = late.body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("number 2") && message.contains("55"),
+        "{message}"
+    );
+    // The second again: its own value is current.
+    let again = app.post_json(&path, &reversal).await;
+    assert_eq!(
+        (again.status, again.body["status"].clone()),
+        (StatusCode::OK, json!("unchanged")),
+        "{}",
+        again.body
+    );
+    for bad in [json!(-1), json!(1.5), json!("1"), json!(null)] {
+        let body = json!({"value": 10.0, "reason": "typed", "expected_seq": bad});
+        let answer = app.post_json(&path, &body).await;
+        if bad.is_null() {
+            // `null` is no precondition, as an absent field.
+            assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+            continue;
+        }
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_correction"),
+            "{bad}: {}",
+            answer.body
+        );
+        assert_eq!(
+            answer.body["error"]["field"], "expected_seq",
+            "{}",
+            answer.body
+        );
+    }
+    let history = app.get(&format!("/outcomes/{id}")).await;
+    assert_eq!(history.body["current_value"], 10.0, "{}", history.body);
+    assert_eq!(
+        history.body["corrections"].as_array().map(Vec::len),
+        Some(3)
+    );
+    assert_eq!(
+        revenue(&report(&app, &campaign).await, &arm),
+        (json!(10.0), json!(10.0))
+    );
+    assert_unit_metrics_match_the_facts(&app, &campaign).await;
+}
+
+/// A conversion's or a count's figures count outcomes, not values: a corrected value
+/// would change none of them, so it is refused (it used to be stored and change nothing).
+async fn only_sum_outcomes_take_corrections(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    for (metric, value) in [("purchase", None), ("pageviews", Some(2.0))] {
+        let key = format!("prod:{metric}:1");
+        let stored = app
+            .post_json("/outcome", &outcome(&unit, &key, metric, value))
+            .await;
+        let id = stored.body["outcome_id"].as_str().expect("id").to_string();
+        for correction in [json!(5.0), json!(null)] {
+            let body = json!({"value": correction, "reason": "recount"});
+            let answer = app
+                .post_json(&format!("/outcomes/{id}/supersessions"), &body)
+                .await;
+            assert_eq!(
+                (answer.status, answer.code()),
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_correction"),
+                "{metric}: {}",
+                answer.body
+            );
+            assert_eq!(answer.body["error"]["field"], "value");
+        }
+        let history = app.get(&format!("/outcomes/{id}")).await;
+        assert_eq!(history.body["corrections"], json!([]), "{metric}");
+    }
+    assert_eq!(report(&app, &campaign).await["corrected_outcomes"], 0);
 }
