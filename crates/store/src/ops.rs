@@ -256,6 +256,10 @@ pub struct Webhook {
     pub url: String,
     /// When it was created, microseconds since the epoch.
     pub created_at_us: i64,
+    /// The secret its deliveries are signed with (`whsec_…`); `None` for a webhook
+    /// registered before migration `0024`, whose deliveries go unsigned.
+    #[serde(skip)]
+    pub signing_secret: Option<String>,
 }
 
 /// Serialises a tenant's webhook registrations on PostgreSQL (SQLite's `BEGIN IMMEDIATE`
@@ -370,13 +374,15 @@ impl Store {
         COLLISION_COLUMNS.to_string()
     }
 
-    /// Registers a webhook, or returns the tenant's live webhook of the same URL
-    /// (`false`: nothing created, so a retried request adds none); `None` when the
-    /// tenant already has [`WEBHOOKS_PER_TENANT_MAX`] live ones.
+    /// Registers a webhook whose deliveries are signed with `signing_secret`, or returns
+    /// the tenant's live webhook of the same URL, with its own secret (`false`: nothing
+    /// created, so a retried request adds none); `None` when the tenant already has
+    /// [`WEBHOOKS_PER_TENANT_MAX`] live ones.
     pub async fn create_webhook(
         &self,
         tenant: &TenantId,
         url: &str,
+        signing_secret: &str,
         now_us: i64,
     ) -> Result<Option<(Webhook, bool)>, StoreError> {
         let mut tx = self.begin().await?;
@@ -395,7 +401,7 @@ impl Store {
         .fetch_one(&mut *conn)
         .await?);
         let existing: Option<Webhook> = with_tx!(tx, |conn| sqlx::query_as(
-            "SELECT webhook_id, url, created_at_us FROM webhooks
+            "SELECT webhook_id, url, created_at_us, signing_secret FROM webhooks
              WHERE tenant_id = $1 AND url = $2 AND deleted_at_us IS NULL"
         )
         .bind(tenant.as_str())
@@ -412,18 +418,21 @@ impl Store {
             webhook_id: format!("whk_{}", random_hex(8)),
             url: url.to_string(),
             created_at_us: now_us,
+            signing_secret: Some(signing_secret.to_string()),
         };
         with_tx!(tx, |conn| {
             sqlx::query(
-            "INSERT INTO webhooks (tenant_id, webhook_id, url, created_at_us) VALUES ($1, $2, $3, $4)"
-        )
-        .bind(tenant.as_str())
-        .bind(&webhook.webhook_id)
-        .bind(&webhook.url)
-        .bind(now_us)
-        .execute(&mut *conn)
-        .await
-        .map(|_| ())?
+                "INSERT INTO webhooks (tenant_id, webhook_id, url, created_at_us, signing_secret)
+             VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(tenant.as_str())
+            .bind(&webhook.webhook_id)
+            .bind(&webhook.url)
+            .bind(now_us)
+            .bind(signing_secret)
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())?
         });
         tx.commit().await?;
         Ok(Some((webhook, true)))
@@ -432,7 +441,7 @@ impl Store {
     /// The tenant's live webhooks, oldest first.
     pub async fn webhooks(&self, tenant: &TenantId) -> Result<Vec<Webhook>, StoreError> {
         Ok(with_pool!(self, reader, |pool| sqlx::query_as(
-            "SELECT webhook_id, url, created_at_us FROM webhooks
+            "SELECT webhook_id, url, created_at_us, signing_secret FROM webhooks
              WHERE tenant_id = $1 AND deleted_at_us IS NULL ORDER BY created_at_us, webhook_id"
         )
         .bind(tenant.as_str())
@@ -510,21 +519,22 @@ impl Store {
         Ok(done == 1)
     }
 
-    /// The URL of a live webhook; `None` once it was deleted (its deliveries are then
-    /// dropped).
-    pub async fn webhook_url(
+    /// The URL of a live webhook and the secret its deliveries are signed with; `None`
+    /// once it was deleted (its deliveries are then dropped).
+    pub async fn webhook_target(
         &self,
         tenant: &str,
         webhook_id: &str,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
         Ok(with_pool!(self, reader, |pool| {
-            sqlx::query_scalar(
-            "SELECT url FROM webhooks WHERE tenant_id = $1 AND webhook_id = $2 AND deleted_at_us IS NULL"
-        )
-        .bind(tenant)
-        .bind(webhook_id)
-        .fetch_optional(pool)
-        .await?
+            sqlx::query_as(
+                "SELECT url, signing_secret FROM webhooks
+             WHERE tenant_id = $1 AND webhook_id = $2 AND deleted_at_us IS NULL",
+            )
+            .bind(tenant)
+            .bind(webhook_id)
+            .fetch_optional(pool)
+            .await?
         }))
     }
 

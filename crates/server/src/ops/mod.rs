@@ -419,6 +419,12 @@ pub(crate) struct WebhookBody {
 pub struct WebhookView {
     /// RFC 3339.
     pub created_at: String,
+    /// The secret the receiver verifies each delivery's `webhook-signature` with
+    /// (`whsec_` + base64 of 32 bytes, Standard Webhooks' form): in the answers of
+    /// `POST /ops/webhooks` only, never listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub signing_secret: Option<String>,
     /// Where each collision is posted.
     pub url: String,
     /// `whk_` + 16 hex.
@@ -428,6 +434,7 @@ pub struct WebhookView {
 fn webhook_view(w: &Webhook) -> WebhookView {
     WebhookView {
         created_at: format_rfc3339_micros(w.created_at_us),
+        signing_secret: None,
         url: w.url.clone(),
         webhook_id: w.webhook_id.clone(),
     }
@@ -450,9 +457,10 @@ pub(crate) async fn create_webhook(
     let body: WebhookBody =
         crate::body::typed::parse(&value).map_err(|r| r.unprocessable("invalid_webhook"))?;
     let url = webhooks::check_url(&body.url)?;
+    let secret = webhooks::new_signing_secret()?;
     let (webhook, created) = state
         .store
-        .create_webhook(&tenant, &url, now_us())
+        .create_webhook(&tenant, &url, &secret, now_us())
         .await?
         .ok_or_else(|| {
             ApiError::unprocessable(
@@ -469,7 +477,12 @@ pub(crate) async fn create_webhook(
         StatusCode::OK
     };
     tracing::info!(tenant = %tenant, webhook = %webhook.webhook_id, created, "webhook registered");
-    Ok((status, Json(webhook_view(&webhook))).into_response())
+    // A retry (the same URL again) gets the secret too: its first answer may be lost.
+    let view = WebhookView {
+        signing_secret: webhook.signing_secret.clone(),
+        ..webhook_view(&webhook)
+    };
+    Ok((status, Json(view)).into_response())
 }
 
 /// The answer of `GET /ops/webhooks`.

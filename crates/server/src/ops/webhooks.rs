@@ -6,9 +6,19 @@
 //! `delivery_id` (header `Traqlyte-Delivery-Id` and body field) for the receiver to
 //! dedupe on. Failures are retried with capped exponential backoff
 //! ([`retry_delay_ms`]) up to [`WEBHOOK_ATTEMPTS_MAX`] attempts.
+//!
+//! Each delivery is signed as Standard Webhooks specifies (`webhook-id`,
+//! `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`), with the webhook's
+//! own secret, so a receiver can tell TraqLyte's calls from anyone else's. No call goes to
+//! a link-local, unspecified, multicast or broadcast address (cloud metadata services
+//! answer on link-local ones), whether the URL names it or its host name resolves to it.
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
+use hmac::{Hmac, Mac};
 use serde::Serialize;
 use traqlyte_store::{now_us, ClaimedDelivery};
 
@@ -47,7 +57,8 @@ struct Delivery<'a> {
     webhook_id: &'a str,
 }
 
-/// Accepts `http://` URLs of at most [`WEBHOOK_URL_BYTES_MAX`] bytes.
+/// Accepts `http://` URLs of at most [`WEBHOOK_URL_BYTES_MAX`] bytes whose host is not
+/// a [`forbidden`] address.
 pub(crate) fn check_url(text: &str) -> Result<String, ApiError> {
     let refuse = |message: &str| {
         ApiError::unprocessable("invalid_webhook", message.to_string()).with_field("url")
@@ -56,6 +67,11 @@ pub(crate) fn check_url(text: &str) -> Result<String, ApiError> {
         return Err(refuse("url is longer than 2,000 bytes"));
     }
     let url = reqwest::Url::parse(text).map_err(|e| refuse(&format!("url is not a URL: {e}")))?;
+    if let Some(ip) = literal_ip(&url).filter(|ip| forbidden(*ip)) {
+        return Err(refuse(&format!(
+            "url names {ip}, a link-local, unspecified, multicast or broadcast address (where cloud metadata services answer): webhooks never call one"
+        )));
+    }
     match url.scheme() {
         "http" if url.host_str().is_some() => Ok(url.to_string()),
         "https" => Err(refuse(
@@ -63,6 +79,90 @@ pub(crate) fn check_url(text: &str) -> Result<String, ApiError> {
         )),
         _ => Err(refuse("url must be http://host[:port]/path")),
     }
+}
+
+/// The address a URL's host names literally (`http://10.0.0.7/`, `http://[::1]/`).
+fn literal_ip(url: &reqwest::Url) -> Option<IpAddr> {
+    let host = url.host_str()?;
+    // An IPv6 host is written in brackets.
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse().ok()
+}
+
+/// Addresses a webhook never calls: link-local ones (169.254.0.0/16 and fe80::/10, where
+/// cloud metadata services answer, and AWS's IPv6 one, fd00:ec2::254), and those that name
+/// no single host (unspecified, multicast, broadcast). Loopback and private addresses are
+/// allowed: an HTTP relay on the operator's network is how HTTPS endpoints are reached.
+pub(crate) fn forbidden(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            v4.is_link_local() || v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => forbidden(IpAddr::V4(v4)),
+            None => {
+                v6.is_unspecified()
+                    || v6.is_multicast()
+                    || (v6.segments()[0] & 0xffc0) == 0xfe80
+                    || v6 == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
+            }
+        },
+    }
+}
+
+/// The dispatcher's name resolution: the system's, without [`forbidden`] addresses, so a
+/// host name pointed at a metadata service (at registration or later) is never called.
+struct AllowedAddresses;
+
+impl reqwest::dns::Resolve for AllowedAddresses {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let found = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            let allowed: Vec<std::net::SocketAddr> =
+                found.filter(|addr| !forbidden(addr.ip())).collect();
+            if allowed.is_empty() {
+                let refused: Box<dyn std::error::Error + Send + Sync> = format!(
+                    "{host} resolves to no address a webhook may call (link-local, unspecified, multicast or broadcast only)"
+                )
+                .into();
+                return Err(refused);
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// A new webhook's signing secret: `whsec_` and the base64 of 32 random bytes.
+pub(crate) fn new_signing_secret() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 32];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| ApiError::internal(format!("no randomness for a webhook secret: {e}")))?;
+    Ok(format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    ))
+}
+
+/// The `webhook-signature` of a delivery: `v1,` and the base64 HMAC-SHA256, keyed by the
+/// secret's bytes, of `{webhook-id}.{webhook-timestamp}.{body}`. `None` for a secret not
+/// of the `whsec_<base64>` form (none is stored so).
+fn signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.strip_prefix("whsec_")?)
+        .ok()?;
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).ok()?;
+    mac.update(format!("{id}.{timestamp}.").as_bytes());
+    mac.update(body);
+    let tag = mac.finalize().into_bytes();
+    Some(format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(tag)
+    ))
 }
 
 /// Polls the outbox until the task is aborted.
@@ -76,6 +176,7 @@ pub(crate) async fn run(state: AppState) {
     let client = match reqwest::Client::builder()
         .timeout(Duration::from_millis(WEBHOOK_TIMEOUT_MS))
         .redirect(reqwest::redirect::Policy::none())
+        .dns_resolver(Arc::new(AllowedAddresses))
         .build()
     {
         Ok(client) => client,
@@ -128,13 +229,13 @@ async fn deliver(
     delivery: &ClaimedDelivery,
 ) -> Result<(), traqlyte_store::StoreError> {
     let store = &state.store;
-    let url = store
-        .webhook_url(&delivery.tenant_id, &delivery.webhook_id)
+    let target = store
+        .webhook_target(&delivery.tenant_id, &delivery.webhook_id)
         .await?;
     let collision = store
         .collision(&delivery.tenant_id, delivery.collision_id)
         .await?;
-    let (Some(url), Some(collision)) = (url, collision) else {
+    let (Some((url, secret)), Some(collision)) = (target, collision) else {
         // The webhook was deleted: nothing to post.
         crate::metrics::record_webhook("dropped");
         store
@@ -147,12 +248,41 @@ async fn deliver(
         delivery_id: &delivery.delivery_id,
         webhook_id: &delivery.webhook_id,
     };
-    let result = client
+    // A URL registered before addresses were checked is not called either.
+    let refused = reqwest::Url::parse(&url)
+        .ok()
+        .and_then(|u| literal_ip(&u))
+        .filter(|ip| forbidden(*ip));
+    if let Some(ip) = refused {
+        crate::metrics::record_webhook("abandoned");
+        let error = format!("refused: {ip} is an address webhooks never call");
+        tracing::error!(delivery = %delivery.delivery_id, error, "webhook delivery abandoned");
+        store
+            .settle_delivery(delivery, owner, now_us(), None, Some(&error))
+            .await?;
+        return Ok(());
+    }
+    let bytes = match serde_json::to_vec(&body) {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            tracing::error!(error = %err, "webhook body not serialised; its lease will run out");
+            return Ok(());
+        }
+    };
+    let timestamp = now_us().div_euclid(1_000_000);
+    let mut request = client
         .post(&url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header("Traqlyte-Delivery-Id", &delivery.delivery_id)
-        .json(&body)
-        .send()
-        .await;
+        .header("webhook-id", &delivery.delivery_id)
+        .header("webhook-timestamp", timestamp.to_string());
+    if let Some(signed) = secret
+        .as_deref()
+        .and_then(|secret| signature(secret, &delivery.delivery_id, timestamp, &bytes))
+    {
+        request = request.header("webhook-signature", signed);
+    }
+    let result = request.body(bytes).send().await;
     let failure = match result {
         Ok(response) if response.status().is_success() => None,
         Ok(response) => Some(format!("answered {}", response.status().as_u16())),
@@ -200,6 +330,68 @@ mod tests {
         assert_eq!(retry_delay_ms(13), 3_600_000);
         assert_eq!(retry_delay_ms(i64::MAX), 3_600_000);
         assert_eq!(retry_delay_ms(0), 1_000);
+    }
+
+    #[test]
+    fn metadata_and_non_host_addresses_are_refused_loopback_and_private_are_not() {
+        for url in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[fe80::1]/",
+            "http://[fd00:ec2::254]/",
+            "http://[::ffff:169.254.169.254]/",
+            "http://0.0.0.0:9000/",
+            "http://[::]/",
+            "http://224.0.0.1/",
+            "http://255.255.255.255/",
+        ] {
+            let refused = check_url(url).expect_err(url);
+            assert_eq!(refused.code(), "invalid_webhook", "{url}");
+        }
+        for url in [
+            "http://127.0.0.1:9000/hook",
+            "http://[::1]:9000/hook",
+            "http://10.0.0.7/hook",
+            "http://relay.internal/hook",
+        ] {
+            assert!(check_url(url).is_ok(), "{url}");
+        }
+    }
+
+    /// The example of the Standard Webhooks specification (its reference libraries'
+    /// test vector): the same secret, id, timestamp and body give its signature.
+    #[test]
+    fn signatures_follow_standard_webhooks() {
+        let signed = signature(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1_614_265_330,
+            br#"{"test": 2432232314}"#,
+        );
+        assert_eq!(
+            signed.as_deref(),
+            Some("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+        );
+        assert_eq!(signature("no prefix", "id", 0, b"{}"), None);
+    }
+
+    /// The dispatcher's resolver drops forbidden addresses: a name with nothing else is
+    /// an error (never called), one with an allowed address keeps it.
+    #[tokio::test]
+    async fn names_resolving_only_to_forbidden_addresses_are_not_called() {
+        use reqwest::dns::Resolve;
+        use std::str::FromStr;
+        let resolve = |host: &str| {
+            let name = reqwest::dns::Name::from_str(host).expect("a name");
+            AllowedAddresses.resolve(name)
+        };
+        assert!(resolve("0.0.0.0").await.is_err());
+        assert!(resolve("169.254.169.254").await.is_err());
+        let kept: Vec<IpAddr> = resolve("127.0.0.1")
+            .await
+            .expect("loopback is allowed")
+            .map(|addr| addr.ip())
+            .collect();
+        assert_eq!(kept, [IpAddr::from([127, 0, 0, 1])]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sqlx::Connection;
@@ -247,53 +247,104 @@ async fn collisions_are_listed_newest_first_with_their_field_diffs_and_paginated
     assert_eq!(bad.body["error"]["field"], "cursor");
 }
 
-/// `(delivery id, collision id)` of each call received.
-type Seen = Arc<Mutex<Vec<(String, i64)>>>;
+/// `(delivery id, collision id)` of each call received, and whether its
+/// `webhook-signature` verified with the secret the receiver was given.
+type Seen = Arc<Mutex<Vec<(String, i64, bool)>>>;
 
-/// A receiver on a loopback port recording each delivery's id and collision id.
-async fn receiver() -> (String, Seen) {
-    let seen: Seen = Arc::default();
+/// What a receiver knows: the secret to verify with, and the calls so far.
+type Receiver = (Arc<Mutex<String>>, Seen);
+
+/// Verifies a delivery as a Standard Webhooks receiver library would: HMAC-SHA256 keyed
+/// by the secret's base64 bytes over `{webhook-id}.{webhook-timestamp}.{body}`.
+fn verified(secret: &str, headers: &HeaderMap, body: &[u8]) -> bool {
+    use base64::Engine;
+    use hmac::Mac;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (Some(id), Some(at), Some(signature)) = (
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+    ) else {
+        return false;
+    };
+    let engine = base64::engine::general_purpose::STANDARD;
+    let Some(key) = secret
+        .strip_prefix("whsec_")
+        .and_then(|k| engine.decode(k).ok())
+    else {
+        return false;
+    };
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key) else {
+        return false;
+    };
+    mac.update(format!("{id}.{at}.").as_bytes());
+    mac.update(body);
+    let expected = format!("v1,{}", engine.encode(mac.finalize().into_bytes()));
+    let fresh = at
+        .parse::<i64>()
+        .is_ok_and(|at| (at - traqlyte_store::now_us() / 1_000_000).abs() < 300);
+    fresh && signature.split(' ').any(|s| s == expected)
+}
+
+/// A receiver on a loopback port recording each delivery's id and collision id, and
+/// verifying its signature with the secret set in its first half.
+async fn receiver() -> (String, Receiver) {
+    let known: Receiver = Default::default();
     async fn hook(
-        State(seen): State<Seen>,
+        State((secret, seen)): State<Receiver>,
         headers: HeaderMap,
-        Json(body): Json<Value>,
+        bytes: axum::body::Bytes,
     ) -> StatusCode {
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
         let header = headers["traqlyte-delivery-id"]
             .to_str()
             .unwrap_or("")
             .to_string();
         assert_eq!(body["delivery_id"], json!(header));
+        assert_eq!(headers["webhook-id"], header.as_str());
         let collision = body["collision"]["collision_id"].as_i64().unwrap_or(-1);
-        seen.lock().expect("lock").push((header, collision));
+        let secret = secret.lock().expect("lock").clone();
+        let good = verified(&secret, &headers, &bytes);
+        seen.lock().expect("lock").push((header, collision, good));
         StatusCode::NO_CONTENT
     }
     let router = Router::new()
         .route("/hook", post(hook))
-        .with_state(seen.clone());
+        .with_state(known.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
     tokio::spawn(async move { axum::serve(listener, router).await });
-    (format!("http://{address}/hook"), seen)
+    (format!("http://{address}/hook"), known)
 }
 
 async fn a_webhook_receives_each_collision_once(backend: Backend) {
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
-    let (url, seen) = receiver().await;
+    let (url, (secret, seen)) = receiver().await;
     let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let signing_secret = created.body["signing_secret"].as_str().unwrap_or("");
+    assert!(signing_secret.starts_with("whsec_"), "{}", created.body);
+    *secret.lock().expect("lock") = signing_secret.to_string();
     let again = app.post_json("/ops/webhooks", &json!({"url": url})).await;
     assert_eq!(again.status, StatusCode::OK, "the same URL again adds none");
     assert_eq!(again.body["webhook_id"], created.body["webhook_id"]);
+    // A retried registration whose first answer was lost still learns the secret.
+    assert_eq!(again.body["signing_secret"], created.body["signing_secret"]);
     let listed = app.get("/ops/webhooks").await;
     assert_eq!(listed.body["webhooks"].as_array().map(Vec::len), Some(1));
-    let refused = app
-        .post_json("/ops/webhooks", &json!({"url": "ftp://x"}))
-        .await;
-    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(refused.body["error"]["field"], "url");
+    assert!(listed.body["webhooks"][0].get("signing_secret").is_none());
+    for bad in [
+        "ftp://x",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::]:80/",
+    ] {
+        let refused = app.post_json("/ops/webhooks", &json!({"url": bad})).await;
+        assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+        assert_eq!(refused.body["error"]["field"], "url", "{bad}");
+    }
 
     for (i, order) in ["w1", "w2", "w3"].iter().enumerate() {
         collide(&app, order, &format!("n{i}"), 129.99).await;
@@ -313,10 +364,11 @@ async fn a_webhook_receives_each_collision_once(backend: Backend) {
     // Two more dispatcher polls: nothing is delivered twice.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let seen = seen.lock().expect("lock").clone();
-    let mut collisions: Vec<i64> = seen.iter().map(|(_, c)| *c).collect();
+    let mut collisions: Vec<i64> = seen.iter().map(|(_, c, _)| *c).collect();
     collisions.sort_unstable();
     assert_eq!(collisions, expected, "each collision once: {seen:?}");
-    let ids: HashMap<&str, i64> = seen.iter().map(|(d, c)| (d.as_str(), *c)).collect();
+    assert!(seen.iter().all(|(_, _, good)| *good), "signed: {seen:?}");
+    let ids: HashMap<&str, i64> = seen.iter().map(|(d, c, _)| (d.as_str(), *c)).collect();
     assert_eq!(ids.len(), 3, "distinct delivery ids");
     assert_eq!(app.store.pending_deliveries().await.expect("pending"), 0);
 
@@ -367,7 +419,7 @@ async fn unreachable_receivers_do_not_hold_back_a_working_one(backend: Backend) 
         let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
         assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     }
-    let (url, seen) = receiver().await;
+    let (url, (_, seen)) = receiver().await;
     let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     collide(&app, "held", "other", 129.99).await;
