@@ -26,14 +26,24 @@ pub async fn read_limited(
     body: Body,
     limit_bytes: usize,
 ) -> Result<Bytes, ApiError> {
-    let gzip = content_encoding(headers)?;
+    // Refused before the body is read: the unread rest makes the connection unusable.
+    let gzip = content_encoding(headers).map_err(ApiError::closing_connection)?;
     let bytes = read_raw(headers, body, limit_bytes).await?;
-    if gzip {
-        inflate(&bytes, limit_bytes)
-    } else {
-        Ok(bytes)
+    if !gzip {
+        return Ok(bytes);
     }
+    if bytes.len() <= INFLATE_INLINE_BYTES_MAX {
+        return inflate(&bytes, limit_bytes);
+    }
+    // Up to a batch's limit of output: off the request threads.
+    tokio::task::spawn_blocking(move || inflate(&bytes, limit_bytes))
+        .await
+        .map_err(|err| ApiError::internal(format!("inflating a body: {err}")))?
 }
+
+/// Compressed bodies up to this size are inflated on the request's own thread; larger
+/// ones on the blocking pool, so many concurrent gzip batches cannot stall the runtime.
+const INFLATE_INLINE_BYTES_MAX: usize = 16 * 1024;
 
 /// Makes `headers` describe a body of `len` bytes as [`read_limited`] returned it (no
 /// `Content-Encoding` any more), for a layer that read the body and hands it on.
@@ -42,29 +52,37 @@ pub(crate) fn as_read(headers: &mut HeaderMap, len: usize) {
     headers.insert(CONTENT_LENGTH, axum::http::HeaderValue::from(len));
 }
 
-/// Whether the body is gzip-compressed: true for `Content-Encoding: gzip` (or its alias
-/// `x-gzip`), false without the header or for `identity`; anything else is refused before
-/// the body is read.
+/// Whether the body is gzip-compressed: true when the codings of every
+/// `Content-Encoding` line, comma-separated, are one `gzip` (or its alias `x-gzip`) and
+/// any number of `identity`; false without one; anything else (another coding, gzip
+/// twice, a value that is not text) is refused before the body is read.
 fn content_encoding(headers: &HeaderMap) -> Result<bool, ApiError> {
-    let Some(value) = headers.get(CONTENT_ENCODING) else {
-        return Ok(false);
-    };
-    let text = value.to_str().unwrap_or("").trim();
-    if text.eq_ignore_ascii_case("gzip") || text.eq_ignore_ascii_case("x-gzip") {
-        return Ok(true);
+    let mut gzip = 0;
+    for value in headers.get_all(CONTENT_ENCODING) {
+        let refuse = || {
+            ApiError::new(
+                axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_content_encoding",
+                format!(
+                    "Content-Encoding {:?} is not supported: send the body as it is, or compressed with one gzip",
+                    String::from_utf8_lossy(value.as_bytes())
+                ),
+            )
+            .with_field("Content-Encoding")
+        };
+        let text = value.to_str().map_err(|_| refuse())?;
+        for coding in text.split(',').map(str::trim) {
+            if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+                gzip += 1;
+            } else if !(coding.is_empty() || coding.eq_ignore_ascii_case("identity")) {
+                return Err(refuse());
+            }
+        }
+        if gzip > 1 {
+            return Err(refuse());
+        }
     }
-    if text.is_empty() || text.eq_ignore_ascii_case("identity") {
-        return Ok(false);
-    }
-    Err(ApiError::new(
-        axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_content_encoding",
-        format!(
-            "Content-Encoding {:?} is not supported: send the body as it is, or compressed with one gzip",
-            String::from_utf8_lossy(value.as_bytes())
-        ),
-    )
-    .with_field("Content-Encoding"))
+    Ok(gzip == 1)
 }
 
 /// Inflates a gzip body (every member of it, as `gzip -c a b` writes them) to at most

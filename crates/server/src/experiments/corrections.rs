@@ -38,7 +38,8 @@ pub(crate) struct CorrectionBody {
     #[serde(default)]
     #[schema(required = false, minimum = 0)]
     expected_seq: Option<u32>,
-    /// The corrected value: finite, within ±1e15; `null` only for a count metric.
+    /// The corrected value: finite, within ±1e15 (only outcomes of `sum` metrics are
+    /// corrected; `null` is refused).
     #[schema(value_type = Option<f64>, minimum = -1e15, maximum = 1e15)]
     value: Option<OutcomeValue>,
     /// Why it was corrected: 1–2,000 characters, no NUL.

@@ -176,6 +176,9 @@ pub(crate) async fn run(state: AppState) {
     let client = match reqwest::Client::builder()
         .timeout(Duration::from_millis(WEBHOOK_TIMEOUT_MS))
         .redirect(reqwest::redirect::Policy::none())
+        // Straight to the receiver: a proxy (`HTTP_PROXY`) would resolve the host itself,
+        // past the address check of the resolver below.
+        .no_proxy()
         .dns_resolver(Arc::new(AllowedAddresses))
         .build()
     {

@@ -78,6 +78,30 @@ async fn gzip_bodies_are_the_same_requests_as_their_plain_twins(backend: Backend
         answer.body
     );
     assert_eq!(app.checkout_stats().await, (2, 2, 0));
+    // A batch whose compressed body is larger than what is inflated inline (16 KiB), and
+    // an `identity` line beside the `gzip` one.
+    let many: Vec<Value> = (0..800u64)
+        .map(|i| {
+            let mut event = checkout_event(&format!("order-{i}"));
+            let noise = |k: u64| i.wrapping_add(k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            event["params"] = json!({"n": format!("{:016x}{:016x}", noise(1), noise(2) >> 3)});
+            event
+        })
+        .collect();
+    let big = gzip(&bytes(&Value::Array(many)));
+    assert!(big.len() > 16 * 1024, "{}", big.len());
+    let request = app
+        .client
+        .post(app.url("/events/checkout_completed/batch"))
+        .bearer_auth(&app.key)
+        .header("content-encoding", "identity")
+        .header("content-encoding", "gzip")
+        .body(big);
+    let answer = app.send(request).await;
+    let statuses = answer.item_statuses();
+    assert_eq!(statuses.len(), 800, "{}", answer.body);
+    assert!(statuses.iter().all(|s| *s == "inserted"), "{}", answer.body);
+    assert_eq!(app.checkout_stats().await, (802, 2, 0));
 
     // A Segment message, compressed, then the same message plain: one stored.
     let key = create_source(&app, "gz");
@@ -215,6 +239,35 @@ async fn bad_or_oversized_compressed_bodies_are_clear_4xx_and_write_nothing(back
             "body_too_large",
         ),
     ];
+    // Two `gzip` lines are gzip twice; a value that is not text is no coding.
+    let twice = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(&app.key)
+        .header("content-encoding", "gzip")
+        .header("content-encoding", "gzip")
+        .body(gzip(&gzip(&event)));
+    let not_text = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(&app.key)
+        .header(
+            "content-encoding",
+            reqwest::header::HeaderValue::from_bytes(b"gzip\xff").expect("obs-text"),
+        )
+        .body(gzip(&event));
+    for request in [twice, not_text] {
+        let answer = app.send(request).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_content_encoding"
+            ),
+            "{}",
+            answer.body
+        );
+    }
     for (route, write_key, encoding, body, status, code) in cases {
         let answer = post_encoded(&app, route, write_key, encoding, body).await;
         assert_eq!(

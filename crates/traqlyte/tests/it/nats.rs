@@ -723,6 +723,47 @@ mod postgres_only {
         assert_eq!(counts(&app).await, (3, 0));
     }
 
+    /// `--late-events reconcile` with maintenance behind (no partition for tomorrow yet,
+    /// as a deployment that only consumes leaves it): the batch's backfill transaction
+    /// fails on tomorrow's event, and written one by one the late event is still
+    /// reconciled (not dead-lettered as if it had no partition), tomorrow's a dead letter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_late_event_beside_one_without_a_partition_is_still_reconciled() {
+        const DAY_US: i64 = 86_400_000_000;
+        let (app, nats, js) = setup(Backend::Postgres).await;
+        let now = traqlyte_store::now_us();
+        let today = now.div_euclid(DAY_US) as i32;
+        let drop: Vec<String> = (1..=traqlyte_store::partitions::PARTITIONS_AHEAD_DAYS)
+            .map(|ahead| {
+                let day = traqlyte_store::partitions::day_text(today + ahead);
+                format!("DROP TABLE events_p{}", day.replace('-', ""))
+            })
+            .collect();
+        app.execute_sql(&drop.join(";")).await;
+        let at = |us: i64| serde_json::json!(traqlyte_identity::format_rfc3339_micros(us));
+        let mut old = checkout_event("order-old");
+        old["occurred_at"] = at(now - 40 * DAY_US);
+        let mut tomorrow = checkout_event("order-tomorrow");
+        tomorrow["occurred_at"] = at((today as i64 + 1) * DAY_US + 60_000_000);
+        for (event, id) in [(&old, "old"), (&tomorrow, "tomorrow")] {
+            let body = serde_json::to_vec(event).expect("JSON");
+            publish(&js, "traqlyte.checkout_completed", &body, id).await;
+        }
+        let late = ["--late-events", "reconcile"];
+        let _consumer = ConsumerProcess::start(&app, &nats.url, &late, &[]);
+        wait_for(&app, "the late one stored", |(stored, _)| stored == 1).await;
+        wait_until_drained(&js).await;
+        let letters = wait_for_letters(&app, 1).await;
+        assert_eq!(letters[0]["reason"], "outside_horizon", "{letters:?}");
+        assert_eq!(
+            letters[0]["raw_text"]
+                .as_str()
+                .map(|t| t.contains("order-tomorrow")),
+            Some(true)
+        );
+        assert_eq!(counts(&app).await, (1, 0));
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_consumer_killed_after_commit_before_ack_leaves_each_message_stored_once() {
         super::a_consumer_killed_after_commit_before_ack_leaves_each_message_stored_once(

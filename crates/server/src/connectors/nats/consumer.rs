@@ -539,12 +539,12 @@ impl Worker {
         let mut events: Vec<NewEvent> = Vec::with_capacity(values.len());
         let mut positions = Vec::with_capacity(values.len());
         let now = now_us();
-        let mut late = false;
+        let mut ages = Vec::with_capacity(values.len());
         for (value, index) in values {
             match identify(contract, value) {
                 Ok(event) => match self.admit(contract, &event, now) {
                     Ok(admitted) => {
-                        late |= admitted == Admitted::Late;
+                        ages.push(admitted);
                         events.push(event);
                         positions.push(index);
                     }
@@ -554,6 +554,7 @@ impl Worker {
             }
         }
         let source = IngestSource::nats(&self.config.stream);
+        let late = ages.contains(&Admitted::Late);
         let outcomes = match self
             .store
             .insert_events_from(source.clone(), &self.tenant, contract, &events, late)
@@ -566,11 +567,13 @@ impl Worker {
             Err(StoreError::OutsideHorizon) => {
                 let mut outcomes = Vec::with_capacity(events.len());
                 let (mut kept, mut kept_positions) = (Vec::new(), Vec::new());
-                for (event, index) in events.into_iter().zip(positions) {
+                for ((event, index), age) in events.into_iter().zip(positions).zip(ages) {
+                    // A late event alone is reconciled as it would have been in its batch.
+                    let late = age == Admitted::Late;
                     let one = std::slice::from_ref(&event);
                     match self
                         .store
-                        .insert_events_from(source.clone(), &self.tenant, contract, one, false)
+                        .insert_events_from(source.clone(), &self.tenant, contract, one, late)
                         .await
                     {
                         Ok(stored) => {
