@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
-use crate::nats_server::{create_stream, jetstream, publish, NatsCluster, NatsNode};
+use crate::nats_server::{create_stream, jetstream, publish, publish_with, NatsCluster, NatsNode};
 use crate::segment::{
     bind, campaign_with_units, create_source, expected_figures, report_figures, segment_stats,
     source_row, track,
@@ -677,7 +677,62 @@ async fn sigterm_ends_a_nak_backoff_at_once(backend: Backend) {
     );
 }
 
+/// `Traqlyte-Contract-Version: N` pins the version a message is identified under, as
+/// `?version=N` does over HTTP; without it the latest version when consumed applies.
+/// Here version 2 requires a field the events lack: the pinned message is stored under
+/// version 1, the unpinned one is judged by version 2 (a dead letter), and a header
+/// naming no version, or a version that does not exist, is a dead letter too.
+async fn the_contract_version_header_pins_the_version_a_message_is_identified_under(
+    backend: Backend,
+) {
+    let (app, nats, js) = setup(backend).await;
+    let mut v2 = crate::helpers::checkout_contract();
+    v2["version"] = serde_json::json!(2);
+    v2["fields"]
+        .as_array_mut()
+        .expect("fields")
+        .push(serde_json::json!({"pointer": "/channel", "required": true}));
+    let registered = app.post_json("/contracts", &v2).await;
+    assert_eq!(
+        registered.status,
+        StatusCode::CREATED,
+        "{}",
+        registered.body
+    );
+    let body = |order: &str| serde_json::to_vec(&checkout_event(order)).expect("JSON");
+    let subject = "traqlyte.checkout_completed";
+    let pin = |v: &'static str| [("traqlyte-contract-version", v)];
+    publish_with(&js, subject, &body("order-v1"), "v1", &pin("1")).await;
+    publish(&js, subject, &body("order-latest"), "latest").await;
+    publish_with(&js, subject, &body("order-bad"), "bad", &pin("one")).await;
+    publish_with(&js, subject, &body("order-v7"), "v7", &pin("7")).await;
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    let letters = wait_for_letters(&app, 3).await;
+    wait_until_drained(&js).await;
+    let mut reasons: Vec<(i64, &str)> = letters
+        .iter()
+        .map(|l| {
+            let sequence = l["stream_sequence"].as_i64().unwrap_or(0);
+            (sequence, l["reason"].as_str().unwrap_or(""))
+        })
+        .collect();
+    reasons.sort_unstable();
+    assert_eq!(
+        reasons,
+        [
+            (2, "missing_required_field"),
+            (3, "invalid_contract_version"),
+            (4, "unknown_contract")
+        ]
+    );
+    assert_eq!(counts(&app).await, (1, 0));
+    let id = crate::partitions::id_of(&checkout_event("order-v1"));
+    let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
+    assert_eq!(stored.body["contract_version"], 1, "{}", stored.body);
+}
+
 crate::on_both_backends!(
+    the_contract_version_header_pins_the_version_a_message_is_identified_under,
     a_recreated_stream_keeps_a_dead_letter_at_an_old_position,
     late_events_reconciled_by_the_consumer_meet_their_originals,
     sigterm_ends_a_nak_backoff_at_once,

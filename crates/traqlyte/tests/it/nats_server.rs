@@ -159,8 +159,22 @@ pub async fn create_stream(js: &jetstream::Context, name: &str, replicas: usize)
 
 /// Publishes `body` on `subject` with `Nats-Msg-Id: msg_id` and waits for JetStream's ack.
 pub async fn publish(js: &jetstream::Context, subject: &str, body: &[u8], msg_id: &str) {
+    publish_with(js, subject, body, msg_id, &[]).await;
+}
+
+/// [`publish`] with more headers.
+pub async fn publish_with(
+    js: &jetstream::Context,
+    subject: &str,
+    body: &[u8],
+    msg_id: &str,
+    extra: &[(&str, &str)],
+) {
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Nats-Msg-Id", msg_id);
+    for (name, value) in extra {
+        headers.insert(*name, *value);
+    }
     let deadline = Instant::now() + Duration::from_millis(START_WAIT_MS);
     // A publish during a leader election fails; a publisher retries with the same id.
     loop {

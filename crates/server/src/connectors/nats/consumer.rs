@@ -16,7 +16,7 @@ use traqlyte_store::{
     StoreError, TenantId,
 };
 
-use super::decode::{decode, Decoded, Refusal};
+use super::decode::{decode, pinned_version, Decoded, Refusal, VERSION_HEADER};
 use super::NatsConfig;
 use crate::connectors::segment::ingest;
 use crate::routes::events::identify;
@@ -316,6 +316,9 @@ enum Fate {
     Dead(Refusal),
 }
 
+/// A contract by name and, when a message's header pins it, version.
+type Pinned = (ContractName, Option<u32>);
+
 /// How an event inside the consumer's bounds is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Admitted {
@@ -467,7 +470,7 @@ impl Worker {
     /// Segment messages' one included), then the dead letters. Nothing is acked here.
     async fn store_batch(&self, batch: &[Message]) -> Result<(Vec<Pending>, Counts), BatchError> {
         let mut pending = Vec::with_capacity(batch.len());
-        let mut groups: BTreeMap<ContractName, Vec<(Value, usize)>> = BTreeMap::new();
+        let mut groups: BTreeMap<Pinned, Vec<(Value, usize)>> = BTreeMap::new();
         let mut segment: Vec<(Value, usize)> = Vec::new();
         for (index, message) in batch.iter().enumerate() {
             let (sequence, published_ns) = message
@@ -486,8 +489,24 @@ impl Worker {
                 self.config.json_depth_max,
             ) {
                 Decoded::Event { contract, value } => {
-                    groups.entry(contract).or_default().push((value, index));
-                    Fate::Store
+                    // Any spelling of the name: NATS keeps header names as sent.
+                    let header = message.headers.as_ref().and_then(|headers| {
+                        headers
+                            .iter()
+                            .find(|(name, _)| {
+                                AsRef::<str>::as_ref(*name).eq_ignore_ascii_case(VERSION_HEADER)
+                            })
+                            .and_then(|(_, values)| values.first())
+                            .map(|value| value.as_str())
+                    });
+                    match pinned_version(header) {
+                        Ok(version) => {
+                            let group = groups.entry((contract, version)).or_default();
+                            group.push((value, index));
+                            Fate::Store
+                        }
+                        Err(refusal) => Fate::Dead(refusal),
+                    }
                 }
                 Decoded::Segment { value } => {
                     segment.push((value, index));
@@ -503,11 +522,15 @@ impl Worker {
             });
         }
         let mut counts = Counts::default();
-        for (name, values) in groups {
-            let Some(contract) = self.store.contract(&self.tenant, &name, None).await? else {
+        for ((name, version), values) in groups {
+            let Some(contract) = self.store.contract(&self.tenant, &name, version).await? else {
+                let which = version.map(|v| format!(" version {v}")).unwrap_or_default();
                 let refusal = Refusal::new(
                     "unknown_contract",
-                    format!("no contract named {:?} for this tenant", name.as_str()),
+                    format!(
+                        "no contract named {:?}{which} for this tenant",
+                        name.as_str()
+                    ),
                 );
                 for (_, index) in values {
                     pending[index].fate = Fate::Dead(refusal.clone());

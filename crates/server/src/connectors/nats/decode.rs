@@ -14,6 +14,27 @@ pub const SUBJECT_PREFIX: &str = "traqlyte.";
 /// built-in `segment.message` contract for the consumer's `--segment-source`.
 pub const SEGMENT_SUBJECT: &str = "traqlyte.segment";
 
+/// The header that pins the version of the contract a message is identified under, as
+/// `?version=N` does over HTTP (absent: the latest version when it is consumed).
+pub const VERSION_HEADER: &str = "Traqlyte-Contract-Version";
+
+/// The contract version a message's [`VERSION_HEADER`] pins: `None` without one; a value
+/// that is not a version (a positive integer) is a dead letter.
+pub fn pinned_version(header: Option<&str>) -> Result<Option<u32>, Refusal> {
+    let Some(text) = header else {
+        return Ok(None);
+    };
+    match text.trim().parse::<u32>() {
+        Ok(version) if version > 0 => Ok(Some(version)),
+        _ => Err(Refusal::new(
+            "invalid_contract_version",
+            format!(
+                "header {VERSION_HEADER}: {text:?} is not a contract version (a positive integer)"
+            ),
+        )),
+    }
+}
+
 /// What a message is, before its contract is looked up.
 #[derive(Debug, PartialEq)]
 pub enum Decoded {
@@ -36,7 +57,7 @@ pub enum Decoded {
 /// Why a message is a dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// A stable code (`invalid_json`, `unknown_contract`, `segment_source_not_configured`,
+    /// A stable code (`invalid_json`, `unknown_contract`, `invalid_contract_version`, `segment_source_not_configured`,
     /// `source_revoked`, `outside_horizon`, or the code the HTTP API would answer for
     /// the same body).
     pub reason: String,
@@ -115,6 +136,17 @@ mod tests {
         };
         assert_eq!(contract.as_str(), "checkout_completed");
         assert_eq!(value, serde_json::json!({"a": 1}));
+    }
+
+    #[test]
+    fn the_version_header_pins_a_positive_version() {
+        assert_eq!(pinned_version(None), Ok(None));
+        assert_eq!(pinned_version(Some("2")), Ok(Some(2)));
+        assert_eq!(pinned_version(Some(" 3 ")), Ok(Some(3)));
+        for bad in ["0", "-1", "v2", "", "4294967296"] {
+            let refused = pinned_version(Some(bad)).expect_err(bad);
+            assert_eq!(refused.reason, "invalid_contract_version", "{bad}");
+        }
     }
 
     #[test]
