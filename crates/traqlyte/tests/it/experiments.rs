@@ -15,6 +15,7 @@ crate::on_both_backends!(
     invalid_outcomes_are_refused_naming_the_field,
     the_report_recovers_the_truth_and_measures_injected_duplicates,
     outcome_batches_on_the_same_units_count_once_while_their_sums_are_folded,
+    outcomes_count_only_inside_their_window_by_event_time_and_by_arrival,
 );
 
 /// An event time a minute after now: inside every metric's window from assignment.
@@ -604,20 +605,34 @@ async fn futures_join(app: &TestApp, campaign: &str, units: &[usize]) -> Vec<Val
 }
 
 /// The per-unit sums the report reads, maintained outcome by outcome, equal the sums
-/// recomputed from the facts.
+/// recomputed from the facts (the metrics of `published_campaign`).
 pub(crate) async fn assert_unit_metrics_match_the_facts(app: &TestApp, campaign: &str) {
-    let tenant = app
-        .store
+    let windows = [("purchase", 168), ("revenue", 168), ("pageviews", 168)];
+    assert_unit_metrics_match_the_facts_of(app, campaign, &windows).await;
+}
+
+/// The tenant of the app's key.
+async fn app_tenant(app: &TestApp) -> traqlyte_store::TenantId {
+    app.store
         .tenant_for_key(&traqlyte_store::ApiKey::parse(&app.key).expect("key"))
         .await
         .expect("lookup")
-        .expect("tenant");
+        .expect("tenant")
+}
+
+/// [`assert_unit_metrics_match_the_facts`] for metrics of the given windows (hours).
+async fn assert_unit_metrics_match_the_facts_of(
+    app: &TestApp,
+    campaign: &str,
+    windows: &[(&str, i64)],
+) {
+    let tenant = app_tenant(app).await;
     let campaign = &traqlyte_store::CampaignId::try_from(campaign).expect("a campaign id");
-    let windows: Vec<traqlyte_store::MetricWindow> = ["purchase", "revenue", "pageviews"]
+    let windows: Vec<traqlyte_store::MetricWindow> = windows
         .iter()
-        .map(|m| traqlyte_store::MetricWindow {
+        .map(|(m, hours)| traqlyte_store::MetricWindow {
             metric: m.to_string(),
-            window_us: 168 * 3_600_000_000,
+            window_us: hours * 3_600_000_000,
         })
         .collect();
     let maintained = app
@@ -642,4 +657,137 @@ pub(crate) async fn assert_unit_metrics_match_the_facts(app: &TestApp, campaign:
             assert_eq!(a, b, "{key:?}");
         }
     }
+}
+
+/// One unit's revenue: event time (stored, sum, duplicates), arrival time (the same).
+type Figures = (u64, f64, u64, u64, f64, u64);
+
+/// A metric counts an outcome when its event time (and, under `arrival_time`, its
+/// arrival) lies in `[assigned_at, assigned_at + window]`: not before the assignment, the
+/// window's end included, not a microsecond after it. Unit B's assignment is moved two
+/// hours back with SQL (what its row would hold had it been assigned then), so its
+/// arrivals fall after its one-hour window; unit A's are inside theirs. Duplicates and a
+/// correction count in the same windows, and the maintained sums equal the facts'.
+async fn outcomes_count_only_inside_their_window_by_event_time_and_by_arrival(backend: Backend) {
+    const HOUR: i64 = 3_600_000_000;
+    let app = spawn_app(backend).await;
+    let body = json!({
+        "key": "windows", "name": "Windows",
+        "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+        "metrics": [{"name": "revenue", "kind": "sum", "window_hours": 1}]
+    });
+    let created = app.post_json("/campaigns", &body).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let campaign = created.body["id"].as_str().expect("id").to_string();
+    let published = app
+        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
+        .await;
+    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let a = assign(&app, &campaign, "unit-a").await;
+    let b = assign(&app, &campaign, "unit-b").await;
+    app.execute_sql(&format!(
+        "UPDATE assignments SET assigned_at_us = assigned_at_us - {} WHERE unit_id = 'unit-b'",
+        2 * HOUR
+    ))
+    .await;
+    let tenant = app_tenant(&app).await;
+    let ids: Vec<traqlyte_store::AssignmentId> = [&a, &b]
+        .iter()
+        .map(|u| {
+            let id = u["assignment_id"].as_str().expect("id");
+            traqlyte_store::AssignmentId::try_from(id).expect("an assignment id")
+        })
+        .collect();
+    let stored = app
+        .store
+        .assignments_by_id(&tenant, &ids)
+        .await
+        .expect("assignments");
+    let at = |unit: &Value| {
+        let id = unit["assignment_id"].as_str().expect("id");
+        let row = stored.iter().find(|s| s.assignment_id.as_str() == id);
+        row.expect("stored").assigned_at_us
+    };
+    let (at_a, at_b) = (at(&a), at(&b));
+    let send = |unit: &Value, key: &str, occurred_us: i64, value: f64| {
+        let body = json!({"assignment_id": unit["assignment_id"], "dedupe_key": key,
+            "metric": "revenue", "value": value,
+            "occurred_at": traqlyte_identity::format_rfc3339_micros(occurred_us)});
+        let app = &app;
+        async move {
+            let answer = app.post_json("/outcome", &body).await;
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+            answer.body
+        }
+    };
+    // Unit B: every arrival after its window.
+    send(&b, "b:before", at_b - 60_000_000, 1.0).await;
+    send(&b, "b:inside", at_b + HOUR / 2, 10.0).await;
+    let edge = send(&b, "b:edge", at_b + HOUR, 100.0).await;
+    send(&b, "b:after", at_b + HOUR + 1, 1_000.0).await;
+    send(&b, "b:inside", at_b + HOUR / 2, 10.0).await;
+    // Unit A: arrivals inside its window.
+    send(&a, "a:before", at_a - HOUR, 5.0).await;
+    send(&a, "a:inside", at_a + 600_000_000, 7.0).await;
+    send(&a, "a:inside", at_a + 600_000_000, 7.0).await;
+    // (event stored n, sum, duplicates n; arrival stored n, sum, duplicates n) per unit.
+    let mut figures: [Figures; 2] = [(2, 110.0, 1, 0, 0.0, 0), (1, 7.0, 1, 2, 12.0, 1)];
+    let check = |figures: [Figures; 2], report: Value| {
+        for arm in ["control", "treatment"] {
+            let mine: Vec<usize> = [&b, &a]
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| u["arm"] == arm)
+                .map(|(i, _)| i)
+                .collect();
+            let m = metric(&report, arm, "revenue");
+            let units = mine.len() as f64;
+            let total =
+                |pick: fn(&Figures) -> f64| mine.iter().map(|i| pick(&figures[*i])).sum::<f64>();
+            let value = |sum: f64| {
+                if units > 0.0 {
+                    json!(sum / units)
+                } else {
+                    Value::Null
+                }
+            };
+            assert_eq!(m["value"], value(total(|f| f.1)), "{arm}: {m}");
+            assert_eq!(
+                m["stored_events"],
+                json!(total(|f| f.0 as f64) as u64),
+                "{arm}: {m}"
+            );
+            assert_eq!(
+                m["duplicates"],
+                json!(total(|f| f.2 as f64) as u64),
+                "{arm}: {m}"
+            );
+            let ar = &m["arrival_time"];
+            assert_eq!(ar["value"], value(total(|f| f.4)), "{arm}: {m}");
+            assert_eq!(
+                ar["stored_events"],
+                json!(total(|f| f.3 as f64) as u64),
+                "{arm}: {m}"
+            );
+            assert_eq!(
+                ar["duplicates"],
+                json!(total(|f| f.5 as f64) as u64),
+                "{arm}: {m}"
+            );
+        }
+    };
+    check(figures, report(&app, &campaign).await);
+    assert_unit_metrics_match_the_facts_of(&app, &campaign, &[("revenue", 1)]).await;
+    // A correction of the edge outcome moves the event-time sum only.
+    let id = edge["outcome_id"].as_str().expect("an outcome id");
+    let corrected = app
+        .post_json(
+            &format!("/outcomes/{id}/supersessions"),
+            &json!({"value": 50.0, "reason": "refund", "expected_seq": 0}),
+        )
+        .await;
+    assert_eq!(corrected.status, StatusCode::CREATED, "{}", corrected.body);
+    figures[0].1 = 60.0;
+    check(figures, report(&app, &campaign).await);
+    assert_unit_metrics_match_the_facts_of(&app, &campaign, &[("revenue", 1)]).await;
 }

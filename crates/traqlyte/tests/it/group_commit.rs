@@ -491,7 +491,8 @@ async fn a_thousand_concurrent_single_requests_get_the_answers_they_get_without_
             assert_eq!(statuses, ["duplicate", "inserted"], "{group}");
         }
     }
-    // Both requests for a new unit get the one assignment.
+    // Both requests for a new unit get the one stored assignment: the same id (which is
+    // derived from the unit), arm, version and time.
     for (requests, answers) in [(&requests_on, &answers_on), (&requests_off, &answers_off)] {
         let mut by_unit: BTreeMap<&str, HashSet<String>> = BTreeMap::new();
         for (request, (_, body)) in requests.iter().zip(answers) {
@@ -499,7 +500,7 @@ async fn a_thousand_concurrent_single_requests_get_the_answers_they_get_without_
                 by_unit
                     .entry(request.group.as_str())
                     .or_default()
-                    .insert(body["assignment_id"].to_string());
+                    .insert(body.to_string());
             }
         }
         assert!(by_unit.values().all(|ids| ids.len() == 1));

@@ -261,6 +261,19 @@ async fn an_assignment_batch_gives_each_unit_the_arm_single_requests_give_and_st
         assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
         singles.push(answer.body);
     }
+    // Reweighted before the batch: its new units must be bucketed with version 2's arms.
+    let reweighted = app
+        .post_json(
+            &format!("/campaigns/{second}/publish"),
+            &json!({"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 9}]}),
+        )
+        .await;
+    assert_eq!(
+        reweighted.status,
+        StatusCode::CREATED,
+        "{}",
+        reweighted.body
+    );
     // Known units, new units of two campaigns, a repeat inside the batch, and refusals.
     let mut items = units(&first, 0..40);
     items.extend(units(&second, 0..20));
@@ -294,11 +307,35 @@ async fn an_assignment_batch_gives_each_unit_the_arm_single_requests_give_and_st
             &json!("invalid_assignment")
         ]
     );
-    // New units of the batch: single requests now get the batch's assignments (sticky),
-    // and the arm is the one a single request would have given (same bucketing).
+    // New units of the batch: the arm is the bucketing of the campaign's latest version
+    // (its salt and arms, as a single request computes it), and single requests now get
+    // the batch's assignments (sticky).
+    let mut latest = std::collections::HashMap::new();
+    for campaign in [&first, &second] {
+        let versions = app.get(&format!("/campaigns/{campaign}/versions")).await;
+        let list = versions.body["versions"].as_array().expect("versions");
+        let newest = list.last().expect("a version").clone();
+        latest.insert(campaign.clone(), newest);
+    }
     for (index, item) in items.iter().enumerate().take(60).skip(20) {
+        let version = &latest[item["campaign_id"].as_str().expect("campaign")];
+        let arms: Vec<traqlyte_experiments::Arm> = version["arms"]
+            .as_array()
+            .expect("arms")
+            .iter()
+            .map(|a| traqlyte_experiments::Arm {
+                key: a["key"].as_str().expect("key").to_string(),
+                weight: a["weight"].as_u64().expect("weight") as u32,
+            })
+            .collect();
+        let salt = version["salt"].as_str().expect("salt");
+        let unit = item["unit_id"].as_str().expect("unit");
+        let expected = traqlyte_experiments::bucketing::bucket(salt, unit, &arms).expect("an arm");
+        let assignment = &results[index]["assignment"];
+        assert_eq!(assignment["arm"], expected.key.as_str(), "item {index}");
+        assert_eq!(assignment["version"], version["version"], "item {index}");
         let answer = app.post_json("/assignments", item).await;
-        assert_eq!(answer.body, results[index]["assignment"], "item {index}");
+        assert_eq!(&answer.body, assignment, "item {index}");
     }
     let again = assign_batch(&app, &items).await;
     assert_eq!(again, batch, "a repeated batch answers the same bytes");
