@@ -242,6 +242,14 @@ impl StoreTx {
                 StoreError::Corrupt("a PostgreSQL transaction without its pool".into())
             })?;
             partitions::create_detached_days(pool, &missing).await?;
+            // This transaction may have written `events_detached` already (a dry run's
+            // earlier batch) with a statement PostgreSQL keeps prepared: such a statement
+            // routes rows by the partitions it knew, and the new day's row would find
+            // none. Locking each new partition here makes this transaction take in the
+            // other connection's attach before its next insert.
+            if let TxInner::Postgres(conn) = &mut self.inner {
+                partitions::lock_days(conn, &missing).await?;
+            }
         }
         let mut outcomes: Vec<Option<EventOutcome>> = vec![None; events.len()];
         for (table, (indices, group)) in [(EventTable::Live, live), (EventTable::Detached, old)] {

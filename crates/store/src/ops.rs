@@ -20,7 +20,7 @@ use crate::{Store, StoreError, StoreTx, TenantId};
 const SOURCE_BYTES_MAX: usize = 300;
 
 /// Which surface delivered an ingestion call: `http` (the JSON API and OpenLineage),
-/// `segment:{source_id}` or `nats:{stream}`. Stored beside each tally and collision row.
+/// `segment:{source_id}`, `nats:{stream}` or `backfill`. Stored beside each tally and collision row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IngestSource(String);
 
@@ -28,6 +28,11 @@ impl IngestSource {
     /// The JSON and OpenLineage HTTP APIs.
     pub fn http() -> IngestSource {
         IngestSource("http".to_string())
+    }
+
+    /// `traqlyte backfill`.
+    pub fn backfill() -> IngestSource {
+        IngestSource("backfill".to_string())
     }
 
     /// A Segment source.
@@ -49,9 +54,10 @@ impl IngestSource {
     }
 
     /// A source label as a client names it in a query (`?source=`); `None` if it has
-    /// none of the three shapes.
+    /// none of the four shapes.
     pub fn parse(text: &str) -> Option<IngestSource> {
         let ok = text == "http"
+            || text == "backfill"
             || (text.starts_with("segment:") || text.starts_with("nats:"))
                 && text.len() <= SOURCE_BYTES_MAX
                 && !text.contains('\0');

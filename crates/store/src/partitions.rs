@@ -343,6 +343,20 @@ pub(crate) async fn create_detached_days(
     Ok(())
 }
 
+/// Takes `ROW EXCLUSIVE` (what an insert takes) on the partitions of `days` in the
+/// caller's transaction, so it sees partitions another connection has just attached
+/// (taking a lock reads the catalog's pending invalidations).
+pub(crate) async fn lock_days(
+    conn: &mut sqlx::PgConnection,
+    days: &[i32],
+) -> Result<(), StoreError> {
+    for &day in days {
+        let sql = format!("LOCK TABLE {} IN ROW EXCLUSIVE MODE", partition_table(day));
+        sqlx::query(&sql).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Creates the partitions of the coming days and detaches those that left the
     /// horizon, in one transaction under an advisory lock (so several processes take

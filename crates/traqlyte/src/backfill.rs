@@ -4,8 +4,8 @@
 //! collided (the same identity with other content: logged, nothing overwritten) and
 //! rejected (a line live ingestion would refuse, with its line number).
 //!
-//! The file is streamed in batches of [`BATCH_LINES_MAX`] lines, so memory stays bounded
-//! on a multi-gigabyte file. Reconciliation is the store's `INSERT … ON CONFLICT DO
+//! The file is streamed in batches of [`BATCH_LINES_MAX`] lines (fewer when they reach
+//! [`BATCH_BYTES_MAX`]), so memory stays bounded on a multi-gigabyte file. Reconciliation is the store's `INSERT … ON CONFLICT DO
 //! NOTHING` against every stored row, whatever its age. A dry run does all of it inside
 //! one transaction and rolls it back, so its counts are the real run's by construction
 //! (it holds the new rows' key locks until it ends; run it off-peak on a big file).
@@ -28,6 +28,9 @@ use crate::DbArgs;
 
 /// Lines identified and stored together.
 const BATCH_LINES_MAX: usize = 1_000;
+/// Bytes of lines identified and stored together: a batch of long lines ends sooner, so
+/// memory stays bounded in bytes too (1,000 lines of 1 MiB would be a gigabyte).
+const BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// The longest line accepted: live ingestion's single-body limit.
 const LINE_BYTES_MAX: usize = 1024 * 1024;
 /// Live ingestion's nesting limit.
@@ -102,9 +105,16 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         std::fs::File::open(&args.file).with_context(|| format!("open {}", args.file.display()))?;
     let progress = progress_bar(file.metadata().map(|m| m.len()).unwrap_or(0));
     let mut reader = BufReader::new(progress.wrap_read(file));
-    let mut tx = store.begin_backfill().await?;
+    let begin = || async {
+        let mut tx = store.begin_backfill().await?;
+        // Counted apart from live ingestion in the per-source trend (`GET /ops/duplicates`).
+        tx.set_ingest_source(traqlyte_store::IngestSource::backfill());
+        anyhow::Ok(tx)
+    };
+    let mut tx = begin().await?;
     let mut counts = Counts::default();
     let mut batch: Vec<Item> = Vec::with_capacity(BATCH_LINES_MAX);
+    let mut batch_bytes = 0usize;
     let mut line = Vec::new();
     let mut number = 0u64;
     loop {
@@ -136,16 +146,20 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             continue;
         }
         match identify(&kind, &line).and_then(|item| not_ahead(&horizon, &kind, item)) {
-            Ok(item) => batch.push(item),
+            Ok(item) => {
+                batch.push(item);
+                batch_bytes += line.len();
+            }
             Err(reason) => reject(&mut counts, number, &reason),
         }
-        if batch.len() == BATCH_LINES_MAX {
+        if batch.len() == BATCH_LINES_MAX || batch_bytes >= BATCH_BYTES_MAX {
             store_batch(&mut tx, &tenant, &kind, &mut batch, &mut counts).await?;
+            batch_bytes = 0;
             if !args.dry_run {
                 // Each batch is durable on its own: an interrupted backfill is resumed by
                 // running it again (what is stored counts as already present).
                 tx.commit().await?;
-                tx = store.begin_backfill().await?;
+                tx = begin().await?;
             }
         }
     }

@@ -14,6 +14,7 @@ crate::on_both_backends!(
     a_backfill_of_run_events_matches_the_live_ones_and_adds_no_graph_rows,
     a_backfill_stores_events_older_than_the_horizon_once_and_matches_detached_ones,
     a_line_of_exactly_the_limit_is_stored_and_no_line_after_a_long_one_is_lost,
+    a_dry_run_over_several_batches_meets_the_old_days_its_later_batches_bring,
 );
 
 /// Runs `traqlyte backfill … --json` and reads its summary.
@@ -225,4 +226,41 @@ async fn a_backfill_stores_events_older_than_the_horizon_once_and_matches_detach
     assert_eq!(app.get(&path).await.status, reqwest::StatusCode::OK);
     assert_eq!(app.post_event(&ancient).await.code(), "outside_horizon");
     assert_eq!(app.checkout_stats().await.0, 2, "two rows, each once");
+}
+
+/// A file longer than one batch (1,000 lines) whose second batch brings an old day no
+/// partition holds yet: the dry run, one transaction over every batch, stores into the
+/// day's new detached partition as the real run does (PostgreSQL kept routing the dry
+/// run's rows by the partitions its first batch saw, and it failed), and counts what the
+/// real run then does. Both are counted under the source `backfill`.
+async fn a_dry_run_over_several_batches_meets_the_old_days_its_later_batches_bring(
+    backend: Backend,
+) {
+    use crate::partitions::{event_at, spawn_refusing_app, DAY_US};
+    let app = spawn_refusing_app(backend).await;
+    let now = traqlyte_store::now_us();
+    let mut lines: Vec<String> = (0..1_000)
+        .map(|i| event_at(&format!("order_30_{i}"), now - 30 * DAY_US).to_string())
+        .collect();
+    for i in 0..5 {
+        let event = event_at(&format!("order_40_{i}"), now - 40 * DAY_US);
+        lines.push(event.to_string());
+        lines.push(event.to_string());
+    }
+    let file = Ndjson::new(&lines);
+    let dry = backfill(&app, "checkout_completed", &file.0, true);
+    assert_eq!(
+        dry,
+        json!({"dry_run": true, "would_insert": 1_005, "already_present": 5, "collided": 0, "rejected": 0})
+    );
+    let real = backfill(&app, "checkout_completed", &file.0, false);
+    assert_eq!(
+        real,
+        json!({"dry_run": false, "inserted": 1_005, "already_present": 5, "collided": 0, "rejected": 0})
+    );
+    assert_eq!(app.checkout_stats().await, (1_005, 5, 0));
+    let trend = app.get("/ops/duplicates?source=backfill&bucket=day").await;
+    let series = trend.body["series"].as_array().expect("series");
+    assert_eq!(series.len(), 1, "{}", trend.body);
+    assert_eq!(series[0]["source"], "backfill");
 }
