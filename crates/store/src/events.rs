@@ -214,6 +214,11 @@ impl StoreTx {
             .copied()
             .max()
             .unwrap_or(partitions::UNTIMED_DAY);
+        let oldest = attached
+            .iter()
+            .copied()
+            .filter(|&day| day != partitions::UNTIMED_DAY)
+            .min();
         let mut live: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
         let mut old: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
         // Old days without a table yet: each gets a detached one before it is written.
@@ -224,6 +229,13 @@ impl StoreTx {
                 &mut live
             } else if day < last {
                 if !detached.contains(&day) {
+                    // A day between attached ones without a table is one maintenance is
+                    // about to attach (it creates them in several transactions, oldest
+                    // first): a detached table of it now would shadow that attached one
+                    // for ever. Refused until maintenance has run.
+                    if oldest.is_some_and(|oldest| day > oldest) {
+                        return Err(StoreError::OutsideHorizon);
+                    }
                     missing.push(day);
                 }
                 &mut old

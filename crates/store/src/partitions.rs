@@ -186,6 +186,12 @@ pub fn gap_days(attached: &[i32], detached: &[i32], before: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Most partitions one maintenance transaction creates or moves. Each holds a few locks
+/// (the table, its index, the parent's) until the transaction ends, and PostgreSQL's
+/// shared lock table has room for `max_locks_per_transaction` (64 by default) times
+/// its connections: about 2,000 creations in one transaction already fail there.
+const MAINTENANCE_STEPS_MAX: usize = 200;
+
 /// Whether a maintenance run detaches the days that left its horizon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Detach {
@@ -359,9 +365,11 @@ pub(crate) async fn lock_days(
 
 impl Store {
     /// Creates the partitions of the coming days and detaches those that left the
-    /// horizon, in one transaction under an advisory lock (so several processes take
-    /// turns). A detached partition moves to `events_detached` in the same transaction:
-    /// a reader always finds its rows. No-op on SQLite.
+    /// horizon, in transactions of at most 200 steps under an advisory lock (so several
+    /// processes take turns), the oldest days created first (so a day between two
+    /// transactions is never older than every attached one, which a backfill would take
+    /// for an old day). A detached partition moves to `events_detached` in the same
+    /// transaction: a reader always finds its rows. No-op on SQLite.
     pub async fn maintain_partitions(
         &self,
         horizon: &DedupeHorizon,
@@ -389,10 +397,43 @@ impl Store {
         now_us: i64,
         detach: Detach,
     ) -> Result<Maintenance, StoreError> {
+        let mut done = Maintenance::default();
+        // In transactions of at most `MAINTENANCE_STEPS_MAX` steps, each planned afresh
+        // under the advisory lock: every created or moved table holds locks until its
+        // transaction ends, and thousands in one (a long horizon, a first run over a
+        // long gap) would exhaust PostgreSQL's shared lock table, failing every run.
+        loop {
+            let (step, more) = self.maintain_some(horizon, now_us, detach).await?;
+            done.create.extend(step.create);
+            done.detach.extend(step.detach);
+            if !more {
+                break;
+            }
+        }
+        if !done.create.is_empty() || !done.detach.is_empty() {
+            tracing::info!(
+                created = done.create.len(),
+                detached = done.detach.len(),
+                horizon_days = horizon.days(),
+                "partitions maintained"
+            );
+        }
+        Ok(done)
+    }
+
+    /// One transaction of [`Self::maintain`]: at most [`MAINTENANCE_STEPS_MAX`] of the
+    /// planned steps (creations first, oldest day first, then detachments); whether more
+    /// remain.
+    async fn maintain_some(
+        &self,
+        horizon: &DedupeHorizon,
+        now_us: i64,
+        detach: Detach,
+    ) -> Result<(Maintenance, bool), StoreError> {
         let mut tx = self.begin().await?;
         let TxInner::Postgres(conn) = &mut tx.inner else {
             tx.rollback().await?;
-            return Ok(Maintenance::default());
+            return Ok((Maintenance::default(), false));
         };
         let conn: &mut sqlx::PgConnection = conn;
         let listed = lock_and_list(conn).await?;
@@ -404,6 +445,10 @@ impl Store {
             let gaps = gap_days(&days(&listed, true), &days(&listed, false), first);
             plan.create.splice(0..0, gaps);
         }
+        let more = plan.create.len() + plan.detach.len() > MAINTENANCE_STEPS_MAX;
+        plan.create.truncate(MAINTENANCE_STEPS_MAX);
+        plan.detach
+            .truncate(MAINTENANCE_STEPS_MAX - plan.create.len());
         for &day in &plan.create {
             let sql = format!(
                 "CREATE TABLE {} PARTITION OF events FOR VALUES FROM ({day}) TO ({})",
@@ -425,15 +470,7 @@ impl Store {
             }
         }
         tx.commit().await?;
-        if !plan.create.is_empty() || !plan.detach.is_empty() {
-            tracing::info!(
-                created = plan.create.len(),
-                detached = plan.detach.len(),
-                horizon_days = horizon.days(),
-                "partitions maintained"
-            );
-        }
-        Ok(plan)
+        Ok((plan, more))
     }
 
     /// Every partition of the events table, oldest day first, with its row count and

@@ -275,6 +275,89 @@ mod postgres_only {
     async fn serve_starts_while_another_process_holds_partition_maintenance() {
         super::serve_starts_while_another_process_holds_partition_maintenance().await
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_horizon_of_thousands_of_days_is_maintained_in_several_transactions() {
+        super::a_horizon_of_thousands_of_days_is_maintained_in_several_transactions().await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_day_between_attached_ones_never_gets_a_detached_table() {
+        super::a_day_between_attached_ones_never_gets_a_detached_table().await
+    }
+}
+
+/// 2,500 days of partitions: in one transaction their locks overflow PostgreSQL's shared
+/// lock table at its default size (about 2,100 creations fail, "out of shared memory"),
+/// so `serve` with a long horizon never got its partitions. Maintenance now commits
+/// every 200 steps.
+async fn a_horizon_of_thousands_of_days_is_maintained_in_several_transactions() {
+    let app = spawn_refusing_app(Backend::Postgres).await;
+    let horizon = DedupeHorizon::new(2_500).expect("a horizon");
+    let done = app
+        .store
+        .maintain_partitions(&horizon, traqlyte_store::now_us())
+        .await
+        .expect("maintained");
+    // The server made the default horizon's 20 days; the rest are new.
+    assert!(done.create.len() >= 2_480, "{}", done.create.len());
+    let mut sorted = done.create.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, done.create, "oldest first");
+    let attached = app
+        .store
+        .partitions()
+        .await
+        .expect("status")
+        .iter()
+        .filter(|p| p.attached && p.from_day.is_some())
+        .count();
+    assert!(attached >= 2_500, "{attached}");
+    let again = app
+        .store
+        .maintain_partitions(&horizon, traqlyte_store::now_us())
+        .await
+        .expect("maintained again");
+    assert_eq!((again.create.len(), again.detach.len()), (0, 0));
+}
+
+/// Days older than the server's attached ones get attached partitions (maintenance run
+/// with an earlier clock), leaving days between them without a table: a day that
+/// maintenance, creating oldest first in several transactions, is about to attach looks
+/// the same. A late event of such a day (`--late-events reconcile`) is refused, not given
+/// a detached table that would shadow the attached one for ever; once maintenance has
+/// run, the same event is stored in its day's detached partition.
+async fn a_day_between_attached_ones_never_gets_a_detached_table() {
+    let app = spawn_app(Backend::Postgres).await;
+    app.register_checkout_contract().await;
+    let now = traqlyte_store::now_us();
+    let horizon = DedupeHorizon::default();
+    app.store
+        .maintain_partitions(&horizon, now - 40 * DAY_US)
+        .await
+        .expect("older days attached");
+    let between = event_at("order_between", now - 25 * DAY_US);
+    let refused = app.post_event(&between).await;
+    assert_eq!(refused.code(), "outside_horizon", "{}", refused.body);
+    let day = traqlyte_store::partitions::day_text((now - 25 * DAY_US).div_euclid(DAY_US) as i32);
+    let has_day = |partitions: &[traqlyte_store::PartitionInfo]| {
+        partitions
+            .iter()
+            .any(|p| p.from_day.as_deref() == Some(day.as_str()))
+    };
+    assert!(!has_day(&app.store.partitions().await.expect("status")));
+    app.store
+        .maintain_partitions(&horizon, now)
+        .await
+        .expect("maintained");
+    let stored = app.post_event(&between).await;
+    assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
+    let partitions = app.store.partitions().await.expect("status");
+    let table = partitions
+        .iter()
+        .find(|p| p.from_day.as_deref() == Some(day.as_str()))
+        .expect("the day's partition");
+    assert!(!table.attached, "{table:?}");
 }
 
 /// A long backfill dry run holds the locks maintenance needs; `serve` starting meanwhile
