@@ -265,6 +265,12 @@ impl Store {
     }
 
     /// Rebuilds a campaign's per-unit sums from the facts (after a bulk load or a repair).
+    /// Safe while outcomes are being written: on PostgreSQL the transaction first locks
+    /// `unit_metric_deltas` against writers (`SHARE ROW EXCLUSIVE`), so an outcome is
+    /// either in the facts it reads and its delta among those it deletes (its writer
+    /// committed first), or in neither (its writer's delta waits for this commit and is
+    /// folded afterwards). Without the lock each statement's own snapshot let an outcome
+    /// committed between the `DELETE` and the `INSERT … SELECT` be counted twice.
     pub async fn rebuild_unit_metrics(
         &self,
         tenant: &TenantId,
@@ -272,6 +278,11 @@ impl Store {
         metrics: &[MetricWindow],
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
+        if let crate::tx::TxInner::Postgres(conn) = &mut tx.inner {
+            sqlx::query("LOCK TABLE unit_metric_deltas IN SHARE ROW EXCLUSIVE MODE")
+                .execute(&mut **conn)
+                .await?;
+        }
         let insert = format!(
             "INSERT INTO unit_metrics (tenant_id, campaign_id, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv)
              SELECT $1, $2, metric, assignment_id, arm, ev_n, ev_v, ev_dn, ev_dv, ar_n, ar_v, ar_dn, ar_dv FROM ({}) u",

@@ -414,7 +414,11 @@ impl Store {
         tenant: &TenantId,
         id_or_name: &str,
     ) -> Result<Option<SourceInfo>, StoreError> {
-        let sql = format!("{SELECT_SOURCES} AND (s.source_id = $2 OR s.name = $2)");
+        // A source may be named like another's id: the id names its own source first.
+        let sql = format!(
+            "{SELECT_SOURCES} AND (s.source_id = $2 OR s.name = $2)
+             ORDER BY CASE WHEN s.source_id = $2 THEN 0 ELSE 1 END LIMIT 1"
+        );
         with_pool!(self, reader, |pool| {
             let row: Option<SourceRow> = sqlx::query_as(&sql)
                 .bind(tenant.as_str())
@@ -425,25 +429,30 @@ impl Store {
         })
     }
 
-    /// Revokes a source's write key (by source id or name) by marking its row; every
-    /// process refuses the key from its next request on. Revoking again changes nothing.
-    /// `None` when the tenant has no such source.
+    /// Revokes a source's write key (by source id or name; an id names its own source
+    /// before one named like it) by marking its row; every process refuses the key from
+    /// its next request on. Revoking again changes nothing. `None` when the tenant has no
+    /// such source.
     pub async fn revoke_source(
         &self,
         tenant: &TenantId,
         id_or_name: &str,
     ) -> Result<Option<SourceInfo>, StoreError> {
         let mut tx = self.begin().await?;
-        with_tx!(tx, |conn| sqlx::query(
+        with_tx!(tx, |conn| {
+            sqlx::query(
             "UPDATE sources SET revoked_at_us = $3
-             WHERE tenant_id = $1 AND (source_id = $2 OR name = $2) AND revoked_at_us IS NULL"
+             WHERE tenant_id = $1 AND revoked_at_us IS NULL AND source_id = (
+                 SELECT source_id FROM sources WHERE tenant_id = $1 AND (source_id = $2 OR name = $2)
+                 ORDER BY CASE WHEN source_id = $2 THEN 0 ELSE 1 END LIMIT 1)"
         )
         .bind(tenant.as_str())
         .bind(id_or_name)
         .bind(now_us())
         .execute(&mut *conn)
         .await
-        .map(|_| ())?);
+        .map(|_| ())?
+        });
         tx.commit().await?;
         self.source(tenant, id_or_name).await
     }

@@ -17,8 +17,15 @@ pub enum SupersedeOutcome {
         /// Fingerprint of the version it replaces.
         supersedes: Fingerprint,
     },
-    /// The content is already the current version (or an earlier correction): nothing written.
+    /// The content is already the current version: nothing written.
     Unchanged,
+    /// The content is an earlier correction, superseded since (a late retry of it, or a
+    /// wish to return to it, which cannot be stored: each content is stored once per
+    /// event). Nothing written.
+    SupersededSince {
+        /// Fingerprint of the current version.
+        current: Fingerprint,
+    },
 }
 
 /// One stored correction.
@@ -156,8 +163,11 @@ impl StoreTx {
         let at_us = history
             .last()
             .map_or(now_us, |s| now_us.max(s.superseded_at_us.saturating_add(1)));
-        if &current == fingerprint || history.iter().any(|s| &s.fingerprint == fingerprint) {
+        if &current == fingerprint {
             return Ok(Some(SupersedeOutcome::Unchanged));
+        }
+        if history.iter().any(|s| &s.fingerprint == fingerprint) {
+            return Ok(Some(SupersedeOutcome::SupersededSince { current }));
         }
         let inserted = with_tx!(self, |conn| sqlx::query(INSERT_SUPERSESSION)
             .bind(tenant.as_str())

@@ -131,6 +131,18 @@ pub(crate) async fn supersede(
             };
             (StatusCode::CREATED, Json(ack)).into_response()
         }
+        SupersedeOutcome::SupersededSince { current } => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "supersession_conflict",
+                format!(
+                    "this content is an earlier correction of event {event_id}, superseded since: the current content has fingerprint {current}, and nothing was stored. \
+                     A late retry of that correction needs nothing more; a return to that content cannot be stored (each content is stored once per event): \
+                     read GET /events/{contract_name}/{event_id} and correct the current content if it is wrong"
+                ),
+            )
+            .with_field("event"));
+        }
         SupersedeOutcome::Unchanged => Json(SupersessionAck {
             event_id: &event_id,
             fingerprint,

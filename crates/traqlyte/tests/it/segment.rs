@@ -474,6 +474,23 @@ async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: 
     assert_eq!(send(other.address.clone()).await, StatusCode::UNAUTHORIZED);
     assert_eq!(send(app.address.clone()).await, StatusCode::UNAUTHORIZED);
     assert!(source_row(&app, "web").await["revoked_at"].is_string());
+    // A source named like another's id: the id names its own source, and only it is
+    // revoked (both matched before).
+    create_source(&app, "alpha");
+    let alpha = source_row(&app, "alpha").await["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let twin_key = create_source(&app, &alpha);
+    let revoked = stdout(traqlyte(
+        &app,
+        &["source", "revoke", "--tenant", "test tenant", &alpha],
+    ));
+    assert!(revoked.starts_with(&alpha), "{revoked}");
+    assert!(source_row(&app, "alpha").await["revoked_at"].is_string());
+    assert!(source_row(&app, &alpha).await["revoked_at"].is_null());
+    let twin = post_v1(&app, "/v1/track", Some(&twin_key), &message).await;
+    assert_eq!(twin.status, StatusCode::OK, "{}", twin.body);
 }
 
 /// A campaign with a conversion and a sum metric, published, with `units` assigned.

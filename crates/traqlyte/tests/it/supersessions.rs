@@ -10,6 +10,7 @@ crate::on_both_backends!(
     a_supersession_must_keep_the_identity_and_name_a_stored_event,
     an_event_as_deep_as_the_limit_allows_can_be_corrected,
     concurrent_corrections_of_one_event_form_one_chain,
+    an_earlier_correction_sent_again_is_a_conflict_not_unchanged,
 );
 
 async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry(
@@ -198,5 +199,49 @@ async fn concurrent_corrections_of_one_event_form_one_chain(backend: Backend) {
     assert_eq!(
         event.body["current_payload"]["note"],
         history[7]["payload"]["note"]
+    );
+}
+
+/// Original O, corrected to B, then to C: B sent again (a late retry, or a wish to go
+/// back) is a `409 supersession_conflict` naming C, not `200 unchanged` (which claimed the
+/// event held B while it kept C). C again is `unchanged`.
+async fn an_earlier_correction_sent_again_is_a_conflict_not_unchanged(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let original = checkout_event("order_back");
+    let id = app.post_event(&original).await.body["event_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let path = format!("/events/checkout_completed/{id}/supersessions");
+    let version = |note: &str| {
+        let mut event = original.clone();
+        event["note"] = json!(note);
+        json!({"event": event})
+    };
+    let b = app.post_json(&path, &version("b")).await;
+    assert_eq!(b.status, StatusCode::CREATED, "{}", b.body);
+    let c = app.post_json(&path, &version("c")).await;
+    assert_eq!(c.status, StatusCode::CREATED, "{}", c.body);
+    let back = app.post_json(&path, &version("b")).await;
+    assert_eq!(
+        (back.status, back.code()),
+        (StatusCode::CONFLICT, "supersession_conflict"),
+        "{}",
+        back.body
+    );
+    let current = c.body["fingerprint"].as_str().expect("fingerprint");
+    let message = back.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains(current), "{message}");
+    let again = app.post_json(&path, &version("c")).await;
+    assert_eq!(
+        (again.status, again.body["status"].as_str()),
+        (StatusCode::OK, Some("unchanged"))
+    );
+    let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
+    assert_eq!(stored.body["current_payload"]["note"], "c");
+    assert_eq!(
+        stored.body["supersessions"].as_array().map(Vec::len),
+        Some(2)
     );
 }
