@@ -2,8 +2,10 @@
 //!
 //! Only a key's SHA-256 and a short non-secret prefix ([`KeyPrefix`], the first 8 hex
 //! digits after `tlk_`) are stored. Revoking marks the row (`revoked_at_us`) and keeps it
-//! for audit; authentication reads the row on every request, so a revocation is refused
-//! by every process from its next request on.
+//! for audit; authentication reads the row on every request (a group-committed single
+//! write may take the tenant from the server's memory, and its batch's own write then
+//! checks the key again), so a revocation is refused by every process from its next
+//! request on.
 //!
 //! Tenant names are unique for tenants created by this code: [`Store::create_tenant`]
 //! checks and inserts under one lock (`BEGIN IMMEDIATE` on SQLite, an advisory

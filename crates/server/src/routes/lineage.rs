@@ -331,7 +331,7 @@ async fn walk_one_way(
     depth: u32,
     direction: Direction,
 ) -> Result<Walk, ApiError> {
-    ensure_exists(state, tenant, start).await?;
+    ensure_exists(state, tenant, start, "node").await?;
     // The walk counts its start node, which a flat list leaves out (`skip(1)`): one more,
     // so the list holds `lineage_nodes_max` nodes, as configured.
     let mut limits = limits(state, depth);
@@ -349,7 +349,8 @@ async fn walk(
     depth: u32,
     edges: bool,
 ) -> Result<Walk, ApiError> {
-    ensure_exists(state, tenant, start).await?;
+    // Only the Marquez-compatible graph walks both ways; it names the node `nodeId`.
+    ensure_exists(state, tenant, start, "nodeId").await?;
     let both = [Direction::Upstream, Direction::Downstream];
     Ok(state
         .store
@@ -368,6 +369,7 @@ async fn ensure_exists(
     state: &AppState,
     tenant: &TenantId,
     node: &NodeRef,
+    field: &str,
 ) -> Result<(), ApiError> {
     if state.store.lineage_node_exists(tenant, node).await? {
         return Ok(());
@@ -380,7 +382,7 @@ async fn ensure_exists(
             node.id()
         ),
     )
-    .with_field("node"))
+    .with_field(field))
 }
 
 fn marquez_node(

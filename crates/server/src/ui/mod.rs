@@ -160,8 +160,10 @@ async fn login_page(
     let Some(text) = query.token else {
         return Ok(html_response(StatusCode::OK, pages::login(next, None)));
     };
-    // Opened from another site: used only when posted from our own page (login CSRF).
-    if cross_site(&headers) {
+    // Not opened by the user in this browser: used only when posted from our own page
+    // (login CSRF from another site or a sibling subdomain, and link scanners that would
+    // use up the single-use link).
+    if !opened_here(&headers) {
         return Ok(html_response(
             StatusCode::OK,
             pages::login_link(&text, next),
@@ -194,11 +196,23 @@ async fn login_with_link(
 }
 
 /// Whether the browser says the request comes from another site's page
-/// (`Sec-Fetch-Site: cross-site`, sent by every current browser).
+/// (`Sec-Fetch-Site: cross-site`).
 fn cross_site(headers: &HeaderMap) -> bool {
     headers
         .get("sec-fetch-site")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
+}
+
+/// Whether the browser says the user opened the request here: typed, pasted or
+/// bookmarked (`Sec-Fetch-Site: none`) or from one of this server's pages
+/// (`same-origin`). Every current browser sends the header; a request without it (an old
+/// browser, a chat client's link preview) or from another site, even a sibling subdomain
+/// (`same-site`), is not.
+fn opened_here(headers: &HeaderMap) -> bool {
+    headers.get("sec-fetch-site").is_some_and(|v| {
+        let v = v.as_bytes();
+        v.eq_ignore_ascii_case(b"none") || v.eq_ignore_ascii_case(b"same-origin")
+    })
 }
 
 /// `POST /ui/login`: checks the API key and starts a session.

@@ -273,7 +273,12 @@ async fn the_ui_answers_a_nul_in_its_path_with_an_html_400(backend: Backend) {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("client");
-    let login = client.get(app.url(login_path)).send().await.expect("login");
+    let login = client
+        .get(app.url(login_path))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .expect("login");
     let cookie = login.headers()["set-cookie"].to_str().expect("ascii");
     let session = cookie.split(';').next().expect("pair").to_string();
     for path in [

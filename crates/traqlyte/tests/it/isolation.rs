@@ -431,7 +431,12 @@ async fn nothing_of_one_tenant_is_returned_counted_or_replayed_for_another(backe
         .build()
         .expect("client");
     let login_path = token.body["login_path"].as_str().expect("login_path");
-    let login = client.get(app.url(login_path)).send().await.expect("login");
+    let login = client
+        .get(app.url(login_path))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .expect("login");
     let cookie = login.headers()["set-cookie"].to_str().expect("ascii");
     let session = cookie.split(';').next().expect("pair").to_string();
     let page = client

@@ -353,6 +353,27 @@ async fn stored_counts(app: &TestApp, campaign: &str) -> (Value, Value, u64, u64
 
 async fn revoking_a_key_twice_answers_the_first_revocation(backend: Backend) {
     let app = admin_app(backend).await;
+    // Named under another tenant, the key is not found there and keeps working.
+    let created = admin(
+        &app,
+        Method::POST,
+        "/admin/tenants",
+        Some(json!({"name": "other tenant"})),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let elsewhere = format!("/admin/tenants/other tenant/keys/{}", prefix_of(&app.key));
+    let refused = admin(&app, Method::DELETE, &elsewhere, None).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::NOT_FOUND, "key_not_found"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(
+        stats_status(&app, &app.address, &app.key).await,
+        StatusCode::OK
+    );
     let path = format!("/admin/tenants/test tenant/keys/{}", prefix_of(&app.key));
     let first = admin(&app, Method::DELETE, &path, None).await;
     assert_eq!(first.status, StatusCode::OK, "{}", first.body);
@@ -364,7 +385,15 @@ async fn revoking_a_key_twice_answers_the_first_revocation(backend: Backend) {
         StatusCode::UNAUTHORIZED
     );
     let listed = admin(&app, Method::GET, "/admin/tenants", None).await;
-    assert_eq!(listed.body["tenants"][0]["active_keys"], json!(0));
+    let tenants = listed.body["tenants"].as_array().expect("tenants");
+    let active = |name: &str| {
+        let tenant = tenants.iter().find(|t| t["name"] == name).expect("listed");
+        tenant["active_keys"].clone()
+    };
+    assert_eq!(
+        (active("test tenant"), active("other tenant")),
+        (json!(0), json!(1))
+    );
 }
 
 async fn admin_routes_refuse_no_token_a_wrong_token_and_a_tenant_key(backend: Backend) {

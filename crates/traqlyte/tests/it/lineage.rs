@@ -429,6 +429,21 @@ async fn an_unknown_or_malformed_node_is_a_clear_error(backend: Backend) {
         (unknown.status, unknown.code()),
         (StatusCode::NOT_FOUND, "node_not_found")
     );
+    assert_eq!(unknown.body["error"]["field"], "node");
+    // The Marquez-compatible route names its own parameter.
+    let unknown = app.get("/api/v1/lineage?nodeId=dataset:db:nope").await;
+    assert_eq!(
+        (
+            unknown.status,
+            unknown.code(),
+            &unknown.body["error"]["field"]
+        ),
+        (
+            StatusCode::NOT_FOUND,
+            "node_not_found",
+            &serde_json::json!("nodeId")
+        )
+    );
     for path in [
         "/lineage/ancestors?node=table:db:C",
         "/lineage/descendants",

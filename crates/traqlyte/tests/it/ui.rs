@@ -191,7 +191,12 @@ pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
     let client = without_redirects();
     let token = app.post_json("/ui/tokens", &json!({})).await;
     let link = app.url(token.body["login_path"].as_str().expect("login_path"));
-    let login = client.get(&link).send().await.expect("login");
+    let login = client
+        .get(&link)
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .expect("login");
     assert_eq!(login.status(), StatusCode::SEE_OTHER);
     let cookie = login.headers()["set-cookie"].to_str().expect("ascii");
     let session = cookie.split(';').next().expect("pair").to_string();
@@ -521,13 +526,30 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
         .expect("get");
     assert_eq!(hidden.status(), StatusCode::NOT_FOUND);
 
-    // A login link works once.
+    // A login link works once, opened by the user (typed or pasted: `none`). Opened by
+    // anything else (no header: a chat client's link preview; a sibling subdomain's page:
+    // `same-site`) it is not used: the preview would use it up, the page would log this
+    // browser into its own tenant.
     let token = app.post_json("/ui/tokens", &json!({})).await;
     let link = app.url(token.body["login_path"].as_str().expect("login_path"));
-    let first = client.get(&link).send().await.expect("get");
+    for (header, value) in [
+        ("x-no-fetch-metadata", "1"),
+        ("sec-fetch-site", "same-site"),
+    ] {
+        let preview = client
+            .get(&link)
+            .header(header, value)
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(preview.status(), StatusCode::OK, "{value}");
+        assert!(preview.headers().get("set-cookie").is_none(), "{value}");
+    }
+    let opened = |site: &'static str| client.get(&link).header("sec-fetch-site", site).send();
+    let first = opened("none").await.expect("get");
     assert_eq!(first.status(), StatusCode::SEE_OTHER);
     assert!(first.headers().get("set-cookie").is_some());
-    let second = client.get(&link).send().await.expect("get");
+    let second = opened("same-origin").await.expect("get");
     assert_eq!(second.status(), StatusCode::UNAUTHORIZED);
     assert!(second.headers().get("set-cookie").is_none());
 
@@ -606,6 +628,7 @@ async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend:
     let by_form = form_session(&client, &app, doomed.expose()).await;
     let used_link = client
         .get(app.url(&login_link(&client, &app, doomed.expose()).await))
+        .header("sec-fetch-site", "none")
         .send()
         .await
         .expect("get");
@@ -630,7 +653,12 @@ async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend:
             "a session of a revoked key is over"
         );
     }
-    let late = client.get(app.url(&unused_link)).send().await.expect("get");
+    let late = client
+        .get(app.url(&unused_link))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .expect("get");
     assert_eq!(late.status(), StatusCode::UNAUTHORIZED);
     assert!(late.headers().get("set-cookie").is_none());
     assert_eq!(
