@@ -229,12 +229,11 @@ async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend
     ];
     let one = ServerProcess::start(app.database_url(), &flags);
     let other = ServerProcess::start(app.database_url(), &flags);
-    let key = key_created_through(&app, &one).await;
-    let post = |path: &'static str, body: Value| {
+    let post = |key: &str, path: &'static str, body: Value| {
         let (client, url, key) = (
             app.client.clone(),
             format!("{}{path}", other.address),
-            key.clone(),
+            key.to_string(),
         );
         async move {
             let response = client
@@ -252,38 +251,11 @@ async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend
         }
     };
     let unit = |id: &str| json!({"campaign_id": campaign, "unit_id": id});
-    // Every route once through `other`, so it remembers the key (and the contract).
-    let writes = [
-        (
-            "/events/checkout_completed",
-            crate::helpers::checkout_event("before"),
-        ),
-        (
-            "/api/v1/lineage",
-            crate::lineage::run_event("job", 1, &["in"], &["out"]),
-        ),
-        ("/assignments", unit("known")),
-    ];
-    for (path, body) in writes {
-        let (status, answer) = post(path, body).await;
-        assert!(status.is_success(), "{path}: {status} {answer}");
-    }
-    let (_, known) = post("/assignments", unit("known")).await;
-    let outcome = crate::experiments::outcome(&known, "order-1", "purchase", None);
-    let (status, answer) = post("/outcome", outcome).await;
-    assert_eq!(status, StatusCode::OK, "{answer}");
-    let counts_before = stored_counts(&app, &campaign).await;
-
-    let revoked = admin_at(
-        &app,
-        &one.address,
-        Some(ADMIN_TOKEN),
-        Method::DELETE,
-        &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
-        None,
-    )
-    .await;
-    assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+    // One key per refused request below, each remembered by `other` through a write of
+    // its own: every refused request is then the first of its key after the revocation,
+    // and must be refused by its own route's check (a refusal by one route's batch makes
+    // the server forget that key, so one key for all would test the first route only).
+    let (_, known) = post(&app.key, "/assignments", unit("known")).await;
     let refused = [
         (
             "/events/checkout_completed",
@@ -301,8 +273,44 @@ async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend
             crate::experiments::outcome(&known, "order-2", "purchase", None),
         ),
     ];
-    for (path, body) in refused {
-        let (status, answer) = post(path, body).await;
+    let mut keys = Vec::new();
+    for (index, (path, _)) in refused.iter().enumerate() {
+        let key = key_created_through(&app, &one).await;
+        let warm = match *path {
+            "/api/v1/lineage" => (
+                "/api/v1/lineage",
+                crate::lineage::run_event("job", 1, &["in"], &["out"]),
+            ),
+            "/assignments" => ("/assignments", unit(&format!("warm-{index}"))),
+            "/outcome" => (
+                "/outcome",
+                crate::experiments::outcome(&known, "order-1", "purchase", None),
+            ),
+            _ => (
+                "/events/checkout_completed",
+                crate::helpers::checkout_event(&format!("before-{index}")),
+            ),
+        };
+        let (status, answer) = post(&key, warm.0, warm.1).await;
+        assert!(status.is_success(), "{}: {status} {answer}", warm.0);
+        keys.push(key);
+    }
+    let counts_before = stored_counts(&app, &campaign).await;
+
+    for key in &keys {
+        let revoked = admin_at(
+            &app,
+            &one.address,
+            Some(ADMIN_TOKEN),
+            Method::DELETE,
+            &format!("/admin/tenants/test tenant/keys/{}", prefix_of(key)),
+            None,
+        )
+        .await;
+        assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+    }
+    for ((path, body), key) in refused.into_iter().zip(&keys) {
+        let (status, answer) = post(key, path, body).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {answer}");
         assert_eq!(answer["error"]["code"], "unauthorized", "{path}: {answer}");
     }
