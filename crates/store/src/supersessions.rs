@@ -83,12 +83,12 @@ const SELECT_SUPERSESSIONS: &str =
 
 /// Any age: a detached event can be corrected too. Its first stored row, should a
 /// producer have restamped it across a day (two rows, see docs/identity.md).
-const SELECT_FINGERPRINT: &str = "SELECT fingerprint FROM events_any_age
+const SELECT_FINGERPRINT: &str = "SELECT fingerprint, received_at_us FROM events_any_age
      WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
      ORDER BY received_at_us LIMIT 1";
 
 /// [`SELECT_FINGERPRINT`] on PostgreSQL, where the id is stored as its 32 bytes.
-const PG_SELECT_FINGERPRINT: &str = "SELECT fingerprint FROM events_any_age
+const PG_SELECT_FINGERPRINT: &str = "SELECT fingerprint, received_at_us FROM events_any_age
      WHERE tenant_id = $1 AND contract_name = $2 AND event_id = decode($3, 'hex')
      ORDER BY received_at_us LIMIT 1";
 
@@ -132,14 +132,14 @@ impl StoreTx {
                 PG_SELECT_FINGERPRINT
             }
         };
-        let original: Option<String> = with_tx!(self, |conn| {
-            let query = sqlx::query_scalar(select)
+        let original: Option<(String, i64)> = with_tx!(self, |conn| {
+            let query = sqlx::query_as(select)
                 .bind(tenant.as_str())
                 .bind(contract.as_str())
                 .bind(event_id);
             query.fetch_optional(&mut *conn).await?
         });
-        let Some(original) = original else {
+        let Some((original, received_at_us)) = original else {
             return Ok(None);
         };
         let original = stored_fingerprint(&original)?;
@@ -160,9 +160,10 @@ impl StoreTx {
             .unwrap_or(original);
         // The history is ordered by this time: a process whose clock lags the one that
         // stored the current version must still sort after it.
-        let at_us = history
+        let replaced_at_us = history
             .last()
-            .map_or(now_us, |s| now_us.max(s.superseded_at_us.saturating_add(1)));
+            .map_or(received_at_us, |s| s.superseded_at_us);
+        let at_us = now_us.max(replaced_at_us.saturating_add(1));
         if &current == fingerprint {
             return Ok(Some(SupersedeOutcome::Unchanged));
         }

@@ -11,6 +11,7 @@ crate::on_both_backends!(
     an_event_as_deep_as_the_limit_allows_can_be_corrected,
     concurrent_corrections_of_one_event_form_one_chain,
     an_earlier_correction_sent_again_is_a_conflict_not_unchanged,
+    a_first_correction_never_sorts_before_the_event_it_corrects,
 );
 
 async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry(
@@ -244,4 +245,31 @@ async fn an_earlier_correction_sent_again_is_a_conflict_not_unchanged(backend: B
         stored.body["supersessions"].as_array().map(Vec::len),
         Some(2)
     );
+}
+
+/// A process whose clock lags the one that stored the event must still record its first
+/// correction after the event: here the stored row's arrival is an hour ahead of every
+/// clock (as a lagging corrector would see it).
+async fn a_first_correction_never_sorts_before_the_event_it_corrects(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let original = checkout_event("order_clock");
+    let id = app.post_event(&original).await.body["event_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    app.execute_sql("UPDATE events SET received_at_us = received_at_us + 3600000000")
+        .await;
+    let mut corrected = original.clone();
+    corrected["note"] = json!("corrected");
+    let path = format!("/events/checkout_completed/{id}/supersessions");
+    let answer = app.post_json(&path, &json!({"event": corrected})).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
+    let received = stored.body["received_at"].as_str().expect("received_at");
+    let superseded = stored.body["supersessions"][0]["superseded_at"]
+        .as_str()
+        .expect("superseded_at");
+    // RFC 3339 in UTC with six digits: ordered as text.
+    assert!(superseded > received, "{superseded} <= {received}");
 }
