@@ -155,6 +155,12 @@ pub(crate) struct GraphQuery {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct MarquezGraph {
     graph: Vec<MarquezNode>,
+    /// Present, and true, only when the walk stopped at `--lineage-nodes-max` (or a level
+    /// too large to read): the graph is then partial. Marquez has no such field; clients
+    /// that do not know it ignore it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schema(required = false)]
+    truncated: bool,
 }
 
 /// A node of a Marquez graph (fields in alphabetical order: see `health::Health`).
@@ -252,7 +258,10 @@ pub(crate) async fn graph(
             marquez_node(node, in_edges, out_edges)
         })
         .collect();
-    Ok(Json(MarquezGraph { graph }))
+    Ok(Json(MarquezGraph {
+        graph,
+        truncated: walk.truncated,
+    }))
 }
 
 /// Query of `GET /lineage/ancestors` and `/lineage/descendants`.

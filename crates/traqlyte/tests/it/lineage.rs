@@ -378,6 +378,15 @@ async fn a_flat_walk_returns_up_to_the_configured_nodes_and_says_when_it_stops(b
         .collect();
     assert_eq!(ids, ["job:ns:j1", "job:ns:j3", "dataset:db:B"]);
     assert_eq!(answer.body["truncated"], true, "{}", answer.body);
+    // The Marquez-compatible graph says so too, and only when it is partial.
+    let whole = app.get("/api/v1/lineage?nodeId=dataset:db:C&depth=1").await;
+    assert_eq!(whole.status, StatusCode::OK, "{}", whole.body);
+    assert!(whole.body.get("truncated").is_none(), "{}", whole.body);
+    let partial = app
+        .get("/api/v1/lineage?nodeId=dataset:db:A&depth=20")
+        .await;
+    assert_eq!(partial.body["graph"].as_array().map(Vec::len), Some(3));
+    assert_eq!(partial.body["truncated"], true, "{}", partial.body);
 }
 
 async fn the_marquez_graph_lists_each_node_once_with_its_edges(backend: Backend) {
