@@ -138,18 +138,6 @@ pub struct Contract {
     occurred_at: Option<Pointer>,
 }
 
-/// A pointer's tokens as sort keys, array indices by number (`/a/10` after `/a/9`).
-fn removal_key(pointer: &Pointer) -> Vec<(u8, u64, &str)> {
-    pointer
-        .tokens()
-        .iter()
-        .map(|token| match token.parse::<u64>() {
-            Ok(index) => (0, index, ""),
-            Err(_) => (1, 0, token.as_str()),
-        })
-        .collect()
-}
-
 impl Contract {
     /// Validates a contract document (the JSON users post to `POST /contracts`).
     pub fn from_json(value: &Value) -> Result<Contract, ContractError> {
@@ -237,8 +225,7 @@ impl Contract {
         identity_order
             .sort_by(|&a, &b| canonical::key_order(&fields[a].1.pointer, &fields[b].1.pointer));
         let mut transport_removal: Vec<usize> = (0..transport.len()).collect();
-        transport_removal
-            .sort_by(|&a, &b| removal_key(&transport[b]).cmp(&removal_key(&transport[a])));
+        transport_removal.sort_by(|&a, &b| transport[a].removal_order(&transport[b]));
         Ok(Contract {
             document,
             name,

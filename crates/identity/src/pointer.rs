@@ -41,6 +41,24 @@ impl Pointer {
         &self.tokens
     }
 
+    /// The order in which to remove several pointers from one document: later array
+    /// elements first (`/a/2` before `/a/1/x` before `/a/0`), so no removal shifts
+    /// another pointer onto a different element. Sort with `a.removal_order(b)`.
+    pub fn removal_order(&self, other: &Pointer) -> std::cmp::Ordering {
+        other.removal_key().cmp(&self.removal_key())
+    }
+
+    /// The tokens as sort keys, array indices by number (`/a/10` after `/a/9`).
+    fn removal_key(&self) -> Vec<(u8, u64, &str)> {
+        self.tokens
+            .iter()
+            .map(|token| match token.parse::<u64>() {
+                Ok(index) => (0, index, ""),
+                Err(_) => (1, 0, token.as_str()),
+            })
+            .collect()
+    }
+
     /// True when `self` equals `other` or one of them addresses a part of the other.
     pub fn overlaps(&self, other: &Pointer) -> bool {
         let n = self.tokens.len().min(other.tokens.len());

@@ -247,7 +247,7 @@ impl Store {
     ) -> Result<FieldResult, StoreError> {
         let suspect = Pointer::parse(pointer)
             .map_err(|e| StoreError::Corrupt(format!("a stored contract's pointer: {e}")))?;
-        let mut removed = vec![suspect];
+        let mut removed = vec![suspect.clone()];
         for transport in scope.contract.transport() {
             removed.push(
                 Pointer::parse(transport).map_err(|e| {
@@ -255,6 +255,9 @@ impl Store {
                 })?,
             );
         }
+        // Later array elements first: removing `/a/0` before `/a/2` would remove the
+        // element that was `/a/3`, and events differing there would be grouped.
+        removed.sort_by(|a, b| a.removal_order(b));
         let rows: Vec<GroupRow> = match &self.backend {
             Backend::Postgres(pg) => {
                 let sql = pg_field_sql(removed.len());
@@ -269,15 +272,14 @@ impl Store {
                 query.fetch_all(&pg.pool).await?
             }
             Backend::Sqlite(lite) => {
+                // The suspect itself cannot be removed: nothing to check.
+                if sqlite_paths(&suspect).is_none() {
+                    return Ok(FieldResult::Skipped);
+                }
                 let mut paths = Vec::new();
-                for (i, p) in removed.iter().enumerate() {
-                    match sqlite_paths(p) {
-                        Some(found) => paths.extend(found),
-                        // The suspect itself cannot be removed: nothing to check.
-                        None if i == 0 => return Ok(FieldResult::Skipped),
-                        // A transport pointer left in only splits groups (no false finding).
-                        None => {}
-                    }
+                // A transport pointer left in only splits groups (no false finding).
+                for found in removed.iter().filter_map(sqlite_paths) {
+                    paths.extend(found);
                 }
                 let sql = sqlite_field_sql(paths.len());
                 let mut query = sqlx::query_as(&sql)

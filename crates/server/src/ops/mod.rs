@@ -154,7 +154,11 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
     if since >= until {
         return Err(bad("since", "since must be before until"));
     }
+    // Whole buckets at both ends: a rolled-up tally row stands for its whole minute, so
+    // a range ending inside a minute counted that minute in part before the roll-up and
+    // whole after it. `until` is taken up to its bucket's end, as `since` down to its start.
     let since = since.div_euclid(width) * width;
+    let until = until.saturating_add(width - 1).div_euclid(width) * width;
     if (until - since) / width > TREND_BUCKETS_MAX {
         return Err(bad(
             "bucket",
@@ -166,7 +170,7 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
         Some(text) => Some(IngestSource::parse(text).ok_or_else(|| {
             bad(
                 "source",
-                "source must be http, segment:{source_id} or nats:{stream}",
+                "source must be http, segment:{source_id}, nats:{stream} or backfill",
             )
         })?),
     };

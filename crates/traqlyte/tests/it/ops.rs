@@ -159,6 +159,23 @@ async fn the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates(
     let bad = app.get("/ops/duplicates?bucket=week").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.body["error"]["field"], "bucket");
+    // The range is whole buckets: 2,000 minutes and 30 s is 2,001 minute buckets, one
+    // more than a trend answers; 2,000 minutes exactly is answered, each bucket whole.
+    let minutes = |end_s: i64| {
+        let start = "2026-11-01T00:00:00Z";
+        let end =
+            traqlyte_identity::format_rfc3339_micros(1_793_491_200_000_000 + end_s * 1_000_000);
+        format!("/ops/duplicates?since={start}&until={end}&bucket=minute")
+    };
+    let over = app.get(&minutes(2_000 * 60 + 30)).await;
+    assert_eq!(
+        (over.status, &over.body["error"]["field"]),
+        (StatusCode::BAD_REQUEST, &json!("bucket")),
+        "{}",
+        over.body
+    );
+    let exact = app.get(&minutes(2_000 * 60)).await;
+    assert_eq!(exact.status, StatusCode::OK, "{}", exact.body);
     // Another tenant sees none of it.
     let other = app.other_tenant_key().await;
     let theirs = app

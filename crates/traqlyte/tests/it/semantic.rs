@@ -16,6 +16,7 @@ crate::on_both_backends!(
     a_sound_contract_has_no_semantic_duplicates,
     payloads_holding_nul_are_scanned_like_any_other,
     serve_runs_the_scan_periodically_and_shows_it_per_tenant,
+    array_elements_are_removed_later_index_first,
 );
 
 /// Version 1 holds `/emitted_at`, the client's send time, among its identity fields: the
@@ -207,4 +208,32 @@ async fn serve_runs_the_scan_periodically_and_shows_it_per_tenant(backend: Backe
         .await;
     assert_eq!(theirs.status, StatusCode::OK);
     assert_eq!(theirs.body["scans"], json!([]));
+}
+
+/// Identity `/path/0` and `/path/2`, transport `/path/1`: two events that differ only at
+/// `/path/2`, so only `/path/2` is a suspect (its removal groups them). Scanning
+/// `/path/0` removes it and the transport pointer; removed in the listed order,
+/// `/path/0` first, the second removal took the element that had been `/path/2`, grouped
+/// the two events and named `/path/0` too, wrongly.
+async fn array_elements_are_removed_later_index_first(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let contract = json!({"name": "page_view", "version": 1,
+        "fields": [{"pointer": "/path/0", "required": true}, {"pointer": "/path/2", "required": true}],
+        "transport": ["/path/1"]});
+    let answer = app.post_json("/contracts", &contract).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    for last in ["r1", "r2"] {
+        let event = json!({"path": ["p", "t", last]});
+        let answer = app.post_json("/events/page_view", &event).await;
+        assert_eq!(answer.body["status"], "inserted", "{}", answer.body);
+    }
+    let scan = scan_cli(&app, 1, &[]);
+    assert_eq!(scan["events"], 2, "{scan}");
+    let named: Vec<&Value> = scan["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| &f["pointer"])
+        .collect();
+    assert_eq!(named, [&json!("/path/2")], "{scan}");
 }
