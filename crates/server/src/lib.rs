@@ -245,14 +245,24 @@ pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::Stor
 /// Tenants read per page by [`semantic_scan_all`].
 const SEMANTIC_SCAN_TENANTS_PAGE: u32 = 1_000;
 
-/// [`semantic_scan_all`] for one tenant: a contract whose scan fails is logged and kept in
-/// `first_error`; a failure to read the contracts or save a scan ends the pass.
+/// [`semantic_scan_all`] for one tenant: a contract whose scan fails, or contracts that
+/// cannot be read, are logged and kept in `first_error`; a failure to save a scan ends
+/// the pass.
 async fn scan_tenant(
     store: &Store,
     tenant: &traqlyte_store::TenantId,
     first_error: &mut Option<traqlyte_store::StoreError>,
 ) -> Result<(), traqlyte_store::StoreError> {
-    let contracts = store.contracts(tenant).await?;
+    // A tenant whose contracts cannot be read (a stored one no longer parses) is logged
+    // and skipped like a failing contract: the tenants after it are still scanned.
+    let contracts = match store.contracts(tenant).await {
+        Ok(contracts) => contracts,
+        Err(err) => {
+            tracing::warn!(tenant = %tenant, error = %err, "semantic-duplicate scan could not read a tenant's contracts; going on with the next tenant");
+            first_error.get_or_insert(err);
+            return Ok(());
+        }
+    };
     // Ordered by name then version: the last of each name is its latest version.
     let latest = contracts
         .iter()

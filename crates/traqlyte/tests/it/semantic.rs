@@ -17,6 +17,7 @@ crate::on_both_backends!(
     payloads_holding_nul_are_scanned_like_any_other,
     serve_runs_the_scan_periodically_and_shows_it_per_tenant,
     array_elements_are_removed_later_index_first,
+    a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_others,
 );
 
 /// Version 1 holds `/emitted_at`, the client's send time, among its identity fields: the
@@ -236,4 +237,53 @@ async fn array_elements_are_removed_later_index_first(backend: Backend) {
         .map(|f| &f["pointer"])
         .collect();
     assert_eq!(named, [&json!("/path/2")], "{scan}");
+}
+
+/// The periodic scan visits tenants in id order. A tenant whose stored contracts no longer
+/// parse is logged and skipped: the tenants after it are still scanned (the pass used to
+/// end at it). The first tenant in id order is the broken one here.
+async fn a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_others(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let mut tenants = Vec::new();
+    for name in ["scan a", "scan b", "scan c"] {
+        let (tenant, key) = app
+            .store
+            .create_tenant(&crate::helpers::tenant_name(name))
+            .await
+            .expect("tenant");
+        let answer = app
+            .send(
+                app.client
+                    .post(app.url("/contracts"))
+                    .bearer_auth(key.expose())
+                    .json(&page_view_contract(2)),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+        tenants.push((tenant, key.expose().to_string()));
+    }
+    tenants.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    let broken = tenants[0].0.as_str().to_string();
+    app.execute_sql(&format!(
+        "UPDATE contracts SET definition = 'not a contract' WHERE tenant_id = '{broken}'"
+    ))
+    .await;
+    let pass = traqlyte_server::semantic_scan_all(&app.store).await;
+    assert!(
+        pass.is_err(),
+        "the broken tenant's error is the pass's answer"
+    );
+    for (_, key) in &tenants[1..] {
+        let listed = app
+            .send(
+                app.client
+                    .get(app.url("/ops/semantic-duplicates"))
+                    .bearer_auth(key),
+            )
+            .await;
+        let scans = listed.body["scans"].as_array().map(Vec::len);
+        assert_eq!(scans, Some(1), "{}", listed.body);
+    }
 }
