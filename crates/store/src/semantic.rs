@@ -260,16 +260,29 @@ impl Store {
         removed.sort_by(|a, b| a.removal_order(b));
         let rows: Vec<GroupRow> = match &self.backend {
             Backend::Postgres(pg) => {
-                let sql = pg_field_sql(removed.len());
-                let mut query = sqlx::query_as(&sql)
-                    .bind(scope.tenant.as_str())
-                    .bind(scope.contract.name().as_str())
-                    .bind(i64::from(scope.contract.version()))
-                    .bind(scope.since_us.unwrap_or(i64::MIN));
-                for p in &removed {
-                    query = query.bind(p.tokens().to_vec());
+                let run = |safe: bool| {
+                    let sql = pg_field_sql(removed.len(), safe);
+                    let removed = &removed;
+                    async move {
+                        let mut query = sqlx::query_as(&sql)
+                            .bind(scope.tenant.as_str())
+                            .bind(scope.contract.name().as_str())
+                            .bind(i64::from(scope.contract.version()))
+                            .bind(scope.since_us.unwrap_or(i64::MIN));
+                        for p in removed {
+                            query = query.bind(p.tokens().to_vec());
+                        }
+                        query.fetch_all(&pg.pool).await
+                    }
+                };
+                match run(false).await {
+                    // A payload holds an array where a path names a key: `#-` fails the
+                    // statement. Again, path by path, leaving such payloads as they are.
+                    Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("22P02") => {
+                        run(true).await?
+                    }
+                    other => other?,
                 }
-                query.fetch_all(&pg.pool).await?
             }
             Backend::Sqlite(lite) => {
                 // The suspect itself cannot be removed: nothing to check.
@@ -331,16 +344,27 @@ fn outer_sql(inner: &str) -> String {
 /// PostgreSQL: `removed` pointers bound as `text[]` paths from `$5` on. A payload may
 /// hold a NUL (`\u0000` in its JSON text), which `jsonb` refuses: it is read as U+FFFD,
 /// the same for every row, so the grouping is unchanged and the scan never fails on it.
-fn pg_field_sql(removed: usize) -> String {
-    let paths: String = (0..removed)
-        .map(|i| format!(" #- CAST(${} AS TEXT[])", i + 5))
-        .collect();
+/// `safe`: through `traqlyte_jsonb_remove` (migration `0025`), which leaves a payload
+/// as it is where a path names a key inside an array (`#-` fails the statement there),
+/// at the cost of a subtransaction a call; the scan uses it only after `#-` failed.
+fn pg_field_sql(removed: usize, safe: bool) -> String {
+    let document = "CAST(replace(payload, '\\u0000', '\\ufffd') AS JSONB)";
+    let removal = if safe {
+        (0..removed).fold(document.to_string(), |doc, i| {
+            format!("traqlyte_jsonb_remove({doc}, CAST(${} AS TEXT[]))", i + 5)
+        })
+    } else {
+        let paths: String = (0..removed)
+            .map(|i| format!(" #- CAST(${} AS TEXT[])", i + 5))
+            .collect();
+        format!("{document}{paths}")
+    };
     outer_sql(&format!(
         "SELECT COUNT(DISTINCT event_id) AS n, MIN(encode(event_id, 'hex')) AS a,
                 MAX(encode(event_id, 'hex')) AS b
          FROM events_any_age
          WHERE tenant_id = $1 AND contract_name = $2 AND contract_version = $3 AND received_at_us >= $4
-         GROUP BY md5(CAST(CAST(replace(payload, '\\u0000', '\\ufffd') AS JSONB){paths} AS TEXT))
+         GROUP BY md5(CAST({removal} AS TEXT))
          HAVING COUNT(DISTINCT event_id) > 1"
     ))
 }

@@ -18,6 +18,7 @@ crate::on_both_backends!(
     serve_runs_the_scan_periodically_and_shows_it_per_tenant,
     array_elements_are_removed_later_index_first,
     a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_others,
+    an_array_where_a_pointer_names_a_key_does_not_fail_the_scan,
 );
 
 /// Version 1 holds `/emitted_at`, the client's send time, among its identity fields: the
@@ -286,4 +287,35 @@ async fn a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_o
         let scans = listed.body["scans"].as_array().map(Vec::len);
         assert_eq!(scans, Some(1), "{}", listed.body);
     }
+}
+
+/// An event holding an array where a pointer names a key (`"user": [1]` against
+/// `/user/id`) is accepted (the field is absent). PostgreSQL's `#-` fails on it, and the
+/// scan of the contract version failed on every pass; it now goes on, leaving that event
+/// as it is, and still finds the emit time in the identity.
+async fn an_array_where_a_pointer_names_a_key_does_not_fail_the_scan(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let contract = json!({"name": "page_view", "version": 1,
+        "fields": [{"pointer": "/user/id"}, {"pointer": "/page", "required": true},
+                   {"pointer": "/emitted_at"}]});
+    let answer = app.post_json("/contracts", &contract).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let events = [
+        json!({"user": [1], "page": "/odd", "emitted_at": "1"}),
+        json!({"user": {"id": 7}, "page": "/home", "emitted_at": "1"}),
+        json!({"user": {"id": 7}, "page": "/home", "emitted_at": "2"}),
+    ];
+    for event in &events {
+        let answer = app.post_json("/events/page_view", event).await;
+        assert_eq!(answer.body["status"], "inserted", "{}", answer.body);
+    }
+    let scan = scan_cli(&app, 1, &[]);
+    assert_eq!(scan["events"], 3, "{scan}");
+    let named: Vec<&Value> = scan["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| &f["pointer"])
+        .collect();
+    assert_eq!(named, [&json!("/emitted_at")], "{scan}");
 }
