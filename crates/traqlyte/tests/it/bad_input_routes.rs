@@ -710,20 +710,10 @@ async fn world(backend: Backend) -> World {
     };
     let app = spawn_app_with(backend, config).await;
     app.register_checkout_contract().await;
-    let created = app
-        .post_json(
-            "/campaigns",
-            &json!({"key": "live", "name": "Live",
-                "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
-                "metrics": [{"name": "revenue", "kind": "sum", "window_hours": 168}]}),
-        )
-        .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let campaign = created.body["id"].as_str().expect("id").to_string();
-    let published = app
-        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
-        .await;
-    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let body = json!({"key": "live", "name": "Live",
+        "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+        "metrics": [{"name": "revenue", "kind": "sum", "window_hours": 168}]});
+    let campaign = crate::experiments::create_published(&app, &body).await;
     let assigned = app
         .post_json(
             "/assignments",

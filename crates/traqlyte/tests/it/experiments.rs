@@ -33,15 +33,16 @@ pub(crate) async fn published_campaign(app: &TestApp, weights: [u32; 2]) -> Stri
             {"name": "pageviews", "kind": "count", "window_hours": 168}
         ]
     });
-    let created = app.post_json("/campaigns", &body).await;
+    create_published(app, &body).await
+}
+
+/// Creates the campaign `body` describes and publishes its first version; its id.
+pub(crate) async fn create_published(app: &TestApp, body: &Value) -> String {
+    let created = app.post_json("/campaigns", body).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let id = created.body["id"].as_str().expect("id").to_string();
-    assert_eq!(
-        app.post_raw(&format!("/campaigns/{id}/publish"), "")
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    let published = app.post_raw(&format!("/campaigns/{id}/publish"), "").await;
+    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
     id
 }
 
@@ -659,8 +660,11 @@ async fn assert_unit_metrics_match_the_facts_of(
     }
 }
 
-/// One unit's revenue: event time (stored, sum, duplicates), arrival time (the same).
-type Figures = (u64, f64, u64, u64, f64, u64);
+/// One unit's revenue in one window: outcomes stored, their sum, duplicates.
+type Window = (u64, f64, u64);
+
+/// One unit's revenue by event time, then by arrival time.
+type Figures = [Window; 2];
 
 /// A metric counts an outcome when its event time (and, under `arrival_time`, its
 /// arrival) lies in `[assigned_at, assigned_at + window]`: not before the assignment, the
@@ -676,13 +680,7 @@ async fn outcomes_count_only_inside_their_window_by_event_time_and_by_arrival(ba
         "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
         "metrics": [{"name": "revenue", "kind": "sum", "window_hours": 1}]
     });
-    let created = app.post_json("/campaigns", &body).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let campaign = created.body["id"].as_str().expect("id").to_string();
-    let published = app
-        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
-        .await;
-    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let campaign = create_published(&app, &body).await;
     let a = assign(&app, &campaign, "unit-a").await;
     let b = assign(&app, &campaign, "unit-b").await;
     app.execute_sql(&format!(
@@ -730,8 +728,8 @@ async fn outcomes_count_only_inside_their_window_by_event_time_and_by_arrival(ba
     send(&a, "a:before", at_a - HOUR, 5.0).await;
     send(&a, "a:inside", at_a + 600_000_000, 7.0).await;
     send(&a, "a:inside", at_a + 600_000_000, 7.0).await;
-    // (event stored n, sum, duplicates n; arrival stored n, sum, duplicates n) per unit.
-    let mut figures: [Figures; 2] = [(2, 110.0, 1, 0, 0.0, 0), (1, 7.0, 1, 2, 12.0, 1)];
+    // Per unit, B then A: (stored, sum, duplicates) by event time, then by arrival time.
+    let mut figures: [Figures; 2] = [[(2, 110.0, 1), (0, 0.0, 0)], [(1, 7.0, 1), (2, 12.0, 1)]];
     let check = |figures: [Figures; 2], report: Value| {
         for arm in ["control", "treatment"] {
             let mine: Vec<usize> = [&b, &a]
@@ -742,38 +740,21 @@ async fn outcomes_count_only_inside_their_window_by_event_time_and_by_arrival(ba
                 .collect();
             let m = metric(&report, arm, "revenue");
             let units = mine.len() as f64;
-            let total =
-                |pick: fn(&Figures) -> f64| mine.iter().map(|i| pick(&figures[*i])).sum::<f64>();
-            let value = |sum: f64| {
-                if units > 0.0 {
+            for (side, shown) in [m, &m["arrival_time"]].into_iter().enumerate() {
+                let (mut stored, mut sum, mut duplicates) = (0, 0.0, 0);
+                for window in mine.iter().map(|i| figures[*i][side]) {
+                    (stored, sum, duplicates) =
+                        (stored + window.0, sum + window.1, duplicates + window.2);
+                }
+                let value = if units > 0.0 {
                     json!(sum / units)
                 } else {
                     Value::Null
-                }
-            };
-            assert_eq!(m["value"], value(total(|f| f.1)), "{arm}: {m}");
-            assert_eq!(
-                m["stored_events"],
-                json!(total(|f| f.0 as f64) as u64),
-                "{arm}: {m}"
-            );
-            assert_eq!(
-                m["duplicates"],
-                json!(total(|f| f.2 as f64) as u64),
-                "{arm}: {m}"
-            );
-            let ar = &m["arrival_time"];
-            assert_eq!(ar["value"], value(total(|f| f.4)), "{arm}: {m}");
-            assert_eq!(
-                ar["stored_events"],
-                json!(total(|f| f.3 as f64) as u64),
-                "{arm}: {m}"
-            );
-            assert_eq!(
-                ar["duplicates"],
-                json!(total(|f| f.5 as f64) as u64),
-                "{arm}: {m}"
-            );
+                };
+                assert_eq!(shown["value"], value, "{arm} {side}: {m}");
+                assert_eq!(shown["stored_events"], stored, "{arm} {side}: {m}");
+                assert_eq!(shown["duplicates"], duplicates, "{arm} {side}: {m}");
+            }
         }
     };
     check(figures, report(&app, &campaign).await);
@@ -787,7 +768,7 @@ async fn outcomes_count_only_inside_their_window_by_event_time_and_by_arrival(ba
         )
         .await;
     assert_eq!(corrected.status, StatusCode::CREATED, "{}", corrected.body);
-    figures[0].1 = 60.0;
+    figures[0][0].1 = 60.0;
     check(figures, report(&app, &campaign).await);
     assert_unit_metrics_match_the_facts_of(&app, &campaign, &[("revenue", 1)]).await;
 }

@@ -155,13 +155,7 @@ async fn seed(app: &TestApp) -> (String, Vec<String>) {
         "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
         "metrics": [{"name": "revenue", "kind": "sum", "window_hours": 168}]
     });
-    let created = app.post_json("/campaigns", &body).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let campaign = created.body["id"].as_str().expect("id").to_string();
-    let published = app
-        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
-        .await;
-    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let campaign = crate::experiments::create_published(app, &body).await;
     let mut assignments = Vec::new();
     for unit in 0..20 {
         let body = json!({"campaign_id": campaign, "unit_id": format!("user-{unit}")});

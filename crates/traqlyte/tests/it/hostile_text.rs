@@ -57,12 +57,7 @@ async fn published_campaign(app: &TestApp, key: &str) -> String {
         "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
         "metrics": [{"name": "revenue", "kind": "sum", "window_hours": 168}]
     });
-    let created = app.post_json("/campaigns", &body).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let id = created.body["id"].as_str().expect("id").to_string();
-    let published = app.post_raw(&format!("/campaigns/{id}/publish"), "").await;
-    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
-    id
+    crate::experiments::create_published(app, &body).await
 }
 
 async fn assignment(app: &TestApp, campaign: &str, unit: &str) -> String {
@@ -273,14 +268,7 @@ async fn the_ui_answers_a_nul_in_its_path_with_an_html_400(backend: Backend) {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("client");
-    let login = client
-        .get(app.url(login_path))
-        .header("sec-fetch-site", "none")
-        .send()
-        .await
-        .expect("login");
-    let cookie = login.headers()["set-cookie"].to_str().expect("ascii");
-    let session = cookie.split(';').next().expect("pair").to_string();
+    let session = crate::ui::link_session(&app, &client, login_path).await;
     for path in [
         format!("/ui/campaigns/{campaign}%00"),
         "/ui/login?next=%00".into(),

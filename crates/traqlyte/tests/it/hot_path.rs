@@ -26,12 +26,7 @@ async fn published_campaign(app: &TestApp, key: &str) -> String {
             {"name": "pageviews", "kind": "count", "window_hours": 168}
         ]
     });
-    let created = app.post_json("/campaigns", &body).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let id = created.body["id"].as_str().expect("id").to_string();
-    let published = app.post_raw(&format!("/campaigns/{id}/publish"), "").await;
-    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
-    id
+    crate::experiments::create_published(app, &body).await
 }
 
 async fn assignment_ids(app: &TestApp, campaign: &str, units: usize) -> Vec<String> {

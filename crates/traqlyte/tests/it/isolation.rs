@@ -431,14 +431,7 @@ async fn nothing_of_one_tenant_is_returned_counted_or_replayed_for_another(backe
         .build()
         .expect("client");
     let login_path = token.body["login_path"].as_str().expect("login_path");
-    let login = client
-        .get(app.url(login_path))
-        .header("sec-fetch-site", "none")
-        .send()
-        .await
-        .expect("login");
-    let cookie = login.headers()["set-cookie"].to_str().expect("ascii");
-    let session = cookie.split(';').next().expect("pair").to_string();
+    let session = crate::ui::link_session(&app, &client, login_path).await;
     let page = client
         .get(app.url(&format!("/ui/campaigns/{}", a.campaign)))
         .header("cookie", session)

@@ -181,15 +181,7 @@ async fn a_key_revoked_through_one_server_process_is_refused_at_once_by_another(
         stats_status(&app, &other.address, key).await,
         StatusCode::OK
     );
-    let revoked = admin_at(
-        &app,
-        &one.address,
-        Some(ADMIN_TOKEN),
-        Method::DELETE,
-        &format!("/admin/tenants/test tenant/keys/{}", prefix_of(key)),
-        None,
-    )
-    .await;
+    let revoked = key_revoked_through(&app, &one, key).await;
     assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
     assert!(
         revoked.body["key"]["revoked_at"].is_string(),
@@ -298,15 +290,7 @@ async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend
     let counts_before = stored_counts(&app, &campaign).await;
 
     for key in &keys {
-        let revoked = admin_at(
-            &app,
-            &one.address,
-            Some(ADMIN_TOKEN),
-            Method::DELETE,
-            &format!("/admin/tenants/test tenant/keys/{}", prefix_of(key)),
-            None,
-        )
-        .await;
+        let revoked = key_revoked_through(&app, &one, key).await;
         assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
     }
     for ((path, body), key) in refused.into_iter().zip(&keys) {
@@ -315,6 +299,20 @@ async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend
         assert_eq!(answer["error"]["code"], "unauthorized", "{path}: {answer}");
     }
     assert_eq!(stored_counts(&app, &campaign).await, counts_before);
+}
+
+/// `DELETE /admin/tenants/test tenant/keys/{prefix of key}` through `server`.
+async fn key_revoked_through(app: &TestApp, server: &ServerProcess, key: &str) -> Answer {
+    let path = format!("/admin/tenants/test tenant/keys/{}", prefix_of(key));
+    admin_at(
+        app,
+        &server.address,
+        Some(ADMIN_TOKEN),
+        Method::DELETE,
+        &path,
+        None,
+    )
+    .await
 }
 
 /// A new key of "test tenant", created through the admin API of `server`.

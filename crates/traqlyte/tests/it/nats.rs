@@ -91,6 +91,17 @@ async fn wait_for(app: &TestApp, what: &str, check: impl Fn((i64, i64)) -> bool)
     }
 }
 
+/// The tenant has no dead letter.
+async fn assert_no_dead_letters(app: &TestApp) {
+    let dead = app.get("/deadletters").await;
+    assert_eq!(
+        dead.body["dead_letters"],
+        serde_json::json!([]),
+        "{}",
+        dead.body
+    );
+}
+
 /// Waits until the durable consumer has nothing pending and nothing awaiting an ack.
 async fn wait_until_drained(js: &jetstream::Context) {
     let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
@@ -212,13 +223,7 @@ async fn serve_consumes_the_stream_with_its_own_ingestion_limits(backend: Backen
     })
     .await;
     wait_until_drained(&js).await;
-    let dead = app.get("/deadletters").await;
-    assert_eq!(
-        dead.body["dead_letters"],
-        serde_json::json!([]),
-        "{}",
-        dead.body
-    );
+    assert_no_dead_letters(&app).await;
 }
 
 async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
@@ -612,13 +617,7 @@ async fn late_events_reconciled_by_the_consumer_meet_their_originals(backend: Ba
     .await;
     wait_until_drained(&js).await;
     assert_eq!(counts(&app).await, (2, 1));
-    let dead = app.get("/deadletters").await;
-    assert_eq!(
-        dead.body["dead_letters"],
-        serde_json::json!([]),
-        "{}",
-        dead.body
-    );
+    assert_no_dead_letters(&app).await;
     let stats = app.get("/stats").await.body;
     let late = match backend {
         Backend::Postgres => 2,
@@ -668,13 +667,7 @@ async fn sigterm_ends_a_nak_backoff_at_once(backend: Backend) {
     assert!(took < Duration::from_secs(30), "SIGTERM took {took:?}");
     app.execute_sql("ALTER TABLE dead_letters_away RENAME TO dead_letters")
         .await;
-    let dead = app.get("/deadletters").await;
-    assert_eq!(
-        dead.body["dead_letters"],
-        serde_json::json!([]),
-        "{}",
-        dead.body
-    );
+    assert_no_dead_letters(&app).await;
 }
 
 /// `Traqlyte-Contract-Version: N` pins the version a message is identified under, as

@@ -262,25 +262,15 @@ async fn seed(app: &TestApp) -> Seeded {
         .as_str()
         .expect("event_id")
         .to_string();
-    let created = app
-        .post_json(
-            "/campaigns",
-            &json!({
-                "key": "seeded", "name": "Seeded",
-                "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
-                "metrics": [
-                    {"name": "purchase", "kind": "conversion", "window_hours": 168},
-                    {"name": "revenue", "kind": "sum", "window_hours": 168}
-                ]
-            }),
-        )
-        .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let campaign = created.body["id"].as_str().expect("id").to_string();
-    let published = app
-        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
-        .await;
-    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let body = json!({
+        "key": "seeded", "name": "Seeded",
+        "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+        "metrics": [
+            {"name": "purchase", "kind": "conversion", "window_hours": 168},
+            {"name": "revenue", "kind": "sum", "window_hours": 168}
+        ]
+    });
+    let campaign = crate::experiments::create_published(app, &body).await;
     let occurred_at =
         traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us() + 60_000_000);
     let mut assignments = Vec::new();

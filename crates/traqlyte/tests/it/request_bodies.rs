@@ -66,13 +66,7 @@ async fn world(backend: Backend) -> World {
     };
     let app = spawn_app_with(backend, config).await;
     app.register_checkout_contract().await;
-    let created = app.post_json("/campaigns", &campaign_body("live")).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let campaign = created.body["id"].as_str().expect("id").to_string();
-    let published = app
-        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
-        .await;
-    assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    let campaign = crate::experiments::create_published(&app, &campaign_body("live")).await;
     let assigned = app
         .post_json(
             "/assignments",

@@ -506,15 +506,7 @@ pub(crate) async fn campaign_with_units(
             {"name": "revenue", "kind": "sum", "window_hours": 168}
         ]
     });
-    let created = app.post_json("/campaigns", &body).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
-    let id = created.body["id"].as_str().expect("id").to_string();
-    assert_eq!(
-        app.post_raw(&format!("/campaigns/{id}/publish"), "")
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    let id = crate::experiments::create_published(app, &body).await;
     let mut arms = Vec::new();
     for unit in units {
         let answer = app

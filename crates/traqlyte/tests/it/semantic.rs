@@ -74,6 +74,12 @@ async fn feed(app: &TestApp, version: u32) -> usize {
     stored
 }
 
+/// The pointers a scan names as suspects, in its order.
+fn suspects(scan: &Value) -> Vec<&Value> {
+    let findings = scan["findings"].as_array().expect("findings");
+    findings.iter().map(|f| &f["pointer"]).collect()
+}
+
 /// `traqlyte scan semantic … --json`, parsed.
 fn scan_cli(app: &TestApp, version: u32, extra: &[&str]) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
@@ -231,12 +237,7 @@ async fn array_elements_are_removed_later_index_first(backend: Backend) {
     }
     let scan = scan_cli(&app, 1, &[]);
     assert_eq!(scan["events"], 2, "{scan}");
-    let named: Vec<&Value> = scan["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .map(|f| &f["pointer"])
-        .collect();
+    let named = suspects(&scan);
     assert_eq!(named, [&json!("/path/2")], "{scan}");
 }
 
@@ -311,11 +312,6 @@ async fn an_array_where_a_pointer_names_a_key_does_not_fail_the_scan(backend: Ba
     }
     let scan = scan_cli(&app, 1, &[]);
     assert_eq!(scan["events"], 3, "{scan}");
-    let named: Vec<&Value> = scan["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .map(|f| &f["pointer"])
-        .collect();
+    let named = suspects(&scan);
     assert_eq!(named, [&json!("/emitted_at")], "{scan}");
 }

@@ -190,16 +190,8 @@ fn layout_of(dom: &str) -> Value {
 pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
     let client = without_redirects();
     let token = app.post_json("/ui/tokens", &json!({})).await;
-    let link = app.url(token.body["login_path"].as_str().expect("login_path"));
-    let login = client
-        .get(&link)
-        .header("sec-fetch-site", "none")
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(login.status(), StatusCode::SEE_OTHER);
-    let cookie = login.headers()["set-cookie"].to_str().expect("ascii");
-    let session = cookie.split(';').next().expect("pair").to_string();
+    let login_path = token.body["login_path"].as_str().expect("login_path");
+    let session = link_session(app, &client, login_path).await;
     let page = client
         .get(app.url(path))
         .header("cookie", session)
@@ -626,14 +618,8 @@ async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend:
         .expect("tenant");
     let (kept, _) = app.store.create_api_key(&tenant).await.expect("second key");
     let by_form = form_session(&client, &app, doomed.expose()).await;
-    let used_link = client
-        .get(app.url(&login_link(&client, &app, doomed.expose()).await))
-        .header("sec-fetch-site", "none")
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(used_link.status(), StatusCode::SEE_OTHER);
-    let by_link = session_of(&used_link);
+    let link = login_link(&client, &app, doomed.expose()).await;
+    let by_link = link_session(&app, &client, &link).await;
     let unused_link = login_link(&client, &app, doomed.expose()).await;
     let other_key_session = form_session(&client, &app, kept.expose()).await;
     for session in [&by_form, &by_link, &other_key_session] {
@@ -669,6 +655,18 @@ async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend:
 }
 
 /// The `name=value` pair of a response's session cookie.
+/// The session a login link starts, opened as a user opens it (`Sec-Fetch-Site: none`).
+pub(crate) async fn link_session(app: &TestApp, client: &Client, login_path: &str) -> String {
+    let login = client
+        .get(app.url(login_path))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    session_of(&login)
+}
+
 fn session_of(response: &reqwest::Response) -> String {
     let cookie = response.headers()["set-cookie"].to_str().expect("ascii");
     cookie.split(';').next().expect("pair").to_string()
