@@ -73,7 +73,9 @@ pub use ops::{
 pub use outcome_corrections::{
     stored_outcome_id, CorrectionResult, OutcomeCorrection, OutcomeHistory,
 };
-pub use partitions::{DedupeHorizon, LateEvents, Maintenance, OutsideHorizon, PartitionInfo};
+pub use partitions::{
+    Admission, DedupeHorizon, LateEvents, Maintenance, OutsideHorizon, PartitionInfo,
+};
 pub use semantic::{
     SemanticFinding, SemanticGroup, SemanticProgress, SemanticScan, SemanticScope,
     SEMANTIC_EXAMPLES_MAX,

@@ -110,6 +110,22 @@ impl DedupeHorizon {
         Ok(())
     }
 
+    /// [`Self::admits`] as the live path applies it under `late`: an event older than the
+    /// horizon is taken as [`Admission::Late`] (to be reconciled as a backfill is) when
+    /// late events are reconciled, else refused; one too far ahead is always refused.
+    pub fn admission(
+        &self,
+        occurred_at_us: Option<i64>,
+        now_us: i64,
+        late: LateEvents,
+    ) -> Result<Admission, OutsideHorizon> {
+        match self.admits(occurred_at_us, now_us) {
+            Ok(()) => Ok(Admission::Live),
+            Err(OutsideHorizon::TooOld) if late == LateEvents::Reconcile => Ok(Admission::Late),
+            Err(outside) => Err(outside),
+        }
+    }
+
     /// The first day kept attached at `now_us`: every day the live path admits, and
     /// [`DETACH_GRACE_DAYS`] more.
     pub fn first_attached_day(&self, now_us: i64) -> i32 {
@@ -123,6 +139,16 @@ impl Default for DedupeHorizon {
             days: Self::DEFAULT_DAYS,
         }
     }
+}
+
+/// How the live path takes an event it admits ([`DedupeHorizon::admission`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Inside the horizon: a live transaction writes it.
+    Live,
+    /// Older than the horizon, taken because late events are reconciled: it needs a
+    /// backfill's transaction ([`crate::Store::begin_backfill`]).
+    Late,
 }
 
 /// What the live path does with an event older than the horizon.

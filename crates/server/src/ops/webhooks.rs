@@ -67,7 +67,7 @@ pub(crate) fn check_url(text: &str) -> Result<String, ApiError> {
         return Err(refuse("url is longer than 2,000 bytes"));
     }
     let url = reqwest::Url::parse(text).map_err(|e| refuse(&format!("url is not a URL: {e}")))?;
-    if let Some(ip) = literal_ip(&url).filter(|ip| forbidden(*ip)) {
+    if let Some(ip) = forbidden_host(&url) {
         return Err(refuse(&format!(
             "url names {ip}, a link-local, unspecified, multicast or broadcast address (where cloud metadata services answer): webhooks never call one"
         )));
@@ -81,15 +81,16 @@ pub(crate) fn check_url(text: &str) -> Result<String, ApiError> {
     }
 }
 
-/// The address a URL's host names literally (`http://10.0.0.7/`, `http://[::1]/`).
-fn literal_ip(url: &reqwest::Url) -> Option<IpAddr> {
+/// The [`forbidden`] address a URL's host names literally (`http://169.254.169.254/`,
+/// `http://[::]/`), if it names one; a host name is checked by the resolver instead.
+fn forbidden_host(url: &reqwest::Url) -> Option<IpAddr> {
     let host = url.host_str()?;
     // An IPv6 host is written in brackets.
     let bare = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    bare.parse().ok()
+    bare.parse().ok().filter(|ip| forbidden(*ip))
 }
 
 /// Addresses a webhook never calls: link-local ones (169.254.0.0/16 and fe80::/10, where
@@ -254,8 +255,7 @@ async fn deliver(
     // A URL registered before addresses were checked is not called either.
     let refused = reqwest::Url::parse(&url)
         .ok()
-        .and_then(|u| literal_ip(&u))
-        .filter(|ip| forbidden(*ip));
+        .and_then(|u| forbidden_host(&u));
     if let Some(ip) = refused {
         crate::metrics::record_webhook("abandoned");
         let error = format!("refused: {ip} is an address webhooks never call");

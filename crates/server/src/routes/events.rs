@@ -11,7 +11,7 @@ use serde_json::Value;
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName, EventId, Fingerprint};
 use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
-    EventOutcome, IngestSource, LateEvents, NewEvent, OutsideHorizon, StoreTx, TenantId,
+    Admission, EventOutcome, IngestSource, LateEvents, NewEvent, OutsideHorizon, StoreTx, TenantId,
 };
 use utoipa::ToSchema;
 
@@ -355,12 +355,9 @@ pub(crate) fn admit(
 ) -> Result<NewEvent, ApiError> {
     let at = partition_time(contract, event.identified.occurred_at_us);
     let horizon = state.config.dedupe_horizon;
-    let outside = match horizon.admits(at, traqlyte_store::now_us()) {
-        Ok(()) => return Ok(event),
-        Err(OutsideHorizon::TooOld) if state.config.late_events == LateEvents::Reconcile => {
-            return Ok(event)
-        }
-        Err(outside) => outside,
+    let now = traqlyte_store::now_us();
+    let Err(outside) = horizon.admission(at, now, state.config.late_events) else {
+        return Ok(event);
     };
     let when = at.map(format_rfc3339_micros).unwrap_or_default();
     let side = match outside {
@@ -400,11 +397,10 @@ async fn begin_batch(
 ) -> Result<StoreTx, ApiError> {
     let now = traqlyte_store::now_us();
     let horizon = state.config.dedupe_horizon;
-    let late = state.config.late_events == LateEvents::Reconcile
-        && events.iter().any(|event| {
-            let at = partition_time(contract, event.identified.occurred_at_us);
-            horizon.admits(at, now) == Err(OutsideHorizon::TooOld)
-        });
+    let late = events.iter().any(|event| {
+        let at = partition_time(contract, event.identified.occurred_at_us);
+        horizon.admission(at, now, state.config.late_events) == Ok(Admission::Late)
+    });
     Ok(if late {
         state.store.begin_backfill().await?
     } else {

@@ -12,11 +12,11 @@ use traqlyte_identity::segment::{identify_message_owned, Envelope};
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName};
 use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
-    now_us, EventOutcome, IngestSource, LateEvents, NewDeadLetter, NewEvent, OutsideHorizon, Store,
+    now_us, Admission, EventOutcome, IngestSource, NewDeadLetter, NewEvent, OutsideHorizon, Store,
     StoreError, TenantId,
 };
 
-use super::decode::{decode, pinned_version, Decoded, Refusal, VERSION_HEADER};
+use super::decode::{decode, pinned_version, version_header, Decoded, Refusal};
 use super::NatsConfig;
 use crate::connectors::segment::ingest;
 use crate::routes::events::identify;
@@ -319,16 +319,6 @@ enum Fate {
 /// A contract by name and, when a message's header pins it, version.
 type Pinned = (ContractName, Option<u32>);
 
-/// How an event inside the consumer's bounds is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Admitted {
-    /// Inside the horizon: the live transaction.
-    Live,
-    /// Older than the horizon, taken by `--late-events reconcile`: the batch goes through
-    /// a backfill's transaction.
-    Late,
-}
-
 /// What a batch did, for the log.
 #[derive(Default)]
 struct Counts {
@@ -489,17 +479,7 @@ impl Worker {
                 self.config.json_depth_max,
             ) {
                 Decoded::Event { contract, value } => {
-                    // Any spelling of the name: NATS keeps header names as sent.
-                    let header = message.headers.as_ref().and_then(|headers| {
-                        headers
-                            .iter()
-                            .find(|(name, _)| {
-                                AsRef::<str>::as_ref(*name).eq_ignore_ascii_case(VERSION_HEADER)
-                            })
-                            .and_then(|(_, values)| values.first())
-                            .map(|value| value.as_str())
-                    });
-                    match pinned_version(header) {
+                    match pinned_version(version_header(message.headers.as_ref())) {
                         Ok(version) => {
                             let group = groups.entry((contract, version)).or_default();
                             group.push((value, index));
@@ -577,7 +557,7 @@ impl Worker {
             }
         }
         let source = IngestSource::nats(&self.config.stream);
-        let late = ages.contains(&Admitted::Late);
+        let late = ages.contains(&Admission::Late);
         let outcomes = match self
             .store
             .insert_events_from(source.clone(), &self.tenant, contract, &events, late)
@@ -592,7 +572,7 @@ impl Worker {
                 let (mut kept, mut kept_positions) = (Vec::new(), Vec::new());
                 for ((event, index), age) in events.into_iter().zip(positions).zip(ages) {
                     // A late event alone is reconciled as it would have been in its batch.
-                    let late = age == Admitted::Late;
+                    let late = age == Admission::Late;
                     let one = std::slice::from_ref(&event);
                     match self
                         .store
@@ -652,15 +632,12 @@ impl Worker {
     /// `422 outside_horizon`: a dead letter (load it with `traqlyte backfill`), never a
     /// store error that would Nak the batch again and again. With `--late-events
     /// reconcile` an event older than the horizon is taken, to be reconciled as a
-    /// backfill would ([`Admitted::Late`]); one too far ahead is still refused.
-    fn admit(&self, contract: &Contract, event: &NewEvent, now: i64) -> Result<Admitted, Refusal> {
+    /// backfill would ([`Admission::Late`]); one too far ahead is still refused.
+    fn admit(&self, contract: &Contract, event: &NewEvent, now: i64) -> Result<Admission, Refusal> {
         let at = partition_time(contract, event.identified.occurred_at_us);
         let horizon = self.config.dedupe_horizon;
-        let side = match horizon.admits(at, now) {
-            Ok(()) => return Ok(Admitted::Live),
-            Err(OutsideHorizon::TooOld) if self.config.late_events == LateEvents::Reconcile => {
-                return Ok(Admitted::Late)
-            }
+        let side = match horizon.admission(at, now, self.config.late_events) {
+            Ok(admission) => return Ok(admission),
             Err(OutsideHorizon::TooOld) => {
                 format!("older than the {}-day dedupe horizon", horizon.days())
             }

@@ -18,6 +18,15 @@ pub const SEGMENT_SUBJECT: &str = "traqlyte.segment";
 /// `?version=N` does over HTTP (absent: the latest version when it is consumed).
 pub const VERSION_HEADER: &str = "Traqlyte-Contract-Version";
 
+/// The value of a message's [`VERSION_HEADER`], under any spelling of the name (NATS
+/// keeps header names as sent).
+pub fn version_header(headers: Option<&async_nats::HeaderMap>) -> Option<&str> {
+    let (_, values) = headers?
+        .iter()
+        .find(|(name, _)| AsRef::<str>::as_ref(*name).eq_ignore_ascii_case(VERSION_HEADER))?;
+    values.first().map(|value| value.as_str())
+}
+
 /// The contract version a message's [`VERSION_HEADER`] pins: `None` without one; a value
 /// that is not a version (a positive integer) is a dead letter.
 pub fn pinned_version(header: Option<&str>) -> Result<Option<u32>, Refusal> {
