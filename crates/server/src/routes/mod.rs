@@ -115,8 +115,20 @@ pub(crate) fn router(state: AppState) -> Router {
             Duration::from_millis(state.config.request_timeout_ms.max(1)),
         ))
         .layer(middleware::from_fn(json_errors))
-        .layer(TraceLayer::new_for_http())
+        // The span names the path, never the query: `/ui/login?token=…` carries a login
+        // link, and a DEBUG log must not hand it to whoever reads the logs.
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .with_state(state)
+}
+
+/// The trace span of one request: its method and path, without the query string.
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    tracing::debug_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        version = ?request.version(),
+    )
 }
 
 /// Operations: the duplicate trend, the collision log, webhooks.

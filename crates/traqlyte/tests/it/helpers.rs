@@ -193,6 +193,25 @@ impl ServerProcess {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> ServerProcess {
+        Self::spawn(database_url, extra, env, std::process::Stdio::null())
+    }
+
+    /// [`ServerProcess::start_with_env`] with the process's log (stderr) written to `log`.
+    pub fn start_logging(
+        database_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log: std::fs::File,
+    ) -> ServerProcess {
+        Self::spawn(database_url, extra, env, log.into())
+    }
+
+    fn spawn(
+        database_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        stderr: std::process::Stdio,
+    ) -> ServerProcess {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_traqlyte"))
             .envs(env.iter().copied())
@@ -205,7 +224,7 @@ impl ServerProcess {
             ])
             .args(extra)
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn traqlyte serve");
         let mut line = String::new();

@@ -926,3 +926,63 @@ fn decode(text: &str) -> String {
         .replace("&nbsp;", "\u{a0}")
         .replace("&amp;", "&")
 }
+
+/// A server logging at DEBUG names each request's path but never its query: the login
+/// link's token must not reach whoever reads the logs.
+#[tokio::test]
+async fn a_debug_log_names_the_login_path_but_not_its_token() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let log_path = std::env::temp_dir().join(format!(
+        "traqlyte_it_{}_debug_log_{}.log",
+        std::process::id(),
+        app.key.len()
+    ));
+    let log = std::fs::File::create(&log_path).expect("create the log file");
+    let mut server = crate::helpers::ServerProcess::start_logging(
+        app.database_url(),
+        &[],
+        &[("RUST_LOG", "debug")],
+        log,
+    );
+    let client = Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .expect("client");
+    let minted: Value = client
+        .post(format!("{}/ui/tokens", server.address))
+        .bearer_auth(&app.key)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("post")
+        .json()
+        .await
+        .expect("JSON");
+    let login_path = minted["login_path"].as_str().expect("login_path");
+    let token = login_path
+        .split_once("token=")
+        .map(|(_, token)| token.to_string())
+        .expect("a token in the link");
+    let login = client
+        .get(format!("{}{login_path}", server.address))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    server.kill();
+    let text = std::fs::read_to_string(&log_path).expect("read the log");
+    let _ = std::fs::remove_file(&log_path);
+    assert!(
+        text.contains("/ui/login"),
+        "the request was not logged: {text}"
+    );
+    assert!(
+        !text.contains(&token),
+        "the token leaked into the log: {text}"
+    );
+    assert!(
+        !text.contains(&app.key),
+        "the key leaked into the log: {text}"
+    );
+}
