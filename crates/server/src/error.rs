@@ -141,6 +141,12 @@ impl ApiError {
         self.body.code
     }
 
+    /// The field at fault, if the error names one.
+    #[cfg(test)]
+    pub(crate) fn field(&self) -> Option<&str> {
+        self.body.field.as_deref()
+    }
+
     /// The message.
     pub fn message(&self) -> &str {
         &self.body.message

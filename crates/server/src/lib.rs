@@ -169,8 +169,10 @@ const PARTITIONS_RETRY_AFTER: std::time::Duration = std::time::Duration::from_se
 const TALLY_ROLL_UP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 const TALLY_ROLL_UP_AGE_US: i64 = 120_000_000;
 
-/// Folds old per-call tally rows into per-minute rows, periodically, so `GET /stats`
-/// reads a bounded number of rows however many ingestion calls there were.
+/// Folds old per-call tally rows into per-minute rows, and minute rows older than
+/// [`traqlyte_store::MINUTE_TALLIES_KEPT_US`] into per-hour rows, periodically, so `GET
+/// /stats` reads a number of rows that grows by one a key an hour of uptime at most,
+/// however many ingestion calls there were.
 async fn roll_up_tallies(state: AppState) {
     let mut ticker = tokio::time::interval(TALLY_ROLL_UP_EVERY);
     loop {
@@ -183,6 +185,10 @@ async fn roll_up_tallies(state: AppState) {
             Ok(0) => {}
             Ok(folded) => tracing::debug!(folded, "tally rows rolled up"),
             Err(err) => tracing::warn!(error = %err, "tally roll-up failed"),
+        }
+        let hours_before = traqlyte_store::now_us() - traqlyte_store::MINUTE_TALLIES_KEPT_US;
+        if let Err(err) = state.store.roll_up_tallies_to_hours(hours_before).await {
+            tracing::warn!(error = %err, "tally roll-up into hours failed");
         }
     }
 }

@@ -625,29 +625,72 @@ const OTHER_TALLIES: [(&str, &str, &str); 2] = [
     ),
 ];
 
-/// The fold of one of [`OTHER_TALLIES`]: PostgreSQL's single statement, or SQLite's
-/// insert and delete (run in one `BEGIN IMMEDIATE` transaction). Each statement takes
-/// `before_us` as `$1`, and the bucket width as `$2` when the flag says so.
-fn fold_sql(table: &str, keys: &str, sums: &str, postgres: bool) -> Vec<(String, bool)> {
+/// Width of an hour row: minute rows older than [`MINUTE_TALLIES_KEPT_US`] are folded
+/// into one row per hour (`rolled_up = 2`).
+const TALLY_HOUR_US: i64 = 3_600_000_000;
+
+/// How long per-minute tally rows are kept before they are folded into hours: the
+/// duplicate trend's minute buckets reach back this far, and no further.
+pub const MINUTE_TALLIES_KEPT_US: i64 = 48 * TALLY_HOUR_US;
+
+/// `event_tallies` as one of the folded tables (keys besides `at_us`, summed columns).
+const EVENT_TALLIES: (&str, &str, &str) = (
+    "event_tallies",
+    "tenant_id, contract_name, source",
+    "inserted, duplicates, collisions, late",
+);
+
+/// A fold of one tally table: rows at level `from` (`rolled_up`: 0 per call, 1 per
+/// minute, 2 per hour) older than `$1` become rows at level `to`, one per key and bucket
+/// of width `$2`. PostgreSQL's single statement, or SQLite's insert and delete (run in
+/// one `BEGIN IMMEDIATE` transaction); the flag says whether a statement takes `$2`.
+fn fold_sql(
+    (table, keys, sums): (&str, &str, &str),
+    (from, to): (u8, u8),
+    postgres: bool,
+) -> Vec<(String, bool)> {
     let summed: Vec<String> = sums.split(", ").map(|c| format!("SUM({c})")).collect();
     let summed = summed.join(", ");
     if postgres {
         let fold = format!(
-            "WITH moved AS (DELETE FROM {table} WHERE rolled_up = 0 AND at_us < $1
+            "WITH moved AS (DELETE FROM {table} WHERE rolled_up = {from} AND at_us < $1
                RETURNING {keys}, at_us, {sums})
              INSERT INTO {table} ({keys}, at_us, {sums}, rolled_up)
-             SELECT {keys}, (at_us / $2) * $2, {summed}, 1
+             SELECT {keys}, (at_us / $2) * $2, {summed}, {to}
              FROM moved GROUP BY {keys}, (at_us / $2) * $2"
         );
         return vec![(fold, true)];
     }
     let insert = format!(
         "INSERT INTO {table} ({keys}, at_us, {sums}, rolled_up)
-         SELECT {keys}, (at_us / ?2) * ?2, {summed}, 1
-         FROM {table} WHERE rolled_up = 0 AND at_us < ?1 GROUP BY {keys}, (at_us / ?2) * ?2"
+         SELECT {keys}, (at_us / ?2) * ?2, {summed}, {to}
+         FROM {table} WHERE rolled_up = {from} AND at_us < ?1 GROUP BY {keys}, (at_us / ?2) * ?2"
     );
-    let delete = format!("DELETE FROM {table} WHERE rolled_up = 0 AND at_us < ?1");
+    let delete = format!("DELETE FROM {table} WHERE rolled_up = {from} AND at_us < ?1");
     vec![(insert, true), (delete, false)]
+}
+
+/// Runs one table's [`fold_sql`] in `tx`.
+async fn fold_tallies(
+    tx: &mut StoreTx,
+    table: (&str, &str, &str),
+    levels: (u8, u8),
+    before_us: i64,
+    width_us: i64,
+) -> Result<(), StoreError> {
+    let postgres = matches!(tx.inner, TxInner::Postgres(_));
+    for (sql, bucketed) in fold_sql(table, levels, postgres) {
+        with_tx!(tx, |conn| {
+            let query = sqlx::query(&sql).bind(before_us);
+            let query = if bucketed {
+                query.bind(width_us)
+            } else {
+                query
+            };
+            query.execute(&mut *conn).await.map(|_| ())?
+        });
+    }
+    Ok(())
 }
 
 impl Store {
@@ -660,19 +703,8 @@ impl Store {
     /// Returns how many per-call `event_tallies` rows were folded.
     pub async fn roll_up_tallies(&self, before_us: i64) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
-        for (table, keys, sums) in OTHER_TALLIES {
-            let postgres = matches!(tx.inner, TxInner::Postgres(_));
-            for (sql, bucketed) in fold_sql(table, keys, sums, postgres) {
-                with_tx!(tx, |conn| {
-                    let query = sqlx::query(&sql).bind(before_us);
-                    let query = if bucketed {
-                        query.bind(TALLY_BUCKET_US)
-                    } else {
-                        query
-                    };
-                    query.execute(&mut *conn).await.map(|_| ())?
-                });
-            }
+        for table in OTHER_TALLIES {
+            fold_tallies(&mut tx, table, (0, 1), before_us, TALLY_BUCKET_US).await?;
         }
         let folded = match &mut tx.inner {
             TxInner::Postgres(conn) => {
@@ -698,6 +730,22 @@ impl Store {
         };
         tx.commit().await?;
         Ok(folded)
+    }
+
+    /// Folds the per-minute tally rows (of all three tally tables) from hours that ended
+    /// before `before_us` into one row per key and hour, so that what `GET /stats` and
+    /// `GET /sources` sum grows by at most one row a key an hour, not one a minute.
+    /// Counts are unchanged (one statement or one `BEGIN IMMEDIATE` transaction, as
+    /// [`Store::roll_up_tallies`]); only whole hours are folded, so an hour is either all
+    /// minutes or one row. The server calls this with now − [`MINUTE_TALLIES_KEPT_US`].
+    pub async fn roll_up_tallies_to_hours(&self, before_us: i64) -> Result<(), StoreError> {
+        let before_us = before_us.div_euclid(TALLY_HOUR_US) * TALLY_HOUR_US;
+        let mut tx = self.begin().await?;
+        for table in std::iter::once(EVENT_TALLIES).chain(OTHER_TALLIES) {
+            fold_tallies(&mut tx, table, (1, 2), before_us, TALLY_HOUR_US).await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Rows in the tally table (for tests and operators).

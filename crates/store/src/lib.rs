@@ -55,6 +55,7 @@ pub use campaigns::{
     Arm, Arms, Campaign, CampaignId, CampaignVersion, MetricDef, MetricKind, NewCampaign,
 };
 pub use deadletters::{DeadLetter, NewDeadLetter, DEAD_LETTERS_LIST_MAX};
+pub use events::MINUTE_TALLIES_KEPT_US;
 pub use experiments::{
     Assignment, AssignmentId, DedupeKey, DuplicatesInBucket, MetricArmSums, MetricWindow,
     NewOutcome, OutcomeResult, StoredOutcome, UnitId, UnitsByVersion, WindowSums,

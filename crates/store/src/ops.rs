@@ -225,17 +225,50 @@ pub struct CollisionEntry {
     pub received_at_us: i64,
 }
 
+/// How many of the leading entries whose sizes are `sizes` fit in `budget` bytes: at
+/// least one when there is one, then every entry that keeps the sum within the budget.
+fn page_within_bytes(sizes: impl Iterator<Item = i64>, budget: i64) -> usize {
+    let mut total = 0i64;
+    let mut taken = 0;
+    for size in sizes {
+        total = total.saturating_add(size);
+        if taken > 0 && total > budget {
+            break;
+        }
+        taken += 1;
+    }
+    taken
+}
+
 const COLLISION_COLUMNS: &str = "collision_id, contract_name AS contract,
        CAST(contract_version AS BIGINT) AS contract_version, event_id, stored_fingerprint,
        incoming_fingerprint, stored_payload, incoming_payload, source, received_at_us";
 
-const SELECT_COLLISIONS_PAGE: &str = "SELECT {columns} FROM event_collisions
+/// The page's rows without their payloads: each one's position and payload bytes, so a
+/// page can stop before it holds more than [`COLLISIONS_PAGE_BYTES_MAX`].
+const SELECT_COLLISIONS_PAGE_SIZES: &str = "SELECT received_at_us, collision_id,
+       CAST(octet_length(stored_payload) + octet_length(incoming_payload) AS BIGINT)
+     FROM event_collisions
      WHERE tenant_id = $1
        AND (CAST($2 AS TEXT) IS NULL OR contract_name = CAST($2 AS TEXT))
        AND (CAST($3 AS BIGINT) IS NULL OR received_at_us >= CAST($3 AS BIGINT))
        AND (CAST($4 AS BIGINT) IS NULL OR received_at_us < CAST($4 AS BIGINT)
             OR (received_at_us = CAST($4 AS BIGINT) AND collision_id < CAST($5 AS BIGINT)))
      ORDER BY received_at_us DESC, collision_id DESC LIMIT $6";
+
+/// The rows of a page between its newest (`$2`, `$3`) and its oldest (`$4`, `$5`) entry,
+/// both included, with their payloads.
+const SELECT_COLLISIONS_BETWEEN: &str = "SELECT {columns} FROM event_collisions
+     WHERE tenant_id = $1
+       AND (CAST($6 AS TEXT) IS NULL OR contract_name = CAST($6 AS TEXT))
+       AND (received_at_us < $2 OR (received_at_us = $2 AND collision_id <= $3))
+       AND (received_at_us > $4 OR (received_at_us = $4 AND collision_id >= $5))
+     ORDER BY received_at_us DESC, collision_id DESC";
+
+/// Most payload bytes (stored and incoming, as stored) one page of collisions loads: a
+/// page stops at the entry that reaches it (always holding at least one), and its
+/// `next_cursor` goes on from there. 200 entries of two 5 MiB payloads would be 2 GiB.
+pub const COLLISIONS_PAGE_BYTES_MAX: i64 = 32 * 1024 * 1024;
 
 const SELECT_COLLISION: &str =
     "SELECT {columns} FROM event_collisions WHERE tenant_id = $1 AND collision_id = $2";
@@ -342,22 +375,45 @@ impl Store {
         .await?))
     }
 
-    /// A page of the tenant's collisions, newest first.
+    /// A page of the tenant's collisions, newest first: at most `query.limit` entries
+    /// and, past the first, no more than [`COLLISIONS_PAGE_BYTES_MAX`] of payloads; the
+    /// flag says whether older entries follow. Rows are never updated, so the second
+    /// read, bounded by the first's newest and oldest entries, finds the same rows.
     pub async fn collisions_page(
         &self,
         tenant: &TenantId,
         query: &CollisionsQuery,
-    ) -> Result<Vec<CollisionEntry>, StoreError> {
-        let sql = SELECT_COLLISIONS_PAGE.replace("{columns}", &self.collision_columns());
-        Ok(with_pool!(self, reader, |pool| sqlx::query_as(&sql)
+    ) -> Result<(Vec<CollisionEntry>, bool), StoreError> {
+        let sizes: Vec<(i64, i64, i64)> = with_pool!(self, reader, |pool| sqlx::query_as(
+            SELECT_COLLISIONS_PAGE_SIZES
+        )
+        .bind(tenant.as_str())
+        .bind(query.contract.as_deref())
+        .bind(query.since_us)
+        .bind(query.before.map(|c| c.received_at_us))
+        .bind(query.before.map(|c| c.collision_id))
+        .bind(i64::from(query.limit))
+        .fetch_all(pool)
+        .await?);
+        let taken = page_within_bytes(sizes.iter().map(|s| s.2), COLLISIONS_PAGE_BYTES_MAX);
+        let more = taken < sizes.len() || sizes.len() == query.limit as usize;
+        let (Some(newest), Some(oldest)) = (
+            sizes.first(),
+            taken.checked_sub(1).and_then(|i| sizes.get(i)),
+        ) else {
+            return Ok((Vec::new(), false));
+        };
+        let sql = SELECT_COLLISIONS_BETWEEN.replace("{columns}", &self.collision_columns());
+        let rows = with_pool!(self, reader, |pool| sqlx::query_as(&sql)
             .bind(tenant.as_str())
+            .bind(newest.0)
+            .bind(newest.1)
+            .bind(oldest.0)
+            .bind(oldest.1)
             .bind(query.contract.as_deref())
-            .bind(query.since_us)
-            .bind(query.before.map(|c| c.received_at_us))
-            .bind(query.before.map(|c| c.collision_id))
-            .bind(i64::from(query.limit))
             .fetch_all(pool)
-            .await?))
+            .await?);
+        Ok((rows, more))
     }
 
     /// One collision of the tenant.
@@ -621,6 +677,17 @@ pub(crate) struct CollisionInsert<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_stops_at_its_byte_budget_but_holds_one_entry_at_least() {
+        let page = |sizes: &[i64]| page_within_bytes(sizes.iter().copied(), 10);
+        assert_eq!(page(&[]), 0);
+        assert_eq!(page(&[3, 3, 3]), 3);
+        assert_eq!(page(&[3, 3, 4, 1]), 3, "the sum may reach the budget");
+        assert_eq!(page(&[3, 3, 5, 1]), 2, "but not pass it");
+        assert_eq!(page(&[50, 1]), 1, "an entry alone larger than the budget");
+        assert_eq!(page(&[i64::MAX, i64::MAX]), 1);
+    }
 
     #[test]
     fn source_labels_parse_in_their_three_shapes_only() {

@@ -49,11 +49,11 @@ pub(crate) struct TrendParams {
     since: Option<String>,
     /// RFC 3339, exclusive; default: now.
     until: Option<String>,
-    /// `minute`, `hour` (default) or `day`.
+    /// `minute` (a range starting within the last 48 hours), `hour` (default) or `day`.
     bucket: Option<String>,
     /// Only this contract.
     contract: Option<String>,
-    /// Only this source: `http`, `segment:{source_id}` or `nats:{stream}`.
+    /// Only this source: `http`, `segment:{source_id}`, `nats:{stream}` or `backfill`.
     source: Option<String>,
 }
 
@@ -163,6 +163,14 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
         return Err(bad(
             "bucket",
             format!("the range spans more than {TREND_BUCKETS_MAX} buckets; use a wider bucket or a shorter range"),
+        ));
+    }
+    // Minute rows older than this are folded into hours: a minute bucket there would show
+    // a whole hour's counts in its first minute.
+    if bucket == Bucket::Minute && since < now - traqlyte_store::MINUTE_TALLIES_KEPT_US {
+        return Err(bad(
+            "since",
+            "minute buckets reach back 48 hours (older counts are kept per hour); use bucket=hour or a later since",
         ));
     }
     let source = match params.source.as_deref() {
@@ -359,8 +367,8 @@ pub(crate) async fn collision_page(
     tenant: &TenantId,
     query: &CollisionsQuery,
 ) -> Result<CollisionPage, ApiError> {
-    let rows = state.store.collisions_page(tenant, query).await?;
-    let next_cursor = (rows.len() == query.limit as usize)
+    let (rows, more) = state.store.collisions_page(tenant, query).await?;
+    let next_cursor = more
         .then(|| {
             rows.last()
                 .map(|r| format!("{}.{}", r.received_at_us, r.collision_id))
@@ -585,6 +593,35 @@ mod tests {
         };
         let err = trend_query(&params, 0).expect_err("refused");
         assert_eq!(err.code(), "invalid_parameter");
+    }
+
+    #[test]
+    fn minute_buckets_reach_back_48_hours_and_no_further() {
+        let now = 1_796_000_000_000_000;
+        let params = |since_us: i64| TrendParams {
+            since: Some(traqlyte_identity::format_rfc3339_micros(since_us)),
+            until: Some(traqlyte_identity::format_rfc3339_micros(since_us + HOUR)),
+            bucket: Some("minute".into()),
+            contract: None,
+            source: None,
+        };
+        let kept = traqlyte_store::MINUTE_TALLIES_KEPT_US;
+        // The start is aligned down to its minute: a start on a minute is kept as it is.
+        let edge = (now - kept).div_euclid(60_000_000) * 60_000_000 + 60_000_000;
+        assert!(trend_query(&params(edge), now).is_ok());
+        let err = trend_query(&params(now - kept - 60_000_000), now).expect_err("refused");
+        assert_eq!(
+            (err.code(), err.field()),
+            ("invalid_parameter", Some("since"))
+        );
+        let hours = TrendParams {
+            bucket: Some("hour".into()),
+            ..params(now - 10 * kept)
+        };
+        assert!(
+            trend_query(&hours, now).is_ok(),
+            "hour buckets reach back any time"
+        );
     }
 
     #[test]

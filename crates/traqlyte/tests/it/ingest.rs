@@ -201,4 +201,19 @@ async fn rolling_up_tallies_keeps_every_count_in_fewer_rows(backend: Backend) {
         0
     );
     assert_eq!(app.checkout_stats().await, before);
+    // Minutes fold into hours (the server does it 48 hours on): the same counts, in
+    // /stats and in the hourly trend, from one row.
+    let trend = "/ops/duplicates?bucket=hour";
+    let hourly = app.get(trend).await.body;
+    app.store
+        .roll_up_tallies_to_hours(traqlyte_store::now_us() + 7_200_000_000)
+        .await
+        .expect("hours");
+    assert_eq!(app.store.tally_rows().await.expect("rows"), 1);
+    assert_eq!(app.checkout_stats().await, before, "no count changes");
+    assert_eq!(
+        app.get(trend).await.body,
+        hourly,
+        "the hourly trend is unchanged"
+    );
 }

@@ -161,10 +161,12 @@ async fn the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates(
     assert_eq!(bad.body["error"]["field"], "bucket");
     // The range is whole buckets: 2,000 minutes and 30 s is 2,001 minute buckets, one
     // more than a trend answers; 2,000 minutes exactly is answered, each bucket whole.
+    // Minute buckets reach back 48 hours: the range starts 34 hours ago, on a minute.
+    let start_us =
+        (traqlyte_store::now_us() - 34 * 3_600_000_000).div_euclid(60_000_000) * 60_000_000;
     let minutes = |end_s: i64| {
-        let start = "2026-11-01T00:00:00Z";
-        let end =
-            traqlyte_identity::format_rfc3339_micros(1_793_491_200_000_000 + end_s * 1_000_000);
+        let start = traqlyte_identity::format_rfc3339_micros(start_us);
+        let end = traqlyte_identity::format_rfc3339_micros(start_us + end_s * 1_000_000);
         format!("/ops/duplicates?since={start}&until={end}&bucket=minute")
     };
     let over = app.get(&minutes(2_000 * 60 + 30)).await;
@@ -176,6 +178,16 @@ async fn the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates(
     );
     let exact = app.get(&minutes(2_000 * 60)).await;
     assert_eq!(exact.status, StatusCode::OK, "{}", exact.body);
+    // Older minutes are folded into hours: a minute trend there is refused, naming since.
+    let old = app
+        .get("/ops/duplicates?since=2026-11-01T00:00:00Z&until=2026-11-01T01:00:00Z&bucket=minute")
+        .await;
+    assert_eq!(
+        (old.status, &old.body["error"]["field"]),
+        (StatusCode::BAD_REQUEST, &json!("since")),
+        "{}",
+        old.body
+    );
     // Another tenant sees none of it.
     let other = app.other_tenant_key().await;
     let theirs = app

@@ -709,6 +709,12 @@ async fn rolling_up_source_and_binding_tallies_keeps_every_count(backend: Backen
             .expect("roll up");
         assert_eq!(counts(source_row(&app, "web").await), source_before);
         assert_eq!(bindings(app.get(&path).await.body), bindings_before);
+        app.store
+            .roll_up_tallies_to_hours(traqlyte_store::now_us() + 7_200_000_000)
+            .await
+            .expect("roll up into hours");
+        assert_eq!(counts(source_row(&app, "web").await), source_before);
+        assert_eq!(bindings(app.get(&path).await.body), bindings_before);
     }
 }
 
