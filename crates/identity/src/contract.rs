@@ -141,8 +141,11 @@ pub struct Contract {
 impl Contract {
     /// Validates a contract document (the JSON users post to `POST /contracts`).
     pub fn from_json(value: &Value) -> Result<Contract, ContractError> {
-        let document: ContractDocument = serde_json::from_value(value.clone())
-            .map_err(|err| ContractError::new(serde_field(&err), err.to_string()))?;
+        let mut track = serde_path_to_error::Track::new();
+        let document = ContractDocument::deserialize(serde_path_to_error::Deserializer::new(
+            value, &mut track,
+        ))
+        .map_err(|err| ContractError::new(serde_field(&track.path(), &err), err.to_string()))?;
         Contract::from_document(document)
     }
 
@@ -536,15 +539,22 @@ fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Option<Value>, Ide
     })
 }
 
-/// Best-effort name of the contract field a serde error is about.
-fn serde_field(err: &serde_json::Error) -> String {
+/// The contract field a serde error is about, spelled as the API names fields
+/// (`fields[0].pointer`): the path where it failed, and for a missing field the field
+/// itself (serde reports it at the object that lacks it).
+fn serde_field(path: &serde_path_to_error::Path, err: &serde_json::Error) -> String {
+    let at = if path.iter().next().is_none() {
+        String::new()
+    } else {
+        path.to_string()
+    };
     let text = err.to_string();
-    for marker in ["unknown field `", "missing field `"] {
-        if let Some(rest) = text.split(marker).nth(1) {
-            if let Some(name) = rest.split('`').next() {
-                return name.to_string();
-            }
-        }
+    let missing = text
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    match missing {
+        Some(name) if at.is_empty() => name.to_string(),
+        Some(name) => format!("{at}.{name}"),
+        None => at,
     }
-    String::new()
 }

@@ -288,20 +288,21 @@ impl Store {
         row.map(StoredEvent::try_from).transpose()
     }
 
-    /// The most recent collisions of a tenant's contract, newest first.
+    /// The most recent collisions of a tenant's contract, newest first: a first page of
+    /// [`Store::collisions_page`], so it stops at its byte budget too.
     pub async fn collisions(
         &self,
         tenant: &TenantId,
         contract: &ContractName,
         limit: u32,
     ) -> Result<Vec<CollisionRecord>, StoreError> {
-        let rows: Vec<model::CollisionRow> = tx::with_pool!(self, reader, |pool| {
-            let query = sqlx::query_as(sql::SELECT_COLLISIONS)
-                .bind(tenant.as_str())
-                .bind(contract.as_str())
-                .bind(i64::from(limit));
-            query.fetch_all(pool).await?
-        });
+        let query = CollisionsQuery {
+            contract: Some(contract.as_str().to_string()),
+            since_us: None,
+            before: None,
+            limit,
+        };
+        let (rows, _) = self.collisions_page(tenant, &query).await?;
         rows.into_iter().map(CollisionRecord::try_from).collect()
     }
 }

@@ -189,22 +189,10 @@ pub struct CollisionRecord {
     pub received_at_us: i64,
 }
 
-/// A logged collision as the database returns it, before its ids are parsed.
-#[derive(sqlx::FromRow)]
-pub(crate) struct CollisionRow {
-    collision_id: i64,
-    event_id: String,
-    stored_fingerprint: String,
-    incoming_fingerprint: String,
-    stored_payload: String,
-    incoming_payload: String,
-    received_at_us: i64,
-}
-
-impl TryFrom<CollisionRow> for CollisionRecord {
+impl TryFrom<crate::CollisionEntry> for CollisionRecord {
     type Error = StoreError;
 
-    fn try_from(row: CollisionRow) -> Result<Self, StoreError> {
+    fn try_from(row: crate::CollisionEntry) -> Result<Self, StoreError> {
         Ok(CollisionRecord {
             collision_id: row.collision_id,
             event_id: stored_event_id(&row.event_id)?,

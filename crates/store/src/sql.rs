@@ -38,9 +38,3 @@ pub(crate) const PG_SELECT_EVENT: &str =
        fingerprint, payload, occurred_at_us, received_at_us
      FROM events_any_age WHERE tenant_id = $1 AND contract_name = $2 AND event_id = decode($3, 'hex')
      ORDER BY received_at_us LIMIT 1";
-
-pub(crate) const SELECT_COLLISIONS: &str =
-    "SELECT collision_id, event_id, stored_fingerprint, incoming_fingerprint,
-       stored_payload, incoming_payload, received_at_us
-     FROM event_collisions WHERE tenant_id = $1 AND contract_name = $2
-     ORDER BY collision_id DESC LIMIT $3";

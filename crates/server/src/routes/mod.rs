@@ -121,6 +121,26 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// axum's refusal of a query string that does not fit its route's parameters
+/// (`?version=abc`: "Failed to deserialize query string: version: invalid digit found in
+/// string") as the API's own `400 invalid_parameter` naming the parameter.
+fn query_refusal(status: StatusCode, message: &str) -> Option<ApiError> {
+    let rest = message.strip_prefix("Failed to deserialize query string: ")?;
+    let (field, reason) = rest.split_once(": ")?;
+    let named = !field.is_empty()
+        && field
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    (status == StatusCode::BAD_REQUEST && named).then(|| {
+        ApiError::new(
+            status,
+            "invalid_parameter",
+            format!("query parameter {field}: {reason}"),
+        )
+        .with_field(field)
+    })
+}
+
 /// The trace span of one request: its method and path, without the query string.
 fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
     tracing::debug_span!(
@@ -230,7 +250,10 @@ async fn json_errors(request: Request, next: Next) -> Response {
     } else {
         text
     };
-    let mut rewritten = ApiError::new(parts.status, code, message).into_response();
+    let mut rewritten = match query_refusal(parts.status, &message) {
+        Some(err) => err.into_response(),
+        None => ApiError::new(parts.status, code, message).into_response(),
+    };
     for (name, value) in parts
         .headers
         .iter()

@@ -68,6 +68,26 @@ async fn invalid_contracts_are_refused_naming_the_field(backend: Backend) {
     let mut c = checkout_contract();
     c["colour"] = json!("blue");
     cases.push((c, "colour"));
+    // Serde's own refusals name the field by its path too: a missing, misspelt or
+    // mistyped field inside the list of fields, and a mistyped top-level field.
+    let mut c = checkout_contract();
+    c["fields"][1]
+        .as_object_mut()
+        .expect("object")
+        .remove("pointer");
+    cases.push((c, "fields[1].pointer"));
+    let mut c = checkout_contract();
+    c["fields"][1]["requird"] = json!(true);
+    cases.push((c, "fields[1].requird"));
+    let mut c = checkout_contract();
+    c["fields"][2]["type"] = json!("text");
+    cases.push((c, "fields[2].type"));
+    let mut c = checkout_contract();
+    c["version"] = json!("1");
+    cases.push((c, "version"));
+    let mut c = checkout_contract();
+    c["fields"] = json!({});
+    cases.push((c, "fields"));
     for (contract, field) in cases {
         let answer = app.post_json("/contracts", &contract).await;
         assert_eq!(

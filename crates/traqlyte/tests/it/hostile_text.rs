@@ -245,6 +245,26 @@ async fn nul_in_path_segments_and_query_values_is_a_400_naming_the_parameter(bac
         let answer = app.get(path).await;
         assert_refused(&answer, StatusCode::BAD_REQUEST, "invalid_parameter", field);
     }
+    // A query value of the wrong type is named the same way, not a bare `bad_request`.
+    for (path, field) in [
+        ("/contracts/checkout_completed?version=abc", "version"),
+        ("/ops/collisions?limit=x", "limit"),
+    ] {
+        let answer = app.get(path).await;
+        assert_refused(&answer, StatusCode::BAD_REQUEST, "invalid_parameter", field);
+    }
+    let typed = app
+        .post_json(
+            "/events/checkout_completed?version=two",
+            &checkout_event("o-1"),
+        )
+        .await;
+    assert_refused(
+        &typed,
+        StatusCode::BAD_REQUEST,
+        "invalid_parameter",
+        "version",
+    );
     let posted = app
         .post_json("/events/checkout_completed%00", &checkout_event("o-1"))
         .await;
