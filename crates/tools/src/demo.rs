@@ -112,7 +112,9 @@ pub async fn run(
     let page = format!("{}/ui/campaigns/{}", server.address, campaign.id);
     print_summary(&report, &tally)?;
     if args.json {
-        println!("{}", summary_json(&report, &tally, &args, &page)?);
+        // No page address when the server stops right after: it would lead nowhere.
+        let served = (!args.no_serve).then_some(page.as_str());
+        println!("{}", summary_json(&report, &tally, &args, served)?);
     }
     // The client's idle keep-alive connections would otherwise delay the graceful shutdown.
     drop(api);
@@ -763,8 +765,14 @@ fn print_lift(label: &str, lift: Option<Lift>) {
     );
 }
 
-/// The key figures as one JSON object, for scripts and the demo's test.
-fn summary_json(report: &Report, tally: &Tally, args: &DemoArgs, page: &str) -> Result<Value> {
+/// The key figures as one JSON object, for scripts and the demo's test; `page` is the
+/// report's web page while the demo serves it (`null` with `--no-serve`).
+fn summary_json(
+    report: &Report,
+    tally: &Tally,
+    args: &DemoArgs,
+    page: Option<&str>,
+) -> Result<Value> {
     let purchase = metric(report, ArmKey::Treatment, "purchase")?;
     let revenue = metric(report, ArmKey::Treatment, "revenue")?;
     let lift = |l: Option<Lift>, f: fn(&Lift) -> Option<f64>| l.as_ref().and_then(f);
