@@ -250,7 +250,7 @@ impl StoreTx {
         if !missing.is_empty() {
             missing.sort_unstable();
             missing.dedup();
-            let pool = self.pool.as_ref().ok_or_else(|| {
+            let pool = self.ddl_pool.as_ref().ok_or_else(|| {
                 StoreError::Corrupt("a PostgreSQL transaction without its pool".into())
             })?;
             partitions::create_detached_days(pool, &missing).await?;

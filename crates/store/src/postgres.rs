@@ -14,6 +14,11 @@ const ALIVE_BYPASS_WINDOW: Duration = Duration::from_millis(500);
 #[derive(Clone)]
 pub(crate) struct PgStore {
     pub(crate) pool: PgPool,
+    /// One connection of its own for the partitions a write transaction needs created
+    /// while it is open (a late event's old day): taken from `pool`, it could wait for
+    /// ever behind the very transactions that are waiting for it (a pool of one, or as
+    /// many concurrent late batches as connections). Opened on first use.
+    pub(crate) ddl: PgPool,
 }
 
 impl PgStore {
@@ -48,7 +53,19 @@ impl PgStore {
             })
             .connect(&config.database_url)
             .await?;
-        Ok(PgStore { pool })
+        let ddl = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(30))
+            .idle_timeout(Duration::from_secs(60))
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::query(DURABLE_COMMITS).execute(conn).await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy(&config.database_url)?;
+        Ok(PgStore { pool, ddl })
     }
 }
 

@@ -13,10 +13,11 @@ pub struct StoreTx {
     /// The surface whose events this transaction counts (see
     /// [`StoreTx::set_ingest_source`]).
     pub(crate) source: crate::ops::IngestSource,
-    /// A backfill transaction's PostgreSQL pool, for the short transactions of their own
-    /// it needs beside it (an old day's detached partition); `None` on every other
-    /// transaction, which never writes an old day.
-    pub(crate) pool: Option<sqlx::PgPool>,
+    /// A backfill transaction's PostgreSQL pool for the short transactions of their own
+    /// it needs beside it (an old day's detached partition): the store's one-connection
+    /// DDL pool, never the pool this transaction's own connection came from. `None` on
+    /// every other transaction, which never writes an old day.
+    pub(crate) ddl_pool: Option<sqlx::PgPool>,
 }
 
 pub(crate) enum TxInner {
@@ -79,7 +80,7 @@ impl Store {
             inner,
             any_age: false,
             source: crate::ops::IngestSource::http(),
-            pool: None,
+            ddl_pool: None,
         })
     }
 
@@ -90,7 +91,7 @@ impl Store {
         let mut tx = self.begin().await?;
         tx.any_age = true;
         if let crate::Backend::Postgres(p) = &self.backend {
-            tx.pool = Some(p.pool.clone());
+            tx.ddl_pool = Some(p.ddl.clone());
         }
         Ok(tx)
     }

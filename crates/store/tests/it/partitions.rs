@@ -453,3 +453,45 @@ async fn a_shorter_backfill_horizon_after_downtime_fills_the_gap_with_attached_d
         .any(|p| p.attached && p.rows == 1 && p.from_day == Some(day_text(day_10)));
     assert!(attached);
 }
+
+/// A backfill's transaction on a pool of one connection still gets an old day its
+/// detached partition: the partition is created on the store's own DDL connection, not
+/// on a second connection of the pool the open transaction holds (which waited out the
+/// pool's 30 s acquire timeout, then failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_on_a_pool_of_one_connection_creates_an_old_day() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let config = traqlyte_store::StoreConfig {
+        pool_connections_max: 1,
+        ..traqlyte_store::StoreConfig::new(&db.url)
+    };
+    let store = Store::connect(&config).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let tenant = tenant(&store).await;
+    let now = traqlyte_store::now_us();
+    let horizon = DedupeHorizon::new(14).expect("horizon");
+    store
+        .maintain_partitions(&horizon, now)
+        .await
+        .expect("maintain");
+    let old = event("o-1", now - 400 * DAY_US, "a day no partition had");
+    let backfill = async {
+        let mut tx = store.begin_backfill().await.expect("begin");
+        let outcomes = tx
+            .insert_events(&tenant, &contract(), std::slice::from_ref(&old))
+            .await
+            .expect("backfill");
+        tx.commit().await.expect("commit");
+        outcomes
+    };
+    let outcomes = tokio::time::timeout(std::time::Duration::from_secs(10), backfill)
+        .await
+        .expect("the old day's partition was created without waiting for the pool");
+    assert_eq!(outcomes, vec![EventOutcome::Inserted]);
+    let stored = store
+        .event(&tenant, contract().name(), &old.identified.event_id)
+        .await
+        .expect("read")
+        .expect("stored");
+    assert_eq!(stored.fingerprint, old.identified.fingerprint);
+}
