@@ -188,6 +188,16 @@ impl Store {
     /// Does not migrate; call [`Store::migrate`].
     pub async fn connect(config: &StoreConfig) -> Result<Store, StoreError> {
         let url = config.database_url.as_str();
+        // SQLite opens an empty file name as a private temporary database: every write
+        // would be acknowledged and lost with the connection.
+        if url
+            .strip_prefix("sqlite://")
+            .unwrap_or(url)
+            .trim()
+            .is_empty()
+        {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        }
         let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Backend::Postgres(postgres::PgStore::connect(config).await?)
         } else if url.contains("://") && !url.starts_with("sqlite://") {

@@ -17,7 +17,7 @@ pub struct FireArgs {
     #[arg(long)]
     url: String,
     /// API key of the tenant.
-    #[arg(long, env = "TRAQLYTE_API_KEY")]
+    #[arg(long, env = "TRAQLYTE_API_KEY", hide_env_values = true)]
     api_key: String,
     /// How many times to send the body.
     #[arg(long, default_value_t = 100)]

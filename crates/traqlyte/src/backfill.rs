@@ -171,8 +171,28 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     }
     progress.finish_and_clear();
     report(&args, &counts);
+    if counts.rejected > 0 {
+        return Err(LinesRejected(counts.rejected).into());
+    }
     Ok(())
 }
+
+/// A backfill that stored what it could but rejected lines (named on stderr): the
+/// command exits with status 2, so a script does not take a wrong file for a success.
+#[derive(Debug)]
+pub(crate) struct LinesRejected(pub(crate) u64);
+
+impl std::fmt::Display for LinesRejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} line(s) rejected (the first 20 are named above); every other line was stored or matched",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for LinesRejected {}
 
 /// A progress bar over the file's bytes on a terminal; hidden otherwise (a pipe, a
 /// test, `--json` read by a program).

@@ -98,7 +98,9 @@ enum Command {
 #[derive(Args, Clone)]
 struct DbArgs {
     /// `./traqlyte.db` (SQLite, the default), `sqlite://PATH` or `postgres://…`.
-    #[arg(long, env = "TRAQLYTE_DATABASE_URL", default_value = "traqlyte.db")]
+    #[arg(long, env = "TRAQLYTE_DATABASE_URL", default_value = "traqlyte.db",
+          hide_env_values = true,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     database_url: String,
 }
 
@@ -253,7 +255,7 @@ enum ContractsCommand {
 #[derive(Args)]
 struct ContractSource {
     /// The tenant's API key, to read a registered contract.
-    #[arg(long, env = "TRAQLYTE_API_KEY")]
+    #[arg(long, env = "TRAQLYTE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// A specific version (default: the latest).
     #[arg(long)]
@@ -280,7 +282,7 @@ struct RunIdArgs {
     slot: String,
 }
 
-fn main() -> Result<()> {
+fn main() -> Result<std::process::ExitCode> {
     let cli = Cli::parse();
     // The demo writes its story to the terminal; only warnings should interrupt it.
     let default_filter = match cli.command {
@@ -292,7 +294,16 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("start the async runtime")?;
-    runtime.block_on(run(cli.command))
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => Ok(std::process::ExitCode::SUCCESS),
+        // A command that finished its work but not all of it (a backfill with rejected
+        // lines): its report is printed; the status tells a script.
+        Err(err) if err.is::<backfill::LinesRejected>() => {
+            eprintln!("{err}");
+            Ok(std::process::ExitCode::from(2))
+        }
+        Err(err) => Err(err),
+    }
 }
 
 async fn run(command: Command) -> Result<()> {

@@ -138,8 +138,11 @@ pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
                 .await
                 .context("revoke the key")?
             else {
+                // Only the prefix is repeated: a whole key named under the wrong tenant
+                // is still some tenant's live key, and this message lands in logs.
+                let prefix: String = key_or_prefix.chars().take(12).collect();
                 bail!(
-                    "tenant {:?} has no key {key_or_prefix:?}; `traqlyte key list --tenant {}` shows its keys",
+                    "tenant {:?} has no key {prefix:?}…; `traqlyte key list --tenant {}` shows its keys",
                     tenant.name,
                     tenant.tenant_id
                 );

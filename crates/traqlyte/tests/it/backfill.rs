@@ -33,9 +33,13 @@ fn backfill(app: &TestApp, contract: &str, file: &std::path::Path, dry_run: bool
         command.arg("--dry-run");
     }
     let output = command.output().expect("run traqlyte backfill");
-    assert!(output.status.success(), "{output:?}");
-    let stdout = String::from_utf8(output.stdout).expect("utf-8");
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    let stdout = String::from_utf8(output.stdout.clone()).expect("utf-8");
+    let summary: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    // Status 2 exactly when lines were rejected, so a script sees a partly wrong file.
+    let expected = if summary["rejected"] == 0 { 0 } else { 2 };
+    assert_eq!(output.status.code(), Some(expected), "{output:?}");
+    summary
 }
 
 /// A temporary NDJSON file, removed on drop.

@@ -73,6 +73,43 @@ async fn tenant_create_prints_only_the_new_key_on_both_backends() {
     }
 }
 
+/// An empty database URL (an unset `$DB` in `--database-url "$DB"`) is refused: SQLite
+/// would open a private temporary database, acknowledge every write and lose it.
+#[test]
+fn an_empty_database_url_is_refused_and_nothing_is_acknowledged() {
+    for url in ["", "sqlite://", "  "] {
+        let output = traqlyte(&["tenant", "create", "ghostco", "--database-url", url], "");
+        assert!(!output.status.success(), "{url:?}: {output:?}");
+        assert!(
+            output.stdout.is_empty(),
+            "{url:?} printed a key: {output:?}"
+        );
+    }
+}
+
+/// `--help` never shows the value of an environment variable that holds a secret.
+#[test]
+fn help_does_not_print_secrets_from_the_environment() {
+    for (command, variable) in [
+        (["contracts", "show", "--help"], "TRAQLYTE_API_KEY"),
+        (["tenant", "list", "--help"], "TRAQLYTE_DATABASE_URL"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args(command)
+            .env(
+                "TRAQLYTE_DATABASE_URL",
+                "postgres://u:s3cret-db@127.0.0.1/db",
+            )
+            .env("TRAQLYTE_API_KEY", "tlk_s3cret-key")
+            .output()
+            .expect("run");
+        assert!(output.status.success(), "{output:?}");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(help.contains(variable), "{help}");
+        assert!(!help.contains("s3cret"), "{help}");
+    }
+}
+
 #[test]
 fn contracts_show_prints_the_semantic_fields() {
     let file = contract_file();

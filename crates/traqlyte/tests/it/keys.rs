@@ -670,8 +670,19 @@ async fn the_cli_refuses_unknown_empty_and_taken_tenant_names(backend: Backend) 
         assert!(output.stdout.is_empty(), "{args:?} printed {output:?}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+    // Another tenant's whole key named under acme: refused, and only its prefix is
+    // repeated (the message lands in logs; the key is still that tenant's live key).
+    let other = single_line(traqlyte(&["tenant", "create", "umbrella"], &db));
+    let output = traqlyte(&["key", "revoke", "--tenant", "acme", &other], &db);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{output:?}");
+    assert!(stderr.contains(prefix_of(&other)), "{stderr}");
+    assert!(
+        !stderr.contains(&other),
+        "the whole key was repeated: {stderr}"
+    );
     let tenants = stdout(traqlyte(&["tenant", "list"], &db));
-    assert_eq!(tenants.lines().count(), 1, "{tenants}");
+    assert_eq!(tenants.lines().count(), 2, "{tenants}");
     let keys = stdout(traqlyte(&["key", "list", "--tenant", "acme"], &db));
     assert_eq!(keys.lines().count(), 1, "{keys}");
     assert!(keys.trim_end().ends_with("\tactive"), "{keys}");

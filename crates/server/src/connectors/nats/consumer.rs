@@ -21,6 +21,20 @@ use super::NatsConfig;
 use crate::connectors::segment::ingest;
 use crate::routes::events::identify;
 
+/// NATS server URLs (one, or several separated by commas) with any credentials in them
+/// (`user:password@`, `token@`) replaced by `***@`, for messages and logs.
+pub(crate) fn without_credentials(urls: &str) -> String {
+    urls.split(',')
+        .map(|url| match (url.find("://"), url.rfind('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                format!("{}***{}", &url[..scheme + 3], &url[at..])
+            }
+            _ => url.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Why the consumer could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
@@ -124,7 +138,7 @@ pub async fn run(
     let client = async_nats::connect(urls)
         .await
         .map_err(|e| ConsumerError::Connect {
-            url: config.url.clone(),
+            url: without_credentials(&config.url),
             cause: e.to_string(),
         })?;
     let consumer = durable_consumer(client.clone(), &config).await?;
@@ -767,5 +781,23 @@ impl Worker {
                 tracing::debug!(error = %err, sequence = p.sequence, "ack failed; the message will be redelivered and absorbed as a duplicate");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_credentials;
+
+    #[test]
+    fn credentials_are_cut_from_every_url_of_a_list() {
+        assert_eq!(
+            without_credentials("nats://alice:hunter2@127.0.0.1:4222"),
+            "nats://***@127.0.0.1:4222"
+        );
+        assert_eq!(
+            without_credentials("nats://s3cr3t@h1:4222,nats://h2:4222,tls://u:p@h3"),
+            "nats://***@h1:4222,nats://h2:4222,tls://***@h3"
+        );
+        assert_eq!(without_credentials("127.0.0.1:4222"), "127.0.0.1:4222");
     }
 }
