@@ -32,6 +32,11 @@ pub struct Report {
     pub name: String,
     /// How many versions were published.
     pub versions: usize,
+    /// The campaign version this report is restricted to (`?version=N`): only units
+    /// assigned under it count, so no figure pools units of versions whose weights
+    /// differ. Absent for the whole campaign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
     /// The confidence level of every interval (0.95).
     pub confidence_level: f64,
     /// The sample-ratio-mismatch check.
@@ -258,7 +263,7 @@ impl Report {
                 metrics,
             });
         }
-        if let Some(verdict) = weights_changed(input.versions, &assigned_under) {
+        if let Some(verdict) = weights_changed(&campaign.id, input.versions, &assigned_under) {
             verdicts.insert(0, verdict);
         }
         if srm.flagged {
@@ -283,6 +288,7 @@ impl Report {
             key: campaign.key.clone(),
             name: campaign.name.clone(),
             versions: input.versions.len(),
+            version: None,
             confidence_level: ConfidenceLevel::default().get(),
             srm,
             arms,
@@ -327,7 +333,11 @@ fn assigned_per_version(by_version: &[UnitsByVersion]) -> HashMap<i64, i64> {
 /// different ages and periods (an arm given more weight later holds more recent units,
 /// with less time to convert), which can bias a lift the sample-ratio check, per
 /// version, does not see.
-fn weights_changed(versions: &[CampaignVersion], assigned: &HashMap<i64, i64>) -> Option<Verdict> {
+fn weights_changed(
+    campaign: &CampaignId,
+    versions: &[CampaignVersion],
+    assigned: &HashMap<i64, i64>,
+) -> Option<Verdict> {
     // Each arm's share of the weight, in the campaign's arm order (a republish keeps it).
     let shares = |version: &CampaignVersion| -> Vec<f64> {
         let total: f64 = version.arms.iter().map(|a| f64::from(a.weight)).sum();
@@ -354,8 +364,8 @@ fn weights_changed(versions: &[CampaignVersion], assigned: &HashMap<i64, i64>) -
         metric: None,
         arm: None,
         message: format!(
-            "The arms' weights changed between version {} and version {}, and units were assigned under both: the figures pool them, so an arm weighted more later holds more recent units (less time to convert, another period) and its lift can be biased. Read it with care, or compare units of one version.",
-            first.version, changed.version
+            "The arms' weights changed between version {} and version {}, and units were assigned under both: the figures pool them, so an arm weighted more later holds more recent units (less time to convert, another period) and its lift can be biased. Read it with care, or read each version's units alone (GET /campaigns/{}/report?version=N).",
+            first.version, changed.version, campaign.as_str()
         ),
     })
 }

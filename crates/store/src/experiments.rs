@@ -134,7 +134,7 @@ const SELECT_UNITS_BY_VERSION: &str =
 /// never the rising duplicate rate of today.
 const SELECT_DUPLICATES_OVER_TIME: &str = "SELECT bucket_start_us, arm, duplicates FROM (
          SELECT (arrived_at_us / $3) * $3 AS bucket_start_us, arm, COUNT(*) AS duplicates
-         FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2
+         FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2{version}
          GROUP BY bucket_start_us, arm ORDER BY bucket_start_us DESC, arm DESC LIMIT $4
      ) newest ORDER BY bucket_start_us, arm";
 
@@ -205,16 +205,18 @@ impl Store {
     }
 
     /// Suppressed duplicates per (arrival bucket, arm), oldest first: the newest
-    /// `rows_max` of them.
+    /// `rows_max` of them (with `version`, of the units assigned under it).
     pub async fn duplicates_over_time(
         &self,
         tenant: &TenantId,
         campaign_id: &CampaignId,
+        version: Option<i64>,
         bucket_us: i64,
         rows_max: i64,
     ) -> Result<Vec<DuplicatesInBucket>, StoreError> {
+        let sql = SELECT_DUPLICATES_OVER_TIME.replace("{version}", &of_version(version));
         with_pool!(self, reader, |pool| {
-            let query = sqlx::query_as(SELECT_DUPLICATES_OVER_TIME)
+            let query = sqlx::query_as(&sql)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str())
                 .bind(bucket_us)
@@ -235,13 +237,19 @@ impl Store {
     /// outcome: one row per (unit, metric), not one per outcome. The campaign's appended
     /// sums are folded in first (`unit_metrics.rs`), so every outcome acknowledged
     /// before this call is counted.
+    /// With `version`, only the units assigned under that campaign version count.
     pub async fn report_sums(
         &self,
         tenant: &TenantId,
         campaign_id: &CampaignId,
+        version: Option<i64>,
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
         self.fold_campaign_unit_metrics(tenant, campaign_id).await?;
-        let sql = format!("SELECT metric, arm, {} FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2 GROUP BY metric, arm", per_arm_columns());
+        let sql = format!(
+            "SELECT metric, arm, {} FROM unit_metrics WHERE tenant_id = $1 AND campaign_id = $2{} GROUP BY metric, arm",
+            per_arm_columns(),
+            of_version(version)
+        );
         self.read_sums(&sql, tenant, campaign_id, &[]).await
     }
 
@@ -358,6 +366,20 @@ impl Store {
             }
             Ok(out)
         })
+    }
+}
+
+/// The condition that keeps a campaign's rows (of a table with an `assignment_id`
+/// column, `$1` the tenant and `$2` the campaign) to the units assigned under `version`:
+/// nothing without one. The version is written into the SQL as a number: a report of the whole
+/// campaign keeps its own plan, with no subquery that a generic plan would have to run.
+pub(crate) fn of_version(version: Option<i64>) -> String {
+    match version {
+        None => String::new(),
+        Some(version) => format!(
+            " AND assignment_id IN (SELECT assignment_id FROM assignments
+                 WHERE tenant_id = $1 AND campaign_id = $2 AND version = {version})"
+        ),
     }
 }
 

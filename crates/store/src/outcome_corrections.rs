@@ -271,14 +271,24 @@ impl Store {
         }))
     }
 
-    /// How many of a campaign's outcomes have been corrected at least once.
+    /// How many of a campaign's outcomes (with `version`, of the units assigned under it)
+    /// have been corrected at least once.
     pub async fn corrected_outcomes(
         &self,
         tenant: &TenantId,
         campaign_id: &CampaignId,
+        version: Option<i64>,
     ) -> Result<i64, StoreError> {
+        let sql = match version {
+            None => COUNT_CORRECTED.to_string(),
+            Some(_) => format!(
+                "{COUNT_CORRECTED} AND outcome_id IN (SELECT outcome_id FROM outcomes
+                   WHERE tenant_id = $1 AND campaign_id = $2{})",
+                crate::experiments::of_version(version)
+            ),
+        };
         with_pool!(self, reader, |pool| {
-            let query = sqlx::query_scalar(COUNT_CORRECTED)
+            let query = sqlx::query_scalar(&sql)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str());
             Ok(query.fetch_one(pool).await?)

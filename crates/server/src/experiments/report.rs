@@ -2,7 +2,8 @@
 //! to the pure `traqlyte-experiments` crate, whose typed [`Report`] is serialised here,
 //! rendered by the web page and read by the demo.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::Json;
 use traqlyte_experiments::report::ReportInput;
 use traqlyte_experiments::{CampaignId, Report};
@@ -14,18 +15,30 @@ use crate::{ApiError, AppState};
 const HOUR_US: i64 = 3_600_000_000;
 const DUPLICATE_BUCKETS_MAX: i64 = 2_000;
 
+/// The query of `GET /campaigns/{id}/report`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ReportParams {
+    /// Only the units assigned under this published version (after a reweighting, the
+    /// whole campaign's figures pool units of versions whose weights differ).
+    version: Option<i64>,
+}
+
 /// `GET /campaigns/{id}/report`.
 #[utoipa::path(get, path = "/campaigns/{id}/report", tag = "experiments", security(("api_key" = [])),
-    params(("id" = String, Path, description = "the campaign's id")),
+    params(("id" = String, Path, description = "the campaign's id"), ReportParams),
     responses((status = 200, body = traqlyte_experiments::Report, description = "the dedupe-aware report"), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn get_report(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
+    Query(params): Query<ReportParams>,
 ) -> Result<Json<Report>, ApiError> {
     let id = super::known_campaign_id(&id, "id")?;
-    Ok(Json(build(&state.store, &tenant, &id).await?))
+    Ok(Json(
+        build_of(&state.store, &tenant, &id, params.version).await?,
+    ))
 }
 
 /// The report of a campaign (also rendered by the web page).
@@ -33,6 +46,16 @@ pub async fn build(
     store: &Store,
     tenant: &TenantId,
     campaign_id: &CampaignId,
+) -> Result<Report, ApiError> {
+    build_of(store, tenant, campaign_id, None).await
+}
+
+/// The report of a campaign, or with `version` of the units assigned under that version.
+async fn build_of(
+    store: &Store,
+    tenant: &TenantId,
+    campaign_id: &CampaignId,
+    version: Option<i64>,
 ) -> Result<Report, ApiError> {
     let campaign = store
         .campaign(tenant, campaign_id)
@@ -43,22 +66,43 @@ pub async fn build(
     // it saw. In another order a unit assigned and converting in between was a converter
     // of no unit (a rate above 1, and no lift), or a unit of a version the sample-ratio
     // check did not know (a false mismatch).
-    let sums = store.report_sums(tenant, campaign_id).await?;
-    let units_by_version = store.units_by_version(tenant, campaign_id).await?;
-    let versions = store.campaign_versions(tenant, campaign_id).await?;
+    let sums = store.report_sums(tenant, campaign_id, version).await?;
+    let mut units_by_version = store.units_by_version(tenant, campaign_id).await?;
+    let mut versions = store.campaign_versions(tenant, campaign_id).await?;
     if versions.is_empty() {
         return Err(super::not_published());
     }
+    let published = versions.len();
+    if let Some(wanted) = version {
+        if !versions.iter().any(|v| v.version == wanted) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_parameter",
+                format!(
+                    "campaign {} has versions 1 to {published}; version {wanted} was never published",
+                    campaign_id.as_str()
+                ),
+            )
+            .with_field("version"));
+        }
+        versions.retain(|v| v.version == wanted);
+        units_by_version.retain(|row| row.version == wanted);
+    }
     let duplicates_over_time = store
-        .duplicates_over_time(tenant, campaign_id, HOUR_US, DUPLICATE_BUCKETS_MAX)
+        .duplicates_over_time(tenant, campaign_id, version, HOUR_US, DUPLICATE_BUCKETS_MAX)
         .await?;
-    let corrected = store.corrected_outcomes(tenant, campaign_id).await?;
-    Ok(Report::compute(ReportInput {
+    let corrected = store
+        .corrected_outcomes(tenant, campaign_id, version)
+        .await?;
+    let mut report = Report::compute(ReportInput {
         campaign: &campaign,
         versions: &versions,
         units_by_version: &units_by_version,
         sums: &sums,
         duplicates_over_time: &duplicates_over_time,
         corrected_outcomes: u64::try_from(corrected).unwrap_or(0),
-    }))
+    });
+    report.versions = published;
+    report.version = version;
+    Ok(report)
 }

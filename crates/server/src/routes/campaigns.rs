@@ -42,7 +42,14 @@ pub(crate) async fn create(
     let value = read_document(&state, &headers, body).await?;
     let new = parse_campaign(&value)?;
     let mut tx = work.begin().await?;
-    let campaign = tx.create_campaign(&tenant, &new, now_us()).await?;
+    let campaign = tx
+        .create_campaign(&tenant, &new, now_us())
+        .await
+        .map_err(|err| match err {
+            // The one conflict of a creation: the campaign key is taken.
+            traqlyte_store::StoreError::Conflict { .. } => ApiError::from(err).with_field("key"),
+            other => ApiError::from(other),
+        })?;
     work.finish(tx).await?;
     tracing::info!(tenant = %tenant, campaign = %campaign.id, key = %campaign.key, "campaign created");
     Ok((StatusCode::CREATED, Json(campaign_json(&campaign, None))).into_response())

@@ -34,7 +34,7 @@ async fn the_newest_duplicate_buckets_are_kept_when_the_cap_cuts(backend: Backen
         .await;
     let campaign = CampaignId::try_from("cmp_1").expect("campaign id");
     let buckets = store
-        .duplicates_over_time(&tenant, &campaign, HOUR_US, 3)
+        .duplicates_over_time(&tenant, &campaign, None, HOUR_US, 3)
         .await
         .expect("buckets");
     let starts: Vec<i64> = buckets.iter().map(|b| b.bucket_start_us).collect();

@@ -1,6 +1,8 @@
 //! Experiments over HTTP: sticky assignments, deduplicated outcomes, and a report whose
 //! dedupe diagnostics match what was injected.
 
+use std::collections::HashMap;
+
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -16,6 +18,7 @@ crate::on_both_backends!(
     the_report_recovers_the_truth_and_measures_injected_duplicates,
     outcome_batches_on_the_same_units_count_once_while_their_sums_are_folded,
     outcomes_count_only_inside_their_window_by_event_time_and_by_arrival,
+    a_report_of_one_version_counts_only_the_units_assigned_under_it,
 );
 
 /// An event time a minute after now: inside every metric's window from assignment.
@@ -638,7 +641,7 @@ async fn assert_unit_metrics_match_the_facts_of(
         .collect();
     let maintained = app
         .store
-        .report_sums(&tenant, campaign)
+        .report_sums(&tenant, campaign, None)
         .await
         .expect("sums");
     let recomputed = app
@@ -771,4 +774,126 @@ async fn outcomes_count_only_inside_their_window_by_event_time_and_by_arrival(ba
     figures[0][0].1 = 60.0;
     check(figures, report(&app, &campaign).await);
     assert_unit_metrics_match_the_facts_of(&app, &campaign, &[("revenue", 1)]).await;
+}
+
+/// After a reweighting the whole campaign's figures pool units of both weightings; the
+/// report of one version (`?version=N`) counts the units assigned under it alone: their
+/// units, converters, duplicates and revenue exactly, against the assignments' own
+/// record. Here every unit of version 1 converts and none of version 2, whose weights
+/// favour the treatment: pooled, the treatment looks worse; per version, the arms are
+/// equal.
+async fn a_report_of_one_version_counts_only_the_units_assigned_under_it(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    // The campaign's key is taken now: a second one is refused naming `key`.
+    let again = app
+        .post_json(
+            "/campaigns",
+            &json!({"key": "checkout", "name": "Again", "arms": [{"key": "a", "weight": 1}, {"key": "b", "weight": 1}], "metrics": []}),
+        )
+        .await;
+    assert_eq!(
+        (again.status, again.code(), &again.body["error"]["field"]),
+        (StatusCode::CONFLICT, "campaign_key_taken", &json!("key")),
+        "{}",
+        again.body
+    );
+    // (version, arm) -> (units, converters, revenue)
+    let mut expected: HashMap<(i64, String), (u64, u64, f64)> = HashMap::new();
+    let mut record = |assignment: &Value, converted: bool| {
+        let key = (
+            assignment["version"].as_i64().expect("version"),
+            assignment["arm"].as_str().expect("arm").to_string(),
+        );
+        let entry = expected.entry(key).or_default();
+        entry.0 += 1;
+        if converted {
+            entry.1 += 1;
+            entry.2 += 10.0;
+        }
+    };
+    for unit in 0..120 {
+        let assignment = assign(&app, &campaign, &format!("v1-{unit}")).await;
+        for (metric, value) in [("purchase", None), ("revenue", Some(10.0))] {
+            let body = outcome(&assignment, &format!("{metric}-{unit}"), metric, value);
+            // Sent twice: the retry is a duplicate of its version's units only.
+            for _ in 0..2 {
+                let (status, _, _) = post_outcome_bytes(&app, &body).await;
+                assert_eq!(status, StatusCode::OK);
+            }
+        }
+        record(&assignment, true);
+    }
+    let reweighted = app
+        .post_raw(
+            &format!("/campaigns/{campaign}/publish"),
+            r#"{"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 9}]}"#,
+        )
+        .await;
+    assert_eq!(reweighted.body["version"], 2, "{}", reweighted.body);
+    for unit in 0..120 {
+        let assignment = assign(&app, &campaign, &format!("v2-{unit}")).await;
+        record(&assignment, false);
+    }
+
+    let whole = report(&app, &campaign).await;
+    assert_eq!(whole["versions"], 2);
+    assert!(whole.get("version").is_none(), "{whole}");
+    let advice = format!("/campaigns/{campaign}/report?version=N");
+    assert!(
+        whole["verdicts"].to_string().contains(&advice),
+        "{}",
+        whole["verdicts"]
+    );
+    for version in [1, 2] {
+        let answer = app
+            .get(&format!("/campaigns/{campaign}/report?version={version}"))
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        let one = &answer.body;
+        assert_eq!(one["version"], version);
+        assert_eq!(one["versions"], 2);
+        assert!(
+            !one["verdicts"].to_string().contains("weights_changed"),
+            "one version pools nothing: {}",
+            one["verdicts"]
+        );
+        for arm in ["control", "treatment"] {
+            let (units, converters, revenue) = expected
+                .get(&(version, arm.to_string()))
+                .copied()
+                .unwrap_or_default();
+            let purchase = metric(one, arm, "purchase");
+            assert_eq!(purchase["units"], units, "v{version} {arm}: {purchase}");
+            assert_eq!(purchase["converters"], converters, "v{version} {arm}");
+            assert_eq!(purchase["duplicates"], converters, "v{version} {arm}");
+            let sum = metric(one, arm, "revenue");
+            let per_unit = (units > 0).then(|| revenue / units as f64);
+            assert_eq!(sum["value"].as_f64(), per_unit, "v{version} {arm}: {sum}");
+        }
+    }
+    // Version 1 split 1:1 and version 2 1:9, so the pooled treatment holds more units
+    // that never converted: a lift of one version's units is none, the pooled one is not.
+    let pooled = metric(&whole, "treatment", "purchase")["lift"]["estimate"]
+        .as_f64()
+        .expect("a pooled lift");
+    assert!(pooled < -0.2, "pooled lift {pooled}");
+    let v1 = app
+        .get(&format!("/campaigns/{campaign}/report?version=1"))
+        .await;
+    let v1_lift = metric(&v1.body, "treatment", "purchase")["lift"]["estimate"].as_f64();
+    assert_eq!(v1_lift, Some(0.0), "{}", v1.body);
+    // A version never published, or not a number, is refused naming the parameter.
+    for query in ["version=3", "version=0", "version=two"] {
+        let answer = app
+            .get(&format!("/campaigns/{campaign}/report?{query}"))
+            .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{query}: {}",
+            answer.body
+        );
+        assert_eq!(answer.body["error"]["field"], "version", "{}", answer.body);
+    }
 }

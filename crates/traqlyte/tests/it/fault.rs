@@ -735,7 +735,7 @@ async fn check(
     }];
     for campaign in &setup.campaigns {
         let id = traqlyte_store::CampaignId::try_from(campaign.as_str()).expect("id");
-        let maintained = store.report_sums(tenant, &id).await.expect("sums");
+        let maintained = store.report_sums(tenant, &id, None).await.expect("sums");
         let recomputed = store
             .report_sums_from_facts(tenant, &id, &windows)
             .await
