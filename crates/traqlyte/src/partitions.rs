@@ -78,8 +78,11 @@ pub(crate) enum PartitionsCommand {
     Maintain {
         #[command(flatten)]
         db: DbArgs,
-        #[command(flatten)]
-        horizon: HorizonArgs,
+        /// The horizon `serve` runs with (required, no default: a shorter one detaches
+        /// days that server still takes live writes for, and a longer horizon later never
+        /// re-attaches them).
+        #[arg(long, env = "TRAQLYTE_DEDUPE_HORIZON_DAYS", required = true, value_parser = parse_horizon)]
+        dedupe_horizon_days: DedupeHorizon,
         /// Print the days created and detached as JSON.
         #[arg(long)]
         json: bool,
@@ -98,10 +101,14 @@ pub(crate) async fn run(command: PartitionsCommand) -> Result<()> {
                 print_table(store.backend_name(), &partitions);
             }
         }
-        PartitionsCommand::Maintain { db, horizon, json } => {
+        PartitionsCommand::Maintain {
+            db,
+            dedupe_horizon_days,
+            json,
+        } => {
             let store = crate::tenants::open(&db).await?;
             let done = store
-                .maintain_partitions(&horizon.dedupe_horizon_days, traqlyte_store::now_us())
+                .maintain_partitions(&dedupe_horizon_days, traqlyte_store::now_us())
                 .await
                 .context("maintain partitions")?;
             let days = |d: &[i32]| d.iter().map(|&day| day_text(day)).collect::<Vec<_>>();

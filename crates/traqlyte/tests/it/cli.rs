@@ -87,6 +87,24 @@ fn an_empty_database_url_is_refused_and_nothing_is_acknowledged() {
     }
 }
 
+/// `partitions maintain` has no default horizon: a guess shorter than `serve`'s would
+/// detach days that server still writes live.
+#[test]
+fn partitions_maintain_needs_the_horizon_named() {
+    let output = traqlyte(
+        &[
+            "partitions",
+            "maintain",
+            "--database-url",
+            "sqlite::memory:",
+        ],
+        "",
+    );
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--dedupe-horizon-days"), "{stderr}");
+}
+
 /// `--help` never shows the value of an environment variable that holds a secret.
 #[test]
 fn help_does_not_print_secrets_from_the_environment() {
