@@ -48,7 +48,44 @@ const ADOPT_LEGACY: &str = "INSERT INTO _sqlx_migrations
 
 const DROP_LEGACY: &str = "DROP TABLE schema_migrations";
 
+/// Whether the migrations table exists (a database never migrated has none).
+const SQLITE_MIGRATIONS_EXIST: &str =
+    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'";
+
+const PG_MIGRATIONS_EXIST: &str = "SELECT COUNT(*) FROM pg_tables
+     WHERE schemaname = current_schema() AND tablename = '_sqlx_migrations'";
+
 impl crate::Store {
+    /// The names of this build's migrations the database has not applied, read without
+    /// writing anything (every one of them for a database never migrated).
+    pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
+        let (migrator, exists) = match &self.backend {
+            crate::Backend::Sqlite(_) => {
+                (sqlx::migrate!("migrations/sqlite"), SQLITE_MIGRATIONS_EXIST)
+            }
+            crate::Backend::Postgres(_) => {
+                (sqlx::migrate!("migrations/postgres"), PG_MIGRATIONS_EXIST)
+            }
+        };
+        let applied: HashSet<i64> = crate::tx::with_pool!(self, reader, |pool| {
+            let tables: i64 = sqlx::query_scalar(exists).fetch_one(pool).await?;
+            if tables == 0 {
+                HashSet::new()
+            } else {
+                sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE success")
+                    .fetch_all(pool)
+                    .await?
+                    .into_iter()
+                    .collect()
+            }
+        });
+        Ok(migrator
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .map(|m| format!("{:04}_{}", m.version, m.description.replace(' ', "_")))
+            .collect())
+    }
+
     /// Applies pending migrations in one transaction and returns their names
     /// (`0001_foundation`, …); safe to run from several processes at once. Fails without
     /// changing anything when an applied migration's file was edited.

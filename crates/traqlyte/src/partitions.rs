@@ -93,7 +93,7 @@ pub(crate) enum PartitionsCommand {
 pub(crate) async fn run(command: PartitionsCommand) -> Result<()> {
     match command {
         PartitionsCommand::Status { db, json } => {
-            let store = crate::tenants::open(&db).await?;
+            let store = crate::tenants::open_existing(&db).await?;
             let partitions = store.partitions().await.context("list partitions")?;
             if json {
                 println!("{}", serde_json::to_string(&partitions)?);

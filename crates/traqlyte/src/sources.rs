@@ -61,7 +61,7 @@ pub(crate) async fn run(command: SourceCommand) -> Result<()> {
             println!("{}", key.expose());
         }
         SourceCommand::List { tenant, db } => {
-            let store = open(&db).await?;
+            let store = crate::tenants::open_existing(&db).await?;
             let tenant = find(&store, &tenant).await?;
             for source in store
                 .sources(&tenant.tenant_id)

@@ -79,7 +79,7 @@ pub(crate) async fn run_tenant(command: TenantCommand) -> Result<()> {
             println!("{}", key.expose());
         }
         TenantCommand::List { db } => {
-            let store = open(&db).await?;
+            let store = open_existing(&db).await?;
             for tenant in store.tenants().await.context("list tenants")? {
                 println!(
                     "{}\t{}\t{}\t{}",
@@ -108,7 +108,7 @@ pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
             println!("{}", key.expose());
         }
         KeyCommand::List { tenant, db } => {
-            let store = open(&db).await?;
+            let store = open_existing(&db).await?;
             let tenant = find(&store, &tenant).await?;
             let keys = store
                 .api_keys(&tenant.tenant_id)
@@ -196,9 +196,40 @@ fn warn_if_readable_by_others(path: &Path) {
 #[cfg(not(unix))]
 fn warn_if_readable_by_others(_path: &Path) {}
 
+/// The store of a command that writes (tenant, key and source creation, backfill…):
+/// migrated first, so a first command on a new database works; what it applied is logged.
 pub(crate) async fn open(db: &DbArgs) -> Result<Store> {
     let store = connect(db, 2).await?;
-    store.migrate().await.context("apply migrations")?;
+    let applied = store.migrate().await.context("apply migrations")?;
+    if !applied.is_empty() {
+        tracing::info!(applied = ?applied, "migrations applied");
+    }
+    Ok(store)
+}
+
+/// The store of a command that only reads (the lists, `partitions status`): never
+/// created, never migrated. A mistyped SQLite path is an error, not a new empty
+/// database, and a listing never runs a newer build's migrations (some rewrite tables:
+/// they are `traqlyte migrate`'s, run on purpose).
+pub(crate) async fn open_existing(db: &DbArgs) -> Result<Store> {
+    let url = db.database_url.as_str();
+    let is_postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let path = url.strip_prefix("sqlite://").unwrap_or(url);
+    if !is_postgres && !path.starts_with("sqlite:") && !Path::new(path).exists() {
+        bail!("no database at {path:?}: check --database-url (`traqlyte migrate` creates one)");
+    }
+    let store = connect(db, 2).await?;
+    let pending = store
+        .pending_migrations()
+        .await
+        .context("read the applied migrations")?;
+    if !pending.is_empty() {
+        bail!(
+            "the database lacks {} migration(s) of this build ({}): run `traqlyte migrate` first",
+            pending.len(),
+            pending.join(", ")
+        );
+    }
     Ok(store)
 }
 

@@ -90,9 +90,17 @@ async fn legacy_tables(db: &TestDb) -> i64 {
 async fn a_fresh_database_gets_every_migration_with_its_checksum(backend: Backend) {
     let db = TestDb::create(backend).await;
     let store = db.store().await;
+    // Read without writing: every migration is pending, and asking creates nothing.
+    let pending = store.pending_migrations().await.expect("pending");
+    assert_eq!(pending, names(&migration_files(backend)));
+    assert_eq!(store.pending_migrations().await.expect("again"), pending);
 
     let applied = store.migrate().await.expect("migrate");
     assert_eq!(applied, names(&migration_files(backend)));
+    assert_eq!(
+        store.pending_migrations().await.expect("pending"),
+        Vec::<String>::new()
+    );
     assert_eq!(recorded_checksums(&db).await, file_checksums(backend));
     assert_eq!(store.migrate().await.expect("again"), Vec::<String>::new());
 }

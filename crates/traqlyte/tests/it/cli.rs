@@ -105,6 +105,46 @@ fn partitions_maintain_needs_the_horizon_named() {
     assert!(stderr.contains("--dedupe-horizon-days"), "{stderr}");
 }
 
+/// The listings only read: a mistyped SQLite path is an error (no new empty file), and a
+/// database this build has not migrated is refused with the command that migrates it,
+/// never migrated by a listing.
+#[test]
+fn listings_neither_create_nor_migrate_a_database() {
+    let dir = std::env::temp_dir().join(format!("traqlyte_it_{}_listings", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let missing = dir.join("typo.db");
+    let missing = missing.to_str().expect("utf-8");
+    for args in [
+        vec!["tenant", "list"],
+        vec!["key", "list", "--tenant", "acme"],
+        vec!["source", "list", "--tenant", "acme"],
+        vec!["partitions", "status"],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--database-url", missing]);
+        let output = traqlyte(&args, "");
+        assert!(!output.status.success(), "{args:?}: {output:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("no database at"),
+            "{args:?}: {output:?}"
+        );
+    }
+    assert!(!std::path::Path::new(missing).exists(), "a listing created {missing}");
+    // An empty file: a database never migrated.
+    let empty = dir.join("empty.db");
+    std::fs::write(&empty, b"").expect("create");
+    let empty = empty.to_str().expect("utf-8");
+    let output = traqlyte(&["tenant", "list", "--database-url", empty], "");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{output:?}");
+    assert!(stderr.contains("run `traqlyte migrate` first"), "{stderr}");
+    let migrated = traqlyte(&["migrate", "--database-url", empty], "");
+    assert!(migrated.status.success(), "{migrated:?}");
+    let listed = traqlyte(&["tenant", "list", "--database-url", empty], "");
+    assert!(listed.status.success(), "{listed:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--help` never shows the value of an environment variable that holds a secret.
 #[test]
 fn help_does_not_print_secrets_from_the_environment() {
