@@ -482,6 +482,14 @@ async fn identify(args: IdArgs) -> Result<()> {
         .context("read the event from stdin")?;
     let event = traqlyte_identity::json::parse(&input, traqlyte_identity::json::DEPTH_MAX_CEILING)
         .context("parse the event")?;
+    // A Segment message's id is keyed by its tenant's source (a messageId is unique per
+    // source, never globally): no file here names the source, so no id printed here
+    // would be the server's.
+    if contract.name().as_str() == traqlyte_identity::segment::MESSAGE_CONTRACT {
+        bail!(
+            "segment.message ids are keyed by the tenant's source and the messageId; the server's answer and GET /sources/{{id}} show them, `traqlyte id` cannot compute them"
+        );
+    }
     let identified = if contract.name().as_str() == RUN_EVENT_CONTRACT {
         // The built-in contract applies to the projection of the event, not to its body.
         identify_run_event(&event)

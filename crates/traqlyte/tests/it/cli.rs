@@ -129,7 +129,10 @@ fn listings_neither_create_nor_migrate_a_database() {
             "{args:?}: {output:?}"
         );
     }
-    assert!(!std::path::Path::new(missing).exists(), "a listing created {missing}");
+    assert!(
+        !std::path::Path::new(missing).exists(),
+        "a listing created {missing}"
+    );
     // An empty file: a database never migrated.
     let empty = dir.join("empty.db");
     std::fs::write(&empty, b"").expect("create");
@@ -143,6 +146,22 @@ fn listings_neither_create_nor_migrate_a_database() {
     let listed = traqlyte(&["tenant", "list", "--database-url", empty], "");
     assert!(listed.status.success(), "{listed:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `traqlyte id segment.message` cannot know the source a message's id is keyed by: it
+/// says so instead of printing an id the server would never compute.
+#[test]
+fn id_refuses_segment_messages_whose_ids_need_their_source() {
+    let output = traqlyte(
+        &["id", "segment.message"],
+        r#"{"type": "track", "event": "Order Completed", "userId": "u1", "messageId": "m1"}"#,
+    );
+    assert!(!output.status.success(), "{output:?}");
+    assert!(output.stdout.is_empty(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("keyed by the tenant's source"),
+        "{output:?}"
+    );
 }
 
 /// `--help` never shows the value of an environment variable that holds a secret.
