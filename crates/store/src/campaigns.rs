@@ -13,6 +13,9 @@ pub use traqlyte_experiments::{
 const SELECT_CAMPAIGN: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = $1 AND campaign_id = $2";
+const SELECT_CAMPAIGN_BY_KEY: &str =
+    "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
+     FROM campaigns WHERE tenant_id = $1 AND campaign_key = $2";
 const SELECT_VERSIONS: &str =
     "SELECT campaign_id, CAST(version AS BIGINT) AS version, arms, metrics, salt, note,
        published_at_us
@@ -125,13 +128,15 @@ impl Store {
 }
 
 impl StoreTx {
-    /// Creates a campaign with a fresh random salt; `Conflict` when its key is taken.
+    /// Creates a campaign with a fresh random salt (`true`), or returns the campaign of
+    /// the same key created from the same definition (name, arms, metrics: `false`, a
+    /// retried creation); `Conflict` when the key is taken by another definition.
     pub async fn create_campaign(
         &mut self,
         tenant: &TenantId,
         new: &NewCampaign,
         now_us: i64,
-    ) -> Result<Campaign, StoreError> {
+    ) -> Result<(Campaign, bool), StoreError> {
         let created = Campaign {
             id: CampaignId::from_random(crate::model::random_bytes()),
             key: new.key.clone(),
@@ -158,12 +163,39 @@ impl StoreTx {
                 .rows_affected()
         });
         if inserted == 0 {
-            return Err(StoreError::Conflict {
-                code: "campaign_key_taken",
-                message: format!("a campaign with key {:?} already exists", new.key),
+            // The key's row is committed by now: a concurrent creation's insert waited for
+            // it, and this statement reads it with a snapshot of its own.
+            let existing: Option<CampaignRow> = with_tx!(self, |conn| {
+                sqlx::query_as(SELECT_CAMPAIGN_BY_KEY)
+                    .bind(tenant.as_str())
+                    .bind(&new.key)
+                    .fetch_optional(&mut *conn)
+                    .await?
             });
+            let existing = existing.map(Campaign::try_from).transpose()?;
+            return match existing {
+                Some(campaign)
+                    if campaign.name == new.name
+                        && campaign.arms == new.arms
+                        && campaign.metrics == new.metrics =>
+                {
+                    Ok((campaign, false))
+                }
+                Some(campaign) => Err(StoreError::Conflict {
+                    code: "campaign_key_taken",
+                    message: format!(
+                        "campaign {} already has key {:?}, with another name, arms or metrics",
+                        campaign.id.as_str(),
+                        new.key
+                    ),
+                }),
+                None => Err(StoreError::Conflict {
+                    code: "campaign_key_taken",
+                    message: format!("a campaign with key {:?} already exists", new.key),
+                }),
+            };
         }
-        Ok(created)
+        Ok((created, true))
     }
 
     /// Publishes the next version of a campaign: `arms` when given (new weights), else the

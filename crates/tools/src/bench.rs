@@ -576,7 +576,7 @@ async fn report(args: ReportArgs) -> Result<()> {
         ],
     };
     let mut tx = bench.store.begin().await?;
-    let campaign = tx
+    let (campaign, _) = tx
         .create_campaign(&tenant, &new, traqlyte_store::now_us())
         .await?;
     tx.publish_campaign(&tenant, &campaign.id, None, None, traqlyte_store::now_us())

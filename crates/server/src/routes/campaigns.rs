@@ -27,10 +27,11 @@ use crate::experiments::{campaign_not_found, known_campaign_id};
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
-/// `POST /campaigns` → 201 with the campaign.
+/// `POST /campaigns` → 201 with the campaign; 200 with it when the same definition was
+/// created under the key before (a retry).
 #[utoipa::path(post, path = "/campaigns", tag = "campaigns", security(("api_key" = [])), params(crate::openapi::IdempotencyHeaders),
     request_body = CampaignBody,
-    responses((status = 201, body = CampaignView), (status = "4XX", response = crate::openapi::ErrorEnvelope),
+    responses((status = 201, body = CampaignView), (status = 200, body = CampaignView, description = "the campaign created before from the same definition"), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
@@ -42,7 +43,7 @@ pub(crate) async fn create(
     let value = read_document(&state, &headers, body).await?;
     let new = parse_campaign(&value)?;
     let mut tx = work.begin().await?;
-    let campaign = tx
+    let (campaign, created) = tx
         .create_campaign(&tenant, &new, now_us())
         .await
         .map_err(|err| match err {
@@ -51,6 +52,19 @@ pub(crate) async fn create(
             other => ApiError::from(other),
         })?;
     work.finish(tx).await?;
+    if !created {
+        // The same definition under the same key: a retried creation (its answer was
+        // lost), answered with the campaign as it stands, as webhooks and bindings are.
+        let latest = state
+            .store
+            .latest_versions(&tenant, std::slice::from_ref(&campaign.id))
+            .await?;
+        return Ok((
+            StatusCode::OK,
+            Json(campaign_json(&campaign, latest.first())),
+        )
+            .into_response());
+    }
     tracing::info!(tenant = %tenant, campaign = %campaign.id, key = %campaign.key, "campaign created");
     Ok((StatusCode::CREATED, Json(campaign_json(&campaign, None))).into_response())
 }

@@ -798,6 +798,36 @@ async fn a_report_of_one_version_counts_only_the_units_assigned_under_it(backend
         "{}",
         again.body
     );
+    assert!(
+        again.body["error"]["message"]
+            .to_string()
+            .contains(&campaign),
+        "the refusal names the campaign holding the key: {}",
+        again.body
+    );
+    // The same definition again (a creation whose answer was lost, retried without an
+    // idempotency key): 200 with the campaign it created, as it stands.
+    let retried = app
+        .post_json(
+            "/campaigns",
+            &json!({
+                "key": "checkout", "name": "Checkout",
+                "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
+                "metrics": [
+                    {"name": "purchase", "kind": "conversion", "window_hours": 168},
+                    {"name": "revenue", "kind": "sum", "window_hours": 168},
+                    {"name": "pageviews", "kind": "count", "window_hours": 168}
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(retried.status, StatusCode::OK, "{}", retried.body);
+    assert_eq!(
+        (&retried.body["id"], &retried.body["latest_version"]),
+        (&json!(campaign), &json!(1)),
+        "{}",
+        retried.body
+    );
     // (version, arm) -> (units, converters, revenue)
     let mut expected: HashMap<(i64, String), (u64, u64, f64)> = HashMap::new();
     let mut record = |assignment: &Value, converted: bool| {
