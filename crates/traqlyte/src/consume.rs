@@ -99,18 +99,22 @@ pub(crate) struct ServeNats {
 }
 
 impl NatsBounds {
+    /// `flags` is how the command spells `--tenant` and `--segment-source` (`serve`
+    /// prefixes them with `nats-`), so an error names a flag the operator typed.
     fn config(
         &self,
         (url, stream, durable, tenant): (&str, &str, &str, &str),
         segment_source: Option<&str>,
         horizon: DedupeHorizon,
+        (tenant_flag, source_flag): (&str, &str),
     ) -> Result<NatsConfig> {
-        let tenant = TenantName::parse(tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+        let tenant =
+            TenantName::parse(tenant).map_err(|e| anyhow::anyhow!("{tenant_flag}: {e}"))?;
         let mut config = NatsConfig::new(url.into(), stream.into(), durable.into(), tenant);
         config.segment_source = segment_source
             .map(SourceName::parse)
             .transpose()
-            .map_err(|e| anyhow::anyhow!("--segment-source: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("{source_flag}: {e}"))?;
         config.dedupe_horizon = horizon;
         config.batch_messages_max = self.nats_batch_messages_max.max(1);
         config.batch_bytes_max = self.nats_batch_bytes_max;
@@ -138,6 +142,7 @@ impl ServeNats {
                 (url, stream, durable, tenant),
                 self.nats_segment_source.as_deref(),
                 horizon,
+                ("--nats-tenant", "--nats-segment-source"),
             )
             .map(Some)
     }
@@ -153,6 +158,7 @@ pub(crate) async fn run(
         (&args.url, &args.stream, &args.durable, &args.tenant),
         args.segment_source.as_deref(),
         args.horizon.dedupe_horizon_days,
+        ("--tenant", "--segment-source"),
     )?;
     config.late_events = args.late.late_events.into();
     let store = crate::connect(&args.db, 4).await?;

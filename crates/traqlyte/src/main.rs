@@ -363,6 +363,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
             "connection cap lowered to fit under the open-file limit"
         );
     }
+    // The consumer's flags are checked before the database is touched.
+    let nats = args.nats.config(args.horizon.dedupe_horizon_days)?;
     let store = connect(&args.db, args.pool_connections_max).await?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
@@ -403,7 +405,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         tracing::info!(%address, "listening");
         println!("traqlyte listening on http://{address} (web UI: http://{address}/ui)");
     };
-    let Some(mut nats) = args.nats.config(args.horizon.dedupe_horizon_days)? else {
+    let Some(mut nats) = nats else {
         return traqlyte_server::serve(store, config, on_bound, shutdown_signal())
             .await
             .context("serve HTTP");

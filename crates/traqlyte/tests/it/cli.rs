@@ -291,6 +291,33 @@ fn serve_refuses_consumer_options_without_a_nats_url() {
         assert!(stderr.contains("--nats-url"), "{option}: {stderr}");
     }
     assert!(!std::path::Path::new(database).exists(), "nothing opened");
+    // A bad consumer value is named by serve's own flag, before the database is opened.
+    let nats = [
+        "--nats-url",
+        "nats://127.0.0.1:1",
+        "--nats-stream",
+        "S",
+        "--nats-durable",
+        "d",
+    ];
+    for (option, value) in [("--nats-tenant", "  "), ("--nats-segment-source", "  ")] {
+        let mut args = vec!["serve", "--database-url", database];
+        args.extend(nats);
+        let tenant = if option == "--nats-tenant" {
+            value
+        } else {
+            "acme"
+        };
+        args.extend(["--nats-tenant", tenant]);
+        if option == "--nats-segment-source" {
+            args.extend([option, value]);
+        }
+        let output = traqlyte(&args, "");
+        assert!(!output.status.success(), "{option}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(&format!("{option}:")), "{option}: {stderr}");
+    }
+    assert!(!std::path::Path::new(database).exists(), "nothing opened");
 }
 
 /// `--batch-events-max` beyond what one statement's parameters can bind (or zero) is
