@@ -280,7 +280,7 @@ fn routes(w: &World) -> Vec<Route> {
         route(Method::POST, "/api/v1/lineage", Tenant, B::Open, lineage)
             .rules(StatusCode::BAD_REQUEST)
             .text("/job/name"),
-        get("/api/v1/lineage?nodeId=dataset:ns:in".into()),
+        get("/api/v1/lineage?nodeId=job:ns:job".into()),
         get("/lineage/ancestors?node=job:ns:job".into())
             .unknown("/lineage/ancestors?node=job:ns:nope", Value::Null),
         get("/lineage/descendants?node=job:ns:job".into())
@@ -435,7 +435,9 @@ fn cases(route: &Route) -> Vec<Case> {
             });
         }
     }
-    // A NUL in the path is a 400 naming the parameter on every route.
+    // A NUL in the path's last segment: a 400 where that segment is a parameter (named:
+    // `hostile_text.rs` checks the field per parameter), a 404 or 405 where it is a
+    // fixed segment, which then matches no route. Never a write, never a 5xx.
     if let Some(at) = route.path.rfind('/') {
         let mut path = route.path.clone();
         path.insert_str(at + 1, "%00");
@@ -768,6 +770,40 @@ async fn world(backend: Backend) -> World {
 }
 
 async fn every_route_refuses_every_kind_of_bad_input_and_no_table_changes(backend: Backend) {
+    // The good request each bad case is made from is itself accepted (on a world of its
+    // own, since it writes): a case refused only because its base was bad proves nothing.
+    let good = world(backend).await;
+    for route in routes(&good) {
+        if route.method == Method::DELETE || route.body == Body::Form {
+            continue;
+        }
+        let mut request = good
+            .app
+            .client
+            .request(route.method.clone(), good.app.url(&route.path));
+        if route.body != Body::None {
+            request = request
+                .header("content-type", "application/json")
+                .body(route.good.to_string());
+        }
+        request = match route.auth {
+            Auth::None => request,
+            Auth::Tenant => request.bearer_auth(&good.app.key),
+            Auth::Admin => request.bearer_auth(ADMIN_TOKEN),
+            Auth::WriteKey => request.basic_auth(&good.write_key, Some("")),
+        };
+        let response = request.send().await.expect("sent");
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        assert!(
+            status.is_success(),
+            "{} {}: the good request is refused: {status} {text}",
+            route.method,
+            route.path
+        );
+    }
+    drop(good);
+
     let world = world(backend).await;
     let app = &world.app;
     let mut counts = RowCounts::connect(backend, app.database_url()).await;

@@ -873,6 +873,9 @@ fn print_summary(tally: &Tally, sent: &Sent, stored: &Stored, faults: &Faults) {
     );
     assert!(faults.kills >= 20 && faults.pg_restarts == 1);
     assert!(sent.acknowledged > 0 && sent.duplicates_absorbed > 0);
+    // The faults reached requests: some attempt was cut off and retried (without one,
+    // the run would prove nothing about what a kill loses).
+    assert!(retries > 0, "no fault interrupted a request");
 }
 
 /// A small deterministic generator (no `rand` dependency for one test).

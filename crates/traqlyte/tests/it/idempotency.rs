@@ -67,9 +67,12 @@ async fn publish(
 }
 
 async fn version_count(app: &TestApp, id: &str) -> usize {
-    app.get(&format!("/campaigns/{id}/versions")).await.body["versions"]
+    let answer = app.get(&format!("/campaigns/{id}/versions")).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    answer.body["versions"]
         .as_array()
-        .map_or(0, Vec::len)
+        .map(Vec::len)
+        .expect("a list of versions")
 }
 
 async fn publishing_twice_with_one_key_mints_one_version_and_replays_identical_bytes(
@@ -82,16 +85,17 @@ async fn publishing_twice_with_one_key_mints_one_version_and_replays_identical_b
         &app.key,
         &id,
         Some("publish-1"),
-        r#"{"note": "launch"}"#,
+        r#"{"note": "launch", "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 3}]}"#,
     )
     .await;
-    // Whitespace and key order do not make a different request.
+    // Whitespace and key order (of the body and of its objects) do not make a different
+    // request.
     let second = publish(
         &app,
         &app.key,
         &id,
         Some("publish-1"),
-        r#"{ "note" : "launch" }"#,
+        r#"{ "arms" : [ {"weight": 1, "key": "control"}, {"weight": 3, "key": "treatment"} ], "note" : "launch" }"#,
     )
     .await;
     assert_eq!(first.0, StatusCode::CREATED);
@@ -379,7 +383,8 @@ async fn a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back(bac
         .await;
     assert_eq!(answer.status, StatusCode::REQUEST_TIMEOUT);
     assert_eq!(answer.code(), "request_timeout");
-    // The abandoned handler's transaction never commits.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The abandoned handler's transaction never commits: checked after the moment its
+    // delayed commit would have come (2 s after the request), not before.
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
     assert_eq!(version_count(&app, &id).await, 0);
 }

@@ -205,6 +205,16 @@ async fn rolling_up_tallies_keeps_every_count_in_fewer_rows(backend: Backend) {
     // /stats and in the hourly trend, from one row.
     let trend = "/ops/duplicates?bucket=hour";
     let hourly = app.get(trend).await.body;
+    let received: i64 = hourly["series"][0]["buckets"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .map(|b| b["received"].as_i64().expect("received"))
+        .sum();
+    assert_eq!(
+        received, 10,
+        "the trend counts the ten deliveries: {hourly}"
+    );
     app.store
         .roll_up_tallies_to_hours(traqlyte_store::now_us() + 7_200_000_000)
         .await

@@ -290,6 +290,16 @@ async fn own_lists(app: &TestApp, b: &str, a: &Owned) {
         &call(app, b, Method::GET, "/ops/webhooks", None).await,
         "/webhooks",
     );
+    // A's scan is listed for A (a pass was run over every tenant), never for B.
+    traqlyte_server::semantic_scan_all(&app.store)
+        .await
+        .expect("a scan pass");
+    let own = call(app, &app.key, Method::GET, "/ops/semantic-duplicates", None).await;
+    assert!(
+        own.body["scans"].as_array().is_some_and(|s| !s.is_empty()),
+        "{}",
+        own.body
+    );
     empty(
         &call(app, b, Method::GET, "/ops/semantic-duplicates", None).await,
         "/scans",

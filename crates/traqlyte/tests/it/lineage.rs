@@ -186,7 +186,10 @@ async fn invalid_corpus_events_are_refused_naming_the_field_and_write_nothing(ba
     let answer = app.post_lineage(corpus_body("078")).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
     assert_eq!(answer.body["error"]["field"], "run.runId");
+    // Nothing counted under any contract (a missing row reads as zeros above, so the
+    // whole answer is checked too).
     assert_eq!(app.stored_run_events().await, (0, 0, 0));
+    assert_eq!(app.get("/stats").await.body["contracts"], json!({}));
     assert_eq!(app.graph_counts().await, (0, 0, 0));
     // Only an invalid facet: facets are content, not checked against their schemas.
     for prefix in ["079", "081", "082"] {

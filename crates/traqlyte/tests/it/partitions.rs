@@ -374,7 +374,14 @@ async fn serve_starts_while_another_process_holds_partition_maintenance() {
         .execute(&mut holder)
         .await
         .expect("hold maintenance");
+    let started = std::time::Instant::now();
     let server = crate::helpers::ServerProcess::start(app.database_url(), &[]);
+    // It did wait for the lock (5 s, then gave up), rather than never asking for it.
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(4),
+        "serve started after {:?}: it never waited for maintenance's lock",
+        started.elapsed()
+    );
     let answer = app
         .send(
             app.client
