@@ -3,7 +3,9 @@
 //! 3-node cluster. Every message published is stored exactly once, whatever is
 //! redelivered, re-published with a fresh `Nats-Msg-Id`, or killed mid-way.
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
@@ -29,23 +31,85 @@ const DURABLE: &str = "traqlyte";
 /// A `traqlyte consume nats` process, killed (SIGKILL) when dropped.
 struct ConsumerProcess {
     child: Child,
+    /// The file its log goes to (JSON lines), when started by
+    /// [`ConsumerProcess::start_logged`]; else its log goes to the test's output.
+    log: Option<PathBuf>,
 }
+
+/// Numbers the log files of [`ConsumerProcess::start_logged`] within this test binary.
+static LOGS: AtomicUsize = AtomicUsize::new(0);
 
 impl ConsumerProcess {
     fn start(app: &TestApp, url: &str, extra: &[&str], env: &[(&str, &str)]) -> ConsumerProcess {
-        let child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        Self::spawn(app, url, extra, env, None)
+    }
+
+    /// [`ConsumerProcess::start`] with its log written to a file of its own as JSON
+    /// lines, read back by [`ConsumerProcess::log_events`].
+    fn start_logged(app: &TestApp, url: &str, extra: &[&str]) -> ConsumerProcess {
+        let path = std::env::temp_dir().join(format!(
+            "traqlyte-it-nats-consumer-{}-{}.log",
+            std::process::id(),
+            LOGS.fetch_add(1, Ordering::Relaxed)
+        ));
+        Self::spawn(app, url, extra, &[], Some(path))
+    }
+
+    fn spawn(
+        app: &TestApp,
+        url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log: Option<PathBuf>,
+    ) -> ConsumerProcess {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_traqlyte"));
+        command
             .envs(env.iter().copied())
             .args(["consume", "nats", "--database-url", app.database_url()])
             .args(["--url", url, "--stream", STREAM, "--durable", DURABLE])
             .args(["--tenant", "test tenant", "--nats-ack-wait-ms", ACK_WAIT_MS])
             .args(["--nats-fetch-wait-ms", "200"])
             .args(extra)
-            .stdout(Stdio::null())
+            .stdout(Stdio::null());
+        match &log {
+            Some(path) => {
+                let file = std::fs::File::create(path).expect("create the consumer's log");
+                // The info lines ("consuming", "batch stored") whatever RUST_LOG says.
+                command
+                    .args(["--log-format", "json"])
+                    .env("RUST_LOG", "info,sqlx=warn")
+                    .stderr(Stdio::from(file));
+            }
             // Its log goes to the test's output, shown when a test fails.
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn traqlyte consume nats");
-        ConsumerProcess { child }
+            None => {
+                command.stderr(Stdio::inherit());
+            }
+        }
+        let child = command.spawn().expect("spawn traqlyte consume nats");
+        ConsumerProcess { child, log }
+    }
+
+    /// Whether the process has not exited.
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The text of its log file (empty when it has none).
+    fn log_text(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .unwrap_or_default()
+    }
+
+    /// The `fields` of every complete line of its log whose message is `message`.
+    fn log_events(&self, message: &str) -> Vec<Value> {
+        self.log_text()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .map(|line| line["fields"].clone())
+            .filter(|fields| fields["message"] == message)
+            .collect()
     }
 
     /// SIGKILL: no drain, no acks, like a crash.
@@ -66,6 +130,9 @@ impl ConsumerProcess {
 impl Drop for ConsumerProcess {
     fn drop(&mut self) {
         self.kill();
+        if let Some(path) = &self.log {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -330,8 +397,23 @@ async fn a_consumer_killed_after_commit_before_ack_leaves_each_message_stored_on
 async fn two_consumer_processes_on_one_durable_store_each_message_once(backend: Backend) {
     let (app, nats, js) = setup(backend).await;
     let small = ["--nats-batch-messages-max", "7"];
-    let _first = ConsumerProcess::start(&app, &nats.url, &small, &[]);
-    let _second = ConsumerProcess::start(&app, &nats.url, &small, &[]);
+    let mut consumers = [
+        ConsumerProcess::start_logged(&app, &nats.url, &small),
+        ConsumerProcess::start_logged(&app, &nats.url, &small),
+    ];
+    // Both have bound the durable and are pulling before anything is published, so
+    // the work is shared rather than all taken by whichever started first.
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    for consumer in &mut consumers {
+        while consumer.log_events("consuming").is_empty() {
+            assert!(
+                consumer.running() && Instant::now() < deadline,
+                "the consumer never started consuming: {}",
+                consumer.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     publish_orders(&js, 120, 30).await;
     wait_for(&app, "all stored", |(stored, dups)| {
         stored == 120 && dups == 30
@@ -339,6 +421,20 @@ async fn two_consumer_processes_on_one_durable_store_each_message_once(backend: 
     .await;
     wait_until_drained(&js).await;
     assert_eq!(counts(&app).await, (120, 30));
+    // Both processes are still up, and each stored batches of its own; between them
+    // every event was inserted exactly once.
+    let mut inserted = 0;
+    for consumer in &mut consumers {
+        assert!(consumer.running(), "exited: {}", consumer.log_text());
+        let batches = consumer.log_events("batch stored");
+        let handled: u64 = batches.iter().filter_map(|b| b["messages"].as_u64()).sum();
+        assert!(handled > 0, "stored nothing: {}", consumer.log_text());
+        inserted += batches
+            .iter()
+            .filter_map(|b| b["inserted"].as_u64())
+            .sum::<u64>();
+    }
+    assert_eq!(inserted, 120);
 }
 
 async fn sigterm_finishes_the_batch_in_flight_and_acks_it(backend: Backend) {
@@ -665,8 +761,35 @@ async fn sigterm_ends_a_nak_backoff_at_once(backend: Backend) {
     let took = asked.elapsed();
     assert!(status.success(), "exit status {status}");
     assert!(took < Duration::from_secs(30), "SIGTERM took {took:?}");
+    // Nak'd, neither acked nor terminated: still awaiting its ack, delivered once.
+    let consumer_info = || async {
+        js.get_stream(STREAM)
+            .await
+            .expect("stream")
+            .consumer_info(DURABLE)
+            .await
+            .expect("consumer info")
+    };
+    let info = consumer_info().await;
+    let state = |info: &jetstream::consumer::Info| {
+        (
+            info.num_ack_pending,
+            info.ack_floor.stream_sequence,
+            info.delivered.consumer_sequence,
+            info.num_redelivered,
+        )
+    };
+    assert_eq!(state(&info), (1, 0, 1, 0), "{info:?}");
     app.execute_sql("ALTER TABLE dead_letters_away RENAME TO dead_letters")
         .await;
+    // The Nak asked for the ten-minute backoff: a consumer pulling past the ack wait
+    // (which would redeliver a message never Nak'd, or Nak'd without a delay) gets
+    // nothing, so records no dead letter.
+    let _next = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    let ack_wait: u64 = ACK_WAIT_MS.parse().expect("ms");
+    tokio::time::sleep(Duration::from_millis(ack_wait + 3_000)).await;
+    let info = consumer_info().await;
+    assert_eq!(state(&info), (1, 0, 1, 0), "{info:?}");
     assert_no_dead_letters(&app).await;
 }
 

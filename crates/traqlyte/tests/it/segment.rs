@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use traqlyte_identity::segment::MessageType;
 
 use crate::helpers::{spawn_app, Answer, Backend, ServerProcess, TestApp};
 use crate::lineage::repository_root;
@@ -112,7 +113,12 @@ async fn a_source_created_by_the_cli_stores_a_track_call_once_whatever_its_sent_
     let app = spawn_app(backend).await;
     let key = create_source(&app, "web");
     let message = track("m-1", "user-1", "order-1", 10.0);
-    let first = post_v1(&app, "/v1/track", Some(&key), &message).await;
+    // The first send carries its key in the body, which must not be stored.
+    let mut keyed = message.clone();
+    keyed["writeKey"] = json!(key);
+    let before = traqlyte_store::now_us();
+    let first = post_v1(&app, "/v1/track", None, &keyed).await;
+    let after = traqlyte_store::now_us();
     assert_eq!(first.status, StatusCode::OK, "{}", first.body);
     assert_eq!(first.body, json!({"success": true}));
     let mut retry = message.clone();
@@ -149,6 +155,60 @@ async fn a_source_created_by_the_cli_stores_a_track_call_once_whatever_its_sent_
     // The stored message: receivedAt and the corrected timestamp set, the key not kept.
     let taken = app.get("/contracts/segment.message").await;
     assert_eq!(taken.status, StatusCode::OK);
+    let source = row["id"].as_str().expect("id");
+    let stored = stored_message(&app, source, Some(MessageType::Track), &message).await;
+    let payload = &stored["payload"];
+    let micros = |value: &Value, what: &str| {
+        traqlyte_identity::parse_rfc3339_micros(
+            value.as_str().unwrap_or_else(|| panic!("{what}: {stored}")),
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}: {stored}"))
+    };
+    let received = micros(&payload["receivedAt"], "receivedAt");
+    assert!(
+        (before..=after).contains(&received),
+        "received during the first request ({before}..={after}): {payload}"
+    );
+    // Segment's clock-skew correction: receivedAt - (sentAt - timestamp), with the
+    // first send's sentAt (the retry is a duplicate and changes nothing).
+    let sent = micros(&message["sentAt"], "sentAt");
+    let client = micros(&message["timestamp"], "timestamp");
+    assert_eq!(
+        micros(&payload["timestamp"], "timestamp"),
+        received - (sent - client),
+        "{payload}"
+    );
+    assert_eq!(
+        payload["originalTimestamp"], message["timestamp"],
+        "{payload}"
+    );
+    assert_eq!(payload["sentAt"], message["sentAt"], "{payload}");
+    assert!(payload.get("writeKey").is_none(), "{payload}");
+    assert!(!stored.to_string().contains(&key), "{stored}");
+}
+
+/// `GET /events/segment.message/{id}` of `message` sent by `source` (on the route of
+/// `route`; `None` for `/v1/batch`), the id computed as the server computes it.
+async fn stored_message(
+    app: &TestApp,
+    source: &str,
+    route: Option<MessageType>,
+    message: &Value,
+) -> Value {
+    let envelope = traqlyte_identity::segment::Envelope {
+        source,
+        received_at_us: 0,
+        route_type: route,
+        sent_at: None,
+        context: None,
+    };
+    let id = traqlyte_identity::segment::identify_message(message, &envelope)
+        .expect("valid")
+        .identified
+        .event_id;
+    let stored = app.get(&format!("/events/segment.message/{id}")).await;
+    assert_eq!(stored.status, StatusCode::OK, "{message}: {}", stored.body);
+    stored.body
 }
 
 async fn every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_the_body(
@@ -157,17 +217,38 @@ async fn every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_th
     let app = spawn_app(backend).await;
     let key = create_source(&app, "server");
     let messages = [
-        ("/v1/track", json!({"userId": "u1", "event": "Signed Up"})),
+        (
+            "/v1/track",
+            MessageType::Track,
+            json!({"userId": "u1", "event": "Signed Up"}),
+        ),
         (
             "/v1/identify",
+            MessageType::Identify,
             json!({"userId": "u1", "traits": {"plan": "pro"}}),
         ),
-        ("/v1/page", json!({"anonymousId": "a1", "name": "Home"})),
-        ("/v1/screen", json!({"userId": "u1", "name": "Settings"})),
-        ("/v1/group", json!({"userId": "u1", "groupId": "g1"})),
-        ("/v1/alias", json!({"userId": "u1", "previousId": "a1"})),
+        (
+            "/v1/page",
+            MessageType::Page,
+            json!({"anonymousId": "a1", "name": "Home"}),
+        ),
+        (
+            "/v1/screen",
+            MessageType::Screen,
+            json!({"userId": "u1", "name": "Settings"}),
+        ),
+        (
+            "/v1/group",
+            MessageType::Group,
+            json!({"userId": "u1", "groupId": "g1"}),
+        ),
+        (
+            "/v1/alias",
+            MessageType::Alias,
+            json!({"userId": "u1", "previousId": "a1"}),
+        ),
     ];
-    for (path, message) in &messages {
+    for (path, _, message) in &messages {
         let answer = post_v1(&app, path, Some(&key), message).await;
         assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.body);
         // The same content without a messageId again: one identity, a duplicate.
@@ -190,6 +271,13 @@ async fn every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_th
         .as_str()
         .expect("id")
         .to_string();
+    // Each route stored its message under the route's type, without the body's key.
+    for (path, kind, message) in &messages {
+        let stored = stored_message(&app, &source, Some(*kind), message).await;
+        let payload = &stored["payload"];
+        assert_eq!(payload["type"], kind.as_str(), "{path}: {stored}");
+        assert!(payload.get("writeKey").is_none(), "{path}: {payload}");
+    }
     let envelope = traqlyte_identity::segment::Envelope {
         source: &source,
         received_at_us: 0,
@@ -647,7 +735,9 @@ async fn bound_track_events_become_outcomes_once_and_unassigned_units_are_counte
     assert_eq!(report_figures(&app, &campaign).await, expected);
     assert_eq!(segment_stats(&app).await, (30, 15, 0));
     let bindings = app.get(&format!("/campaigns/{campaign}/bindings")).await;
-    for binding in bindings.body["bindings"].as_array().expect("bindings") {
+    let listed = bindings.body["bindings"].as_array().expect("bindings");
+    assert_eq!(listed.len(), 2, "purchase and revenue: {}", bindings.body);
+    for binding in listed {
         assert_eq!(
             (
                 binding["outcomes"].as_i64(),
@@ -815,7 +905,9 @@ async fn a_unit_assigned_in_another_unicode_normal_form_gets_its_outcomes(backen
         assert_eq!(sent.body, json!({"success": true}));
     }
     let bindings = app.get(&format!("/campaigns/{campaign}/bindings")).await;
-    for binding in bindings.body["bindings"].as_array().expect("bindings") {
+    let listed = bindings.body["bindings"].as_array().expect("bindings");
+    assert_eq!(listed.len(), 2, "purchase and revenue: {}", bindings.body);
+    for binding in listed {
         assert_eq!(
             (binding["outcomes"].as_i64(), binding["unassigned"].as_i64()),
             (Some(2), Some(0)),
