@@ -24,6 +24,7 @@ crate::on_both_backends!(
     bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
     bindings_are_checked_against_the_campaign_and_immutable,
     a_binding_declared_in_another_unicode_normal_form_matches_its_events,
+    a_business_key_too_long_for_a_dedupe_key_is_still_one_fact,
     a_unit_assigned_in_another_unicode_normal_form_gets_its_outcomes,
     library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_its_message,
     rolling_up_source_and_binding_tallies_keeps_every_count,
@@ -1086,4 +1087,53 @@ async fn colons_in_event_names_and_business_keys_never_merge_two_facts(backend: 
     let stored: u64 = figures.iter().map(|f| f.3).sum();
     let value: f64 = figures.iter().map(|f| f.4).sum();
     assert_eq!((stored, value), (2, 7.0), "{figures:?}");
+}
+
+/// A business key too long for a dedupe key (over 512 characters with its parts) is kept
+/// as its digest: the fact is counted, once, even when re-sent under a new messageId; it
+/// was `unusable` before, a fact the report never saw.
+async fn a_business_key_too_long_for_a_dedupe_key_is_still_one_fact(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let (campaign, _) = campaign_with_units(&app, &["user-0".to_string()]).await;
+    let path = format!("/campaigns/{campaign}/bindings");
+    let binding =
+        json!({"metric": "purchase", "event": "Order Completed", "key_pointer": "/properties/ref"});
+    let answer = app.post_json(&path, &binding).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let long = "r".repeat(600);
+    // After the assignment (the report counts outcomes from it on), the same in both.
+    let at = traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us() + 60_000_000);
+    for message_id in ["m-1", "m-2"] {
+        let message = json!({
+            "type": "track", "messageId": message_id, "userId": "user-0",
+            "event": "Order Completed", "timestamp": at,
+            "properties": {"ref": long}
+        });
+        let sent = post_v1(&app, "/v1/track", Some(&key), &message).await;
+        assert_eq!(sent.body, json!({"success": true}));
+    }
+    let listed = app.get(&path).await;
+    assert_eq!(listed.body["bindings"].as_array().map(Vec::len), Some(1));
+    let binding = &listed.body["bindings"][0];
+    assert_eq!(
+        (binding["outcomes"].as_i64(), binding["unusable"].as_i64()),
+        (Some(2), Some(0)),
+        "{binding}"
+    );
+    // Two messages, one fact: one stored outcome and one duplicate.
+    let report = crate::experiments::report(&app, &campaign).await;
+    let (stored, duplicates): (u64, u64) = report["arms"]
+        .as_array()
+        .expect("arms")
+        .iter()
+        .map(|arm| &arm["metrics"]["purchase"])
+        .map(|m| {
+            (
+                m["stored_events"].as_u64().expect("stored"),
+                m["duplicates"].as_u64().expect("duplicates"),
+            )
+        })
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert_eq!((stored, duplicates), (1, 1), "{report}");
 }

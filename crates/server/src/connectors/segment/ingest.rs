@@ -12,7 +12,7 @@ use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
 use traqlyte_store::{
     BindingTally, Campaign, EventOutcome, IngestSource, MetricBinding, MetricKind, NewEvent,
-    NewOutcome, NewRejection, Source, SourceTally, Store, StoreTx, TenantId,
+    NewOutcome, NewRejection, Source, SourceId, SourceTally, Store, StoreTx, TenantId,
 };
 
 use crate::ApiError;
@@ -254,7 +254,7 @@ impl Fact {
             escape_colons(&binding.event),
             escape_colons(&binding.metric)
         );
-        let dedupe_key = DedupeKey::try_from(dedupe_key).ok()?;
+        let dedupe_key = bounded_dedupe_key(&source.source_id, dedupe_key)?;
         // The client's own timestamp is the one time every re-send of the message
         // repeats (the corrected one moves with each sentAt and receivedAt), so a re-sent
         // fact is a duplicate outcome, not a collision.
@@ -283,6 +283,22 @@ impl Fact {
             payload: self.payload,
         }
     }
+}
+
+/// A binding's dedupe key as stored: `key` itself when it is a valid [`DedupeKey`] (up to
+/// 512 characters, no NUL), else `{source}:sha256:{hex of key}`. A long business key is
+/// then still one fact, counted once, instead of a message that never becomes an outcome.
+/// The digest form has three parts between unescaped colons, a written key four, so the
+/// two never meet.
+fn bounded_dedupe_key(source: &SourceId, key: String) -> Option<DedupeKey> {
+    DedupeKey::try_from(key.as_str())
+        .or_else(|_| {
+            DedupeKey::try_from(format!(
+                "{source}:sha256:{}",
+                traqlyte_identity::sha256_hex(key.as_bytes())
+            ))
+        })
+        .ok()
 }
 
 /// `text` as one part of a dedupe key whose parts are joined by `:`: each `\` doubled and
