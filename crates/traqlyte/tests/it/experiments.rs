@@ -27,7 +27,13 @@ fn in_window() -> String {
 }
 
 pub(crate) async fn published_campaign(app: &TestApp, weights: [u32; 2]) -> String {
-    let body = json!({
+    create_published(app, &checkout_campaign(weights)).await
+}
+
+/// The body of the campaign `checkout`: control and treatment with `weights`, metrics
+/// purchase (conversion), revenue (sum) and pageviews (count), windows of a week.
+fn checkout_campaign(weights: [u32; 2]) -> Value {
+    json!({
         "key": "checkout", "name": "Checkout",
         "arms": [{"key": "control", "weight": weights[0]}, {"key": "treatment", "weight": weights[1]}],
         "metrics": [
@@ -35,8 +41,7 @@ pub(crate) async fn published_campaign(app: &TestApp, weights: [u32; 2]) -> Stri
             {"name": "revenue", "kind": "sum", "window_hours": 168},
             {"name": "pageviews", "kind": "count", "window_hours": 168}
         ]
-    });
-    create_published(app, &body).await
+    })
 }
 
 /// Creates the campaign `body` describes and publishes its first version; its id.
@@ -808,18 +813,7 @@ async fn a_report_of_one_version_counts_only_the_units_assigned_under_it(backend
     // The same definition again (a creation whose answer was lost, retried without an
     // idempotency key): 200 with the campaign it created, as it stands.
     let retried = app
-        .post_json(
-            "/campaigns",
-            &json!({
-                "key": "checkout", "name": "Checkout",
-                "arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 1}],
-                "metrics": [
-                    {"name": "purchase", "kind": "conversion", "window_hours": 168},
-                    {"name": "revenue", "kind": "sum", "window_hours": 168},
-                    {"name": "pageviews", "kind": "count", "window_hours": 168}
-                ]
-            }),
-        )
+        .post_json("/campaigns", &checkout_campaign([1, 1]))
         .await;
     assert_eq!(retried.status, StatusCode::OK, "{}", retried.body);
     assert_eq!(
