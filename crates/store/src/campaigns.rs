@@ -16,6 +16,11 @@ const SELECT_CAMPAIGN: &str =
 const SELECT_CAMPAIGN_BY_KEY: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = $1 AND campaign_key = $2";
+const SELECT_NEWEST_VERSION: &str =
+    "SELECT campaign_id, CAST(version AS BIGINT) AS version, arms, metrics, salt, note,
+       published_at_us
+     FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2
+     ORDER BY campaign_versions.version DESC LIMIT 1";
 const SELECT_VERSIONS: &str =
     "SELECT campaign_id, CAST(version AS BIGINT) AS version, arms, metrics, salt, note,
        published_at_us
@@ -127,16 +132,31 @@ impl Store {
     }
 }
 
+/// What [`StoreTx::create_campaign`] did.
+#[derive(Debug)]
+pub enum CampaignCreated {
+    /// A new campaign.
+    New(Campaign),
+    /// The campaign created before from the same definition, with its latest version.
+    Existing {
+        /// The campaign.
+        campaign: Campaign,
+        /// Its latest published version, if any.
+        latest: Option<CampaignVersion>,
+    },
+}
+
 impl StoreTx {
-    /// Creates a campaign with a fresh random salt (`true`), or returns the campaign of
-    /// the same key created from the same definition (name, arms, metrics: `false`, a
-    /// retried creation); `Conflict` when the key is taken by another definition.
+    /// Creates a campaign with a fresh random salt, or returns the campaign of the same
+    /// key created from the same definition (name, arms, metrics: a retried creation)
+    /// with its latest version, read in this transaction; `Conflict` when the key is
+    /// taken by another definition.
     pub async fn create_campaign(
         &mut self,
         tenant: &TenantId,
         new: &NewCampaign,
         now_us: i64,
-    ) -> Result<(Campaign, bool), StoreError> {
+    ) -> Result<CampaignCreated, StoreError> {
         let created = Campaign {
             id: CampaignId::from_random(crate::model::random_bytes()),
             key: new.key.clone(),
@@ -179,7 +199,15 @@ impl StoreTx {
                         && campaign.arms == new.arms
                         && campaign.metrics == new.metrics =>
                 {
-                    Ok((campaign, false))
+                    let latest: Option<VersionRow> = with_tx!(self, |conn| {
+                        sqlx::query_as(SELECT_NEWEST_VERSION)
+                            .bind(tenant.as_str())
+                            .bind(campaign.id.as_str())
+                            .fetch_optional(&mut *conn)
+                            .await?
+                    });
+                    let latest = latest.map(CampaignVersion::try_from).transpose()?;
+                    Ok(CampaignCreated::Existing { campaign, latest })
                 }
                 Some(campaign) => Err(StoreError::Conflict {
                     code: "campaign_key_taken",
@@ -195,7 +223,7 @@ impl StoreTx {
                 }),
             };
         }
-        Ok((created, true))
+        Ok(CampaignCreated::New(created))
     }
 
     /// Publishes the next version of a campaign: `arms` when given (new weights), else the

@@ -39,6 +39,7 @@ pub mod semantic;
 pub mod sources;
 mod sql;
 mod sqlite;
+pub use sqlite::database_file;
 pub mod supersessions;
 pub mod tenants;
 mod tx;
@@ -52,7 +53,8 @@ use traqlyte_identity::{Contract, ContractName, EventId};
 #[cfg(feature = "bench")]
 pub use bench::{ArmScan, SeededExperiment};
 pub use campaigns::{
-    Arm, Arms, Campaign, CampaignId, CampaignVersion, MetricDef, MetricKind, NewCampaign,
+    Arm, Arms, Campaign, CampaignCreated, CampaignId, CampaignVersion, MetricDef, MetricKind,
+    NewCampaign,
 };
 pub use deadletters::{DeadLetter, NewDeadLetter, DEAD_LETTERS_LIST_MAX};
 pub use events::MINUTE_TALLIES_KEPT_US;
@@ -188,16 +190,6 @@ impl Store {
     /// Does not migrate; call [`Store::migrate`].
     pub async fn connect(config: &StoreConfig) -> Result<Store, StoreError> {
         let url = config.database_url.as_str();
-        // SQLite opens an empty file name as a private temporary database: every write
-        // would be acknowledged and lost with the connection.
-        if url
-            .strip_prefix("sqlite://")
-            .unwrap_or(url)
-            .trim()
-            .is_empty()
-        {
-            return Err(StoreError::UnsupportedUrl(url.to_string()));
-        }
         let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Backend::Postgres(postgres::PgStore::connect(config).await?)
         } else if url.contains("://") && !url.starts_with("sqlite://") {

@@ -257,13 +257,16 @@ const SELECT_COLLISIONS_PAGE_SIZES: &str = "SELECT received_at_us, collision_id,
      ORDER BY received_at_us DESC, collision_id DESC LIMIT $6";
 
 /// The rows of a page between its newest (`$2`, `$3`) and its oldest (`$4`, `$5`) entry,
-/// both included, with their payloads.
+/// both included, with their payloads: at most `$7`, the number the first read took (a
+/// collision committed between the two reads with an arrival time inside the range, whose
+/// request began earlier, then pushes the page's oldest entry to the next page instead of
+/// growing this one).
 const SELECT_COLLISIONS_BETWEEN: &str = "SELECT {columns} FROM event_collisions
      WHERE tenant_id = $1
        AND (CAST($6 AS TEXT) IS NULL OR contract_name = CAST($6 AS TEXT))
        AND (received_at_us < $2 OR (received_at_us = $2 AND collision_id <= $3))
        AND (received_at_us > $4 OR (received_at_us = $4 AND collision_id >= $5))
-     ORDER BY received_at_us DESC, collision_id DESC";
+     ORDER BY received_at_us DESC, collision_id DESC LIMIT $7";
 
 /// Most payload bytes (stored and incoming, as stored) one page of collisions loads: a
 /// page stops at the entry that reaches it (always holding at least one), and its
@@ -378,7 +381,8 @@ impl Store {
     /// A page of the tenant's collisions, newest first: at most `query.limit` entries
     /// and, past the first, no more than [`COLLISIONS_PAGE_BYTES_MAX`] of payloads; the
     /// flag says whether older entries follow. Rows are never updated, so the second
-    /// read, bounded by the first's newest and oldest entries, finds the same rows.
+    /// read, bounded by the first's newest and oldest entries and by its count, finds the
+    /// same rows unless one committed between the reads falls inside that range.
     pub async fn collisions_page(
         &self,
         tenant: &TenantId,
@@ -411,9 +415,14 @@ impl Store {
             .bind(oldest.0)
             .bind(oldest.1)
             .bind(query.contract.as_deref())
+            .bind(i64::try_from(taken).unwrap_or(i64::MAX))
             .fetch_all(pool)
             .await?);
-        Ok((rows, more))
+        // A row that arrived between the reads pushed the oldest out: it follows.
+        let pushed = rows.last().is_some_and(|last: &CollisionEntry| {
+            (last.received_at_us, last.collision_id) != (oldest.0, oldest.1)
+        });
+        Ok((rows, more || pushed))
     }
 
     /// One collision of the tenant.

@@ -17,15 +17,52 @@ pub(crate) struct SqliteStore {
     pub(crate) reader: SqlitePool,
 }
 
+/// The options a SQLite URL (or bare path) opens with, and whether it is in memory.
+fn parse(url: &str) -> Result<(SqliteConnectOptions, bool), StoreError> {
+    let options = if url.starts_with("sqlite:") {
+        SqliteConnectOptions::from_str(url)?
+    } else {
+        SqliteConnectOptions::new().filename(url)
+    };
+    let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+    Ok((options, in_memory))
+}
+
+/// The file a SQLite URL names, as SQLite will open it (a `file:` URI's path, without its
+/// query); empty when it names none.
+fn file_of(options: &SqliteConnectOptions) -> std::path::PathBuf {
+    let name = options.get_filename().to_string_lossy().into_owned();
+    let path = name.strip_prefix("file:").unwrap_or(&name);
+    let path = path.split('?').next().unwrap_or_default();
+    std::path::PathBuf::from(path)
+}
+
+/// The database file a SQLite URL or path names: `None` for PostgreSQL and in-memory
+/// databases. For a command that must not create one where none is.
+pub fn database_file(url: &str) -> Option<std::path::PathBuf> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return None;
+    }
+    let (options, in_memory) = parse(url).ok()?;
+    (!in_memory).then(|| file_of(&options))
+}
+
 impl SqliteStore {
     pub(crate) async fn connect(config: &StoreConfig) -> Result<SqliteStore, StoreError> {
         let url = config.database_url.as_str();
-        let options = if url.starts_with("sqlite:") {
-            SqliteConnectOptions::from_str(url)?
-        } else {
-            SqliteConnectOptions::new().filename(url)
-        };
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let (options, in_memory) = parse(url)?;
+        // SQLite opens an empty file name (`""`, `sqlite:`, `sqlite://?mode=rwc`, `file:`)
+        // as a private temporary database: every write would be acknowledged and lost with
+        // the connection.
+        if !in_memory
+            && file_of(&options)
+                .as_os_str()
+                .to_string_lossy()
+                .trim()
+                .is_empty()
+        {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        }
         let options = options
             .create_if_missing(true)
             .journal_mode(if in_memory {

@@ -576,9 +576,12 @@ async fn report(args: ReportArgs) -> Result<()> {
         ],
     };
     let mut tx = bench.store.begin().await?;
-    let (campaign, _) = tx
+    let traqlyte_store::CampaignCreated::New(campaign) = tx
         .create_campaign(&tenant, &new, traqlyte_store::now_us())
-        .await?;
+        .await?
+    else {
+        anyhow::bail!("the bench's campaign key is taken in a fresh database");
+    };
     tx.publish_campaign(&tenant, &campaign.id, None, None, traqlyte_store::now_us())
         .await?;
     tx.commit().await?;

@@ -212,11 +212,14 @@ pub(crate) async fn open(db: &DbArgs) -> Result<Store> {
 /// database, and a listing never runs a newer build's migrations (some rewrite tables:
 /// they are `traqlyte migrate`'s, run on purpose).
 pub(crate) async fn open_existing(db: &DbArgs) -> Result<Store> {
-    let url = db.database_url.as_str();
-    let is_postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
-    let path = url.strip_prefix("sqlite://").unwrap_or(url);
-    if !is_postgres && !path.starts_with("sqlite:") && !Path::new(path).exists() {
-        bail!("no database at {path:?}: check --database-url (`traqlyte migrate` creates one)");
+    // The file as SQLite would open it (`sqlite:`, `sqlite://`, `file:` and bare paths).
+    if let Some(path) = traqlyte_store::database_file(&db.database_url) {
+        if !path.exists() {
+            bail!(
+                "no database at {}: check --database-url (`traqlyte migrate` creates one)",
+                path.display()
+            );
+        }
     }
     let store = connect(db, 2).await?;
     let pending = store

@@ -168,8 +168,14 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
     // Minute rows older than this are folded into hours: a minute bucket there would show
     // a whole hour's counts in its first minute.
     if bucket == Bucket::Minute && since < now - traqlyte_store::MINUTE_TALLIES_KEPT_US {
+        // The parameter the client gave: `since`, else the `until` it was derived from.
+        let field = if params.since.is_some() {
+            "since"
+        } else {
+            "until"
+        };
         return Err(bad(
-            "since",
+            field,
             "minute buckets reach back 48 hours (older counts are kept per hour); use bucket=hour or a later since",
         ));
     }
@@ -622,6 +628,13 @@ mod tests {
             trend_query(&hours, now).is_ok(),
             "hour buckets reach back any time"
         );
+        // Without `since` (derived as `until` − 24 h), the error names `until`.
+        let derived = TrendParams {
+            since: None,
+            ..params(now - 3 * kept)
+        };
+        let err = trend_query(&derived, now).expect_err("refused");
+        assert_eq!(err.field(), Some("until"));
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub(crate) async fn create(
     let value = read_document(&state, &headers, body).await?;
     let new = parse_campaign(&value)?;
     let mut tx = work.begin().await?;
-    let (campaign, created) = tx
+    let created = tx
         .create_campaign(&tenant, &new, now_us())
         .await
         .map_err(|err| match err {
@@ -52,19 +52,17 @@ pub(crate) async fn create(
             other => ApiError::from(other),
         })?;
     work.finish(tx).await?;
-    if !created {
+    let campaign = match created {
+        traqlyte_store::CampaignCreated::New(campaign) => campaign,
         // The same definition under the same key: a retried creation (its answer was
         // lost), answered with the campaign as it stands, as webhooks and bindings are.
-        let latest = state
-            .store
-            .latest_versions(&tenant, std::slice::from_ref(&campaign.id))
-            .await?;
-        return Ok((
-            StatusCode::OK,
-            Json(campaign_json(&campaign, latest.first())),
-        )
-            .into_response());
-    }
+        // Its latest version was read in the creation's own transaction: on an in-memory
+        // database the read pool is the one connection that transaction holds.
+        traqlyte_store::CampaignCreated::Existing { campaign, latest } => {
+            let view = campaign_json(&campaign, latest.as_ref());
+            return Ok((StatusCode::OK, Json(view)).into_response());
+        }
+    };
     tracing::info!(tenant = %tenant, campaign = %campaign.id, key = %campaign.key, "campaign created");
     Ok((StatusCode::CREATED, Json(campaign_json(&campaign, None))).into_response())
 }

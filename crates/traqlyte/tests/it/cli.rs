@@ -77,7 +77,14 @@ async fn tenant_create_prints_only_the_new_key_on_both_backends() {
 /// would open a private temporary database, acknowledge every write and lose it.
 #[test]
 fn an_empty_database_url_is_refused_and_nothing_is_acknowledged() {
-    for url in ["", "sqlite://", "  "] {
+    for url in [
+        "",
+        "sqlite://",
+        "  ",
+        "sqlite:",
+        "sqlite://?mode=rwc",
+        "file:",
+    ] {
         let output = traqlyte(&["tenant", "create", "ghostco", "--database-url", url], "");
         assert!(!output.status.success(), "{url:?}: {output:?}");
         assert!(
@@ -133,6 +140,18 @@ fn listings_neither_create_nor_migrate_a_database() {
         !std::path::Path::new(missing).exists(),
         "a listing created {missing}"
     );
+    // The same through the URL forms SQLite takes.
+    for url in [
+        format!("sqlite:{missing}"),
+        format!("sqlite://{missing}?mode=rwc"),
+    ] {
+        let output = traqlyte(&["tenant", "list", "--database-url", &url], "");
+        assert!(!output.status.success(), "{url}: {output:?}");
+        assert!(
+            !std::path::Path::new(missing).exists(),
+            "{url} created {missing}"
+        );
+    }
     // An empty file: a database never migrated.
     let empty = dir.join("empty.db");
     std::fs::write(&empty, b"").expect("create");

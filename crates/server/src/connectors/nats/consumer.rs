@@ -25,11 +25,12 @@ use crate::routes::events::identify;
 /// (`user:password@`, `token@`) replaced by `***@`, for messages and logs.
 pub(crate) fn without_credentials(urls: &str) -> String {
     urls.split(',')
-        .map(|url| match (url.find("://"), url.rfind('@')) {
-            (Some(scheme), Some(at)) if at > scheme => {
-                format!("{}***{}", &url[..scheme + 3], &url[at..])
+        .map(|url| {
+            let start = url.find("://").map_or(0, |scheme| scheme + 3);
+            match url.rfind('@') {
+                Some(at) if at >= start => format!("{}***{}", &url[..start], &url[at..]),
+                _ => url.to_string(),
             }
-            _ => url.to_string(),
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -799,5 +800,7 @@ mod tests {
             "nats://***@h1:4222,nats://h2:4222,tls://***@h3"
         );
         assert_eq!(without_credentials("127.0.0.1:4222"), "127.0.0.1:4222");
+        // Without a scheme too.
+        assert_eq!(without_credentials("alice:pw@h:4222"), "***@h:4222");
     }
 }
