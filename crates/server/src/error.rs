@@ -283,6 +283,12 @@ impl From<StoreError> for ApiError {
             StoreError::OutsideHorizon => {
                 ApiError::unprocessable("outside_horizon", err.to_string())
             }
+            // The answer the request timeout gives, stopped by the database instead.
+            StoreError::QueryTimeout => ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the lineage walk ran longer than the request timeout; ask for less depth",
+            ),
             other => ApiError::internal(other),
         }
     }

@@ -123,6 +123,9 @@ pub enum StoreError {
     /// outside the dedupe horizon (or too far ahead). Nothing was written.
     #[error("the event's occurrence time lies outside the dedupe horizon: no live partition holds its day; load it with `traqlyte backfill`")]
     OutsideHorizon,
+    /// A read ran longer than its bound (a lineage walk's level on PostgreSQL).
+    #[error("the query ran longer than its time bound and was stopped")]
+    QueryTimeout,
     /// Any database error.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -160,6 +163,9 @@ pub struct StoreConfig {
     pub pool_connections_max: u32,
     /// How long a SQLite writer waits for another process's lock before failing.
     pub sqlite_busy_timeout_ms: u64,
+    /// How long one statement of a lineage walk may run on PostgreSQL before it is
+    /// stopped ([`StoreError::QueryTimeout`]); `serve` sets its request timeout.
+    pub walk_timeout_ms: u64,
 }
 
 impl StoreConfig {
@@ -169,6 +175,7 @@ impl StoreConfig {
             database_url: database_url.into(),
             pool_connections_max: 16,
             sqlite_busy_timeout_ms: 10_000,
+            walk_timeout_ms: 30_000,
         }
     }
 }

@@ -19,6 +19,8 @@ pub(crate) struct PgStore {
     /// ever behind the very transactions that are waiting for it (a pool of one, or as
     /// many concurrent late batches as connections). Opened on first use.
     pub(crate) ddl: PgPool,
+    /// How long one statement of a lineage walk may run (`StoreConfig::walk_timeout_ms`).
+    pub(crate) walk_timeout_ms: u64,
 }
 
 impl PgStore {
@@ -65,7 +67,11 @@ impl PgStore {
                 })
             })
             .connect_lazy(&config.database_url)?;
-        Ok(PgStore { pool, ddl })
+        Ok(PgStore {
+            pool,
+            ddl,
+            walk_timeout_ms: config.walk_timeout_ms,
+        })
     }
 }
 

@@ -365,7 +365,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
     }
     // The consumer's flags are checked before the database is touched.
     let nats = args.nats.config(args.horizon.dedupe_horizon_days)?;
-    let store = connect(&args.db, args.pool_connections_max).await?;
+    // A lineage walk's statements are bounded like the request that asks for them.
+    let mut store_config = StoreConfig::new(&args.db.database_url);
+    store_config.pool_connections_max = args.pool_connections_max;
+    store_config.walk_timeout_ms = args.request_timeout_ms;
+    let store = Store::connect(&store_config)
+        .await
+        .with_context(|| format!("connect to {}", redact(&args.db.database_url)))?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
     let config = ServerConfig {

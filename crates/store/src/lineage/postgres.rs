@@ -6,6 +6,9 @@ use super::{level_sql, Direction, LevelEdge, NodeKind};
 use crate::postgres::PgStore;
 use crate::{StoreError, TenantId};
 
+/// SQLSTATE of a statement stopped by `statement_timeout`.
+const QUERY_CANCELED: &str = "57014";
+
 impl PgStore {
     pub(crate) async fn level(
         &self,
@@ -19,13 +22,30 @@ impl PgStore {
         let names: Vec<&str> = frontier.iter().map(|(_, name)| *name).collect();
         let frontier_sql = "SELECT * FROM unnest($2::text[], $3::text[])";
         let text = level_sql(kind, direction, frontier_sql, "$4");
+        // A level of a busy graph can scan far more rows than it returns: bounded in time
+        // like the request that asked, so PostgreSQL stops when the client has been
+        // answered instead of running on (`StoreConfig::walk_timeout_ms`).
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(&format!(
+            "SET LOCAL statement_timeout = {}",
+            self.walk_timeout_ms.max(1)
+        ))
+        .execute(&mut *tx)
+        .await?;
         let rows = sqlx::query_as(&text)
             .bind(tenant.as_str())
             .bind(&namespaces)
             .bind(&names)
             .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|err| match &err {
+                sqlx::Error::Database(db) if db.code().as_deref() == Some(QUERY_CANCELED) => {
+                    StoreError::QueryTimeout
+                }
+                _ => StoreError::from(err),
+            })?;
+        tx.commit().await?;
         Ok(rows)
     }
 }

@@ -586,3 +586,72 @@ async fn concurrent_runs_sharing_jobs_and_datasets_all_commit_without_deadlock(b
     assert_eq!(app.stored_run_events().await, (200, 0, 0));
     assert_eq!(app.graph_counts().await, (200, 6, 800));
 }
+
+/// PostgreSQL only: a walk's statements carry the request timeout of `serve`.
+mod postgres_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_walk_longer_than_the_request_timeout_is_stopped_in_the_database() {
+        super::a_walk_longer_than_the_request_timeout_is_stopped_in_the_database().await
+    }
+}
+
+/// A walk whose level query cannot finish (here it waits on a lock another session holds)
+/// is answered `408 request_timeout` and, the point, stopped inside PostgreSQL too: no
+/// statement of it runs on once the client has its answer (before, the request timeout
+/// answered the client while the query ran on, holding a connection).
+async fn a_walk_longer_than_the_request_timeout_is_stopped_in_the_database() {
+    use sqlx::Connection;
+    let app = spawn_app(Backend::Postgres).await;
+    let stored = app
+        .post_lineage(run_event("job", 1, &["in"], &["out"]).to_string())
+        .await;
+    assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
+    let server =
+        crate::helpers::ServerProcess::start(app.database_url(), &["--request-timeout-ms", "1000"]);
+    let mut holder = sqlx::PgConnection::connect(app.database_url())
+        .await
+        .expect("connect");
+    let mut lock = holder.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE lineage_run_inputs IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let answer = app
+        .send(
+            app.client
+                .get(format!(
+                    "{}/lineage/ancestors?node=job:ns:job",
+                    server.address
+                ))
+                .bearer_auth(&app.key),
+        )
+        .await;
+    assert_eq!(
+        answer.status,
+        StatusCode::REQUEST_TIMEOUT,
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.code(), "request_timeout");
+    // Within a few seconds no statement but the lock holder's touches the table.
+    let mut waiting = i64::MAX;
+    for _ in 0..50 {
+        let mut probe = sqlx::PgConnection::connect(app.database_url())
+            .await
+            .expect("connect");
+        waiting = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND state = 'active'
+               AND query LIKE '%lineage_run_inputs%' AND query NOT LIKE '%pg_stat_activity%'",
+        )
+        .fetch_one(&mut probe)
+        .await
+        .expect("activity");
+        if waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(waiting, 0, "the walk's query still runs in PostgreSQL");
+    lock.rollback().await.expect("release");
+}
