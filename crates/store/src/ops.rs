@@ -701,8 +701,14 @@ mod tests {
     #[test]
     fn source_labels_parse_in_their_three_shapes_only() {
         assert_eq!(IngestSource::parse("http"), Some(IngestSource::http()));
-        assert!(IngestSource::parse("nats:EVENTS").is_some());
-        assert!(IngestSource::parse("segment:src_0011223344556677").is_some());
+        assert_eq!(
+            IngestSource::parse("backfill"),
+            Some(IngestSource::backfill())
+        );
+        for label in ["nats:EVENTS", "segment:src_0011223344556677"] {
+            let parsed = IngestSource::parse(label).expect("a label");
+            assert_eq!(parsed.as_str(), label);
+        }
         assert!(IngestSource::parse("ftp").is_none());
         assert!(IngestSource::parse("nats:a\0b").is_none());
     }

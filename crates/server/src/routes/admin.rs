@@ -383,6 +383,9 @@ mod tests {
             "admin",
             "admin-token-0123456789abcdef012345678",
             "admin-token-0123456789abcdef01234567890",
+            // The same length, one byte apart (first, last).
+            "Admin-token-0123456789abcdef0123456789",
+            "admin-token-0123456789abcdef0123456788",
         ] {
             assert!(!same_secret(other, token), "{other:?}");
         }

@@ -508,6 +508,13 @@ mod tests {
         for raw in ["<script>", "<img", "<i>", "t\"\""] {
             assert!(!html.contains(raw), "{raw} unescaped");
         }
+        // Shown, escaped: not dropped.
+        for escaped in [
+            "&lt;script&gt;alert(1)&lt;/script&gt;",
+            "&lt;i&gt;retry&lt;/i&gt;",
+        ] {
+            assert!(html.contains(escaped), "{escaped} missing");
+        }
         assert!(html.contains("data-field=\"lift.estimate\" data-value=\"0.1\""));
     }
 
@@ -527,6 +534,10 @@ mod tests {
     #[test]
     fn every_table_cell_is_labelled_for_the_stacked_layout() {
         let html = report(&hostile_report());
+        assert!(
+            html.matches("<td").count() > 10,
+            "the report has its tables"
+        );
         for td in html.split("<td").skip(1) {
             let tag = &td[..td.find('>').expect("tag end")];
             assert!(tag.contains("data-label=\""), "unlabelled cell <td{tag}>");

@@ -88,6 +88,8 @@ proptest! {
         prop_assert_eq!(merged.count(), whole.count());
         let (a, b) = (merged.mean().unwrap(), whole.mean().unwrap());
         prop_assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0));
+        // A variance lost in the merge (None where the whole has one) is a failure too.
+        prop_assert_eq!(merged.variance().is_some(), whole.variance().is_some());
         if let (Some(a), Some(b)) = (merged.variance(), whole.variance()) {
             prop_assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{a} vs {b}");
         }

@@ -228,8 +228,8 @@ fn contracts_show_prints_the_semantic_fields() {
     }
 }
 
-#[test]
-fn id_prints_the_canonical_bytes_and_the_id_the_server_would_compute() {
+#[tokio::test]
+async fn id_prints_the_canonical_bytes_and_the_id_the_server_would_compute() {
     let file = contract_file();
     let output = traqlyte(&["id", file.path()], &checkout_event("order_1").to_string());
     assert!(output.status.success(), "{output:?}");
@@ -248,6 +248,18 @@ fn id_prints_the_canonical_bytes_and_the_id_the_server_would_compute() {
     assert!(
         text.contains(&format!("event_id: {}", expected.event_id)),
         "{text}"
+    );
+    // And the server, given the same contract and event, answers that very id.
+    let app = crate::helpers::spawn_app(Backend::Sqlite).await;
+    app.register_checkout_contract().await;
+    let stored = app.post_event(&checkout_event("order_1")).await;
+    assert!(
+        text.contains(&format!(
+            "event_id: {}",
+            stored.body["event_id"].as_str().expect("the server's id")
+        )),
+        "{text} against {}",
+        stored.body
     );
 }
 

@@ -309,12 +309,20 @@ async fn a_client_that_pipelines_and_never_reads_is_closed_after_the_idle_timeou
         .write_all(requests.as_bytes())
         .await
         .expect("write the requests");
+    let started = std::time::Instant::now();
     let mut other = connect(&app).await;
     let status = tokio::time::timeout(CLOSED_WITHIN * 2, get_healthz(&mut other)).await;
     assert_eq!(
         status.ok(),
         Some(200),
         "the stuck connection kept the only slot"
+    );
+    // The other client waited for the stuck one's idle timeout: the slot was held, then
+    // freed by closing the stuck connection, not freed at once.
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(250),
+        "served after {:?}: the stuck connection never held the slot",
+        started.elapsed()
     );
     drop(stuck);
 }

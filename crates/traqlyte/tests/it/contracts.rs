@@ -1,7 +1,7 @@
 //! Contract registration: immutable (name, version), clear 422s for invalid contracts.
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::helpers::{checkout_contract, checkout_event, spawn_app, Backend};
 
@@ -21,8 +21,25 @@ async fn registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a
             .status,
         StatusCode::CREATED
     );
-    // Key order and whitespace do not make a different contract.
-    let reordered = serde_json::to_string_pretty(&checkout_contract()).expect("json");
+    // Key order and whitespace do not make a different contract: the same definition
+    // written by hand with its keys (and one field's keys) in another order.
+    let reordered = r#"{
+        "occurred_at": "/occurred_at",
+        "transport": ["/sent_at", "/attempt", "/host"],
+        "fields": [
+            {"type": "string", "required": true, "pointer": "/merchant_id"},
+            {"pointer": "/order_id", "required": true, "type": "string"},
+            {"precision": 2, "pointer": "/amount"},
+            {"pointer": "/items", "array": "set"},
+            {"pointer": "/params"}
+        ],
+        "version": 1, "name": "checkout_completed"
+    }"#;
+    assert_eq!(
+        serde_json::from_str::<Value>(reordered).expect("json"),
+        checkout_contract(),
+        "the same definition"
+    );
     assert_eq!(
         app.post_raw("/contracts", reordered).await.status,
         StatusCode::OK

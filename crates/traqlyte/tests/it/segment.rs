@@ -91,6 +91,8 @@ pub(crate) fn track(message_id: &str, user: &str, order: &str, revenue: f64) -> 
 /// `(stored, duplicates, collisions)` of `segment.message` in `GET /stats`.
 pub(crate) async fn segment_stats(app: &TestApp) -> (i64, i64, i64) {
     let answer = app.get("/stats").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert!(answer.body["contracts"].is_object(), "{}", answer.body);
     let row = &answer.body["contracts"]["segment.message"];
     let n = |k: &str| row[k].as_i64().unwrap_or(0);
     (n("stored"), n("duplicates"), n("collisions"))
