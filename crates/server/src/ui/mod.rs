@@ -403,7 +403,7 @@ fn session_cookie(headers: &HeaderMap) -> Option<UiToken> {
 }
 
 /// Only a page of the UI itself: no other host, no scheme, no `//`, no `..`, no odd
-/// characters. Anything else becomes the campaign index, so a crafted link cannot
+/// characters (no `%` either: a browser resolves `%2e%2e` as `..`). Anything else becomes the campaign index, so a crafted link cannot
 /// redirect a freshly logged-in user elsewhere.
 fn safe_next(next: Option<&str>) -> &str {
     match next {
@@ -414,7 +414,7 @@ fn safe_next(next: Option<&str>) -> &str {
                 && path.len() <= 512
                 && path
                     .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"/_-.~%".contains(&b)) =>
+                    .all(|b| b.is_ascii_alphanumeric() || b"/_-.~".contains(&b)) =>
         {
             path
         }
@@ -423,11 +423,15 @@ fn safe_next(next: Option<&str>) -> &str {
 }
 
 /// A form post must come from our own pages: browsers send `Origin` on POSTs, and it
-/// must name the host the request was sent to. (SameSite=Strict already keeps the
-/// session cookie off cross-site requests; this stops login CSRF.)
+/// must name the host the request was sent to; without `Origin`, the browser's
+/// `Sec-Fetch-Site: same-origin` must say so. A post with neither is refused (a browser
+/// always sends one of them; anything else is not a page of ours). SameSite=Strict
+/// already keeps the session cookie off cross-site requests; this stops login CSRF.
 fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(ORIGIN).and_then(|v| v.to_str().ok()) else {
-        return true;
+        return headers
+            .get("sec-fetch-site")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"same-origin"));
     };
     let host = headers.get(HOST).and_then(|v| v.to_str().ok());
     let origin_host = origin
@@ -519,6 +523,8 @@ mod tests {
             (Some("//evil.example/ui/"), DEFAULT_PAGE),
             (Some("/ui//evil.example"), DEFAULT_PAGE),
             (Some("/ui/../healthz"), DEFAULT_PAGE),
+            (Some("/ui/%2e%2e/openapi.json"), DEFAULT_PAGE),
+            (Some("/ui/%2E%2E/healthz"), DEFAULT_PAGE),
             (Some("/ui/a\r\nSet-Cookie: x"), DEFAULT_PAGE),
             (Some("/stats"), DEFAULT_PAGE),
         ];

@@ -457,6 +457,16 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
         .expect("post");
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert!(forged.headers().get("set-cookie").is_none());
+    // A post that says nothing of where it comes from (no Origin, no Sec-Fetch-Site) is
+    // no page of ours either.
+    let unsourced = client
+        .post(app.url("/ui/login"))
+        .form(&[("api_key", app.key.as_str()), ("next", "/ui/campaigns")])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(unsourced.status(), StatusCode::FORBIDDEN);
+    assert!(unsourced.headers().get("set-cookie").is_none());
 
     let good = post_login(&app.key, &own_origin)
         .send()
@@ -600,6 +610,7 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
     let out = client
         .post(app.url("/ui/logout"))
         .header("cookie", session.clone())
+        .header("sec-fetch-site", "same-origin")
         .send()
         .await
         .expect("post");
