@@ -34,6 +34,8 @@ use diff::FieldChange;
 
 /// Most buckets one trend query may span (a day of minutes, 83 days of hours).
 pub const TREND_BUCKETS_MAX: i64 = 2_000;
+/// Most (series × buckets) one trend answers: every series lists every bucket.
+pub const TREND_CELLS_MAX: i64 = 100_000;
 /// Collisions per page by default, and at most.
 pub const COLLISIONS_PAGE_DEFAULT: u32 = 50;
 /// See [`COLLISIONS_PAGE_DEFAULT`].
@@ -121,7 +123,31 @@ pub(crate) async fn trend(
     query: &TrendQuery,
 ) -> Result<Trend, ApiError> {
     let rows = state.store.duplicate_trend(tenant, query).await?;
+    // Every series lists every bucket of the range: bounded in all, not only per series.
+    let series: std::collections::HashSet<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.contract.as_str(), r.source.as_str()))
+        .collect();
+    let buckets = (query.until_us - query.since_us) / query.bucket.width_us();
+    within_cells(series.len(), buckets)?;
     Ok(shape(query, &rows))
+}
+
+/// Refuses a trend of more than [`TREND_CELLS_MAX`] series × buckets, naming `contract`
+/// (the filter that narrows it most).
+fn within_cells(series: usize, buckets: i64) -> Result<(), ApiError> {
+    let cells = i64::try_from(series)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(buckets);
+    if cells <= TREND_CELLS_MAX {
+        return Ok(());
+    }
+    Err(bad(
+        "contract",
+        format!(
+            "the range holds {series} series of {buckets} buckets, more than {TREND_CELLS_MAX} in all; name a contract or a source, use a wider bucket or a shorter range"
+        ),
+    ))
 }
 
 /// Parses the trend's query: times, bucket, bounds.
@@ -635,6 +661,18 @@ mod tests {
         };
         let err = trend_query(&derived, now).expect_err("refused");
         assert_eq!(err.field(), Some("until"));
+    }
+
+    #[test]
+    fn a_trend_is_bounded_in_series_times_buckets() {
+        assert!(within_cells(50, 2_000).is_ok());
+        let err = within_cells(51, 2_000).expect_err("refused");
+        assert_eq!(
+            (err.code(), err.field()),
+            ("invalid_parameter", Some("contract"))
+        );
+        assert!(within_cells(usize::MAX, 2).is_err());
+        assert!(within_cells(0, 2_000).is_ok());
     }
 
     #[test]
