@@ -553,7 +553,12 @@ mod tests {
     fn cross_origin_posts_are_refused() {
         let mut headers = HeaderMap::new();
         headers.insert(HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        // Neither Origin nor Sec-Fetch-Site: not a post from our pages.
+        assert!(!same_origin(&headers));
+        headers.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
         assert!(same_origin(&headers));
+        headers.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(!same_origin(&headers));
         headers.insert(ORIGIN, HeaderValue::from_static("http://127.0.0.1:8080"));
         assert!(same_origin(&headers));
         headers.insert(ORIGIN, HeaderValue::from_static("https://evil.example"));
