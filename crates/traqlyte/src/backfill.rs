@@ -89,6 +89,9 @@ enum Item {
 
 /// Runs the command.
 pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
+    // The file first: a wrong path touches no database (no migration, no partitions).
+    let file =
+        std::fs::File::open(&args.file).with_context(|| format!("open {}", args.file.display()))?;
     let store = crate::tenants::open(&args.db).await?;
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
     let kind = kind(&store, &tenant, &args.contract).await?;
@@ -101,8 +104,6 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         .create_partitions(&horizon, traqlyte_store::now_us())
         .await
         .context("create partitions")?;
-    let file =
-        std::fs::File::open(&args.file).with_context(|| format!("open {}", args.file.display()))?;
     let progress = progress_bar(file.metadata().map(|m| m.len()).unwrap_or(0));
     let mut reader = BufReader::new(progress.wrap_read(file));
     let begin = || async {

@@ -183,6 +183,41 @@ fn id_refuses_segment_messages_whose_ids_need_their_source() {
     );
 }
 
+/// A backfill of a file that does not exist touches no database: nothing is created or
+/// migrated before the file is opened.
+#[test]
+fn a_backfill_of_a_missing_file_touches_no_database() {
+    let dir = std::env::temp_dir().join(format!("traqlyte_it_{}_backfill", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let database = dir.join("untouched.db");
+    let database = database.to_str().expect("utf-8");
+    let missing = dir.join("no-such-file.ndjson");
+    let output = traqlyte(
+        &[
+            "backfill",
+            "--tenant",
+            "acme",
+            "--contract",
+            "openlineage.run_event",
+            "--file",
+            missing.to_str().expect("utf-8"),
+            "--database-url",
+            database,
+        ],
+        "",
+    );
+    assert!(!output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("no-such-file.ndjson"),
+        "{output:?}"
+    );
+    assert!(
+        !std::path::Path::new(database).exists(),
+        "a database was created"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--help` never shows the value of an environment variable that holds a secret.
 #[test]
 fn help_does_not_print_secrets_from_the_environment() {
