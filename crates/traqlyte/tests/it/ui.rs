@@ -46,13 +46,7 @@ async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(back
         "{}",
         reweighted.body
     );
-    let late = app
-        .post_json(
-            "/assignments",
-            &json!({"campaign_id": campaign, "unit_id": "after-the-reweighting"}),
-        )
-        .await;
-    assert_eq!(late.status, StatusCode::OK, "{}", late.body);
+    crate::experiments::assign(&app, &campaign, "after-the-reweighting").await;
     let report = app.get(&format!("/campaigns/{campaign}/report")).await;
     assert_eq!(report.status, StatusCode::OK, "{}", report.body);
     let report = report.body;
