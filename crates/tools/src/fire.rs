@@ -31,7 +31,8 @@ pub struct FireArgs {
 }
 
 /// Sends stdin's body `count` times and prints
-/// `{"statuses":{code: n},"bodies":{"<code> replayed=<bool> <body>": n},"errors":n}`.
+/// `{"statuses":{code: n},"bodies":{"<code> replayed=<bool> <body>": n},"errors":n}`;
+/// fails (after printing) when any request got no HTTP answer at all.
 pub async fn run(args: FireArgs) -> Result<()> {
     let mut body = Vec::new();
     std::io::stdin()
@@ -97,5 +98,10 @@ pub async fn run(args: FireArgs) -> Result<()> {
         "{}",
         serde_json::json!({"statuses": statuses, "bodies": bodies, "errors": errors})
     );
+    // Like curl: an HTTP status is an answer (a 409 is what a collision test wants), a
+    // request that got none is a failure a script must see.
+    if errors > 0 {
+        anyhow::bail!("{errors} of {} requests got no answer", args.count);
+    }
     Ok(())
 }

@@ -91,7 +91,9 @@ pub(crate) async fn post_assignments_batch(
             if !campaigns.contains_key(&campaign_id) {
                 return Err(campaign_not_found(campaign_id.as_str(), "campaign_id"));
             }
-            let version = latest.get(&campaign_id).ok_or_else(not_published)?;
+            let version = latest
+                .get(&campaign_id)
+                .ok_or_else(|| not_published("campaign_id"))?;
             propose(&campaign_id, version, &unit_id, now)
         })
         .collect();

@@ -112,7 +112,7 @@ pub(crate) async fn assign(
             .pop()
         else {
             return Err(match state.store.campaign(tenant, &campaign_id).await? {
-                Some(_) => not_published(),
+                Some(_) => not_published("campaign_id"),
                 None => campaign_not_found(campaign_id.as_str(), "campaign_id"),
             });
         };
@@ -224,7 +224,9 @@ pub(crate) fn campaign_not_found(text: &str, field: &str) -> ApiError {
     ApiError::not_found("campaign_not_found", format!("no campaign {text:?}")).with_field(field)
 }
 
-/// 409 for a campaign that has never been published.
-pub(crate) fn not_published() -> ApiError {
+/// 409 for a campaign that has never been published; `field` names where the request
+/// gave the campaign's id (`campaign_id` in a body, `id` in a path).
+pub(crate) fn not_published(field: &str) -> ApiError {
     ApiError::new(axum::http::StatusCode::CONFLICT, "campaign_not_published", "this campaign has no published version yet; publish it with POST /campaigns/{id}/publish before assigning units")
+        .with_field(field)
 }

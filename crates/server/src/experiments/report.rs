@@ -70,7 +70,7 @@ async fn build_of(
     let mut units_by_version = store.units_by_version(tenant, campaign_id).await?;
     let mut versions = store.campaign_versions(tenant, campaign_id).await?;
     if versions.is_empty() {
-        return Err(super::not_published());
+        return Err(super::not_published("id"));
     }
     let published = versions.len();
     if let Some(wanted) = version {

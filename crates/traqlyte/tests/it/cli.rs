@@ -183,6 +183,32 @@ fn id_refuses_segment_messages_whose_ids_need_their_source() {
     );
 }
 
+/// `fire` prints its report and fails when requests got no answer (nothing listens), so
+/// a script cannot take a run that reached no server for one that did.
+#[test]
+fn fire_fails_when_its_requests_get_no_answer() {
+    // A port that was free a moment ago: bound, read, released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/events/checkout_completed");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_traqlyte"));
+    command
+        .args(["fire", "--url", &url, "--count", "3", "--concurrency", "2"])
+        .env("TRAQLYTE_API_KEY", "tl_test_unused")
+        .stdin(Stdio::null());
+    let output = command.output().expect("traqlyte fire ran");
+    assert!(!output.status.success(), "{output:?}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the report is printed first");
+    assert_eq!(report["errors"], 3, "{report}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("3 of 3 requests got no answer"),
+        "{output:?}"
+    );
+}
+
 /// A backfill of a file that does not exist touches no database: nothing is created or
 /// migrated before the file is opened.
 #[test]

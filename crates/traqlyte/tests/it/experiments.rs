@@ -226,6 +226,13 @@ async fn assignments_need_a_published_version_and_stay_sticky_across_republishin
         (early.status, early.code()),
         (StatusCode::CONFLICT, "campaign_not_published")
     );
+    assert_eq!(early.body["error"]["field"], "campaign_id");
+    let early_report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    assert_eq!(
+        (early_report.status, early_report.code()),
+        (StatusCode::CONFLICT, "campaign_not_published")
+    );
+    assert_eq!(early_report.body["error"]["field"], "id");
     app.post_raw(&format!("/campaigns/{campaign}/publish"), "")
         .await;
     let mut before = Vec::new();

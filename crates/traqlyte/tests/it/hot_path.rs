@@ -302,6 +302,11 @@ async fn an_assignment_batch_gives_each_unit_the_arm_single_requests_give_and_st
             &json!("invalid_assignment")
         ]
     );
+    assert_eq!(
+        results[63]["error"]["field"], "campaign_id",
+        "{}",
+        results[63]
+    );
     // New units of the batch: the arm is the bucketing of the campaign's latest version
     // (its salt and arms, as a single request computes it), and single requests now get
     // the batch's assignments (sticky).
