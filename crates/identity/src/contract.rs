@@ -419,8 +419,15 @@ impl Contract {
 
 /// Parses a contract pointer, refusing one that is not in Unicode NFC: event keys are
 /// NFC-normalised before lookup, so such a pointer could never match and its field would
-/// silently hash as absent, giving events that differ in it the same id.
+/// silently hash as absent, giving events that differ in it the same id. A NUL is refused
+/// too: the semantic scan binds a pointer's tokens as PostgreSQL text, which cannot hold
+/// one, so that contract would fail every scan (and on SQLite alone it would pass).
 fn contract_pointer(text: &str) -> Result<Pointer, String> {
+    if text.contains('\0') {
+        return Err(format!(
+            "pointer {text:?} holds a NUL (\\u0000), which a contract's pointer may not"
+        ));
+    }
     if !canonical::is_nfc(text) {
         return Err(format!(
             "pointer {text:?} is not in Unicode NFC; event keys are NFC-normalised, so it could never match"

@@ -303,6 +303,32 @@ fn a_pointer_not_in_nfc_is_refused_by_the_contract() {
 }
 
 #[test]
+fn a_pointer_holding_a_nul_is_refused_wherever_a_contract_names_one() {
+    // The semantic scan binds a pointer's tokens as PostgreSQL text, which cannot hold NUL.
+    let with_nul = "/a\u{0}b";
+    for (document, at) in [
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": with_nul}]}),
+            "fields[0].pointer",
+        ),
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": "/k"}],
+                   "transport": [with_nul]}),
+            "transport[0]",
+        ),
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": "/k"}],
+                   "occurred_at": with_nul}),
+            "occurred_at",
+        ),
+    ] {
+        let err = Contract::from_json(&document).expect_err("a NUL in a pointer");
+        assert_eq!(err.field, at);
+        assert!(err.to_string().contains("NUL"), "{err}");
+    }
+}
+
+#[test]
 fn a_pointer_that_can_never_address_an_array_item_is_refused() {
     // Such a pointer always resolves to nothing, so every event would share one id.
     for pointer in ["/items/-", "/items/01", "/items/-1", "/-", "/a/00/b"] {

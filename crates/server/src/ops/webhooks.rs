@@ -72,6 +72,14 @@ pub(crate) fn check_url(text: &str) -> Result<String, ApiError> {
             "url names {ip}, a link-local, unspecified, multicast or broadcast address (where cloud metadata services answer): webhooks never call one"
         )));
     }
+    // The stored URL is the parsed one, which percent-encodes what the text held raw (a
+    // non-ASCII byte becomes three): its length is the one the store's index must take
+    // (PostgreSQL's B-tree refuses entries near 2.7 kB).
+    if url.as_str().len() > WEBHOOK_URL_BYTES_MAX {
+        return Err(refuse(
+            "url is longer than 2,000 bytes once percent-encoded (a non-ASCII byte takes three)",
+        ));
+    }
     match url.scheme() {
         "http" if url.host_str().is_some() => Ok(url.to_string()),
         "https" => Err(refuse(

@@ -29,6 +29,7 @@ on_both_backends!(
     collisions_are_listed_newest_first_with_their_field_diffs_and_paginated,
     a_webhook_receives_each_collision_once,
     unreachable_receivers_do_not_hold_back_a_working_one,
+    a_webhook_url_is_measured_as_stored,
     the_ops_page_in_chromium_shows_the_numbers_of_the_json,
 );
 
@@ -415,6 +416,45 @@ async fn a_webhook_receives_each_collision_once(backend: Backend) {
 
 /// A listener that accepts webhook calls and never answers; counts the connections the
 /// dispatcher gave up on (closed by its timeout).
+/// The URL's limit holds for the URL as stored, percent-encoded: raw non-ASCII text under
+/// 2,000 bytes triples past it (past PostgreSQL's index entry limit, a 500 there).
+async fn a_webhook_url_is_measured_as_stored(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let wide = format!("http://127.0.0.1:9/{}", "é".repeat(900));
+    assert!(wide.len() < 2_000);
+    let refused = app.post_json("/ops/webhooks", &json!({"url": wide})).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_webhook"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.body["error"]["field"], "url");
+    assert!(
+        refused.body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("percent-encoded"),
+        "{}",
+        refused.body
+    );
+    // The longest URL the limit allows is stored on both backends.
+    let longest = format!("http://127.0.0.1:9/{}", "a".repeat(2_000 - 19));
+    assert_eq!(longest.len(), 2_000);
+    let created = app
+        .post_json("/ops/webhooks", &json!({"url": longest}))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let listed = app.get("/ops/webhooks").await;
+    assert_eq!(
+        listed.body["webhooks"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        listed.body
+    );
+    assert_eq!(listed.body["webhooks"][0]["url"], longest.as_str());
+}
+
 async fn black_hole() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::AsyncReadExt;
     let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
