@@ -9,6 +9,12 @@ use crate::model::stored_fingerprint;
 use crate::tx::{with_pool, with_tx};
 use crate::{NewEvent, Store, StoreError, StoreTx, TenantId};
 
+/// The most corrections one event may have. Each correction is stored whole (up to a
+/// request body) and `GET /events/{contract}/{event_id}` answers them all, so without a
+/// bound one event could grow a history no answer can hold. Real corrections of one fact
+/// (a refund, a fixed price) are a handful.
+pub const SUPERSESSIONS_PER_EVENT_MAX: usize = 100;
+
 /// What a supersession did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SupersedeOutcome {
@@ -23,6 +29,11 @@ pub enum SupersedeOutcome {
     /// wish to return to it, which cannot be stored: each content is stored once per
     /// event). Nothing written.
     SupersededSince {
+        /// Fingerprint of the current version.
+        current: Fingerprint,
+    },
+    /// The event already has [`SUPERSESSIONS_PER_EVENT_MAX`] corrections. Nothing written.
+    LimitReached {
         /// Fingerprint of the current version.
         current: Fingerprint,
     },
@@ -78,6 +89,12 @@ pub(crate) struct SupersedingRow {
 
 const SELECT_SUPERSESSIONS: &str =
     "SELECT fingerprint, supersedes, reason, payload, superseded_at_us
+     FROM event_supersessions WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
+     ORDER BY superseded_at_us, fingerprint";
+
+/// What a new correction needs of the history: each version's fingerprint and time (not
+/// its payload, which may be a request body's size).
+const SELECT_HISTORY_FINGERPRINTS: &str = "SELECT fingerprint, superseded_at_us
      FROM event_supersessions WHERE tenant_id = $1 AND contract_name = $2 AND event_id = $3
      ORDER BY superseded_at_us, fingerprint";
 
@@ -143,8 +160,8 @@ impl StoreTx {
             return Ok(None);
         };
         let original = stored_fingerprint(&original)?;
-        let rows: Vec<SupersessionRow> = with_tx!(self, |conn| {
-            let query = sqlx::query_as(SELECT_SUPERSESSIONS)
+        let rows: Vec<(String, i64)> = with_tx!(self, |conn| {
+            let query = sqlx::query_as(SELECT_HISTORY_FINGERPRINTS)
                 .bind(tenant.as_str())
                 .bind(contract.as_str())
                 .bind(event_id);
@@ -152,23 +169,21 @@ impl StoreTx {
         });
         let history = rows
             .into_iter()
-            .map(Supersession::try_from)
+            .map(|(fp, at)| stored_fingerprint(&fp).map(|fp| (fp, at)))
             .collect::<Result<Vec<_>, _>>()?;
-        let current = history
-            .last()
-            .map(|s| s.fingerprint.clone())
-            .unwrap_or(original);
+        let current = history.last().map(|(fp, _)| fp.clone()).unwrap_or(original);
         // The history is ordered by this time: a process whose clock lags the one that
         // stored the current version must still sort after it.
-        let replaced_at_us = history
-            .last()
-            .map_or(received_at_us, |s| s.superseded_at_us);
+        let replaced_at_us = history.last().map_or(received_at_us, |(_, at)| *at);
         let at_us = now_us.max(replaced_at_us.saturating_add(1));
         if &current == fingerprint {
             return Ok(Some(SupersedeOutcome::Unchanged));
         }
-        if history.iter().any(|s| &s.fingerprint == fingerprint) {
+        if history.iter().any(|(fp, _)| fp == fingerprint) {
             return Ok(Some(SupersedeOutcome::SupersededSince { current }));
+        }
+        if history.len() >= SUPERSESSIONS_PER_EVENT_MAX {
+            return Ok(Some(SupersedeOutcome::LimitReached { current }));
         }
         let inserted = with_tx!(self, |conn| sqlx::query(INSERT_SUPERSESSION)
             .bind(tenant.as_str())

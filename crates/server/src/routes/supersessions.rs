@@ -143,6 +143,18 @@ pub(crate) async fn supersede(
             )
             .with_field("event"));
         }
+        SupersedeOutcome::LimitReached { current } => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "supersession_limit",
+                format!(
+                    "event {event_id} already has {} corrections, the most one event may have, and nothing was stored; its current content has fingerprint {current}. \
+                     A fact corrected this often is better posted anew as events of its own",
+                    traqlyte_store::supersessions::SUPERSESSIONS_PER_EVENT_MAX
+                ),
+            )
+            .with_field("event_id"));
+        }
         SupersedeOutcome::Unchanged => Json(SupersessionAck {
             event_id: &event_id,
             fingerprint,

@@ -4,6 +4,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::helpers::{checkout_event, spawn_app, Backend};
+use traqlyte_store::supersessions::SUPERSESSIONS_PER_EVENT_MAX;
 
 crate::on_both_backends!(
     a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry,
@@ -12,6 +13,7 @@ crate::on_both_backends!(
     concurrent_corrections_of_one_event_form_one_chain,
     an_earlier_correction_sent_again_is_a_conflict_not_unchanged,
     a_first_correction_never_sorts_before_the_event_it_corrects,
+    an_event_takes_at_most_its_limit_of_corrections,
 );
 
 async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry(
@@ -272,4 +274,52 @@ async fn a_first_correction_never_sorts_before_the_event_it_corrects(backend: Ba
         .expect("superseded_at");
     // RFC 3339 in UTC with six digits: ordered as text.
     assert!(superseded > received, "{superseded} <= {received}");
+}
+
+/// An event's history is bounded: the correction past the limit is a `409` naming the
+/// event, nothing is stored, and retries of stored corrections answer as before.
+async fn an_event_takes_at_most_its_limit_of_corrections(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let original = checkout_event("order_1");
+    let id = app.post_event(&original).await.body["event_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let path = format!("/events/checkout_completed/{id}/supersessions");
+    let correction = |n: usize| {
+        let mut corrected = original.clone();
+        corrected["note"] = json!(format!("correction {n}"));
+        json!({"event": corrected})
+    };
+    for n in 0..SUPERSESSIONS_PER_EVENT_MAX {
+        let answer = app.post_json(&path, &correction(n)).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{n}: {}", answer.body);
+    }
+    let past = app
+        .post_json(&path, &correction(SUPERSESSIONS_PER_EVENT_MAX))
+        .await;
+    assert_eq!(
+        (past.status, past.code()),
+        (StatusCode::CONFLICT, "supersession_limit"),
+        "{}",
+        past.body
+    );
+    assert_eq!(past.body["error"]["field"], "event_id");
+    // The newest stored correction sent again is still unchanged, an older one a conflict.
+    let last = app
+        .post_json(&path, &correction(SUPERSESSIONS_PER_EVENT_MAX - 1))
+        .await;
+    assert_eq!(last.body["status"], "unchanged", "{}", last.body);
+    let older = app.post_json(&path, &correction(0)).await;
+    assert_eq!(older.code(), "supersession_conflict", "{}", older.body);
+    let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
+    assert_eq!(
+        stored.body["supersessions"].as_array().map(Vec::len),
+        Some(SUPERSESSIONS_PER_EVENT_MAX)
+    );
+    assert_eq!(
+        stored.body["current_payload"],
+        correction(SUPERSESSIONS_PER_EVENT_MAX - 1)["event"]
+    );
 }
