@@ -289,6 +289,11 @@ impl From<StoreError> for ApiError {
                 "request_timeout",
                 "the lineage walk ran longer than the request timeout; ask for less depth",
             ),
+            StoreError::Busy => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_busy",
+                err.to_string(),
+            ),
             other => ApiError::internal(other),
         }
     }

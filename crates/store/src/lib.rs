@@ -126,6 +126,13 @@ pub enum StoreError {
     /// A read ran longer than its bound (a lineage walk's level on PostgreSQL).
     #[error("the query ran longer than its time bound and was stopped")]
     QueryTimeout,
+    /// Another process held the lock of partition changes for longer than the wait
+    /// allowed (a maintenance run, or another old day being created). Nothing was
+    /// written; retrying shortly succeeds.
+    #[error(
+        "the partitions are being changed by another process; nothing was written, retry shortly"
+    )]
+    Busy,
     /// Any database error.
     #[error(transparent)]
     Database(#[from] sqlx::Error),

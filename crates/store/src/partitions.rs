@@ -82,6 +82,12 @@ impl DedupeHorizon {
     pub const DEFAULT_DAYS: u32 = 14;
     /// The longest horizon accepted (ten years of daily partitions).
     pub const DAYS_MAX: u32 = 3_650;
+    /// How many days past the horizon `--late-events reconcile` takes an event: a year.
+    /// Each old day the live path meets gets a table of its own
+    /// ([`create_detached_days`]), so a client's occurrence times must not choose how
+    /// many tables the server creates (back to year 1, 700,000 of them). Older events
+    /// go through `traqlyte backfill`, an operator's command, as without the option.
+    pub const LATE_DAYS_MAX: u32 = 366;
 
     /// A horizon of `days` (1 to [`Self::DAYS_MAX`]).
     pub fn new(days: u32) -> Option<DedupeHorizon> {
@@ -121,8 +127,29 @@ impl DedupeHorizon {
     ) -> Result<Admission, OutsideHorizon> {
         match self.admits(occurred_at_us, now_us) {
             Ok(()) => Ok(Admission::Live),
-            Err(OutsideHorizon::TooOld) if late == LateEvents::Reconcile => Ok(Admission::Late),
+            Err(OutsideHorizon::TooOld)
+                if late == LateEvents::Reconcile
+                    && occurred_at_us.is_some_and(|at| {
+                        let days = i64::from(self.days) + i64::from(Self::LATE_DAYS_MAX);
+                        at >= now_us.saturating_sub(days * DAY_US)
+                    }) =>
+            {
+                Ok(Admission::Late)
+            }
             Err(outside) => Err(outside),
+        }
+    }
+
+    /// How a refusal says "too old" under `late`: past the horizon, or past the late
+    /// days too when late events are reconciled.
+    pub fn too_old(&self, late: LateEvents) -> String {
+        match late {
+            LateEvents::Refuse => format!("older than the {}-day dedupe horizon", self.days),
+            LateEvents::Reconcile => format!(
+                "older than the {}-day dedupe horizon and the {} days past it that late events are reconciled for",
+                self.days,
+                Self::LATE_DAYS_MAX
+            ),
         }
     }
 
@@ -328,8 +355,18 @@ async fn lock_and_list(conn: &mut sqlx::PgConnection) -> Result<Vec<Listed>, Sto
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(PARTITION_LOCK_KEY)
         .execute(&mut *conn)
-        .await?;
+        .await
+        .map_err(busy_on_lock_timeout)?;
     list(conn).await
+}
+
+/// [`StoreError::Busy`] for a wait that outlasted `lock_timeout` (SQLSTATE `55P03`):
+/// contention, which a retry gets past, not a fault of the server.
+fn busy_on_lock_timeout(err: sqlx::Error) -> StoreError {
+    match &err {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03") => StoreError::Busy,
+        _ => StoreError::Database(err),
+    }
 }
 
 /// Gives each of `missing` (days older than every attached one, with no partition yet)
@@ -368,7 +405,10 @@ pub(crate) async fn create_detached_days(
                 day + 1
             ),
         ] {
-            sqlx::query(&sql).execute(&mut *conn).await?;
+            sqlx::query(&sql)
+                .execute(&mut *conn)
+                .await
+                .map_err(busy_on_lock_timeout)?;
         }
     }
     tx.commit().await?;

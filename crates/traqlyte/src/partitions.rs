@@ -25,7 +25,8 @@ pub(crate) struct HorizonArgs {
 #[derive(Args, Clone, Copy)]
 pub(crate) struct LateEventsArgs {
     /// An event older than the horizon: refused (HTTP: 422 outside_horizon; NATS: a dead
-    /// letter) or reconciled like a backfill.
+    /// letter) or reconciled like a backfill (up to 366 days past the horizon; older
+    /// ones are refused either way).
     #[arg(
         long,
         env = "TRAQLYTE_LATE_EVENTS",

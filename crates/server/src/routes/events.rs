@@ -361,7 +361,7 @@ pub(crate) fn admit(
     };
     let when = at.map(format_rfc3339_micros).unwrap_or_default();
     let side = match outside {
-        OutsideHorizon::TooOld => format!("older than the {}-day dedupe horizon", horizon.days()),
+        OutsideHorizon::TooOld => horizon.too_old(state.config.late_events),
         OutsideHorizon::TooFarAhead => "more than a day in the future".to_string(),
     };
     let field = contract.occurred_at().unwrap_or_default();

@@ -159,6 +159,35 @@ async fn late_events_taken_by_reconciliation_are_counted_apart(backend: Backend)
         .get(&format!("/events/checkout_completed/{}", id_of(&late)))
         .await;
     assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    // Late events are taken for a year past the horizon, no further: a client's times
+    // must not choose how many old days' tables the server creates.
+    let horizon_days = i64::from(DedupeHorizon::DEFAULT_DAYS);
+    let late_days = i64::from(DedupeHorizon::LATE_DAYS_MAX);
+    let within = event_at(
+        "order_within",
+        now - (horizon_days + late_days - 1) * DAY_US,
+    );
+    let answer = app.post_event(&within).await;
+    assert_eq!(answer.body["status"], "inserted", "{}", answer.body);
+    let past = event_at("order_past", now - (horizon_days + late_days + 1) * DAY_US);
+    let refused = app.post_event(&past).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "outside_horizon"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.body["error"]["field"], "/occurred_at");
+    let message = refused.body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("366 days past it") && message.contains("traqlyte backfill"),
+        "{message}"
+    );
+    assert_eq!(
+        app.checkout_stats().await,
+        (3, 2, 0),
+        "nothing of it was written"
+    );
 }
 
 async fn duplicates_straddling_midnight_from_several_processes_while_partitions_change_are_stored_once(
@@ -285,6 +314,41 @@ mod postgres_only {
     async fn a_day_between_attached_ones_never_gets_a_detached_table() {
         super::a_day_between_attached_ones_never_gets_a_detached_table().await
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault() {
+        super::a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault().await
+    }
+}
+
+/// A late event whose old day needs a table waits for the lock of partition changes at
+/// most 5 s; another process holding it longer (a maintenance run) makes the request
+/// `503 store_busy`, retryable, with nothing written, and the same event is stored once
+/// the lock is free.
+async fn a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault() {
+    use sqlx::Connection;
+    let app = spawn_app(Backend::Postgres).await;
+    app.register_checkout_contract().await;
+    let mut holder = sqlx::PgConnection::connect(app.database_url())
+        .await
+        .expect("connect");
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(traqlyte_store::partitions::PARTITION_LOCK_KEY)
+        .execute(&mut holder)
+        .await
+        .expect("hold partition changes");
+    let late = event_at("order_late_busy", traqlyte_store::now_us() - 60 * DAY_US);
+    let busy = app.post_event(&late).await;
+    assert_eq!(
+        (busy.status, busy.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "store_busy"),
+        "{}",
+        busy.body
+    );
+    assert_eq!(app.checkout_stats().await.0, 0, "nothing written");
+    holder.close().await.expect("release");
+    let stored = app.post_event(&late).await;
+    assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
 }
 
 /// 2,500 days of partitions: in one transaction their locks overflow PostgreSQL's shared

@@ -653,9 +653,7 @@ impl Worker {
         let horizon = self.config.dedupe_horizon;
         let side = match horizon.admission(at, now, self.config.late_events) {
             Ok(admission) => return Ok(admission),
-            Err(OutsideHorizon::TooOld) => {
-                format!("older than the {}-day dedupe horizon", horizon.days())
-            }
+            Err(OutsideHorizon::TooOld) => horizon.too_old(self.config.late_events),
             Err(OutsideHorizon::TooFarAhead) => "more than a day in the future".to_string(),
         };
         let when = at.map(format_rfc3339_micros).unwrap_or_default();
