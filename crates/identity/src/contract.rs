@@ -146,10 +146,28 @@ impl Contract {
             value, &mut track,
         ))
         .map_err(|err| ContractError::new(serde_field(&track.path(), &err), err.to_string()))?;
-        Contract::from_document(document)
+        Contract::from_document(document, Rules::Registration)
     }
 
-    fn from_document(document: ContractDocument) -> Result<Contract, ContractError> {
+    /// Decodes a contract the store holds: registered under the rules of its day, so the
+    /// rules that only guard authors against a useless contract (pointers in NFC, without
+    /// NUL or unresolvable index tokens, no field inside a set, the counts' limits) are not
+    /// applied again. A rule added later must never make a stored contract unreadable:
+    /// its events would fail to store, and `GET /contracts` would fail for the tenant.
+    /// What identification needs (names, versions, pointers that parse, each field's
+    /// rules, transport apart from identity) is still checked.
+    pub fn from_stored_json(value: &Value) -> Result<Contract, ContractError> {
+        let document = ContractDocument::deserialize(value)
+            .map_err(|err| ContractError::new("", err.to_string()))?;
+        Contract::from_document(document, Rules::Stored)
+    }
+
+    fn from_document(document: ContractDocument, rules: Rules) -> Result<Contract, ContractError> {
+        let registering = rules == Rules::Registration;
+        let contract_pointer = |text: &str| match rules {
+            Rules::Registration => contract_pointer(text),
+            Rules::Stored => Pointer::parse(text),
+        };
         let name = ContractName::parse(&document.name)?;
         let version = u32::try_from(document.version)
             .ok()
@@ -157,7 +175,9 @@ impl Contract {
             .ok_or_else(|| {
                 ContractError::new("version", "version must be an integer from 1 to 2147483647")
             })?;
-        if document.fields.is_empty() || document.fields.len() > CONTRACT_FIELDS_MAX {
+        if document.fields.is_empty()
+            || (registering && document.fields.len() > CONTRACT_FIELDS_MAX)
+        {
             return Err(ContractError::new(
                 "fields",
                 format!("a contract lists 1-{CONTRACT_FIELDS_MAX} identity fields"),
@@ -185,14 +205,20 @@ impl Contract {
                     && inner.tokens().len() > outer.tokens().len()
                     && outer.overlaps(inner)
             };
-            if let Some((set, _)) = fields.iter().find(|field| inside_set(field, &pointer)) {
+            if let Some((set, _)) = fields
+                .iter()
+                .find(|field| registering && inside_set(field, &pointer))
+            {
                 return Err(ContractError::new(
                     format!("{at}.pointer"),
                     format!("pointer {} lies inside the set field {}, whose order is not part of the identity: name the set alone", spec.pointer, set.as_str()),
                 ));
             }
             let this = (pointer.clone(), spec.clone());
-            if let Some((inner, _)) = fields.iter().find(|(inner, _)| inside_set(&this, inner)) {
+            if let Some((inner, _)) = fields
+                .iter()
+                .find(|(inner, _)| registering && inside_set(&this, inner))
+            {
                 return Err(ContractError::new(
                     format!("{at}.pointer"),
                     format!("field {} lies inside this set field, whose order is not part of the identity: name the set alone", inner.as_str()),
@@ -200,7 +226,7 @@ impl Contract {
             }
             fields.push((pointer, spec.clone()));
         }
-        if document.transport.len() > TRANSPORT_POINTERS_MAX {
+        if registering && document.transport.len() > TRANSPORT_POINTERS_MAX {
             return Err(ContractError::new(
                 "transport",
                 format!("at most {TRANSPORT_POINTERS_MAX} transport pointers"),
@@ -415,6 +441,15 @@ impl Contract {
             Some(other) => Err(invalid(format!("got {}", type_name(other)))),
         }
     }
+}
+
+/// Which rules [`Contract::from_document`] applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// All of them: a contract posted to `POST /contracts` or read from a file.
+    Registration,
+    /// A stored contract's: what identification needs, not the authoring rules.
+    Stored,
 }
 
 /// Parses a contract pointer, refusing one that is not in Unicode NFC: event keys are

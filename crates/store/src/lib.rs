@@ -326,7 +326,7 @@ impl Store {
 fn parse_definition(text: &str) -> Result<Contract, StoreError> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    Contract::from_json(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
+    Contract::from_stored_json(&value).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 /// `text` with every NUL replaced by U+FFFD, for text the server composes from client

@@ -9,6 +9,7 @@ crate::on_both_backends!(
     registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a_conflict,
     invalid_contracts_are_refused_naming_the_field,
     events_use_the_latest_version_unless_one_is_named,
+    a_stored_contract_stays_readable_under_rules_added_after_it,
 );
 
 async fn registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a_conflict(
@@ -159,4 +160,46 @@ async fn events_use_the_latest_version_unless_one_is_named(backend: Backend) {
         app.get("/contracts/checkout_completed").await.body["version"],
         2
     );
+}
+
+/// A contract registered before an authoring rule existed (here: no field inside a set,
+/// and pointers that can address something) stays readable: listed, shown, and its
+/// events identified and deduplicated as before, never a 500.
+async fn a_stored_contract_stays_readable_under_rules_added_after_it(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let legacy = json!({"name": "legacy", "version": 1, "fields": [
+        {"pointer": "/order_id", "required": true},
+        {"pointer": "/items", "array": "set"},
+        {"pointer": "/items/0"},
+        {"pointer": "/tags/-"}
+    ]});
+    let refused = app.post_json("/contracts", &legacy).await;
+    assert_eq!(
+        refused.code(),
+        "invalid_contract",
+        "today's rules refuse it"
+    );
+    // As an earlier build stored it, beside the tenant's other contract.
+    app.execute_sql(&format!(
+        "INSERT INTO contracts (tenant_id, name, version, definition, created_at_us)
+         SELECT tenant_id, 'legacy', 1, '{legacy}', 0 FROM contracts WHERE name = 'checkout_completed'"
+    ))
+    .await;
+    let listed = app.get("/contracts").await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    assert!(
+        listed.body.to_string().contains("legacy"),
+        "{}",
+        listed.body
+    );
+    let shown = app.get("/contracts/legacy").await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert_eq!(shown.body["fields"], legacy["fields"], "{}", shown.body);
+    let event = json!({"order_id": "o-1", "items": ["b", "a"], "tags": ["x"]});
+    let first = app.post_json("/events/legacy", &event).await;
+    assert_eq!(first.body["status"], "inserted", "{}", first.body);
+    let again = app.post_json("/events/legacy", &event).await;
+    assert_eq!(again.body["status"], "duplicate", "{}", again.body);
+    assert_eq!(again.body["event_id"], first.body["event_id"]);
 }
