@@ -518,6 +518,9 @@ async fn identify(args: IdArgs) -> Result<()> {
 /// A contract from a file path, or a registered one by name for the key's tenant.
 async fn resolve_contract(contract: &str, source: &ContractSource) -> Result<Contract> {
     if Path::new(contract).is_file() {
+        if source.version.is_some() {
+            bail!("--version picks a registered contract's version; {contract} is a file, which holds its own");
+        }
         let text = std::fs::read(contract).with_context(|| format!("read {contract}"))?;
         let value = traqlyte_identity::json::parse(&text, 32)
             .with_context(|| format!("parse {contract}"))?;
@@ -525,6 +528,14 @@ async fn resolve_contract(contract: &str, source: &ContractSource) -> Result<Con
             .map_err(|e| anyhow::anyhow!("{contract}: {}: {}", e.field, e.message));
     }
     if let Some(builtin) = builtin_contract(contract) {
+        // A built-in contract has the one version this build carries; a version asked of
+        // it must be that one, never silently another.
+        if let Some(version) = source.version.filter(|v| *v != builtin.version()) {
+            bail!(
+                "{contract} is a built-in contract whose only version is {}; there is no version {version}",
+                builtin.version()
+            );
+        }
         return Ok(builtin.clone());
     }
     let Some(key_text) = &source.api_key else {

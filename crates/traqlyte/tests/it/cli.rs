@@ -289,6 +289,45 @@ fn contracts_show_prints_the_semantic_fields() {
     }
 }
 
+/// `--version` is never ignored: a built-in contract has one version, and a file holds
+/// its own.
+#[test]
+fn a_version_no_contract_has_is_refused() {
+    let builtin = traqlyte(
+        &[
+            "contracts",
+            "show",
+            "openlineage.run_event",
+            "--version",
+            "2",
+        ],
+        "",
+    );
+    assert!(!builtin.status.success(), "{builtin:?}");
+    assert!(
+        String::from_utf8_lossy(&builtin.stderr).contains("only version is 1"),
+        "{builtin:?}"
+    );
+    let same = traqlyte(
+        &[
+            "contracts",
+            "show",
+            "openlineage.run_event",
+            "--version",
+            "1",
+        ],
+        "",
+    );
+    assert!(same.status.success(), "{same:?}");
+    let file = contract_file();
+    let from_file = traqlyte(&["contracts", "show", file.path(), "--version", "1"], "");
+    assert!(!from_file.status.success(), "{from_file:?}");
+    assert!(
+        String::from_utf8_lossy(&from_file.stderr).contains("is a file"),
+        "{from_file:?}"
+    );
+}
+
 #[tokio::test]
 async fn id_prints_the_canonical_bytes_and_the_id_the_server_would_compute() {
     let file = contract_file();
