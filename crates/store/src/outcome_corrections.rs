@@ -34,6 +34,11 @@ pub struct OutcomeCorrection {
     pub superseded_at_us: i64,
 }
 
+/// The most corrections one outcome may have: `GET /outcomes/{outcome_id}` answers them
+/// all, so an unbounded history would grow an answer without end. Real corrections of
+/// one outcome (a refund, a fixed amount) are a handful.
+pub const CORRECTIONS_PER_OUTCOME_MAX: i64 = 100;
+
 /// What a correction did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CorrectionResult {
@@ -49,6 +54,8 @@ pub enum CorrectionResult {
         /// The current value.
         value: Option<f64>,
     },
+    /// The outcome already has [`CORRECTIONS_PER_OUTCOME_MAX`] corrections. Nothing written.
+    LimitReached,
 }
 
 /// A stored outcome with its corrections, oldest first.
@@ -176,6 +183,10 @@ impl StoreTx {
                 seq: latest_seq,
                 value: current,
             }));
+        }
+        // Sequence numbers count from 1 without gaps (each is the latest's plus one).
+        if latest_seq >= CORRECTIONS_PER_OUTCOME_MAX {
+            return Ok(Some(CorrectionResult::LimitReached));
         }
         let correction = OutcomeCorrection {
             seq: history.corrections.last().map_or(1, |c| c.seq + 1),

@@ -253,6 +253,18 @@ pub(crate) async fn supersede_outcome(
             )
             .with_field("expected_seq"));
         }
+        CorrectionResult::LimitReached => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "correction_limit",
+                format!(
+                    "outcome {} already has {} corrections, the most one outcome may have, and nothing was stored",
+                    id.as_str(),
+                    traqlyte_store::outcome_corrections::CORRECTIONS_PER_OUTCOME_MAX
+                ),
+            )
+            .with_field("outcome_id"));
+        }
         CorrectionResult::Unchanged => Json(CorrectionAck {
             correction: None,
             outcome_id: id,

@@ -19,6 +19,7 @@ crate::on_both_backends!(
     outcomes_stored_before_the_migration_get_their_id_at_start,
     a_late_retry_of_a_correction_never_undoes_a_later_one,
     only_sum_outcomes_take_corrections,
+    an_outcome_takes_at_most_its_limit_of_corrections,
 );
 
 /// `value` per unit of `arm`'s revenue, event and arrival time.
@@ -363,4 +364,47 @@ async fn only_sum_outcomes_take_corrections(backend: Backend) {
         assert_eq!(history.body["corrections"], json!([]), "{metric}");
     }
     assert_eq!(report(&app, &campaign).await["corrected_outcomes"], 0);
+}
+
+/// An outcome's history is bounded: the correction past the limit is a `409` naming the
+/// outcome, nothing is stored (the report keeps the last value), and a retry of the
+/// newest correction still answers `unchanged`.
+async fn an_outcome_takes_at_most_its_limit_of_corrections(backend: Backend) {
+    use traqlyte_store::outcome_corrections::CORRECTIONS_PER_OUTCOME_MAX;
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let unit = assign(&app, &campaign, "user-1").await;
+    let arm = unit["arm"].as_str().expect("arm").to_string();
+    let body = outcome(&unit, "prod:checkout:order_1", "revenue", Some(100.0));
+    let first = post_outcome_bytes(&app, &body).await;
+    let answered: Value = serde_json::from_slice(&first.2).expect("json");
+    let id = answered["outcome_id"].as_str().expect("an outcome_id");
+    let path = format!("/outcomes/{id}/supersessions");
+    let correction = |n: i64| json!({"value": n as f64, "reason": format!("correction {n}")});
+    for n in 1..=CORRECTIONS_PER_OUTCOME_MAX {
+        let stored = app.post_json(&path, &correction(n)).await;
+        assert_eq!(stored.status, StatusCode::CREATED, "{n}: {}", stored.body);
+    }
+    let past = app.post_json(&path, &correction(0)).await;
+    assert_eq!(
+        (past.status, past.code()),
+        (StatusCode::CONFLICT, "correction_limit"),
+        "{}",
+        past.body
+    );
+    assert_eq!(past.body["error"]["field"], "outcome_id");
+    let retry = app
+        .post_json(&path, &correction(CORRECTIONS_PER_OUTCOME_MAX))
+        .await;
+    assert_eq!(retry.body["status"], "unchanged", "{}", retry.body);
+    let history = app.get(&format!("/outcomes/{id}")).await;
+    assert_eq!(
+        history.body["corrections"].as_array().map(Vec::len),
+        Some(CORRECTIONS_PER_OUTCOME_MAX as usize),
+        "{}",
+        history.body
+    );
+    let last = CORRECTIONS_PER_OUTCOME_MAX as f64;
+    assert_eq!(revenue(&report(&app, &campaign).await, &arm).0, json!(last));
+    assert_unit_metrics_match_the_facts(&app, &campaign).await;
 }
