@@ -275,6 +275,33 @@ impl Store {
             .collect()
     }
 
+    /// A page of [`Store::contracts`]: at most `limit` versions after `(name, version)`
+    /// in the same order (`None`: from the first), and whether more follow.
+    pub async fn contracts_page(
+        &self,
+        tenant: &TenantId,
+        after: Option<(&str, u32)>,
+        limit: u32,
+    ) -> Result<(Vec<Contract>, bool), StoreError> {
+        let (name, version) = after.unwrap_or(("", 0));
+        let definitions = tx::with_pool!(self, reader, |pool| sqlx::query_scalar::<_, String>(
+            sql::SELECT_CONTRACTS_PAGE
+        )
+        .bind(tenant.as_str())
+        .bind(name)
+        .bind(i64::from(version))
+        .bind(i64::from(limit) + 1)
+        .fetch_all(pool)
+        .await)?;
+        let more = definitions.len() > limit as usize;
+        let contracts = definitions
+            .iter()
+            .take(limit as usize)
+            .map(|text| parse_definition(text))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((contracts, more))
+    }
+
     /// Per-contract counts of stored events, suppressed duplicates and collisions.
     pub async fn stats(&self, tenant: &TenantId) -> Result<Vec<ContractStats>, StoreError> {
         tx::with_pool!(self, reader, |pool| {

@@ -12,6 +12,12 @@ pub(crate) const SELECT_CONTRACT: &str = "SELECT definition FROM contracts
 pub(crate) const SELECT_CONTRACTS: &str =
     "SELECT definition FROM contracts WHERE tenant_id = $1 ORDER BY name, version";
 
+/// A page of [`SELECT_CONTRACTS`] after `($2, $3)` (`('', 0)` for the first: every name is
+/// longer), `$4` rows.
+pub(crate) const SELECT_CONTRACTS_PAGE: &str = "SELECT definition FROM contracts
+     WHERE tenant_id = $1 AND (name > $2 OR (name = $2 AND version > $3))
+     ORDER BY name, version LIMIT $4";
+
 pub(crate) const INSERT_TALLY: &str = "INSERT INTO event_tallies
      (tenant_id, contract_name, at_us, inserted, duplicates, collisions, late, source) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 

@@ -29,6 +29,9 @@ pub(crate) struct VersionQuery {
     pub version: Option<u32>,
 }
 
+/// Contract versions in one page of `GET /contracts`, by default and at most.
+pub const CONTRACTS_PAGE_MAX: u32 = 1_000;
+
 /// The answer of `GET /contracts`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ContractList {
@@ -36,9 +39,31 @@ pub(crate) struct ContractList {
     /// tenant has them; their events arrive through their own endpoints.
     #[schema(value_type = Vec<Object>)]
     builtin: Vec<Value>,
-    /// Every version of every contract of the tenant.
+    /// Every version of every contract of the tenant, by name then version: a page of
+    /// them when there are more than `limit`.
     #[schema(value_type = Vec<Object>)]
     contracts: Vec<Value>,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+/// The query of `GET /contracts`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ContractsQuery {
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
+    /// Contract versions per page (1–1000, default 1000).
+    limit: Option<u32>,
+}
+
+/// A `next_cursor` of `GET /contracts`: the last version listed, `{name}:{version}` (a
+/// name never holds `:`).
+fn parse_contracts_cursor(text: &str) -> Option<(&str, u32)> {
+    let (name, version) = text.rsplit_once(':')?;
+    ContractName::parse(name).ok()?;
+    Some((name, version.parse().ok()?))
 }
 
 /// The answer of `GET /contracts/{name}/collisions`.
@@ -93,26 +118,47 @@ pub(crate) async fn register(
     Ok((status, Json(contract.to_json())).into_response())
 }
 
-/// `GET /contracts`: every version of every contract of the tenant, and the built-in
-/// contracts beside them.
+/// `GET /contracts`: every version of every contract of the tenant, a page of at most
+/// `limit` at a time, and the built-in contracts beside them.
 #[utoipa::path(get, path = "/contracts", tag = "contracts", security(("api_key" = [])),
+    params(ContractsQuery),
     responses((status = 200, body = ContractList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    Query(query): Query<ContractsQuery>,
 ) -> Result<Json<ContractList>, ApiError> {
-    let contracts: Vec<Value> = state
-        .store
-        .contracts(&tenant)
-        .await?
-        .iter()
-        .map(Contract::to_json)
-        .collect();
+    let bad = |field: &str, message: String| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", message).with_field(field)
+    };
+    let limit = query.limit.unwrap_or(CONTRACTS_PAGE_MAX);
+    if !(1..=CONTRACTS_PAGE_MAX).contains(&limit) {
+        return Err(bad(
+            "limit",
+            format!("limit must be 1–{CONTRACTS_PAGE_MAX}"),
+        ));
+    }
+    let after = match query.cursor.as_deref() {
+        None => None,
+        Some(text) => Some(
+            parse_contracts_cursor(text)
+                .ok_or_else(|| bad("cursor", "cursor is not one this API gave".into()))?,
+        ),
+    };
+    let (page, more) = state.store.contracts_page(&tenant, after, limit).await?;
+    let next_cursor = more
+        .then(|| page.last().map(|c| format!("{}:{}", c.name(), c.version())))
+        .flatten();
+    let contracts = page.iter().map(Contract::to_json).collect();
     let builtin = traqlyte_identity::builtin_contracts()
         .map(Contract::to_json)
         .collect();
-    Ok(Json(ContractList { builtin, contracts }))
+    Ok(Json(ContractList {
+        builtin,
+        contracts,
+        next_cursor,
+    }))
 }
 
 /// `GET /contracts/{name}[?version=N]`: the latest (or the given) version.

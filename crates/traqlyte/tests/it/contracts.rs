@@ -10,6 +10,7 @@ crate::on_both_backends!(
     invalid_contracts_are_refused_naming_the_field,
     events_use_the_latest_version_unless_one_is_named,
     a_stored_contract_stays_readable_under_rules_added_after_it,
+    contracts_are_listed_in_pages,
 );
 
 async fn registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a_conflict(
@@ -202,4 +203,62 @@ async fn a_stored_contract_stays_readable_under_rules_added_after_it(backend: Ba
     let again = app.post_json("/events/legacy", &event).await;
     assert_eq!(again.body["status"], "duplicate", "{}", again.body);
     assert_eq!(again.body["event_id"], first.body["event_id"]);
+}
+
+/// `GET /contracts` pages by name then version: every version once across the pages, the
+/// last page without `next_cursor`, a bad `limit` or `cursor` a `400` naming it.
+async fn contracts_are_listed_in_pages(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut expected = Vec::new();
+    for name in ["b.orders", "a.clicks", "c.refunds"] {
+        for version in 1..=2 {
+            let contract = json!({"name": name, "version": version,
+                "fields": [{"pointer": format!("/v{version}")}]});
+            let answer = app.post_json("/contracts", &contract).await;
+            assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+            expected.push(format!("{name}:{version}"));
+        }
+    }
+    expected.sort();
+    let whole = app.get("/contracts").await;
+    assert!(whole.body.get("next_cursor").is_none(), "{}", whole.body);
+    let names = |body: &Value| -> Vec<String> {
+        body["contracts"]
+            .as_array()
+            .expect("contracts")
+            .iter()
+            .map(|c| format!("{}:{}", c["name"].as_str().unwrap_or("?"), c["version"]))
+            .collect()
+    };
+    assert_eq!(names(&whole.body), expected);
+    let mut paged = Vec::new();
+    let mut path = "/contracts?limit=4".to_string();
+    let mut pages = 0;
+    loop {
+        let page = app.get(&path).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        assert_eq!(page.body["builtin"].as_array().map(Vec::len), Some(2));
+        pages += 1;
+        paged.extend(names(&page.body));
+        match page.body["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/contracts?limit=4&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!((pages, paged), (2, expected));
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("cursor=nonsense", "cursor"),
+        ("cursor=a.clicks:x", "cursor"),
+    ] {
+        let refused = app.get(&format!("/contracts?{query}")).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (StatusCode::BAD_REQUEST, "invalid_parameter"),
+            "{query}: {}",
+            refused.body
+        );
+        assert_eq!(refused.body["error"]["field"], field, "{query}");
+    }
 }
