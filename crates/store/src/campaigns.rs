@@ -26,6 +26,12 @@ const SELECT_VERSIONS: &str =
        published_at_us
      FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2
      ORDER BY campaign_versions.version";
+/// A page of [`SELECT_VERSIONS`]: versions after `$3`, `$4` of them.
+const SELECT_VERSIONS_PAGE: &str =
+    "SELECT campaign_id, CAST(version AS BIGINT) AS version, arms, metrics, salt, note,
+       published_at_us
+     FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2 AND version > $3
+     ORDER BY campaign_versions.version LIMIT $4";
 const SELECT_CAMPAIGNS: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = $1 ORDER BY created_at_us DESC, campaign_id LIMIT $2";
@@ -129,6 +135,33 @@ impl Store {
                 .await?;
             rows.into_iter().map(CampaignVersion::try_from).collect()
         })
+    }
+
+    /// A page of [`Store::campaign_versions`]: at most `limit` versions after `after`
+    /// (0: from the first), oldest first, and whether more follow.
+    pub async fn campaign_versions_page(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &CampaignId,
+        after: i64,
+        limit: u32,
+    ) -> Result<(Vec<CampaignVersion>, bool), StoreError> {
+        let mut rows: Vec<VersionRow> = with_pool!(self, reader, |pool| {
+            sqlx::query_as(SELECT_VERSIONS_PAGE)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .bind(after)
+                .bind(i64::from(limit) + 1)
+                .fetch_all(pool)
+                .await?
+        });
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let versions = rows
+            .into_iter()
+            .map(CampaignVersion::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((versions, more))
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,7 +18,7 @@ use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
     now_us, Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign,
 };
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::body::read_document;
@@ -97,30 +97,68 @@ pub(crate) async fn show(
 pub(crate) struct VersionList {
     #[schema(value_type = String)]
     campaign_id: CampaignId,
-    /// Oldest first.
+    /// Oldest first: a page of them when there are more than `limit`.
     versions: Vec<VersionView>,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+/// Versions in one page of `GET /campaigns/{id}/versions`, by default and at most.
+pub const VERSIONS_PAGE_MAX: u32 = 1_000;
+
+/// The query of `GET /campaigns/{id}/versions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct VersionsQuery {
+    /// The previous page's `next_cursor` (the last version it listed).
+    cursor: Option<String>,
+    /// Versions per page (1–1000, default 1000).
+    limit: Option<u32>,
 }
 
 /// `GET /campaigns/{id}/versions`.
 #[utoipa::path(get, path = "/campaigns/{id}/versions", tag = "campaigns", security(("api_key" = [])),
-    params(("id" = String, Path, description = "the campaign's id")),
+    params(("id" = String, Path, description = "the campaign's id"), VersionsQuery),
     responses((status = 200, body = VersionList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn versions(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
+    Query(query): Query<VersionsQuery>,
 ) -> Result<Json<VersionList>, ApiError> {
+    let bad = |field: &str, message: String| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", message).with_field(field)
+    };
+    let limit = query.limit.unwrap_or(VERSIONS_PAGE_MAX);
+    if !(1..=VERSIONS_PAGE_MAX).contains(&limit) {
+        return Err(bad("limit", format!("limit must be 1–{VERSIONS_PAGE_MAX}")));
+    }
+    let after = match query.cursor.as_deref() {
+        None => 0,
+        Some(text) => text
+            .parse::<u32>()
+            .map_err(|_| bad("cursor", "cursor is not one this API gave".into()))?
+            .into(),
+    };
     let id = known_campaign_id(&id, "id")?;
     state
         .store
         .campaign(&tenant, &id)
         .await?
         .ok_or_else(|| missing(&id))?;
-    let versions = state.store.campaign_versions(&tenant, &id).await?;
+    let (versions, more) = state
+        .store
+        .campaign_versions_page(&tenant, &id, after, limit)
+        .await?;
+    let next_cursor = more
+        .then(|| versions.last().map(|v| v.version.to_string()))
+        .flatten();
     Ok(Json(VersionList {
         campaign_id: id,
         versions: versions.iter().map(version_json).collect(),
+        next_cursor,
     }))
 }
 

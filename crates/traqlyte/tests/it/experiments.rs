@@ -19,6 +19,7 @@ crate::on_both_backends!(
     outcome_batches_on_the_same_units_count_once_while_their_sums_are_folded,
     outcomes_count_only_inside_their_window_by_event_time_and_by_arrival,
     a_report_of_one_version_counts_only_the_units_assigned_under_it,
+    a_campaigns_versions_are_listed_in_pages,
 );
 
 /// An event time a minute after now: inside every metric's window from assignment.
@@ -926,5 +927,60 @@ async fn a_report_of_one_version_counts_only_the_units_assigned_under_it(backend
             answer.body
         );
         assert_eq!(answer.body["error"]["field"], "version", "{}", answer.body);
+    }
+}
+
+/// `GET /campaigns/{id}/versions` pages oldest first: every version once across the
+/// pages, the last without `next_cursor`, a bad `limit` or `cursor` a `400` naming it.
+async fn a_campaigns_versions_are_listed_in_pages(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    for _ in 0..4 {
+        let published = app
+            .post_raw(&format!("/campaigns/{campaign}/publish"), "")
+            .await;
+        assert_eq!(published.status, StatusCode::CREATED, "{}", published.body);
+    }
+    let numbers = |body: &Value| -> Vec<i64> {
+        body["versions"]
+            .as_array()
+            .expect("versions")
+            .iter()
+            .map(|v| v["version"].as_i64().unwrap_or(-1))
+            .collect()
+    };
+    let whole = app.get(&format!("/campaigns/{campaign}/versions")).await;
+    assert_eq!(numbers(&whole.body), vec![1, 2, 3, 4, 5], "{}", whole.body);
+    assert!(whole.body.get("next_cursor").is_none(), "{}", whole.body);
+    let mut seen = Vec::new();
+    let mut path = format!("/campaigns/{campaign}/versions?limit=2");
+    loop {
+        let page = app.get(&path).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        seen.push(numbers(&page.body));
+        match page.body["next_cursor"].as_str() {
+            Some(cursor) => {
+                path = format!("/campaigns/{campaign}/versions?limit=2&cursor={cursor}")
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, vec![vec![1, 2], vec![3, 4], vec![5]]);
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("cursor=-1", "cursor"),
+        ("cursor=x", "cursor"),
+    ] {
+        let refused = app
+            .get(&format!("/campaigns/{campaign}/versions?{query}"))
+            .await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (StatusCode::BAD_REQUEST, "invalid_parameter"),
+            "{query}: {}",
+            refused.body
+        );
+        assert_eq!(refused.body["error"]["field"], field, "{query}");
     }
 }
