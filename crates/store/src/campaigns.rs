@@ -26,6 +26,11 @@ const SELECT_VERSIONS: &str =
        published_at_us
      FROM campaign_versions WHERE tenant_id = $1 AND campaign_id = $2
      ORDER BY campaign_versions.version";
+/// The most versions one campaign may publish: its report and page read every version
+/// that has units, so their number must be bounded. A reweighting a day for three years
+/// stays under it.
+pub const VERSIONS_PER_CAMPAIGN_MAX: i64 = 1_000;
+
 /// A page of [`SELECT_VERSIONS`]: versions after `$3`, `$4` of them.
 const SELECT_VERSIONS_PAGE: &str =
     "SELECT campaign_id, CAST(version AS BIGINT) AS version, arms, metrics, salt, note,
@@ -295,6 +300,15 @@ impl StoreTx {
             Some(LatestRow { version, arms }) => (version, from_json(&arms)?),
             None => (0, base.arms.clone()),
         };
+        if last_number >= VERSIONS_PER_CAMPAIGN_MAX {
+            return Err(StoreError::Conflict {
+                code: "version_limit",
+                message: format!(
+                    "campaign {} has {last_number} published versions, the most one campaign may have; nothing was published. Start a new campaign for a new experiment",
+                    campaign_id.as_str()
+                ),
+            });
+        }
         let published = CampaignVersion {
             campaign_id: base.id.clone(),
             version: last_number + 1,

@@ -16,7 +16,7 @@ use traqlyte_experiments::{
 };
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{
-    now_us, Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign,
+    now_us, Arm, Arms, Campaign, CampaignVersion, MetricDef, MetricKind, NewCampaign, StoreError,
 };
 use utoipa::{IntoParams, ToSchema};
 
@@ -186,7 +186,14 @@ pub(crate) async fn publish(
     let mut tx = work.begin().await?;
     let version = tx
         .publish_campaign(&tenant, &id, arms.as_ref(), note.as_deref(), now_us())
-        .await?
+        .await
+        .map_err(|err| match err {
+            StoreError::Conflict {
+                code: "version_limit",
+                ..
+            } => ApiError::from(err).with_field("id"),
+            other => other.into(),
+        })?
         .ok_or_else(|| missing(&id))?;
     #[cfg(feature = "test-hooks")]
     if state.config.test_publish_delay_ms > 0 {

@@ -20,6 +20,7 @@ crate::on_both_backends!(
     outcomes_count_only_inside_their_window_by_event_time_and_by_arrival,
     a_report_of_one_version_counts_only_the_units_assigned_under_it,
     a_campaigns_versions_are_listed_in_pages,
+    a_campaign_publishes_at_most_its_limit_of_versions,
 );
 
 /// An event time a minute after now: inside every metric's window from assignment.
@@ -983,4 +984,47 @@ async fn a_campaigns_versions_are_listed_in_pages(backend: Backend) {
         );
         assert_eq!(refused.body["error"]["field"], field, "{query}");
     }
+}
+
+/// Publishing is bounded: past the limit the answer is `409 version_limit` naming the
+/// campaign, and nothing is published.
+async fn a_campaign_publishes_at_most_its_limit_of_versions(backend: Backend) {
+    use traqlyte_store::campaigns::VERSIONS_PER_CAMPAIGN_MAX;
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    // Versions 2 up to the limit, as publishing would have stored them, in one statement.
+    let series = match backend {
+        Backend::Postgres => format!("SELECT generate_series(2, {VERSIONS_PER_CAMPAIGN_MAX}) AS n"),
+        Backend::Sqlite => format!(
+            "WITH RECURSIVE s(n) AS (SELECT 2 UNION ALL SELECT n + 1 FROM s WHERE n < {VERSIONS_PER_CAMPAIGN_MAX}) SELECT n FROM s"
+        ),
+    };
+    app.execute_sql(&format!(
+        "INSERT INTO campaign_versions (tenant_id, campaign_id, version, arms, metrics, salt, note, published_at_us)
+         SELECT v.tenant_id, v.campaign_id, s.n, v.arms, v.metrics, v.salt, v.note, v.published_at_us
+         FROM campaign_versions v, ({series}) s WHERE v.version = 1"
+    ))
+    .await;
+    let refused = app
+        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
+        .await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::CONFLICT, "version_limit"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.body["error"]["field"], "id");
+    let shown = app.get(&format!("/campaigns/{campaign}")).await;
+    assert_eq!(
+        shown.body["latest_version"],
+        json!(VERSIONS_PER_CAMPAIGN_MAX),
+        "{}",
+        shown.body
+    );
+    // The campaign still assigns and reports.
+    assign(&app, &campaign, "user-1").await;
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    assert_eq!(report.status, StatusCode::OK, "{}", report.body);
+    assert_eq!(report.body["versions"], json!(VERSIONS_PER_CAMPAIGN_MAX));
 }
