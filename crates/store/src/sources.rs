@@ -256,7 +256,22 @@ pub enum BindingOutcome {
     Unchanged(MetricBinding),
     /// A different binding holds (campaign, metric, event); the stored one.
     Conflict(MetricBinding),
+    /// The campaign has [`BINDINGS_PER_CAMPAIGN_MAX`] bindings already. Nothing stored.
+    LimitReached,
 }
+
+/// The most bindings one campaign may have (up to 50 metrics, each fed by a few event
+/// names): `GET /campaigns/{id}/bindings` lists them all, and every tracked message looks
+/// up the bindings of its event name.
+pub const BINDINGS_PER_CAMPAIGN_MAX: i64 = 200;
+
+/// Takes a campaign's row lock on PostgreSQL, so bindings of one campaign are declared in
+/// turn and their count is exact (SQLite's write transaction is already exclusive).
+const LOCK_CAMPAIGN: &str =
+    "SELECT campaign_id FROM campaigns WHERE tenant_id = $1 AND campaign_id = $2 FOR UPDATE";
+
+const COUNT_BINDINGS: &str =
+    "SELECT COUNT(*) FROM metric_bindings WHERE tenant_id = $1 AND campaign_id = $2";
 
 const SELECT_SOURCES: &str = "SELECT s.source_id, s.name, s.key_prefix, s.created_at_us, s.revoked_at_us,
        CAST(COALESCE((SELECT SUM(t.inserted) FROM source_tallies t WHERE t.tenant_id = s.tenant_id AND t.source_id = s.source_id), 0) AS BIGINT) AS inserted,
@@ -522,8 +537,15 @@ impl Store {
     ) -> Result<BindingOutcome, StoreError> {
         let mut tx = self.begin().await?;
         let b = binding;
+        if let crate::tx::TxInner::Postgres(conn) = &mut tx.inner {
+            sqlx::query(LOCK_CAMPAIGN)
+                .bind(tenant.as_str())
+                .bind(b.campaign_id.as_str())
+                .execute(&mut **conn)
+                .await?;
+        }
         let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND campaign_id = $2 AND metric = $3 AND event = $4");
-        let (inserted, stored) = with_tx!(tx, |conn| {
+        let (inserted, stored, count) = with_tx!(tx, |conn| {
             let done = sqlx::query(INSERT_BINDING)
                 .bind(tenant.as_str())
                 .bind(b.campaign_id.as_str())
@@ -541,8 +563,18 @@ impl Store {
                 .bind(&b.event)
                 .fetch_one(&mut *conn)
                 .await?;
-            (done.rows_affected() == 1, stored)
+            let count: i64 = sqlx::query_scalar(COUNT_BINDINGS)
+                .bind(tenant.as_str())
+                .bind(b.campaign_id.as_str())
+                .fetch_one(&mut *conn)
+                .await?;
+            (done.rows_affected() == 1, stored, count)
         });
+        // Counted with the new one: past the limit, it is rolled back.
+        if inserted && count > BINDINGS_PER_CAMPAIGN_MAX {
+            tx.rollback().await?;
+            return Ok(BindingOutcome::LimitReached);
+        }
         tx.commit().await?;
         let same = stored.value_pointer == b.value_pointer && stored.key_pointer == b.key_pointer;
         Ok(match (inserted, same) {
@@ -573,13 +605,17 @@ impl Store {
                     .await?;
             (bindings, counts)
         });
+        let counts: std::collections::HashMap<(String, String), (i64, i64, i64)> = counts
+            .into_iter()
+            .map(|(metric, event, o, u, x)| ((metric, event), (o, u, x)))
+            .collect();
         Ok(bindings
             .into_iter()
             .map(|binding| {
                 let (outcomes, unassigned, unusable) = counts
-                    .iter()
-                    .find(|c| c.0 == binding.metric && c.1 == binding.event)
-                    .map_or((0, 0, 0), |c| (c.2, c.3, c.4));
+                    .get(&(binding.metric.clone(), binding.event.clone()))
+                    .copied()
+                    .unwrap_or((0, 0, 0));
                 BindingInfo {
                     binding,
                     outcomes,

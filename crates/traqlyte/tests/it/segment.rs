@@ -23,6 +23,7 @@ crate::on_both_backends!(
     a_revoked_source_is_refused_at_once_by_another_server_process,
     bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
     bindings_are_checked_against_the_campaign_and_immutable,
+    a_campaign_takes_at_most_its_limit_of_bindings,
     a_binding_declared_in_another_unicode_normal_form_matches_its_events,
     a_business_key_too_long_for_a_dedupe_key_is_still_one_fact,
     a_unit_assigned_in_another_unicode_normal_form_gets_its_outcomes,
@@ -809,6 +810,63 @@ async fn rolling_up_source_and_binding_tallies_keeps_every_count(backend: Backen
         assert_eq!(counts(source_row(&app, "web").await), source_before);
         assert_eq!(bindings(app.get(&path).await.body), bindings_before);
     }
+}
+
+/// A campaign takes at most its limit of bindings, counted exactly under concurrent
+/// declarations; the identical binding again still answers `200` at the limit.
+async fn a_campaign_takes_at_most_its_limit_of_bindings(backend: Backend) {
+    use traqlyte_store::sources::BINDINGS_PER_CAMPAIGN_MAX;
+    let app = spawn_app(backend).await;
+    let (campaign, _) = campaign_with_units(&app, &[]).await;
+    let path = format!("/campaigns/{campaign}/bindings");
+    let limit = BINDINGS_PER_CAMPAIGN_MAX as usize;
+    // Ten more than the limit, eight at a time.
+    let bodies: Vec<Value> = (0..limit + 10)
+        .map(|n| json!({"metric": "purchase", "event": format!("Event {n}")}))
+        .collect();
+    let mut statuses = Vec::new();
+    for chunk in bodies.chunks(8) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for body in chunk {
+            let request = app
+                .client
+                .post(app.url(&path))
+                .bearer_auth(&app.key)
+                .header("content-type", "application/json")
+                .body(body.to_string());
+            tasks.spawn(async move {
+                let response = request.send().await.expect("an answer");
+                let status = response.status();
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                (status, body)
+            });
+        }
+        while let Some(answer) = tasks.join_next().await {
+            let (status, body) = answer.expect("the request task");
+            if status == StatusCode::CONFLICT {
+                assert_eq!(body["error"]["code"], "binding_limit", "{body}");
+                assert_eq!(body["error"]["field"], "id");
+            }
+            statuses.push(status);
+        }
+    }
+    let created = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CREATED)
+        .count();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CONFLICT)
+        .count();
+    assert_eq!((created, refused), (limit, 10), "{statuses:?}");
+    let listed = app.get(&path).await;
+    assert_eq!(
+        listed.body["bindings"].as_array().map(Vec::len),
+        Some(limit)
+    );
+    let stored = listed.body["bindings"][0].clone();
+    let again = json!({"metric": stored["metric"], "event": stored["event"]});
+    assert_eq!(app.post_json(&path, &again).await.status, StatusCode::OK);
 }
 
 async fn bindings_are_checked_against_the_campaign_and_immutable(backend: Backend) {

@@ -128,6 +128,15 @@ pub(crate) async fn create(
             ),
         )
         .with_field("metric")),
+        BindingOutcome::LimitReached => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "binding_limit",
+            format!(
+                "campaign {id} has {} bindings, the most one campaign may have; nothing was stored",
+                traqlyte_store::sources::BINDINGS_PER_CAMPAIGN_MAX
+            ),
+        )
+        .with_field("id")),
     }
 }
 
