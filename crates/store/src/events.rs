@@ -601,15 +601,6 @@ struct TallyCounts {
 /// Width of a rolled-up tally row.
 const TALLY_BUCKET_US: i64 = 60_000_000;
 
-const PG_ROLL_UP_TALLIES: &str = "WITH moved AS (
-       DELETE FROM event_tallies WHERE rolled_up = 0 AND at_us < $1
-       RETURNING tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, late)
-     , folded AS (
-       INSERT INTO event_tallies (tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, late, rolled_up)
-       SELECT tenant_id, contract_name, source, (at_us / $2) * $2, SUM(inserted), SUM(duplicates), SUM(collisions), SUM(late), 1
-       FROM moved GROUP BY tenant_id, contract_name, source, (at_us / $2) * $2)
-     SELECT COUNT(*) FROM moved";
-
 /// The other per-request count tables folded beside `event_tallies`: (table, the
 /// columns that key a row besides `at_us`, the summed columns).
 const OTHER_TALLIES: [(&str, &str, &str); 2] = [
@@ -642,8 +633,9 @@ const EVENT_TALLIES: (&str, &str, &str) = (
 
 /// A fold of one tally table: rows at level `from` (`rolled_up`: 0 per call, 1 per
 /// minute, 2 per hour) older than `$1` become rows at level `to`, one per key and bucket
-/// of width `$2`. PostgreSQL's single statement, or SQLite's insert and delete (run in
-/// one `BEGIN IMMEDIATE` transaction); the flag says whether a statement takes `$2`.
+/// of width `$2`. PostgreSQL's single statement (answering how many rows it moved), or
+/// SQLite's insert and delete (run in one `BEGIN IMMEDIATE` transaction; the delete's
+/// count is the rows moved); the flag says whether a statement takes `$2`.
 fn fold_sql(
     (table, keys, sums): (&str, &str, &str),
     (from, to): (u8, u8),
@@ -654,10 +646,11 @@ fn fold_sql(
     if postgres {
         let fold = format!(
             "WITH moved AS (DELETE FROM {table} WHERE rolled_up = {from} AND at_us < $1
-               RETURNING {keys}, at_us, {sums})
-             INSERT INTO {table} ({keys}, at_us, {sums}, rolled_up)
-             SELECT {keys}, (at_us / $2) * $2, {summed}, {to}
-             FROM moved GROUP BY {keys}, (at_us / $2) * $2"
+               RETURNING {keys}, at_us, {sums}),
+             folded AS (INSERT INTO {table} ({keys}, at_us, {sums}, rolled_up)
+               SELECT {keys}, (at_us / $2) * $2, {summed}, {to}
+               FROM moved GROUP BY {keys}, (at_us / $2) * $2)
+             SELECT COUNT(*) FROM moved"
         );
         return vec![(fold, true)];
     }
@@ -670,27 +663,39 @@ fn fold_sql(
     vec![(insert, true), (delete, false)]
 }
 
-/// Runs one table's [`fold_sql`] in `tx`.
+/// Runs one table's [`fold_sql`] in `tx`; how many rows it folded.
 async fn fold_tallies(
     tx: &mut StoreTx,
     table: (&str, &str, &str),
     levels: (u8, u8),
     before_us: i64,
     width_us: i64,
-) -> Result<(), StoreError> {
-    let postgres = matches!(tx.inner, TxInner::Postgres(_));
-    for (sql, bucketed) in fold_sql(table, levels, postgres) {
-        with_tx!(tx, |conn| {
-            let query = sqlx::query(&sql).bind(before_us);
-            let query = if bucketed {
-                query.bind(width_us)
-            } else {
-                query
-            };
-            query.execute(&mut *conn).await.map(|_| ())?
-        });
+) -> Result<u64, StoreError> {
+    let mut folded = 0;
+    match &mut tx.inner {
+        TxInner::Postgres(conn) => {
+            for (sql, _) in fold_sql(table, levels, true) {
+                let moved: i64 = sqlx::query_scalar(&sql)
+                    .bind(before_us)
+                    .bind(width_us)
+                    .fetch_one(&mut **conn)
+                    .await?;
+                folded = u64::try_from(moved).unwrap_or(0);
+            }
+        }
+        TxInner::Sqlite(conn) => {
+            for (sql, bucketed) in fold_sql(table, levels, false) {
+                let query = sqlx::query(&sql).bind(before_us);
+                let query = if bucketed {
+                    query.bind(width_us)
+                } else {
+                    query
+                };
+                folded = query.execute(&mut **conn).await?.rows_affected();
+            }
+        }
     }
-    Ok(())
+    Ok(folded)
 }
 
 impl Store {
@@ -706,28 +711,8 @@ impl Store {
         for table in OTHER_TALLIES {
             fold_tallies(&mut tx, table, (0, 1), before_us, TALLY_BUCKET_US).await?;
         }
-        let folded = match &mut tx.inner {
-            TxInner::Postgres(conn) => {
-                sqlx::query_scalar::<_, i64>(PG_ROLL_UP_TALLIES)
-                    .bind(before_us)
-                    .bind(TALLY_BUCKET_US)
-                    .fetch_one(&mut **conn)
-                    .await? as u64
-            }
-            TxInner::Sqlite(conn) => {
-                sqlx::query(
-                    "INSERT INTO event_tallies (tenant_id, contract_name, source, at_us, inserted, duplicates, collisions, late, rolled_up)
-                     SELECT tenant_id, contract_name, source, (at_us / ?2) * ?2, SUM(inserted), SUM(duplicates), SUM(collisions), SUM(late), 1
-                     FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1 GROUP BY tenant_id, contract_name, source, (at_us / ?2) * ?2",
-                )
-                .bind(before_us).bind(TALLY_BUCKET_US).execute(&mut **conn).await?;
-                sqlx::query("DELETE FROM event_tallies WHERE rolled_up = 0 AND at_us < ?1")
-                    .bind(before_us)
-                    .execute(&mut **conn)
-                    .await?
-                    .rows_affected()
-            }
-        };
+        let folded =
+            fold_tallies(&mut tx, EVENT_TALLIES, (0, 1), before_us, TALLY_BUCKET_US).await?;
         tx.commit().await?;
         Ok(folded)
     }
