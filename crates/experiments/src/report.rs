@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_stats::{
-    mean_lift, predicted_naive_lift, proportion_lift, srm, ConfidenceLevel, Lift, Moments,
-    Proportion,
+    estimate_lift, mean_lift, predicted_naive_lift, proportion_lift, srm, ConfidenceLevel, Lift,
+    Moments, Proportion,
 };
 
 use crate::{
@@ -54,6 +54,164 @@ pub struct Report {
     /// current value.
     #[serde(default)]
     pub corrected_outcomes: u64,
+    /// When units were assigned under versions whose weights differ (the
+    /// `weights_changed` verdict): each arm's deduplicated value per metric weighed
+    /// version by version, so the arms are compared within each version, never across
+    /// periods. Absent otherwise, and from the report of one version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stratified: Option<Stratified>,
+}
+
+/// The figures of a campaign whose weights changed, estimated per version (stratum) and
+/// combined with the same weights for every arm: each version's share of all units.
+/// Deduplicated values on the event-time window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Stratified {
+    /// The versions weighed, oldest first: those where every arm has at least 2 units.
+    pub versions: Vec<i64>,
+    /// Each version's weight (its share of the units of the versions weighed), in the
+    /// order of [`Stratified::versions`].
+    pub weights: Vec<f64>,
+    /// Every arm, the control first.
+    pub arms: Vec<StratifiedArm>,
+}
+
+/// One arm of [`Stratified`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StratifiedArm {
+    /// The arm's key.
+    pub key: String,
+    /// Whether it is the control.
+    pub control: bool,
+    /// Each metric, by name.
+    pub metrics: BTreeMap<String, StratifiedMetric>,
+}
+
+/// One metric of one arm in [`Stratified`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StratifiedMetric {
+    /// `Σ w_v · value_v`: conversion rate, events per unit or value per unit.
+    pub value: Option<f64>,
+    /// 95% normal interval of the value, with variance `Σ w_v² · Var(value_v)`.
+    pub value_ci: Option<Interval>,
+    /// Relative lift against the control's stratified value (z-test, delta-method
+    /// interval); absent for the control.
+    pub lift: Option<Lift>,
+}
+
+/// Sums per `(version, metric, arm)`, as the store reads them for [`Stratified`].
+pub type SumsByVersion = HashMap<(i64, String, String), MetricArmSums>;
+
+impl Stratified {
+    /// The stratified figures from each version's units and sums; `None` when no version
+    /// has at least 2 units in every arm.
+    pub fn compute(
+        campaign: &Campaign,
+        units_by_version: &[UnitsByVersion],
+        sums: &SumsByVersion,
+    ) -> Option<Stratified> {
+        let mut units: HashMap<(i64, &str), u64> = HashMap::new();
+        for row in units_by_version {
+            *units.entry((row.version, row.arm.as_str())).or_default() +=
+                u64::try_from(row.units).unwrap_or(0);
+        }
+        let mut versions: Vec<i64> = units_by_version.iter().map(|r| r.version).collect();
+        versions.sort_unstable();
+        versions.dedup();
+        let arm_units = |v: i64, arm: &str| units.get(&(v, arm)).copied().unwrap_or(0);
+        versions.retain(|&v| campaign.arms.iter().all(|a| arm_units(v, &a.key) >= 2));
+        if versions.is_empty() {
+            return None;
+        }
+        let totals: Vec<f64> = versions
+            .iter()
+            .map(|&v| {
+                campaign
+                    .arms
+                    .iter()
+                    .map(|a| arm_units(v, &a.key) as f64)
+                    .sum()
+            })
+            .collect();
+        let all: f64 = totals.iter().sum();
+        let weights: Vec<f64> = totals.iter().map(|n| n / all).collect();
+        // (value, variance of the value) of one arm and metric, over the strata.
+        let estimate = |metric: &MetricDef, arm: &str| -> Option<(f64, f64)> {
+            let (mut value, mut variance) = (0.0, 0.0);
+            for (&v, w) in versions.iter().zip(&weights) {
+                let n = arm_units(v, arm);
+                let s = sums
+                    .get(&(v, metric.name.clone(), arm.to_string()))
+                    .map(|sums| sums.event_time.clone())
+                    .unwrap_or_default();
+                let (m, var) = stratum_estimate(metric.kind, n, &s)?;
+                value += w * m;
+                variance += w * w * var;
+            }
+            (value.is_finite() && variance.is_finite()).then_some((value, variance))
+        };
+        let control = &campaign.arms.control().key;
+        let arms = campaign
+            .arms
+            .iter()
+            .map(|arm| {
+                let is_control = arm.key == *control;
+                let metrics = campaign
+                    .metrics
+                    .iter()
+                    .map(|metric| {
+                        let mine = estimate(metric, &arm.key);
+                        let lift = match (is_control, mine, estimate(metric, control)) {
+                            (false, Some(t), Some(c)) => {
+                                estimate_lift(c, t, ConfidenceLevel::default()).ok()
+                            }
+                            _ => None,
+                        };
+                        let entry = StratifiedMetric {
+                            value: mine.map(|(m, _)| m),
+                            value_ci: mine.and_then(|(m, var)| {
+                                let half = Z_95 * var.sqrt();
+                                half.is_finite().then_some(Interval {
+                                    low: m - half,
+                                    high: m + half,
+                                })
+                            }),
+                            lift,
+                        };
+                        (metric.name.clone(), entry)
+                    })
+                    .collect();
+                StratifiedArm {
+                    key: arm.key.clone(),
+                    control: is_control,
+                    metrics,
+                }
+            })
+            .collect();
+        Some(Stratified {
+            versions,
+            weights,
+            arms,
+        })
+    }
+}
+
+/// One arm's value in one version and the variance of that value (`n ≥ 2`): a rate
+/// with `p(1−p)/n`, or a mean of per-unit totals with `s²/n`. `None` for a sum metric
+/// whose values are unavailable.
+fn stratum_estimate(kind: MetricKind, n: u64, s: &WindowSums) -> Option<(f64, f64)> {
+    match kind {
+        MetricKind::Conversion => {
+            let p = Proportion::new(s.units_with_events as u64, n).ok()?.rate();
+            Some((p, p * (1.0 - p) / n as f64))
+        }
+        MetricKind::Count => per_unit_moments(n, s.events, s.events_sq),
+        MetricKind::Sum if !s.values_finite() => None,
+        MetricKind::Sum => per_unit_moments(n, s.value, s.value_sq),
+    }
 }
 
 /// Observed units against the weights of the version each unit was assigned under.
@@ -295,7 +453,16 @@ impl Report {
             verdicts,
             duplicates_over_time,
             corrected_outcomes: input.corrected_outcomes,
+            stratified: None,
         }
+    }
+
+    /// Whether the report warns that units were assigned under versions whose weights
+    /// differ: the case [`Stratified`] is for.
+    pub fn weights_changed(&self) -> bool {
+        self.verdicts
+            .iter()
+            .any(|v| v.kind == VerdictKind::WeightsChanged)
     }
 
     /// The control arm's report (the first).
@@ -364,7 +531,7 @@ fn weights_changed(
         metric: None,
         arm: None,
         message: format!(
-            "The arms' weights changed between version {} and version {}, and units were assigned under both: the figures pool them, so an arm weighted more later holds more recent units (less time to convert, another period) and its lift can be biased. Read it with care, or read each version's units alone (GET /campaigns/{}/report?version=N).",
+            "The arms' weights changed between version {} and version {}, and units were assigned under both: the figures pool them, so an arm weighted more later holds more recent units (less time to convert, another period) and its lift can be biased. Read the stratified figures (`stratified`: the arms compared within each version), or each version's units alone (GET /campaigns/{}/report?version=N).",
             first.version, changed.version, campaign.as_str()
         ),
     })

@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::dist;
-use crate::error::{Arm, StatsError};
+use crate::error::{finite, Arm, StatsError};
 use crate::moments::Moments;
 
 /// A confidence level strictly between 0 and 1, such as 0.95 for a 95 % interval.
@@ -262,6 +262,47 @@ pub fn mean_lift(
         confidence_level: level,
         statistic,
         df,
+    })
+}
+
+/// Relative lift of two estimates known by their values and the variances of those
+/// values, with a z-test and a normal delta-method interval: for estimates that are not
+/// one sample's mean, such as a stratified mean `Σ w_s·m_s` with variance `Σ w_s²·v_s`
+/// (the weights fixed, the strata independent). `statistic` and `p_value` are `None`
+/// when both variances are zero, the interval also when the control's estimate is zero.
+///
+/// # Errors
+/// [`StatsError::NotFinite`] when an estimate or a variance is not finite,
+/// [`StatsError::NegativeVariance`] when a variance is negative.
+pub fn estimate_lift(
+    (m_c, v_c): (f64, f64),
+    (m_t, v_t): (f64, f64),
+    level: ConfidenceLevel,
+) -> Result<Lift, StatsError> {
+    let (m_c, m_t) = (
+        finite("control estimate", m_c)?,
+        finite("treatment estimate", m_t)?,
+    );
+    let (v_c, v_t) = (
+        finite("control variance", v_c)?,
+        finite("treatment variance", v_t)?,
+    );
+    if v_c < 0.0 || v_t < 0.0 {
+        return Err(StatsError::NegativeVariance(v_c.min(v_t)));
+    }
+    let se = (v_c + v_t).sqrt();
+    let statistic = (se > 0.0).then(|| (m_t - m_c) / se);
+    let p_value = statistic.and_then(dist::normal_two_sided_p);
+    let z = dist::normal_quantile(1.0 - level.alpha() / 2.0);
+    let interval = z.and_then(|z| delta_method_interval(m_c, m_t, v_c, v_t, z));
+    Ok(Lift {
+        estimate: relative(m_c, m_t),
+        ci_low: interval.map(|(low, _)| low),
+        ci_high: interval.map(|(_, high)| high),
+        p_value,
+        confidence_level: level,
+        statistic,
+        df: None,
     })
 }
 

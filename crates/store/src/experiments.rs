@@ -107,6 +107,7 @@ pub enum OutcomeResult {
     Collision(StoredOutcome),
 }
 
+pub use traqlyte_experiments::report::SumsByVersion;
 pub use traqlyte_experiments::{MetricArmSums, WindowSums};
 
 /// A metric and its window, for [`Store::report_sums`].
@@ -253,6 +254,38 @@ impl Store {
         self.read_sums(&sql, tenant, campaign_id, &[]).await
     }
 
+    /// [`Store::report_sums`] per version the units were assigned under: sums per
+    /// `(version, metric, arm)`, for a report whose weights changed between versions.
+    /// Folds the campaign's pending per-unit deltas first, as [`Store::report_sums`] does.
+    pub async fn report_sums_by_version(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &CampaignId,
+    ) -> Result<SumsByVersion, StoreError> {
+        self.fold_campaign_unit_metrics(tenant, campaign_id).await?;
+        let sql = format!(
+            "SELECT CAST(a.version AS BIGINT), u.metric, u.arm, {} FROM unit_metrics u
+             JOIN assignments a ON a.tenant_id = u.tenant_id AND a.campaign_id = u.campaign_id
+               AND a.assignment_id = u.assignment_id
+             WHERE u.tenant_id = $1 AND u.campaign_id = $2 GROUP BY a.version, u.metric, u.arm",
+            per_arm_columns()
+        );
+        with_pool!(self, reader, |pool| {
+            let rows = sqlx::query(&sql)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str())
+                .fetch_all(pool)
+                .await?;
+            let mut out = HashMap::new();
+            for row in rows {
+                let key: (i64, String, String) =
+                    (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+                out.insert(key, arm_sums(&row, 3)?);
+            }
+            Ok(out)
+        })
+    }
+
     /// The same sums recomputed from the facts (outcomes and duplicates) in one pass: the
     /// reference `report_sums` must always equal, checked by the tests.
     pub async fn report_sums_from_facts(
@@ -334,39 +367,46 @@ impl Store {
             let rows = query.fetch_all(pool).await?;
             let mut out = HashMap::new();
             for row in rows {
-                let f = |i: usize| -> Result<f64, StoreError> {
-                    Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(0.0))
-                };
-                // A value column is NULL only when a per-unit value is out of range (see
-                // `per_arm_columns`): read as infinite, which the report shows as unavailable.
-                let v = |i: usize| -> Result<f64, StoreError> {
-                    Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(f64::INFINITY))
-                };
-                let window = |base: usize| -> Result<WindowSums, StoreError> {
-                    Ok(WindowSums {
-                        units_with_events: f(base)?,
-                        events: f(base + 1)?,
-                        events_sq: f(base + 2)?,
-                        value: v(base + 3)?,
-                        value_sq: v(base + 4)?,
-                        duplicates: f(base + 5)?,
-                        duplicate_value: v(base + 6)?,
-                        naive_events_sq: f(base + 7)?,
-                        naive_value_sq: v(base + 8)?,
-                    })
-                };
                 let key: (String, String) = (row.try_get(0)?, row.try_get(1)?);
-                out.insert(
-                    key,
-                    MetricArmSums {
-                        event_time: window(2)?,
-                        arrival_time: window(11)?,
-                    },
-                );
+                out.insert(key, arm_sums(&row, 2)?);
             }
             Ok(out)
         })
     }
+}
+
+/// The [`per_arm_columns`] of a row, from column `base` on.
+fn arm_sums<R>(row: &R, base: usize) -> Result<MetricArmSums, StoreError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> Option<f64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let f = |i: usize| -> Result<f64, StoreError> {
+        Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(0.0))
+    };
+    // A value column is NULL only when a per-unit value is out of range (see
+    // `per_arm_columns`): read as infinite, which the report shows as unavailable.
+    let v = |i: usize| -> Result<f64, StoreError> {
+        Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(f64::INFINITY))
+    };
+    let window = |base: usize| -> Result<WindowSums, StoreError> {
+        Ok(WindowSums {
+            units_with_events: f(base)?,
+            events: f(base + 1)?,
+            events_sq: f(base + 2)?,
+            value: v(base + 3)?,
+            value_sq: v(base + 4)?,
+            duplicates: f(base + 5)?,
+            duplicate_value: v(base + 6)?,
+            naive_events_sq: f(base + 7)?,
+            naive_value_sq: v(base + 8)?,
+        })
+    };
+    Ok(MetricArmSums {
+        event_time: window(base)?,
+        arrival_time: window(base + 9)?,
+    })
 }
 
 /// The condition that keeps a campaign's rows (of a table with an `assignment_id`

@@ -157,3 +157,58 @@ fn the_report_serialises_counts_as_integers_and_reads_back_equal() {
     let read_back: Report = serde_json::from_value(value).expect("typed");
     assert_eq!(read_back, report);
 }
+
+#[test]
+fn stratified_figures_weigh_each_version_by_its_units_and_leave_out_thin_ones() {
+    use traqlyte_experiments::report::{Stratified, SumsByVersion};
+    let campaign = campaign();
+    let row = |version: i64, arm: &str, units: i64| UnitsByVersion {
+        version,
+        arm: arm.to_string(),
+        units,
+    };
+    // Version 1: 100 + 100 units, 50 % convert in both arms; version 2: 100 + 900, 10 %
+    // in both; version 3 has a single control unit, too thin to compare within.
+    let units = [
+        row(1, "control", 100),
+        row(1, "treatment", 100),
+        row(2, "control", 100),
+        row(2, "treatment", 900),
+        row(3, "control", 1),
+        row(3, "treatment", 5),
+    ];
+    let mut sums: SumsByVersion = HashMap::new();
+    for (version, arm, converters) in [
+        (1, "control", 50.0),
+        (1, "treatment", 50.0),
+        (2, "control", 10.0),
+        (2, "treatment", 90.0),
+        (3, "treatment", 5.0),
+    ] {
+        sums.insert(
+            (version, "purchase".to_string(), arm.to_string()),
+            self::sums(converters, 0.0),
+        );
+    }
+    let stratified = Stratified::compute(&campaign, &units, &sums).expect("two versions");
+    assert_eq!(stratified.versions, vec![1, 2]);
+    assert_eq!(stratified.weights, vec![200.0 / 1200.0, 1000.0 / 1200.0]);
+    let expected = 200.0 / 1200.0 * 0.5 + 1000.0 / 1200.0 * 0.1;
+    for arm in &stratified.arms {
+        let purchase = &arm.metrics["purchase"];
+        let value = purchase.value.expect("a value");
+        assert!((value - expected).abs() < 1e-15, "{}: {value}", arm.key);
+        let ci = purchase.value_ci.expect("an interval");
+        assert!(ci.low < value && value < ci.high);
+    }
+    let lift = stratified.arms[1].metrics["purchase"]
+        .lift
+        .expect("a lift for the treatment");
+    assert!(lift.estimate().expect("estimate").abs() < 1e-12);
+    assert!(lift.p_value().expect("p") > 0.99);
+    // Pooled, the same units show the treatment far worse (140/1000 against 60/200).
+    assert!(stratified.arms[0].metrics["purchase"].lift.is_none());
+    // No version with two units in every arm: no stratified figures.
+    let thin = [row(1, "control", 1), row(1, "treatment", 9)];
+    assert!(Stratified::compute(&campaign, &thin, &sums).is_none());
+}

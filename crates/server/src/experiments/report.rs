@@ -5,7 +5,7 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
-use traqlyte_experiments::report::ReportInput;
+use traqlyte_experiments::report::{ReportInput, Stratified};
 use traqlyte_experiments::{CampaignId, Report};
 use traqlyte_store::{Store, TenantId};
 
@@ -104,5 +104,13 @@ async fn build_of(
     });
     report.versions = published;
     report.version = version;
+    if version.is_none() && report.weights_changed() {
+        // A second round in the same order, sums then units, so that every unit with
+        // sums is among the units (a unit assigned since the first round is in both or
+        // in neither). Only campaigns whose weights changed pay for it.
+        let sums = store.report_sums_by_version(tenant, campaign_id).await?;
+        let units = store.units_by_version(tenant, campaign_id).await?;
+        report.stratified = Stratified::compute(&campaign, &units, &sums);
+    }
     Ok(report)
 }

@@ -5,6 +5,7 @@
 //! data (no NaN, intervals around their estimate).
 
 mod dedupe;
+mod estimates;
 mod moments;
 mod properties;
 mod proportions;

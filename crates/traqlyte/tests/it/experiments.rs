@@ -21,6 +21,7 @@ crate::on_both_backends!(
     a_report_of_one_version_counts_only_the_units_assigned_under_it,
     a_campaigns_versions_are_listed_in_pages,
     a_campaign_publishes_at_most_its_limit_of_versions,
+    after_a_reweighting_the_stratified_lift_compares_arms_within_each_version,
 );
 
 /// An event time a minute after now: inside every metric's window from assignment.
@@ -1027,4 +1028,94 @@ async fn a_campaign_publishes_at_most_its_limit_of_versions(backend: Backend) {
     let report = app.get(&format!("/campaigns/{campaign}/report")).await;
     assert_eq!(report.status, StatusCode::OK, "{}", report.body);
     assert_eq!(report.body["versions"], json!(VERSIONS_PER_CAMPAIGN_MAX));
+}
+
+/// The case `docs/experiments.md` gives for a reweighting: version 1 (weights 1:1) holds
+/// older units that all converted, version 2 (1:9) newer ones converting half as often,
+/// with no effect of the arm in either. The pooled lift shows the treatment far worse
+/// (it holds mostly newer units); the stratified figures weigh each version by its share
+/// of the units and show no effect, exactly as computed here from the arms' units.
+async fn after_a_reweighting_the_stratified_lift_compares_arms_within_each_version(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    for unit in 0..100 {
+        let assignment = assign(&app, &campaign, &format!("v1-{unit}")).await;
+        let body = outcome(&assignment, &format!("order-v1-{unit}"), "purchase", None);
+        assert_eq!(post_outcome_bytes(&app, &body).await.0, StatusCode::OK);
+    }
+    let before = report(&app, &campaign).await;
+    assert!(
+        before.get("stratified").is_none(),
+        "one weighting: {before}"
+    );
+    let reweighted = app
+        .post_raw(
+            &format!("/campaigns/{campaign}/publish"),
+            r#"{"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 9}]}"#,
+        )
+        .await;
+    assert_eq!(
+        reweighted.status,
+        StatusCode::CREATED,
+        "{}",
+        reweighted.body
+    );
+    // Version 2: every other unit of each arm converts.
+    let mut units: HashMap<String, (u64, u64)> = HashMap::new();
+    for unit in 0..300 {
+        let assignment = assign(&app, &campaign, &format!("v2-{unit}")).await;
+        assert_eq!(assignment["version"], 2);
+        let arm = assignment["arm"].as_str().expect("arm").to_string();
+        let entry = units.entry(arm).or_default();
+        entry.0 += 1;
+        if entry.0.is_multiple_of(2) {
+            entry.1 += 1;
+            let body = outcome(&assignment, &format!("order-v2-{unit}"), "purchase", None);
+            assert_eq!(post_outcome_bytes(&app, &body).await.0, StatusCode::OK);
+        }
+    }
+    let whole = report(&app, &campaign).await;
+    let pooled = metric(&whole, "treatment", "purchase")["lift"]["estimate"]
+        .as_f64()
+        .expect("a pooled lift");
+    assert!(pooled < -0.15, "the pooled lift is biased: {pooled}");
+    let stratified = &whole["stratified"];
+    assert_eq!(stratified["versions"], json!([1, 2]), "{stratified}");
+    assert_eq!(stratified["weights"], json!([0.25, 0.75]), "{stratified}");
+    let rate = |arm: &str| {
+        let (n, converted) = units[arm];
+        converted as f64 / n as f64
+    };
+    let value = |arm: &str| -> f64 {
+        let arms = stratified["arms"].as_array().expect("arms");
+        let entry = arms.iter().find(|a| a["key"] == arm).expect("arm");
+        entry["metrics"]["purchase"]["value"]
+            .as_f64()
+            .expect("value")
+    };
+    for arm in ["control", "treatment"] {
+        let expected = 0.25 * 1.0 + 0.75 * rate(arm);
+        assert!((value(arm) - expected).abs() < 1e-12, "{arm}: {stratified}");
+    }
+    let arms = stratified["arms"].as_array().expect("arms");
+    assert_eq!(arms[0]["key"], "control");
+    assert!(arms[0]["metrics"]["purchase"]["lift"].is_null());
+    let lift = &arms[1]["metrics"]["purchase"]["lift"];
+    let estimate = lift["estimate"].as_f64().expect("a stratified lift");
+    assert!(
+        (estimate - (value("treatment") / value("control") - 1.0)).abs() < 1e-12,
+        "{lift}"
+    );
+    assert!(
+        estimate.abs() < 0.05,
+        "no effect within the versions: {lift}"
+    );
+    assert!(lift["p_value"].as_f64().expect("p") > 0.05, "{lift}");
+    // One version's report compares within that version already.
+    let one = app
+        .get(&format!("/campaigns/{campaign}/report?version=2"))
+        .await;
+    assert!(one.body.get("stratified").is_none(), "{}", one.body);
 }

@@ -126,6 +126,16 @@ async fn openapi_json_is_openapi_3_1_and_lists_every_route(backend: Backend) {
         described, expected,
         "described routes differ from the route table"
     );
+    // The report's optional stratified figures are described, with their nested types.
+    let schemas = &doc["components"]["schemas"];
+    assert!(
+        schemas["Report"]["properties"].get("stratified").is_some(),
+        "{}",
+        schemas["Report"]
+    );
+    for nested in ["Stratified", "StratifiedArm", "StratifiedMetric"] {
+        assert!(schemas.get(nested).is_some(), "{nested} is not described");
+    }
     // Every 4xx and 5xx of the API is the one shared error component.
     let error_ref = "#/components/responses/ErrorEnvelope";
     for (path, item) in doc["paths"].as_object().unwrap() {
