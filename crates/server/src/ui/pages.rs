@@ -4,7 +4,7 @@
 //! a renamed field is a compile error, not a silent "—".
 
 use maud::{html, Markup};
-use traqlyte_experiments::report::{SrmReport, VerdictKind, WindowReport};
+use traqlyte_experiments::report::{SrmReport, Stratified, VerdictKind, WindowReport};
 use traqlyte_experiments::{MetricKind, Report};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_stats::Lift;
@@ -329,6 +329,9 @@ fn metric_section(metric: &str, report: &Report) -> Markup {
             h2 { (metric) " " small.meta { (kind_name(kind)) ", event-time window " (hours) " h" } }
             h3 { "Deduplicated" }
             (deduplicated_table(metric, &reading, kind, &arms))
+            @if let Some(stratified) = &report.stratified {
+                (stratified_table(metric, &reading, &arms, stratified))
+            }
             div.chart {
                 h3 { (reading.value_label) " per arm, with 95% interval" }
                 (charts::value_whiskers(metric, reading.value, reading.naive, &per_arm))
@@ -393,6 +396,48 @@ fn deduplicated_table(
     }
 }
 
+/// The report's `stratified` figures of one metric: each arm's value weighed version by
+/// version, and its lift, shown when the weights changed between versions.
+fn stratified_table(
+    metric: &str,
+    reading: &Reading,
+    arms: &[ArmFigures<'_>],
+    stratified: &Stratified,
+) -> Markup {
+    let strata: Vec<String> = stratified
+        .versions
+        .iter()
+        .zip(&stratified.weights)
+        .map(|(v, w)| format!("version {v} ({})", Format::Percent.number(*w)))
+        .collect();
+    html! {
+        h3 { "Within each version (stratified)" }
+        p.meta {
+            "The weights changed between versions, so the table above compares units of              different periods. Here each arm's value is estimated within "
+            (strata.join(", "))
+            " and weighed by the version's share of the units, the same for every arm."
+        }
+        div.scroll { table.cards data-table="stratified" {
+            thead { tr {
+                th { "Arm" } th.num { (reading.value_label) }
+                th.num { "Lift" } th.num { "95% CI" } th.num { "p-value" }
+            } }
+            tbody {
+                @for a in arms {
+                    @let figures = stratified.arms.iter().find(|s| s.key == a.arm)
+                        .and_then(|s| s.metrics.get(metric));
+                    @let at = |field| Source { metric: Some(metric), arm: Some(a.arm), field };
+                    tr {
+                        td.head data-label="Arm" { (a.arm) }
+                        (at("stratified.value").cell(reading.value_label, figures.and_then(|f| f.value), reading.value))
+                        (lift_cells(a, metric, "stratified.lift", figures.and_then(|f| f.lift)))
+                    }
+                }
+            }
+        } }
+    }
+}
+
 fn naive_table(metric: &str, reading: &Reading, arms: &[ArmFigures<'_>]) -> Markup {
     html! {
         div.scroll { table.cards data-table="naive" {
@@ -447,10 +492,10 @@ fn lift_cells(arm: &ArmFigures<'_>, metric: &str, prefix: &str, lift: Option<Lif
         arm: Some(arm.arm),
         field,
     };
-    let label = if prefix == "lift" {
-        "Lift"
-    } else {
+    let label = if prefix == "naive_lift" {
         "Naive lift"
+    } else {
+        "Lift"
     };
     html! {
         (at(&estimate).cell(label, lift.and_then(|l| l.estimate()), Format::SignedPercent))

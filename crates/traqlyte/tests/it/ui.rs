@@ -73,6 +73,43 @@ async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(back
     assert_eq!(name.map(|e| e.text.as_str()), Some(HOSTILE_NAME));
     check_metrics(&report, &elements);
     check_srm_verdicts_and_duplicates(&report, &elements);
+    check_stratified(&report, &elements);
+}
+
+/// The `stratified` figures of a reweighted campaign, shown per metric and arm as the
+/// report holds them (the control without a lift).
+fn check_stratified(report: &Value, elements: &[Element]) {
+    let stratified = &report["stratified"];
+    assert!(stratified.is_object(), "weights changed: {report}");
+    let mut compared = 0;
+    for arm in stratified["arms"].as_array().expect("arms") {
+        let key = arm["key"].as_str().expect("key");
+        for (metric, figures) in arm["metrics"].as_object().expect("metrics") {
+            let mut paths = vec![("stratified.value".to_string(), &figures["value"])];
+            if arm["control"] == false {
+                for part in ["estimate", "ci_low", "ci_high", "p_value"] {
+                    paths.push((format!("stratified.lift.{part}"), &figures["lift"][part]));
+                }
+            }
+            for (path, expected) in paths {
+                let shown = elements
+                    .iter()
+                    .find(|e| {
+                        e.attr("data-metric") == Some(metric.as_str())
+                            && e.attr("data-arm") == Some(key)
+                            && e.attr("data-field") == Some(&path)
+                    })
+                    .unwrap_or_else(|| panic!("{key} {metric} {path} is not on the page"));
+                check_shown(shown, expected, &format!("{key} {metric} {path}"));
+                compared += 1;
+            }
+        }
+    }
+    // 2 arms x 3 metrics, and the treatment's lift.
+    assert!(
+        compared >= 2 * 3 + 3 * 4,
+        "only {compared} numbers compared"
+    );
 }
 
 /// The page's layout is measured in Chromium at each width. The page itself runs no
