@@ -298,3 +298,39 @@ impl From<StoreError> for ApiError {
         }
     }
 }
+
+/// The `limit` of a paged listing: `default` when absent, else 1 to `max`, or
+/// `400 invalid_parameter` naming `limit`.
+pub(crate) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u32, ApiError> {
+    let limit = limit.unwrap_or(default);
+    if (1..=max).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_parameter",
+            format!("limit must be 1–{max}"),
+        )
+        .with_field("limit"))
+    }
+}
+
+/// The `cursor` of a paged listing read by `parse` (`None` when absent), or
+/// `400 invalid_parameter` naming `cursor` for one the API never gave.
+pub(crate) fn page_cursor<'a, T>(
+    cursor: Option<&'a str>,
+    parse: impl FnOnce(&'a str) -> Option<T>,
+) -> Result<Option<T>, ApiError> {
+    cursor
+        .map(|text| {
+            parse(text).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_parameter",
+                    "cursor is not one this API gave",
+                )
+                .with_field("cursor")
+            })
+        })
+        .transpose()
+}

@@ -201,15 +201,7 @@ pub fn proportion_lift(control: Proportion, treatment: Proportion, level: Confid
             z,
         )
     });
-    Lift {
-        estimate: relative(p_c, p_t),
-        ci_low: interval.map(|(low, _)| low),
-        ci_high: interval.map(|(_, high)| high),
-        p_value,
-        confidence_level: level,
-        statistic,
-        df: None,
-    }
+    Lift::of((p_c, p_t), interval, (statistic, p_value, None), level)
 }
 
 /// Compares two means with Welch's unequal-variance t-test.
@@ -254,15 +246,12 @@ pub fn mean_lift(
         let t = dist::t_two_sided_quantile(level.alpha(), w.df)?;
         delta_method_interval(m_c, m_t, w.v_c, w.v_t, t)
     });
-    Ok(Lift {
-        estimate: relative(m_c, m_t),
-        ci_low: interval.map(|(low, _)| low),
-        ci_high: interval.map(|(_, high)| high),
-        p_value,
-        confidence_level: level,
-        statistic,
-        df,
-    })
+    Ok(Lift::of(
+        (m_c, m_t),
+        interval,
+        (statistic, p_value, df),
+        level,
+    ))
 }
 
 /// Relative lift of two estimates known by their values and the variances of those
@@ -295,15 +284,33 @@ pub fn estimate_lift(
     let p_value = statistic.and_then(dist::normal_two_sided_p);
     let z = dist::normal_quantile(1.0 - level.alpha() / 2.0);
     let interval = z.and_then(|z| delta_method_interval(m_c, m_t, v_c, v_t, z));
-    Ok(Lift {
-        estimate: relative(m_c, m_t),
-        ci_low: interval.map(|(low, _)| low),
-        ci_high: interval.map(|(_, high)| high),
-        p_value,
-        confidence_level: level,
-        statistic,
-        df: None,
-    })
+    Ok(Lift::of(
+        (m_c, m_t),
+        interval,
+        (statistic, p_value, None),
+        level,
+    ))
+}
+
+impl Lift {
+    /// The lift of `(control, treatment)` estimates: `t / c − 1`, the interval on it, and
+    /// the test's `(statistic, p-value, df)`.
+    fn of(
+        (control, treatment): (f64, f64),
+        interval: Option<(f64, f64)>,
+        (statistic, p_value, df): (Option<f64>, Option<f64>, Option<f64>),
+        level: ConfidenceLevel,
+    ) -> Lift {
+        Lift {
+            estimate: relative(control, treatment),
+            ci_low: interval.map(|(low, _)| low),
+            ci_high: interval.map(|(_, high)| high),
+            p_value,
+            confidence_level: level,
+            statistic,
+            df,
+        }
+    }
 }
 
 /// The pieces of Welch's test shared by the p-value and the interval.

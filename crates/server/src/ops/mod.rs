@@ -364,13 +364,8 @@ pub(crate) async fn collisions(
     Tenant(tenant): Tenant,
     Query(params): Query<CollisionParams>,
 ) -> Result<Json<CollisionPage>, ApiError> {
-    let limit = params.limit.unwrap_or(COLLISIONS_PAGE_DEFAULT);
-    if !(1..=COLLISIONS_PAGE_MAX).contains(&limit) {
-        return Err(bad(
-            "limit",
-            format!("limit must be 1–{COLLISIONS_PAGE_MAX}"),
-        ));
-    }
+    let limit =
+        crate::error::page_limit(params.limit, COLLISIONS_PAGE_DEFAULT, COLLISIONS_PAGE_MAX)?;
     let since_us = match params.since.as_deref() {
         None => None,
         Some(t) => Some(
@@ -378,12 +373,7 @@ pub(crate) async fn collisions(
                 .map_err(|e| bad("since", format!("since must be an RFC 3339 time: {e}")))?,
         ),
     };
-    let before = match params.cursor.as_deref() {
-        None => None,
-        Some(text) => Some(
-            parse_cursor(text).ok_or_else(|| bad("cursor", "cursor is not one this API gave"))?,
-        ),
-    };
+    let before = crate::error::page_cursor(params.cursor.as_deref(), parse_cursor)?;
     let query = CollisionsQuery {
         contract: params.contract.clone(),
         since_us,

@@ -128,20 +128,10 @@ pub(crate) async fn versions(
     Path(id): Path<String>,
     Query(query): Query<VersionsQuery>,
 ) -> Result<Json<VersionList>, ApiError> {
-    let bad = |field: &str, message: String| {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", message).with_field(field)
-    };
-    let limit = query.limit.unwrap_or(VERSIONS_PAGE_MAX);
-    if !(1..=VERSIONS_PAGE_MAX).contains(&limit) {
-        return Err(bad("limit", format!("limit must be 1–{VERSIONS_PAGE_MAX}")));
-    }
-    let after = match query.cursor.as_deref() {
-        None => 0,
-        Some(text) => text
-            .parse::<u32>()
-            .map_err(|_| bad("cursor", "cursor is not one this API gave".into()))?
-            .into(),
-    };
+    let limit = crate::error::page_limit(query.limit, VERSIONS_PAGE_MAX, VERSIONS_PAGE_MAX)?;
+    let after =
+        crate::error::page_cursor(query.cursor.as_deref(), |text| text.parse::<u32>().ok())?
+            .map_or(0, i64::from);
     let id = known_campaign_id(&id, "id")?;
     state
         .store

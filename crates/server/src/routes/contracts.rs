@@ -129,23 +129,8 @@ pub(crate) async fn list(
     Tenant(tenant): Tenant,
     Query(query): Query<ContractsQuery>,
 ) -> Result<Json<ContractList>, ApiError> {
-    let bad = |field: &str, message: String| {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", message).with_field(field)
-    };
-    let limit = query.limit.unwrap_or(CONTRACTS_PAGE_MAX);
-    if !(1..=CONTRACTS_PAGE_MAX).contains(&limit) {
-        return Err(bad(
-            "limit",
-            format!("limit must be 1–{CONTRACTS_PAGE_MAX}"),
-        ));
-    }
-    let after = match query.cursor.as_deref() {
-        None => None,
-        Some(text) => Some(
-            parse_contracts_cursor(text)
-                .ok_or_else(|| bad("cursor", "cursor is not one this API gave".into()))?,
-        ),
-    };
+    let limit = crate::error::page_limit(query.limit, CONTRACTS_PAGE_MAX, CONTRACTS_PAGE_MAX)?;
+    let after = crate::error::page_cursor(query.cursor.as_deref(), parse_contracts_cursor)?;
     let (page, more) = state.store.contracts_page(&tenant, after, limit).await?;
     let next_cursor = more
         .then(|| page.last().map(|c| format!("{}:{}", c.name(), c.version())))

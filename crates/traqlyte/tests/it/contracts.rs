@@ -246,19 +246,14 @@ async fn contracts_are_listed_in_pages(backend: Backend) {
         }
     }
     assert_eq!((pages, paged), (2, expected));
-    for (query, field) in [
-        ("limit=0", "limit"),
-        ("limit=1001", "limit"),
-        ("cursor=nonsense", "cursor"),
-        ("cursor=a.clicks:x", "cursor"),
-    ] {
-        let refused = app.get(&format!("/contracts?{query}")).await;
-        assert_eq!(
-            (refused.status, refused.code()),
-            (StatusCode::BAD_REQUEST, "invalid_parameter"),
-            "{query}: {}",
-            refused.body
-        );
-        assert_eq!(refused.body["error"]["field"], field, "{query}");
-    }
+    app.assert_bad_parameters(
+        "/contracts",
+        &[
+            ("limit=0", "limit"),
+            ("limit=1001", "limit"),
+            ("cursor=nonsense", "cursor"),
+            ("cursor=a.clicks:x", "cursor"),
+        ],
+    )
+    .await;
 }

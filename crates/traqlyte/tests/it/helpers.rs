@@ -342,6 +342,21 @@ impl Answer {
 }
 
 impl TestApp {
+    /// Asserts that `path?query` is `400 invalid_parameter` naming `field`, for each
+    /// `(query, field)`: a paged listing's refusals of a bad `limit` or `cursor`.
+    pub async fn assert_bad_parameters(&self, path: &str, cases: &[(&str, &str)]) {
+        for (query, field) in cases {
+            let refused = self.get(&format!("{path}?{query}")).await;
+            assert_eq!(
+                (refused.status, refused.code()),
+                (StatusCode::BAD_REQUEST, "invalid_parameter"),
+                "{path}?{query}: {}",
+                refused.body
+            );
+            assert_eq!(refused.body["error"]["field"], *field, "{path}?{query}");
+        }
+    }
+
     /// The database URL, for starting more server processes on the same database.
     pub fn database_url(&self) -> &str {
         &self._db.url
