@@ -63,8 +63,8 @@ pub struct Report {
 }
 
 /// The figures of a campaign whose weights changed, estimated per version (stratum) and
-/// combined with the same weights for every arm: each version's share of all units.
-/// Deduplicated values on the event-time window.
+/// combined with the same weights for every arm: each version's share of the units of
+/// the versions weighed. Deduplicated values on the event-time window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Stratified {
@@ -153,6 +153,25 @@ impl Stratified {
             }
             (value.is_finite() && variance.is_finite()).then_some((value, variance))
         };
+        // A conversion lift's variance under no effect: per version the rate pooled over
+        // the two arms, `Σ w_v²·p̄_v(1 − p̄_v)(1/n_c + 1/n_t)`, as the two-proportion test
+        // pools (a version where both arms all converted, or none did, adds nothing, as
+        // it adds no difference).
+        let null_variance = |arm: &str, control: &str, metric: &str| -> f64 {
+            let converters = |v: i64, arm: &str| {
+                sums.get(&(v, metric.to_string(), arm.to_string()))
+                    .map_or(0.0, |s| s.event_time.units_with_events)
+            };
+            versions
+                .iter()
+                .zip(&weights)
+                .map(|(&v, w)| {
+                    let (n_t, n_c) = (arm_units(v, arm) as f64, arm_units(v, control) as f64);
+                    let pooled = (converters(v, arm) + converters(v, control)) / (n_t + n_c);
+                    w * w * pooled * (1.0 - pooled) * (1.0 / n_t + 1.0 / n_c)
+                })
+                .sum()
+        };
         let control = &campaign.arms.control().key;
         let arms = campaign
             .arms
@@ -166,7 +185,9 @@ impl Stratified {
                         let mine = estimate(metric, &arm.key);
                         let lift = match (is_control, mine, estimate(metric, control)) {
                             (false, Some(t), Some(c)) => {
-                                estimate_lift(c, t, ConfidenceLevel::default()).ok()
+                                let null = (metric.kind == MetricKind::Conversion)
+                                    .then(|| null_variance(&arm.key, control, &metric.name));
+                                estimate_lift(c, t, null, ConfidenceLevel::default()).ok()
                             }
                             _ => None,
                         };
@@ -486,7 +507,7 @@ fn units_per_arm(campaign: &Campaign, by_version: &[UnitsByVersion]) -> HashMap<
 }
 
 /// Units assigned under each version, in one pass over the rows (a pass per version cost
-/// versions × rows, and publishing is unbounded).
+/// versions × rows, and a campaign may hold 1,000 versions).
 fn assigned_per_version(by_version: &[UnitsByVersion]) -> HashMap<i64, i64> {
     let mut assigned: HashMap<i64, i64> = HashMap::new();
     for row in by_version {
@@ -531,7 +552,7 @@ fn weights_changed(
         metric: None,
         arm: None,
         message: format!(
-            "The arms' weights changed between version {} and version {}, and units were assigned under both: the figures pool them, so an arm weighted more later holds more recent units (less time to convert, another period) and its lift can be biased. Read the stratified figures (`stratified`: the arms compared within each version), or each version's units alone (GET /campaigns/{}/report?version=N).",
+            "The arms' weights changed between version {} and version {}, and units were assigned under both: the figures pool them, so an arm weighted more later holds more recent units (less time to convert, another period) and its lift can be biased. Read the stratified figures (`stratified`: the arms compared within each version, given when some version has at least 2 units in every arm), or each version's units alone (GET /campaigns/{}/report?version=N).",
             first.version, changed.version, campaign.as_str()
         ),
     })

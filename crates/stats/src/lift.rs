@@ -257,8 +257,11 @@ pub fn mean_lift(
 /// Relative lift of two estimates known by their values and the variances of those
 /// values, with a z-test and a normal delta-method interval: for estimates that are not
 /// one sample's mean, such as a stratified mean `Σ w_s·m_s` with variance `Σ w_s²·v_s`
-/// (the weights fixed, the strata independent). `statistic` and `p_value` are `None`
-/// when both variances are zero, the interval also when the control's estimate is zero.
+/// (the weights fixed, the strata independent). The statistic divides the difference by
+/// `√null_variance` when given (the variance of the difference under no effect, e.g.
+/// from pooled rates, as the two-proportion test does), else by `√(v_c + v_t)`; the
+/// interval always uses `v_c` and `v_t`. `statistic` and `p_value` are `None` when that
+/// variance is zero, the interval also when the control's estimate is zero.
 ///
 /// # Errors
 /// [`StatsError::NotFinite`] when an estimate or a variance is not finite,
@@ -266,6 +269,7 @@ pub fn mean_lift(
 pub fn estimate_lift(
     (m_c, v_c): (f64, f64),
     (m_t, v_t): (f64, f64),
+    null_variance: Option<f64>,
     level: ConfidenceLevel,
 ) -> Result<Lift, StatsError> {
     let (m_c, m_t) = (
@@ -276,10 +280,11 @@ pub fn estimate_lift(
         finite("control variance", v_c)?,
         finite("treatment variance", v_t)?,
     );
-    if v_c < 0.0 || v_t < 0.0 {
-        return Err(StatsError::NegativeVariance(v_c.min(v_t)));
+    let v_0 = finite("null variance", null_variance.unwrap_or(v_c + v_t))?;
+    if v_c < 0.0 || v_t < 0.0 || v_0 < 0.0 {
+        return Err(StatsError::NegativeVariance(v_c.min(v_t).min(v_0)));
     }
-    let se = (v_c + v_t).sqrt();
+    let se = v_0.sqrt();
     let statistic = (se > 0.0).then(|| (m_t - m_c) / se);
     let p_value = statistic.and_then(dist::normal_two_sided_p);
     let z = dist::normal_quantile(1.0 - level.alpha() / 2.0);

@@ -84,7 +84,7 @@ impl DedupeHorizon {
     pub const DAYS_MAX: u32 = 3_650;
     /// How many days past the horizon `--late-events reconcile` takes an event: a year.
     /// Each old day the live path meets gets a table of its own
-    /// ([`create_detached_days`]), so a client's occurrence times must not choose how
+    /// (`create_detached_days`), so a client's occurrence times must not choose how
     /// many tables the server creates (back to year 1, 700,000 of them). Older events
     /// go through `traqlyte backfill`, an operator's command, as without the option.
     pub const LATE_DAYS_MAX: u32 = 366;

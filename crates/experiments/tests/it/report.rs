@@ -168,7 +168,8 @@ fn stratified_figures_weigh_each_version_by_its_units_and_leave_out_thin_ones() 
         units,
     };
     // Version 1: 100 + 100 units, 50 % convert in both arms; version 2: 100 + 900, 10 %
-    // in both; version 3 has a single control unit, too thin to compare within.
+    // of the control and 20 % of the treatment. Versions 3 and 4 each have one arm with a
+    // single unit (the control, then the treatment): too thin to compare within.
     let units = [
         row(1, "control", 100),
         row(1, "treatment", 100),
@@ -176,14 +177,17 @@ fn stratified_figures_weigh_each_version_by_its_units_and_leave_out_thin_ones() 
         row(2, "treatment", 900),
         row(3, "control", 1),
         row(3, "treatment", 5),
+        row(4, "control", 50),
+        row(4, "treatment", 1),
     ];
     let mut sums: SumsByVersion = HashMap::new();
     for (version, arm, converters) in [
         (1, "control", 50.0),
         (1, "treatment", 50.0),
         (2, "control", 10.0),
-        (2, "treatment", 90.0),
+        (2, "treatment", 180.0),
         (3, "treatment", 5.0),
+        (4, "control", 50.0),
     ] {
         sums.insert(
             (version, "purchase".to_string(), arm.to_string()),
@@ -192,22 +196,36 @@ fn stratified_figures_weigh_each_version_by_its_units_and_leave_out_thin_ones() 
     }
     let stratified = Stratified::compute(&campaign, &units, &sums).expect("two versions");
     assert_eq!(stratified.versions, vec![1, 2]);
-    assert_eq!(stratified.weights, vec![200.0 / 1200.0, 1000.0 / 1200.0]);
-    let expected = 200.0 / 1200.0 * 0.5 + 1000.0 / 1200.0 * 0.1;
-    for arm in &stratified.arms {
-        let purchase = &arm.metrics["purchase"];
+    let (w1, w2) = (200.0 / 1200.0, 1000.0 / 1200.0);
+    assert_eq!(stratified.weights, vec![w1, w2]);
+    // Each arm: Σ w·p, with variance Σ w²·p(1 − p)/n (weights squared).
+    let z = 1.959_963_984_540_054;
+    for (arm, p2, n2) in [(0, 0.1, 100.0), (1, 0.2, 900.0)] {
+        let purchase = &stratified.arms[arm].metrics["purchase"];
+        let expected = w1 * 0.5 + w2 * p2;
+        let variance = w1 * w1 * 0.25 / 100.0 + w2 * w2 * p2 * (1.0 - p2) / n2;
         let value = purchase.value.expect("a value");
-        assert!((value - expected).abs() < 1e-15, "{}: {value}", arm.key);
+        assert!((value - expected).abs() < 1e-15, "{arm}: {value}");
         let ci = purchase.value_ci.expect("an interval");
-        assert!(ci.low < value && value < ci.high);
+        let half = z * variance.sqrt();
+        assert!((ci.high - value - half).abs() < 1e-12, "{arm}: {ci:?}");
+        assert!((value - ci.low - half).abs() < 1e-12, "{arm}: {ci:?}");
     }
+    assert!(stratified.arms[0].metrics["purchase"].lift.is_none());
     let lift = stratified.arms[1].metrics["purchase"]
         .lift
         .expect("a lift for the treatment");
-    assert!(lift.estimate().expect("estimate").abs() < 1e-12);
-    assert!(lift.p_value().expect("p") > 0.99);
-    // Pooled, the same units show the treatment far worse (140/1000 against 60/200).
-    assert!(stratified.arms[0].metrics["purchase"].lift.is_none());
+    let (m_c, m_t) = (w1 * 0.5 + w2 * 0.1, w1 * 0.5 + w2 * 0.2);
+    assert!((lift.estimate().expect("estimate") - (m_t / m_c - 1.0)).abs() < 1e-12);
+    // The statistic under no effect pools each version's rate over both arms.
+    let pooled2 = 190.0 / 1000.0;
+    let null = w1 * w1 * 0.25 * (2.0 / 100.0)
+        + w2 * w2 * pooled2 * (1.0 - pooled2) * (1.0 / 900.0 + 1.0 / 100.0);
+    let statistic = lift.statistic().expect("a statistic");
+    assert!(
+        (statistic - (m_t - m_c) / null.sqrt()).abs() < 1e-9,
+        "{statistic}"
+    );
     // No version with two units in every arm: no stratified figures.
     let thin = [row(1, "control", 1), row(1, "treatment", 9)];
     assert!(Stratified::compute(&campaign, &thin, &sums).is_none());

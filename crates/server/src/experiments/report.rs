@@ -106,8 +106,9 @@ async fn build_of(
     report.version = version;
     if version.is_none() && report.weights_changed() {
         // A second round in the same order, sums then units, so that every unit with
-        // sums is among the units (a unit assigned since the first round is in both or
-        // in neither). Only campaigns whose weights changed pay for it.
+        // sums is among the units (a unit assigned between the two reads is counted
+        // without its outcomes, never an outcome without its unit: no rate above 1).
+        // Only campaigns whose weights changed pay for it.
         let sums = store.report_sums_by_version(tenant, campaign_id).await?;
         let units = store.units_by_version(tenant, campaign_id).await?;
         report.stratified = Stratified::compute(&campaign, &units, &sums);

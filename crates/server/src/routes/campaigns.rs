@@ -83,8 +83,8 @@ pub(crate) async fn show(
         .campaign(&tenant, &id)
         .await?
         .ok_or_else(|| missing(&id))?;
-    // The latest version alone: publishing is unbounded, and every version is read only
-    // by `/versions` and the report.
+    // The latest version alone: a campaign may hold 1,000 versions, and every version is
+    // read only by `/versions` (paged) and the report.
     let latest = state
         .store
         .latest_versions(&tenant, std::slice::from_ref(&id))

@@ -413,7 +413,8 @@ fn stratified_table(
     html! {
         h3 { "Within each version (stratified)" }
         p.meta {
-            "The weights changed between versions, so the table above compares units of              different periods. Here each arm's value is estimated within "
+            "The weights changed between versions, so the table above compares units of \
+             different periods. Here each arm's value is estimated within "
             (strata.join(", "))
             " and weighed by the version's share of the units, the same for every arm."
         }

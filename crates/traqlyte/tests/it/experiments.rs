@@ -986,11 +986,13 @@ async fn a_campaign_publishes_at_most_its_limit_of_versions(backend: Backend) {
     use traqlyte_store::campaigns::VERSIONS_PER_CAMPAIGN_MAX;
     let app = spawn_app(backend).await;
     let campaign = published_campaign(&app, [1, 1]).await;
-    // Versions 2 up to the limit, as publishing would have stored them, in one statement.
+    // Versions 2 up to one below the limit, as publishing would have stored them, in one
+    // statement; the last one the limit allows is published through the API.
+    let below = VERSIONS_PER_CAMPAIGN_MAX - 1;
     let series = match backend {
-        Backend::Postgres => format!("SELECT generate_series(2, {VERSIONS_PER_CAMPAIGN_MAX}) AS n"),
+        Backend::Postgres => format!("SELECT generate_series(2, {below}) AS n"),
         Backend::Sqlite => format!(
-            "WITH RECURSIVE s(n) AS (SELECT 2 UNION ALL SELECT n + 1 FROM s WHERE n < {VERSIONS_PER_CAMPAIGN_MAX}) SELECT n FROM s"
+            "WITH RECURSIVE s(n) AS (SELECT 2 UNION ALL SELECT n + 1 FROM s WHERE n < {below}) SELECT n FROM s"
         ),
     };
     app.execute_sql(&format!(
@@ -999,6 +1001,11 @@ async fn a_campaign_publishes_at_most_its_limit_of_versions(backend: Backend) {
          FROM campaign_versions v, ({series}) s WHERE v.version = 1"
     ))
     .await;
+    let last = app
+        .post_raw(&format!("/campaigns/{campaign}/publish"), "")
+        .await;
+    assert_eq!(last.status, StatusCode::CREATED, "{}", last.body);
+    assert_eq!(last.body["version"], json!(VERSIONS_PER_CAMPAIGN_MAX));
     let refused = app
         .post_raw(&format!("/campaigns/{campaign}/publish"), "")
         .await;

@@ -414,8 +414,6 @@ async fn a_webhook_receives_each_collision_once(backend: Backend) {
     assert_eq!(app.get("/ops/webhooks").await.body["webhooks"], json!([]));
 }
 
-/// A listener that accepts webhook calls and never answers; counts the connections the
-/// dispatcher gave up on (closed by its timeout).
 /// The URL's limit holds for the URL as stored, percent-encoded: raw non-ASCII text under
 /// 2,000 bytes triples past it (past PostgreSQL's index entry limit, a 500 there).
 async fn a_webhook_url_is_measured_as_stored(backend: Backend) {
@@ -455,6 +453,8 @@ async fn a_webhook_url_is_measured_as_stored(backend: Backend) {
     assert_eq!(listed.body["webhooks"][0]["url"], longest.as_str());
 }
 
+/// A listener that accepts webhook calls and never answers; counts the connections the
+/// dispatcher gave up on (closed by its timeout).
 async fn black_hole() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::AsyncReadExt;
     let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -46,7 +46,11 @@ async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(back
         "{}",
         reweighted.body
     );
-    crate::experiments::assign(&app, &campaign, "after-the-reweighting").await;
+    // Forty units after it: both arms hold at least 2 of them but for a chance of about
+    // 1 in 7,000, so the stratified figures weigh both versions.
+    for unit in 0..40 {
+        crate::experiments::assign(&app, &campaign, &format!("after-the-reweighting-{unit}")).await;
+    }
     let report = app.get(&format!("/campaigns/{campaign}/report")).await;
     assert_eq!(report.status, StatusCode::OK, "{}", report.body);
     let report = report.body;
@@ -81,6 +85,7 @@ async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(back
 fn check_stratified(report: &Value, elements: &[Element]) {
     let stratified = &report["stratified"];
     assert!(stratified.is_object(), "weights changed: {report}");
+    assert_eq!(stratified["versions"], json!([1, 2]), "{stratified}");
     let mut compared = 0;
     for arm in stratified["arms"].as_array().expect("arms") {
         let key = arm["key"].as_str().expect("key");
