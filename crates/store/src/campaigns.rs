@@ -185,6 +185,40 @@ pub enum CampaignCreated {
 }
 
 impl StoreTx {
+    /// [`Store::campaigns_by_id`] in this transaction (a write transaction must not wait
+    /// for a second connection of its pool, which a pool of one never frees).
+    pub async fn campaigns_by_id(
+        &mut self,
+        tenant: &TenantId,
+        ids: &[CampaignId],
+    ) -> Result<Vec<Campaign>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<&str> = ids.iter().map(CampaignId::as_str).collect();
+        let rows: Vec<CampaignRow> = match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                sqlx::query_as(PG_SELECT_CAMPAIGNS_BY_ID)
+                    .bind(tenant.as_str())
+                    .bind(&texts)
+                    .fetch_all(&mut **conn)
+                    .await?
+            }
+            TxInner::Sqlite(conn) => {
+                let sql = format!(
+                    "{SELECT_CAMPAIGNS_IN} ({})",
+                    vec!["?"; texts.len()].join(",")
+                );
+                let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
+                for id in &texts {
+                    query = query.bind(*id);
+                }
+                query.fetch_all(&mut **conn).await?
+            }
+        };
+        rows.into_iter().map(Campaign::try_from).collect()
+    }
+
     /// Creates a campaign with a fresh random salt, or returns the campaign of the same
     /// key created from the same definition (name, arms, metrics: a retried creation)
     /// with its latest version, read in this transaction; `Conflict` when the key is

@@ -265,6 +265,18 @@ pub enum BindingOutcome {
 /// up the bindings of its event name.
 pub const BINDINGS_PER_CAMPAIGN_MAX: i64 = 200;
 
+/// A tenant's bindings of one event name and the messages of that name take turns on
+/// PostgreSQL: declaring a binding holds this lock (class 0x5342, "SB", then a hash of
+/// tenant and event) exclusively, storing messages holds it shared while it reads the
+/// bindings, so a binding applies to exactly the messages committed after it (a message
+/// committed before it never becomes its outcome, one committed after always does).
+/// SQLite's write transactions are exclusive already. A hash collision only makes two
+/// names take turns.
+const LOCK_EVENT_BINDINGS: &str = "SELECT pg_advisory_xact_lock(21314, hashtext($1 || ':' || $2))";
+const LOCK_EVENTS_BINDINGS_SHARED: &str =
+    "SELECT pg_advisory_xact_lock_shared(21314, hashtext($1 || ':' || e))
+     FROM unnest($2::text[]) AS e ORDER BY e";
+
 /// Takes a campaign's row lock on PostgreSQL, so bindings of one campaign are declared in
 /// turn and their count is exact (SQLite's write transaction is already exclusive).
 const LOCK_CAMPAIGN: &str =
@@ -543,6 +555,11 @@ impl Store {
                 .bind(b.campaign_id.as_str())
                 .execute(&mut **conn)
                 .await?;
+            sqlx::query(LOCK_EVENT_BINDINGS)
+                .bind(tenant.as_str())
+                .bind(&b.event)
+                .execute(&mut **conn)
+                .await?;
         }
         let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND campaign_id = $2 AND metric = $3 AND event = $4");
         let (inserted, stored, count) = with_tx!(tx, |conn| {
@@ -625,30 +642,51 @@ impl Store {
             })
             .collect())
     }
-
-    /// The tenant's bindings of any of these event names.
-    pub async fn bindings_for_events(
-        &self,
-        tenant: &TenantId,
-        events: &[&str],
-    ) -> Result<Vec<MetricBinding>, StoreError> {
-        let mut found = Vec::new();
-        // One probe per distinct name: a batch holds few, and the index answers each.
-        for event in events {
-            let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND event = $2 ORDER BY campaign_id, metric");
-            let rows: Vec<MetricBinding> =
-                with_pool!(self, reader, |pool| sqlx::query_as(&select)
-                    .bind(tenant.as_str())
-                    .bind(*event)
-                    .fetch_all(pool)
-                    .await)?;
-            found.extend(rows);
-        }
-        Ok(found)
-    }
 }
 
 impl StoreTx {
+    /// The tenant's bindings of any of these event names, read in this transaction after
+    /// taking their names' shared lock (see `LOCK_EVENT_BINDINGS`): a binding declared
+    /// concurrently either committed first and is read here, or waits for this
+    /// transaction, whose messages then came before it.
+    pub async fn bindings_for_events(
+        &mut self,
+        tenant: &TenantId,
+        events: &[&str],
+    ) -> Result<Vec<MetricBinding>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        match &mut self.inner {
+            crate::tx::TxInner::Postgres(conn) => {
+                sqlx::query(LOCK_EVENTS_BINDINGS_SHARED)
+                    .bind(tenant.as_str())
+                    .bind(events)
+                    .execute(&mut **conn)
+                    .await?;
+                let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND event = ANY($2) ORDER BY event, campaign_id, metric");
+                Ok(sqlx::query_as(&select)
+                    .bind(tenant.as_str())
+                    .bind(events)
+                    .fetch_all(&mut **conn)
+                    .await?)
+            }
+            crate::tx::TxInner::Sqlite(conn) => {
+                let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND event = $2 ORDER BY campaign_id, metric");
+                let mut found = Vec::new();
+                for event in events {
+                    let rows: Vec<MetricBinding> = sqlx::query_as(&select)
+                        .bind(tenant.as_str())
+                        .bind(*event)
+                        .fetch_all(&mut **conn)
+                        .await?;
+                    found.extend(rows);
+                }
+                Ok(found)
+            }
+        }
+    }
+
     /// Records the rejected messages of a batch in this transaction.
     pub async fn record_rejections(
         &mut self,

@@ -1197,3 +1197,73 @@ async fn a_business_key_too_long_for_a_dedupe_key_is_still_one_fact(backend: Bac
         .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     assert_eq!((stored, duplicates), (1, 1), "{report}");
 }
+
+/// PostgreSQL only: there a binding and the messages of its event take turns on a lock.
+mod postgres_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_binding_declared_while_a_message_is_being_stored_applies_to_it() {
+        super::a_binding_declared_while_a_message_is_being_stored_applies_to_it().await
+    }
+}
+
+/// A binding applies to exactly the messages committed after it. Here its declaration
+/// holds the event's bindings lock (as `POST /campaigns/{id}/bindings` does) while a
+/// track message is being stored, and commits first: the message, which waited to read
+/// the bindings, becomes the binding's outcome. (Read before the message's transaction,
+/// as they were, the bindings missed it for good: its resends are duplicates.)
+async fn a_binding_declared_while_a_message_is_being_stored_applies_to_it() {
+    use sqlx::Connection;
+    let app = spawn_app(Backend::Postgres).await;
+    let key = create_source(&app, "web");
+    let (campaign, _) = campaign_with_units(&app, &["user-1".to_string()]).await;
+    let mut holder = sqlx::PgConnection::connect(app.database_url())
+        .await
+        .expect("connect");
+    let mut declaring = holder.begin().await.expect("begin");
+    let tenant: String =
+        sqlx::query_scalar("SELECT tenant_id FROM campaigns WHERE campaign_id = $1")
+            .bind(&campaign)
+            .fetch_one(&mut *declaring)
+            .await
+            .expect("the campaign's tenant");
+    sqlx::query("SELECT pg_advisory_xact_lock(21314, hashtext($1 || ':' || $2))")
+        .bind(&tenant)
+        .bind("Order Completed")
+        .execute(&mut *declaring)
+        .await
+        .expect("the event's bindings lock");
+    let message = track("m-1", "user-1", "order-1", 10.0);
+    let storing = post_v1(&app, "/v1/track", Some(&key), &message);
+    let declare = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        sqlx::query(
+            "INSERT INTO metric_bindings (tenant_id, campaign_id, metric, event, value_pointer, key_pointer, created_at_us)
+             VALUES ($1, $2, 'purchase', 'Order Completed', NULL, '/properties/order_id', 0)",
+        )
+        .bind(&tenant)
+        .bind(&campaign)
+        .execute(&mut *declaring)
+        .await
+        .expect("the binding");
+        declaring.commit().await.expect("commit");
+    };
+    let (answer, ()) = tokio::join!(storing, declare);
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let bindings = app
+        .get(&format!("/campaigns/{campaign}/bindings"))
+        .await
+        .body;
+    assert_eq!(bindings["bindings"][0]["outcomes"], 1, "{bindings}");
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await.body;
+    let converters: u64 = report["arms"]
+        .as_array()
+        .expect("arms")
+        .iter()
+        .map(|arm| {
+            arm["metrics"]["purchase"]["converters"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(converters, 1, "{report}");
+}

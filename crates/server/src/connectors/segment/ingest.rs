@@ -42,7 +42,6 @@ pub(crate) async fn store(
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let bound = Bound::load(store, tenant, messages).await?;
     let mut tx = store.begin().await?;
     let ingest_source = IngestSource::segment(&source.source_id);
     tx.set_ingest_source(ingest_source.clone());
@@ -57,6 +56,10 @@ pub(crate) async fn store(
         .filter(|(_, outcome)| **outcome == EventOutcome::Inserted)
         .map(|(pair, _)| pair)
         .collect();
+    // Read after the messages are written, in their transaction: only new messages can
+    // become outcomes, and a binding declared meanwhile applies to them exactly when it
+    // committed first (`StoreTx::bindings_for_events`).
+    let bound = Bound::load(&mut tx, tenant, &new).await?;
     let (facts, tallies) = bound.outcomes(&mut tx, source, &new).await?;
     let recorded = if facts.is_empty() {
         Vec::new()
@@ -102,39 +105,42 @@ fn tally(outcomes: &[EventOutcome], rejections: &[NewRejection]) -> SourceTally 
     tally
 }
 
-/// The bindings of the track events of a request, with their campaigns, read before the
-/// transaction opens.
+/// The bindings of the new track messages of a request, with their campaigns, read in
+/// the request's transaction.
 struct Bound {
     bindings: Vec<(MetricBinding, Campaign)>,
 }
 
 impl Bound {
     async fn load(
-        store: &Store,
+        tx: &mut StoreTx,
         tenant: &TenantId,
-        messages: &[SegmentMessage],
+        new: &[(&SegmentMessage, &NewEvent)],
     ) -> Result<Bound, ApiError> {
-        let mut events: Vec<&str> = messages
+        let mut events: Vec<&str> = new
             .iter()
-            .filter(|m| m.kind == MessageType::Track)
-            .filter_map(|m| m.event.as_deref())
+            .filter(|(m, _)| m.kind == MessageType::Track)
+            .filter_map(|(m, _)| m.event.as_deref())
             .collect();
         events.sort_unstable();
         events.dedup();
-        let mut bindings = Vec::new();
-        if events.is_empty() {
-            return Ok(Bound { bindings });
-        }
-        let mut campaigns: HashMap<traqlyte_store::CampaignId, Option<Campaign>> = HashMap::new();
-        for binding in store.bindings_for_events(tenant, &events).await? {
-            if !campaigns.contains_key(&binding.campaign_id) {
-                let found = store.campaign(tenant, &binding.campaign_id).await?;
-                campaigns.insert(binding.campaign_id.clone(), found);
-            }
-            if let Some(Some(campaign)) = campaigns.get(&binding.campaign_id) {
-                bindings.push((binding, campaign.clone()));
-            }
-        }
+        let found = tx.bindings_for_events(tenant, &events).await?;
+        let mut ids: Vec<CampaignId> = found.iter().map(|b| b.campaign_id.clone()).collect();
+        ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        ids.dedup();
+        let campaigns: HashMap<CampaignId, Campaign> = tx
+            .campaigns_by_id(tenant, &ids)
+            .await?
+            .into_iter()
+            .map(|c| (c.id.clone(), c))
+            .collect();
+        let bindings = found
+            .into_iter()
+            .filter_map(|binding| {
+                let campaign = campaigns.get(&binding.campaign_id)?.clone();
+                Some((binding, campaign))
+            })
+            .collect();
         Ok(Bound { bindings })
     }
 
