@@ -52,6 +52,11 @@ pub(crate) const PG_SELECT_CAMPAIGNS_BY_ID: &str =
 const SELECT_CAMPAIGNS_IN: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = ? AND campaign_id IN";
+/// [`SELECT_CAMPAIGNS_IN`] with `count` placeholders (SQLite has no array parameter).
+fn campaigns_in_sql(count: usize) -> String {
+    format!("{SELECT_CAMPAIGNS_IN} ({})", vec!["?"; count].join(","))
+}
+
 const INSERT_CAMPAIGN: &str = "INSERT INTO campaigns
      (tenant_id, campaign_id, campaign_key, name, arms, metrics, salt, created_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
@@ -96,10 +101,7 @@ impl Store {
                     .await?
             }
             crate::Backend::Sqlite(lite) => {
-                let sql = format!(
-                    "{SELECT_CAMPAIGNS_IN} ({})",
-                    vec!["?"; texts.len()].join(",")
-                );
+                let sql = campaigns_in_sql(texts.len());
                 let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
                 for id in &texts {
                     query = query.bind(*id);
@@ -205,10 +207,7 @@ impl StoreTx {
                     .await?
             }
             TxInner::Sqlite(conn) => {
-                let sql = format!(
-                    "{SELECT_CAMPAIGNS_IN} ({})",
-                    vec!["?"; texts.len()].join(",")
-                );
+                let sql = campaigns_in_sql(texts.len());
                 let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
                 for id in &texts {
                     query = query.bind(*id);

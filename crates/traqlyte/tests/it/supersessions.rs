@@ -66,14 +66,7 @@ async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_
 }
 
 async fn a_supersession_must_keep_the_identity_and_name_a_stored_event(backend: Backend) {
-    let app = spawn_app(backend).await;
-    app.register_checkout_contract().await;
-    let original = checkout_event("order_1");
-    let id = app.post_event(&original).await.body["event_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    let path = format!("/events/checkout_completed/{id}/supersessions");
+    let (app, original, id, path) = stored_order(backend).await;
     let other_identity = app
         .post_json(&path, &json!({"event": checkout_event("order_2")}))
         .await;
@@ -276,9 +269,11 @@ async fn a_first_correction_never_sorts_before_the_event_it_corrects(backend: Ba
     assert!(superseded > received, "{superseded} <= {received}");
 }
 
-/// An event's history is bounded: the correction past the limit is a `409` naming the
-/// event, nothing is stored, and retries of stored corrections answer as before.
-async fn an_event_takes_at_most_its_limit_of_corrections(backend: Backend) {
+/// A server with the checkout contract and `order_1` stored: the app, the event, its id
+/// and its supersessions path.
+async fn stored_order(
+    backend: Backend,
+) -> (crate::helpers::TestApp, serde_json::Value, String, String) {
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
     let original = checkout_event("order_1");
@@ -287,6 +282,13 @@ async fn an_event_takes_at_most_its_limit_of_corrections(backend: Backend) {
         .expect("id")
         .to_string();
     let path = format!("/events/checkout_completed/{id}/supersessions");
+    (app, original, id, path)
+}
+
+/// An event's history is bounded: the correction past the limit is a `409` naming the
+/// event, nothing is stored, and retries of stored corrections answer as before.
+async fn an_event_takes_at_most_its_limit_of_corrections(backend: Backend) {
+    let (app, original, id, path) = stored_order(backend).await;
     let correction = |n: usize| {
         let mut corrected = original.clone();
         corrected["note"] = json!(format!("correction {n}"));
