@@ -147,7 +147,7 @@ impl Stratified {
                     .get(&(v, metric.name.clone(), arm.to_string()))
                     .map(|sums| sums.event_time.clone())
                     .unwrap_or_default();
-                let (m, var) = stratum_estimate(metric.kind, n, &s)?;
+                let (m, var) = value_estimate(metric.kind, n, &s)?;
                 value += w * m;
                 variance += w * w * var;
             }
@@ -173,6 +173,12 @@ impl Stratified {
                 .sum()
         };
         let control = &campaign.arms.control().key;
+        // The control's estimate of each metric, which every other arm's lift divides by.
+        let of_control: Vec<Option<(f64, f64)>> = campaign
+            .metrics
+            .iter()
+            .map(|metric| estimate(metric, control))
+            .collect();
         let arms = campaign
             .arms
             .iter()
@@ -181,9 +187,14 @@ impl Stratified {
                 let metrics = campaign
                     .metrics
                     .iter()
-                    .map(|metric| {
-                        let mine = estimate(metric, &arm.key);
-                        let lift = match (is_control, mine, estimate(metric, control)) {
+                    .zip(&of_control)
+                    .map(|(metric, &theirs)| {
+                        let mine = if is_control {
+                            theirs
+                        } else {
+                            estimate(metric, &arm.key)
+                        };
+                        let lift = match (is_control, mine, theirs) {
                             (false, Some(t), Some(c)) => {
                                 let null = (metric.kind == MetricKind::Conversion)
                                     .then(|| null_variance(&arm.key, control, &metric.name));
@@ -193,13 +204,9 @@ impl Stratified {
                         };
                         let entry = StratifiedMetric {
                             value: mine.map(|(m, _)| m),
-                            value_ci: mine.and_then(|(m, var)| {
-                                let half = Z_95 * var.sqrt();
-                                half.is_finite().then_some(Interval {
-                                    low: m - half,
-                                    high: m + half,
-                                })
-                            }),
+                            value_ci: mine
+                                .and_then(|(m, var)| normal_interval(m, var))
+                                .map(|(low, high)| Interval { low, high }),
                             lift,
                         };
                         (metric.name.clone(), entry)
@@ -220,10 +227,10 @@ impl Stratified {
     }
 }
 
-/// One arm's value in one version and the variance of that value (`n ≥ 2`): a rate
-/// with `p(1−p)/n`, or a mean of per-unit totals with `s²/n`. `None` for a sum metric
-/// whose values are unavailable.
-fn stratum_estimate(kind: MetricKind, n: u64, s: &WindowSums) -> Option<(f64, f64)> {
+/// One arm's value and the variance of that value: a rate with `p(1−p)/n`, or a mean of
+/// per-unit totals with `s²/n` (`n ≥ 2`). `None` for a sum metric whose values are
+/// unavailable, or without the units to estimate it.
+fn value_estimate(kind: MetricKind, n: u64, s: &WindowSums) -> Option<(f64, f64)> {
     match kind {
         MetricKind::Conversion => {
             let p = Proportion::new(s.units_with_events as u64, n).ok()?.rate();
@@ -803,18 +810,13 @@ const Z_95: f64 = 1.959_963_984_540_054;
 /// The arm's own value with a 95% normal-approximation interval: `p ± z·√(p(1−p)/n)` for
 /// conversion rates, `mean ± z·s/√n` of the per-unit totals for count and sum metrics.
 fn value_interval(kind: MetricKind, units: u64, s: &WindowSums) -> Option<(f64, f64)> {
-    let (centre, variance_of_mean) = match kind {
-        MetricKind::Conversion => {
-            let p = Proportion::new(s.units_with_events as u64, units)
-                .ok()?
-                .rate();
-            (p, p * (1.0 - p) / units as f64)
-        }
-        MetricKind::Count => per_unit_moments(units, s.events, s.events_sq)?,
-        MetricKind::Sum if !s.values_finite() => return None,
-        MetricKind::Sum => per_unit_moments(units, s.value, s.value_sq)?,
-    };
-    let half = Z_95 * variance_of_mean.sqrt();
+    let (centre, variance) = value_estimate(kind, units, s)?;
+    normal_interval(centre, variance)
+}
+
+/// `centre ± z·√variance` at 95%, when finite.
+fn normal_interval(centre: f64, variance: f64) -> Option<(f64, f64)> {
+    let half = Z_95 * variance.sqrt();
     half.is_finite().then_some((centre - half, centre + half))
 }
 

@@ -185,23 +185,14 @@ impl Lift {
 /// - `Var(r) = 0` (e.g. `p_t = 0`, or both rates 0 or 1): the interval is `None`, since a
 ///   zero-width interval would claim a certainty the data cannot give.
 pub fn proportion_lift(control: Proportion, treatment: Proportion, level: ConfidenceLevel) -> Lift {
-    let (p_c, p_t) = (control.rate(), treatment.rate());
     let (n_c, n_t) = (control.units as f64, treatment.units as f64);
     let pooled = (control.conversions + treatment.conversions) as f64 / (n_c + n_t);
-    let pooled_se = (pooled * (1.0 - pooled) * (1.0 / n_t + 1.0 / n_c)).sqrt();
-    let statistic = (pooled_se > 0.0).then(|| (p_t - p_c) / pooled_se);
-    let p_value = statistic.and_then(dist::normal_two_sided_p);
-    let z = dist::normal_quantile(1.0 - level.alpha() / 2.0);
-    let interval = z.and_then(|z| {
-        delta_method_interval(
-            p_c,
-            p_t,
-            control.variance_of_rate(),
-            treatment.variance_of_rate(),
-            z,
-        )
-    });
-    Lift::of((p_c, p_t), interval, (statistic, p_value, None), level)
+    z_lift(
+        (control.rate(), control.variance_of_rate()),
+        (treatment.rate(), treatment.variance_of_rate()),
+        pooled * (1.0 - pooled) * (1.0 / n_t + 1.0 / n_c),
+        level,
+    )
 }
 
 /// Compares two means with Welch's unequal-variance t-test.
@@ -284,17 +275,24 @@ pub fn estimate_lift(
     if v_c < 0.0 || v_t < 0.0 || v_0 < 0.0 {
         return Err(StatsError::NegativeVariance(v_c.min(v_t).min(v_0)));
     }
+    Ok(z_lift((m_c, v_c), (m_t, v_t), v_0, level))
+}
+
+/// The z-test of two estimates (their values and the variances of those values) on the
+/// variance of their difference under no effect `v_0`, with the normal delta-method
+/// interval on their own variances: the two-proportion test's and the stratified one's.
+fn z_lift(
+    (m_c, v_c): (f64, f64),
+    (m_t, v_t): (f64, f64),
+    v_0: f64,
+    level: ConfidenceLevel,
+) -> Lift {
     let se = v_0.sqrt();
     let statistic = (se > 0.0).then(|| (m_t - m_c) / se);
     let p_value = statistic.and_then(dist::normal_two_sided_p);
     let z = dist::normal_quantile(1.0 - level.alpha() / 2.0);
     let interval = z.and_then(|z| delta_method_interval(m_c, m_t, v_c, v_t, z));
-    Ok(Lift::of(
-        (m_c, m_t),
-        interval,
-        (statistic, p_value, None),
-        level,
-    ))
+    Lift::of((m_c, m_t), interval, (statistic, p_value, None), level)
 }
 
 impl Lift {
