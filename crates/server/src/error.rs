@@ -198,6 +198,11 @@ impl ApiError {
     pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
     }
+
+    /// 400 `invalid_parameter` naming the query or path parameter `field`.
+    pub fn invalid_parameter(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", message).with_field(field)
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -306,12 +311,10 @@ pub(crate) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u
     if (1..=max).contains(&limit) {
         Ok(limit)
     } else {
-        Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_parameter",
+        Err(ApiError::invalid_parameter(
+            "limit",
             format!("limit must be 1–{max}"),
-        )
-        .with_field("limit"))
+        ))
     }
 }
 
@@ -324,12 +327,7 @@ pub(crate) fn page_cursor<'a, T>(
     cursor
         .map(|text| {
             parse(text).ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_parameter",
-                    "cursor is not one this API gave",
-                )
-                .with_field("cursor")
+                ApiError::invalid_parameter("cursor", "cursor is not one this API gave")
             })
         })
         .transpose()

@@ -3,7 +3,6 @@
 //! rendered by the web page and read by the demo.
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use axum::Json;
 use traqlyte_experiments::report::{ReportInput, Stratified};
 use traqlyte_experiments::{CampaignId, Report};
@@ -75,15 +74,13 @@ async fn build_of(
     let published = versions.len();
     if let Some(wanted) = version {
         if !versions.iter().any(|v| v.version == wanted) {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_parameter",
+            return Err(ApiError::invalid_parameter(
+                "version",
                 format!(
                     "campaign {} has versions 1 to {published}; version {wanted} was never published",
                     campaign_id.as_str()
                 ),
-            )
-            .with_field("version"));
+            ));
         }
         versions.retain(|v| v.version == wanted);
         units_by_version.retain(|row| row.version == wanted);

@@ -142,7 +142,7 @@ fn within_cells(series: usize, buckets: i64) -> Result<(), ApiError> {
     if cells <= TREND_CELLS_MAX {
         return Ok(());
     }
-    Err(bad(
+    Err(ApiError::invalid_parameter(
         "contract",
         format!(
             "the range holds {series} series of {buckets} buckets, more than {TREND_CELLS_MAX} in all; name a contract or a source, use a wider bucket or a shorter range"
@@ -156,12 +156,10 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
         text.as_deref()
             .map(|t| {
                 parse_rfc3339_micros(t).map_err(|e| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "invalid_parameter",
+                    ApiError::invalid_parameter(
+                        field,
                         format!("{field} must be an RFC 3339 time: {e}"),
                     )
-                    .with_field(field)
                 })
             })
             .transpose()
@@ -171,14 +169,20 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
         "hour" => Bucket::Hour,
         "day" => Bucket::Day,
         _ => {
-            return Err(bad("bucket", "bucket must be minute, hour or day"));
+            return Err(ApiError::invalid_parameter(
+                "bucket",
+                "bucket must be minute, hour or day",
+            ));
         }
     };
     let width = bucket.width_us();
     let until = time(&params.until, "until")?.unwrap_or(now);
     let since = time(&params.since, "since")?.unwrap_or(until - 86_400_000_000);
     if since >= until {
-        return Err(bad("since", "since must be before until"));
+        return Err(ApiError::invalid_parameter(
+            "since",
+            "since must be before until",
+        ));
     }
     // Whole buckets at both ends: a rolled-up tally row stands for its whole minute, so
     // a range ending inside a minute counted that minute in part before the roll-up and
@@ -186,7 +190,7 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
     let since = since.div_euclid(width) * width;
     let until = until.saturating_add(width - 1).div_euclid(width) * width;
     if (until - since) / width > TREND_BUCKETS_MAX {
-        return Err(bad(
+        return Err(ApiError::invalid_parameter(
             "bucket",
             format!("the range spans more than {TREND_BUCKETS_MAX} buckets; use a wider bucket or a shorter range"),
         ));
@@ -200,7 +204,7 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
         } else {
             "until"
         };
-        return Err(bad(
+        return Err(ApiError::invalid_parameter(
             field,
             "minute buckets reach back 48 hours (older counts are kept per hour); use bucket=hour or a later since",
         ));
@@ -208,7 +212,7 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
     let source = match params.source.as_deref() {
         None => None,
         Some(text) => Some(IngestSource::parse(text).ok_or_else(|| {
-            bad(
+            ApiError::invalid_parameter(
                 "source",
                 "source must be http, segment:{source_id}, nats:{stream} or backfill",
             )
@@ -221,10 +225,6 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
         contract: params.contract.clone(),
         source,
     })
-}
-
-fn bad(field: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "invalid_parameter", message).with_field(field)
 }
 
 /// Rows of the store into series with every bucket of the range (pure).
@@ -368,10 +368,9 @@ pub(crate) async fn collisions(
         crate::error::page_limit(params.limit, COLLISIONS_PAGE_DEFAULT, COLLISIONS_PAGE_MAX)?;
     let since_us = match params.since.as_deref() {
         None => None,
-        Some(t) => Some(
-            parse_rfc3339_micros(t)
-                .map_err(|e| bad("since", format!("since must be an RFC 3339 time: {e}")))?,
-        ),
+        Some(t) => Some(parse_rfc3339_micros(t).map_err(|e| {
+            ApiError::invalid_parameter("since", format!("since must be an RFC 3339 time: {e}"))
+        })?),
     };
     let before = crate::error::page_cursor(params.cursor.as_deref(), parse_cursor)?;
     let query = CollisionsQuery {

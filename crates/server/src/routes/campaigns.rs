@@ -46,11 +46,8 @@ pub(crate) async fn create(
     let created = tx
         .create_campaign(&tenant, &new, now_us())
         .await
-        .map_err(|err| match err {
-            // The one conflict of a creation: the campaign key is taken.
-            traqlyte_store::StoreError::Conflict { .. } => ApiError::from(err).with_field("key"),
-            other => ApiError::from(other),
-        })?;
+        // The one conflict of a creation: the campaign key is taken.
+        .map_err(conflict_names("key"))?;
     work.finish(tx).await?;
     let campaign = match created {
         traqlyte_store::CampaignCreated::New(campaign) => campaign,
@@ -90,6 +87,15 @@ pub(crate) async fn show(
         .latest_versions(&tenant, std::slice::from_ref(&id))
         .await?;
     Ok(Json(campaign_json(&campaign, latest.first())))
+}
+
+/// The store's error as the API answers it, a conflict naming `field`: the input the
+/// route's one conflict is about.
+fn conflict_names(field: &'static str) -> impl Fn(StoreError) -> ApiError {
+    move |err| match err {
+        StoreError::Conflict { .. } => ApiError::from(err).with_field(field),
+        other => other.into(),
+    }
 }
 
 /// The answer of `GET /campaigns/{id}/versions`.
@@ -177,13 +183,8 @@ pub(crate) async fn publish(
     let version = tx
         .publish_campaign(&tenant, &id, arms.as_ref(), note.as_deref(), now_us())
         .await
-        .map_err(|err| match err {
-            StoreError::Conflict {
-                code: "version_limit",
-                ..
-            } => ApiError::from(err).with_field("id"),
-            other => other.into(),
-        })?
+        // The one conflict of a publication: the campaign has all its versions.
+        .map_err(conflict_names("id"))?
         .ok_or_else(|| missing(&id))?;
     #[cfg(feature = "test-hooks")]
     if state.config.test_publish_delay_ms > 0 {

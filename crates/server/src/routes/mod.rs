@@ -131,14 +131,8 @@ fn query_refusal(status: StatusCode, message: &str) -> Option<ApiError> {
         && field
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    (status == StatusCode::BAD_REQUEST && named).then(|| {
-        ApiError::new(
-            status,
-            "invalid_parameter",
-            format!("query parameter {field}: {reason}"),
-        )
-        .with_field(field)
-    })
+    (status == StatusCode::BAD_REQUEST && named)
+        .then(|| ApiError::invalid_parameter(field, format!("query parameter {field}: {reason}")))
 }
 
 /// The trace span of one request: its method and path, without the query string.

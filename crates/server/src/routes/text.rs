@@ -20,7 +20,6 @@
 
 use axum::extract::{FromRequestParts, Query, RawPathParams, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 // The rule as error messages state it: the same words the body newtypes use.
@@ -38,12 +37,10 @@ pub(crate) async fn reject_nul_parameters(request: Request, next: Next) -> Respo
         return next.run(Request::from_parts(parts, body)).await;
     };
     tracing::debug!(path = %parts.uri.path(), parameter = %parameter.escape_debug(), "NUL in a parameter refused");
-    let err = ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_parameter",
+    let err = ApiError::invalid_parameter(
+        parameter.clone(),
         format!("parameter {parameter:?} is invalid: {NUL_RULE}"),
-    )
-    .with_field(parameter);
+    );
     let path = parts.uri.path();
     if path == "/ui" || path.starts_with("/ui/") {
         crate::ui::error_response(err)
