@@ -52,9 +52,35 @@ pub(crate) const PG_SELECT_CAMPAIGNS_BY_ID: &str =
 const SELECT_CAMPAIGNS_IN: &str =
     "SELECT campaign_id, campaign_key, name, arms, metrics, salt, created_at_us
      FROM campaigns WHERE tenant_id = ? AND campaign_id IN";
-/// [`SELECT_CAMPAIGNS_IN`] with `count` placeholders (SQLite has no array parameter).
-fn campaigns_in_sql(count: usize) -> String {
-    format!("{SELECT_CAMPAIGNS_IN} ({})", vec!["?"; count].join(","))
+/// The tenant's campaigns among `ids` on PostgreSQL, through a pool or a transaction.
+async fn pg_campaigns_by_id<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    tenant: &TenantId,
+    ids: &[CampaignId],
+) -> Result<Vec<Campaign>, StoreError> {
+    let texts: Vec<&str> = ids.iter().map(CampaignId::as_str).collect();
+    let rows: Vec<CampaignRow> = sqlx::query_as(PG_SELECT_CAMPAIGNS_BY_ID)
+        .bind(tenant.as_str())
+        .bind(&texts)
+        .fetch_all(executor)
+        .await?;
+    rows.into_iter().map(Campaign::try_from).collect()
+}
+
+/// The same on SQLite: [`SELECT_CAMPAIGNS_IN`] with one placeholder an id (SQLite has no
+/// array parameter).
+async fn sqlite_campaigns_by_id<'e>(
+    executor: impl sqlx::SqliteExecutor<'e>,
+    tenant: &TenantId,
+    ids: &[CampaignId],
+) -> Result<Vec<Campaign>, StoreError> {
+    let sql = format!("{SELECT_CAMPAIGNS_IN} ({})", vec!["?"; ids.len()].join(","));
+    let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
+    for id in ids {
+        query = query.bind(id.as_str());
+    }
+    let rows: Vec<CampaignRow> = query.fetch_all(executor).await?;
+    rows.into_iter().map(Campaign::try_from).collect()
 }
 
 const INSERT_CAMPAIGN: &str = "INSERT INTO campaigns
@@ -91,25 +117,10 @@ impl Store {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let texts: Vec<&str> = ids.iter().map(CampaignId::as_str).collect();
-        let rows: Vec<CampaignRow> = match &self.backend {
-            crate::Backend::Postgres(pg) => {
-                sqlx::query_as(PG_SELECT_CAMPAIGNS_BY_ID)
-                    .bind(tenant.as_str())
-                    .bind(&texts)
-                    .fetch_all(&pg.pool)
-                    .await?
-            }
-            crate::Backend::Sqlite(lite) => {
-                let sql = campaigns_in_sql(texts.len());
-                let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
-                for id in &texts {
-                    query = query.bind(*id);
-                }
-                query.fetch_all(&lite.reader).await?
-            }
-        };
-        rows.into_iter().map(Campaign::try_from).collect()
+        match &self.backend {
+            crate::Backend::Postgres(pg) => pg_campaigns_by_id(&pg.pool, tenant, ids).await,
+            crate::Backend::Sqlite(lite) => sqlite_campaigns_by_id(&lite.reader, tenant, ids).await,
+        }
     }
 
     /// A tenant's campaigns, newest first, at most `rows_max`.
@@ -153,7 +164,7 @@ impl Store {
         after: i64,
         limit: u32,
     ) -> Result<(Vec<CampaignVersion>, bool), StoreError> {
-        let mut rows: Vec<VersionRow> = with_pool!(self, reader, |pool| {
+        let rows: Vec<VersionRow> = with_pool!(self, reader, |pool| {
             sqlx::query_as(SELECT_VERSIONS_PAGE)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str())
@@ -162,8 +173,7 @@ impl Store {
                 .fetch_all(pool)
                 .await?
         });
-        let more = rows.len() > limit as usize;
-        rows.truncate(limit as usize);
+        let (rows, more) = crate::page_of(rows, limit);
         let versions = rows
             .into_iter()
             .map(CampaignVersion::try_from)
@@ -197,25 +207,10 @@ impl StoreTx {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let texts: Vec<&str> = ids.iter().map(CampaignId::as_str).collect();
-        let rows: Vec<CampaignRow> = match &mut self.inner {
-            TxInner::Postgres(conn) => {
-                sqlx::query_as(PG_SELECT_CAMPAIGNS_BY_ID)
-                    .bind(tenant.as_str())
-                    .bind(&texts)
-                    .fetch_all(&mut **conn)
-                    .await?
-            }
-            TxInner::Sqlite(conn) => {
-                let sql = campaigns_in_sql(texts.len());
-                let mut query = sqlx::query_as(&sql).bind(tenant.as_str());
-                for id in &texts {
-                    query = query.bind(*id);
-                }
-                query.fetch_all(&mut **conn).await?
-            }
-        };
-        rows.into_iter().map(Campaign::try_from).collect()
+        match &mut self.inner {
+            TxInner::Postgres(conn) => pg_campaigns_by_id(&mut **conn, tenant, ids).await,
+            TxInner::Sqlite(conn) => sqlite_campaigns_by_id(&mut **conn, tenant, ids).await,
+        }
     }
 
     /// Creates a campaign with a fresh random salt, or returns the campaign of the same

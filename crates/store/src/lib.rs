@@ -293,10 +293,9 @@ impl Store {
         .bind(i64::from(limit) + 1)
         .fetch_all(pool)
         .await)?;
-        let more = definitions.len() > limit as usize;
+        let (definitions, more) = page_of(definitions, limit);
         let contracts = definitions
             .iter()
-            .take(limit as usize)
             .map(|text| parse_definition(text))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((contracts, more))
@@ -348,6 +347,14 @@ impl Store {
         let (rows, _) = self.collisions_page(tenant, &query).await?;
         rows.into_iter().map(CollisionRecord::try_from).collect()
     }
+}
+
+/// A page read with one row more than `limit` (`LIMIT limit + 1`): its first `limit` rows,
+/// and whether more follow.
+pub(crate) fn page_of<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    (rows, more)
 }
 
 fn parse_definition(text: &str) -> Result<Contract, StoreError> {
