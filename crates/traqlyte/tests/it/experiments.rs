@@ -57,6 +57,16 @@ pub(crate) async fn create_published(app: &TestApp, body: &Value) -> String {
     id
 }
 
+/// Publishes `campaign` again with weights 1 (control) and `treatment`; the new version.
+pub(crate) async fn reweight(app: &TestApp, campaign: &str, treatment: u32) -> Value {
+    let body = json!({"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": treatment}]});
+    let answer = app
+        .post_json(&format!("/campaigns/{campaign}/publish"), &body)
+        .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    answer.body
+}
+
 pub(crate) async fn assign(app: &TestApp, campaign: &str, unit: &str) -> Value {
     let answer = app
         .post_json(
@@ -858,13 +868,8 @@ async fn a_report_of_one_version_counts_only_the_units_assigned_under_it(backend
         }
         record(&assignment, true);
     }
-    let reweighted = app
-        .post_raw(
-            &format!("/campaigns/{campaign}/publish"),
-            r#"{"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 9}]}"#,
-        )
-        .await;
-    assert_eq!(reweighted.body["version"], 2, "{}", reweighted.body);
+    let reweighted = reweight(&app, &campaign, 9).await;
+    assert_eq!(reweighted["version"], 2, "{reweighted}");
     for unit in 0..120 {
         let assignment = assign(&app, &campaign, &format!("v2-{unit}")).await;
         record(&assignment, false);
@@ -1050,18 +1055,7 @@ async fn after_a_reweighting_the_stratified_lift_compares_arms_within_each_versi
         before.get("stratified").is_none(),
         "one weighting: {before}"
     );
-    let reweighted = app
-        .post_raw(
-            &format!("/campaigns/{campaign}/publish"),
-            r#"{"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 9}]}"#,
-        )
-        .await;
-    assert_eq!(
-        reweighted.status,
-        StatusCode::CREATED,
-        "{}",
-        reweighted.body
-    );
+    reweight(&app, &campaign, 9).await;
     // Version 2: every other unit of each arm converts.
     let mut units: HashMap<String, (u64, u64)> = HashMap::new();
     for unit in 0..300 {

@@ -257,18 +257,7 @@ async fn an_assignment_batch_gives_each_unit_the_arm_single_requests_give_and_st
         singles.push(answer.body);
     }
     // Reweighted before the batch: its new units must be bucketed with version 2's arms.
-    let reweighted = app
-        .post_json(
-            &format!("/campaigns/{second}/publish"),
-            &json!({"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 9}]}),
-        )
-        .await;
-    assert_eq!(
-        reweighted.status,
-        StatusCode::CREATED,
-        "{}",
-        reweighted.body
-    );
+    crate::experiments::reweight(&app, &second, 9).await;
     // Known units, new units of two campaigns, a repeat inside the batch, and refusals.
     let mut items = units(&first, 0..40);
     items.extend(units(&second, 0..20));

@@ -28,19 +28,34 @@ fn revenue(report: &Value, arm: &str) -> (Value, Value) {
     (m["value"].clone(), m["arrival_time"]["value"].clone())
 }
 
-async fn a_corrected_outcome_changes_the_report_and_keeps_its_history(backend: Backend) {
-    let app = spawn_app(backend).await;
-    let campaign = published_campaign(&app, [1, 1]).await;
-    let unit = assign(&app, &campaign, "user-1").await;
-    let arm = unit["arm"].as_str().expect("arm").to_string();
+/// A published campaign with `user-1` assigned and a revenue outcome of 100 stored: the
+/// campaign, the assignment, the outcome's body, its first answer and its `outcome_id`.
+async fn stored_revenue(
+    app: &crate::helpers::TestApp,
+) -> (
+    String,
+    Value,
+    Value,
+    (StatusCode, Option<String>, Vec<u8>),
+    String,
+) {
+    let campaign = published_campaign(app, [1, 1]).await;
+    let unit = assign(app, &campaign, "user-1").await;
     let body = outcome(&unit, "prod:checkout:order_1", "revenue", Some(100.0));
-    let first = post_outcome_bytes(&app, &body).await;
+    let first = post_outcome_bytes(app, &body).await;
     assert_eq!(first.0, StatusCode::OK);
     let answered: Value = serde_json::from_slice(&first.2).expect("json");
     let id = answered["outcome_id"]
         .as_str()
         .expect("an outcome_id")
         .to_string();
+    (campaign, unit, body, first, id)
+}
+
+async fn a_corrected_outcome_changes_the_report_and_keeps_its_history(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (campaign, unit, body, first, id) = stored_revenue(&app).await;
+    let arm = unit["arm"].as_str().expect("arm").to_string();
     assert!(id.starts_with("out_") && id.len() == 36, "{id}");
     let before = report(&app, &campaign).await;
     assert_eq!(revenue(&before, &arm), (json!(100.0), json!(100.0)));
@@ -372,13 +387,8 @@ async fn only_sum_outcomes_take_corrections(backend: Backend) {
 async fn an_outcome_takes_at_most_its_limit_of_corrections(backend: Backend) {
     use traqlyte_store::outcome_corrections::CORRECTIONS_PER_OUTCOME_MAX;
     let app = spawn_app(backend).await;
-    let campaign = published_campaign(&app, [1, 1]).await;
-    let unit = assign(&app, &campaign, "user-1").await;
+    let (campaign, unit, _, _, id) = stored_revenue(&app).await;
     let arm = unit["arm"].as_str().expect("arm").to_string();
-    let body = outcome(&unit, "prod:checkout:order_1", "revenue", Some(100.0));
-    let first = post_outcome_bytes(&app, &body).await;
-    let answered: Value = serde_json::from_slice(&first.2).expect("json");
-    let id = answered["outcome_id"].as_str().expect("an outcome_id");
     let path = format!("/outcomes/{id}/supersessions");
     let correction = |n: i64| json!({"value": n as f64, "reason": format!("correction {n}")});
     for n in 1..=CORRECTIONS_PER_OUTCOME_MAX {

@@ -321,14 +321,10 @@ mod postgres_only {
     }
 }
 
-/// A late event whose old day needs a table waits for the lock of partition changes at
-/// most 5 s; another process holding it longer (a maintenance run) makes the request
-/// `503 store_busy`, retryable, with nothing written, and the same event is stored once
-/// the lock is free.
-async fn a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault() {
+/// A connection of its own holding the lock of partition changes (as a maintenance run
+/// or a long backfill does) until it is closed or dropped.
+async fn hold_partition_changes(app: &TestApp) -> sqlx::PgConnection {
     use sqlx::Connection;
-    let app = spawn_app(Backend::Postgres).await;
-    app.register_checkout_contract().await;
     let mut holder = sqlx::PgConnection::connect(app.database_url())
         .await
         .expect("connect");
@@ -337,6 +333,18 @@ async fn a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault() {
         .execute(&mut holder)
         .await
         .expect("hold partition changes");
+    holder
+}
+
+/// A late event whose old day needs a table waits for the lock of partition changes at
+/// most 5 s; another process holding it longer (a maintenance run) makes the request
+/// `503 store_busy`, retryable, with nothing written, and the same event is stored once
+/// the lock is free.
+async fn a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault() {
+    use sqlx::Connection;
+    let app = spawn_app(Backend::Postgres).await;
+    app.register_checkout_contract().await;
+    let holder = hold_partition_changes(&app).await;
     let late = event_at("order_late_busy", traqlyte_store::now_us() - 60 * DAY_US);
     let busy = app.post_event(&late).await;
     assert_eq!(
@@ -428,16 +436,8 @@ async fn a_day_between_attached_ones_never_gets_a_detached_table() {
 /// gives up on its run after the 5 s lock timeout and serves with the partitions that
 /// exist, instead of exiting.
 async fn serve_starts_while_another_process_holds_partition_maintenance() {
-    use sqlx::Connection;
     let app = spawn_refusing_app(Backend::Postgres).await;
-    let mut holder = sqlx::PgConnection::connect(app.database_url())
-        .await
-        .expect("connect");
-    sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(traqlyte_store::partitions::PARTITION_LOCK_KEY)
-        .execute(&mut holder)
-        .await
-        .expect("hold maintenance");
+    let _holder = hold_partition_changes(&app).await;
     let started = std::time::Instant::now();
     let server = crate::helpers::ServerProcess::start(app.database_url(), &[]);
     // It did wait for the lock (5 s, then gave up), rather than never asking for it.

@@ -19,18 +19,11 @@ crate::on_both_backends!(
 async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_retry(
     backend: Backend,
 ) {
-    let app = spawn_app(backend).await;
-    app.register_checkout_contract().await;
-    let original = checkout_event("order_1");
-    let id = app.post_event(&original).await.body["event_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let (app, original, id, path) = stored_order(backend, "order_1").await;
     let mut corrected = original.clone();
     corrected["note"] = json!("amount confirmed by the merchant");
     assert_eq!(app.post_event(&corrected).await.code(), "collision");
 
-    let path = format!("/events/checkout_completed/{id}/supersessions");
     let body = json!({"event": corrected, "reason": "merchant correction"});
     let first = app.post_json(&path, &body).await;
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
@@ -66,7 +59,7 @@ async fn a_collision_is_corrected_by_supersession_and_the_corrected_resend_is_a_
 }
 
 async fn a_supersession_must_keep_the_identity_and_name_a_stored_event(backend: Backend) {
-    let (app, original, id, path) = stored_order(backend).await;
+    let (app, original, id, path) = stored_order(backend, "order_1").await;
     let other_identity = app
         .post_json(&path, &json!({"event": checkout_event("order_2")}))
         .await;
@@ -162,12 +155,8 @@ async fn an_event_as_deep_as_the_limit_allows_can_be_corrected(backend: Backend)
 /// Corrections of one event sent at once take turns: each names the one before it, never
 /// two the same version, and the history lists them in that order.
 async fn concurrent_corrections_of_one_event_form_one_chain(backend: Backend) {
-    let app = spawn_app(backend).await;
-    app.register_checkout_contract().await;
-    let original = checkout_event("order_1");
-    let stored = app.post_event(&original).await;
-    let id = stored.body["event_id"].as_str().expect("id").to_string();
-    let url = app.url(&format!("/events/checkout_completed/{id}/supersessions"));
+    let (app, original, id, path) = stored_order(backend, "order_1").await;
+    let url = app.url(&path);
     let mut posts = Vec::new();
     for i in 0..8 {
         let mut corrected = original.clone();
@@ -202,14 +191,7 @@ async fn concurrent_corrections_of_one_event_form_one_chain(backend: Backend) {
 /// back) is a `409 supersession_conflict` naming C, not `200 unchanged` (which claimed the
 /// event held B while it kept C). C again is `unchanged`.
 async fn an_earlier_correction_sent_again_is_a_conflict_not_unchanged(backend: Backend) {
-    let app = spawn_app(backend).await;
-    app.register_checkout_contract().await;
-    let original = checkout_event("order_back");
-    let id = app.post_event(&original).await.body["event_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    let path = format!("/events/checkout_completed/{id}/supersessions");
+    let (app, original, id, path) = stored_order(backend, "order_back").await;
     let version = |note: &str| {
         let mut event = original.clone();
         event["note"] = json!(note);
@@ -269,14 +251,15 @@ async fn a_first_correction_never_sorts_before_the_event_it_corrects(backend: Ba
     assert!(superseded > received, "{superseded} <= {received}");
 }
 
-/// A server with the checkout contract and `order_1` stored: the app, the event, its id
+/// A server with the checkout contract and `order` stored: the app, the event, its id
 /// and its supersessions path.
 async fn stored_order(
     backend: Backend,
+    order: &str,
 ) -> (crate::helpers::TestApp, serde_json::Value, String, String) {
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
-    let original = checkout_event("order_1");
+    let original = checkout_event(order);
     let id = app.post_event(&original).await.body["event_id"]
         .as_str()
         .expect("id")
@@ -288,7 +271,7 @@ async fn stored_order(
 /// An event's history is bounded: the correction past the limit is a `409` naming the
 /// event, nothing is stored, and retries of stored corrections answer as before.
 async fn an_event_takes_at_most_its_limit_of_corrections(backend: Backend) {
-    let (app, original, id, path) = stored_order(backend).await;
+    let (app, original, id, path) = stored_order(backend, "order_1").await;
     let correction = |n: usize| {
         let mut corrected = original.clone();
         corrected["note"] = json!(format!("correction {n}"));

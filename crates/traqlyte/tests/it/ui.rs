@@ -34,18 +34,7 @@ async fn the_campaign_page_in_chromium_shows_the_numbers_of_the_json_report(back
     // A reweighting with a unit assigned after it: the report then holds a verdict
     // whatever the random arms did (weights_changed), so the page's verdicts are checked
     // against a list that is never empty.
-    let reweighted = app
-        .post_raw(
-            &format!("/campaigns/{campaign}/publish"),
-            r#"{"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 3}]}"#,
-        )
-        .await;
-    assert_eq!(
-        reweighted.status,
-        StatusCode::CREATED,
-        "{}",
-        reweighted.body
-    );
+    crate::experiments::reweight(&app, &campaign, 3).await;
     // Forty units after it: both arms hold at least 2 of them but for a chance of about
     // 1 in 7,000, so the stratified figures weigh both versions.
     for unit in 0..40 {
@@ -566,11 +555,7 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
         .unwrap_or("")
         .starts_with("text/html"));
     // Published with other weights, the list shows the weights units get now.
-    app.post_raw(
-        &format!("/campaigns/{created}/publish"),
-        r#"{"arms": [{"key": "control", "weight": 1}, {"key": "treatment", "weight": 9}]}"#,
-    )
-    .await;
+    crate::experiments::reweight(&app, &created, 9).await;
     let listed = page("/ui/campaigns", &session).await.expect("get");
     let html = listed.text().await.expect("text");
     assert!(html.contains("treatment (9)"), "{html}");
