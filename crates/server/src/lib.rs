@@ -320,11 +320,7 @@ async fn purge_idempotency_keys(state: AppState) {
     let mut ticker = tokio::time::interval(every);
     loop {
         ticker.tick().await;
-        match state
-            .store
-            .idempotency_purge(traqlyte_store::now_us().saturating_sub(retention_us))
-            .await
-        {
+        match state.store.idempotency_purge(retention_us).await {
             Ok(0) => {}
             Ok(purged) => tracing::info!(purged, "idempotency keys purged"),
             Err(err) => tracing::warn!(error = %err, "idempotency purge failed"),

@@ -1,6 +1,10 @@
 //! Storage of transport idempotency keys (layer 2). The decisions (replay, reused key,
 //! in flight, stale) are made by the server's idempotency layer from these rows; the
 //! guarantees come from the primary key `(tenant_id, idem_key)` and the `owner` token.
+//!
+//! Every age is measured on the store's clock, never a server's: a reservation is stamped,
+//! read, taken over and purged against the database's time, so servers whose clocks
+//! disagree still agree on whether a reservation is in flight or stale.
 
 use crate::model::random_hex;
 use crate::tx::{with_pool, with_tx};
@@ -67,15 +71,81 @@ pub struct KeyRecord {
     pub checksum: String,
     /// Token of the attempt holding the reservation.
     pub owner: OwnerToken,
-    /// When the current owner reserved it.
+    /// When the current owner reserved it, on the store's clock.
     pub reserved_at_us: i64,
+    /// The store's clock when this row was read: the reservation's age is
+    /// `read_at_us - reserved_at_us`, whatever the reading server's own clock says.
+    pub read_at_us: i64,
     /// The stored response, once the request completed.
     pub response: Option<StoredResponse>,
 }
 
-pub(crate) const SELECT_KEY: &str =
-    "SELECT checksum, owner, reserved_at_us, CAST(status AS BIGINT) AS status, headers, body
-     FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2";
+/// The store's clock in microseconds since the Unix epoch, as SQL on each backend.
+macro_rules! store_now_us {
+    (postgres) => {
+        "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+    };
+    (sqlite) => {
+        "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)"
+    };
+}
+
+/// A key's row and the store's time of the read, which its age is measured against.
+macro_rules! select_key {
+    ($backend:ident) => {
+        concat!(
+            "SELECT checksum, owner, reserved_at_us, CAST(status AS BIGINT) AS status, headers, body, ",
+            store_now_us!($backend),
+            " AS read_at_us FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2"
+        )
+    };
+}
+
+/// A reservation stamped with the store's time.
+macro_rules! insert_key {
+    ($backend:ident) => {
+        concat!(
+            "INSERT INTO idempotency_keys (tenant_id, idem_key, checksum, owner, reserved_at_us) VALUES ($1, $2, $3, $4, ",
+            store_now_us!($backend),
+            ") ON CONFLICT DO NOTHING"
+        )
+    };
+}
+
+/// A take-over by compare-and-set on the owner token, and only of a reservation at least
+/// `$5` µs old on the store's clock: a server whose clock runs ahead cannot take over a
+/// request that is still running.
+macro_rules! take_over_key {
+    ($backend:ident) => {
+        concat!(
+            "UPDATE idempotency_keys SET owner = $4, reserved_at_us = ",
+            store_now_us!($backend),
+            " WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL AND reserved_at_us <= ",
+            store_now_us!($backend),
+            " - $5"
+        )
+    };
+}
+
+/// Keys reserved more than `$1` µs ago on the store's clock.
+macro_rules! purge_keys {
+    ($backend:ident) => {
+        concat!(
+            "DELETE FROM idempotency_keys WHERE reserved_at_us < ",
+            store_now_us!($backend),
+            " - $1"
+        )
+    };
+}
+
+pub(crate) const PG_SELECT_KEY: &str = select_key!(postgres);
+const SQLITE_SELECT_KEY: &str = select_key!(sqlite);
+const PG_INSERT_KEY: &str = insert_key!(postgres);
+const SQLITE_INSERT_KEY: &str = insert_key!(sqlite);
+const PG_TAKE_OVER_KEY: &str = take_over_key!(postgres);
+const SQLITE_TAKE_OVER_KEY: &str = take_over_key!(sqlite);
+const PG_PURGE_KEYS: &str = purge_keys!(postgres);
+const SQLITE_PURGE_KEYS: &str = purge_keys!(sqlite);
 
 impl Store {
     /// The key's row, if any (one round trip).
@@ -85,8 +155,9 @@ impl Store {
         key: &IdempotencyKey,
     ) -> Result<Option<KeyRecord>, StoreError> {
         // SQLite readers see every committed row (WAL), so lookups never queue behind the writer.
+        let sql = self.by_backend(PG_SELECT_KEY, SQLITE_SELECT_KEY);
         with_pool!(self, reader, |pool| {
-            let row: Option<KeyRow> = sqlx::query_as(SELECT_KEY)
+            let row: Option<KeyRow> = sqlx::query_as(sql)
                 .bind(tenant.as_str())
                 .bind(key.as_str())
                 .fetch_optional(pool)
@@ -95,46 +166,50 @@ impl Store {
         })
     }
 
-    /// Inserts and commits a reservation; false when the key already exists.
+    /// Inserts and commits a reservation stamped with the store's time; false when the key
+    /// already exists.
     pub async fn idempotency_reserve(
         &self,
         tenant: &TenantId,
         key: &IdempotencyKey,
         checksum: &str,
         owner: &OwnerToken,
-        now_us: i64,
     ) -> Result<bool, StoreError> {
+        let sql = self.by_backend(PG_INSERT_KEY, SQLITE_INSERT_KEY);
         with_pool!(self, writer, |pool| {
-            let done = sqlx::query("INSERT INTO idempotency_keys (tenant_id, idem_key, checksum, owner, reserved_at_us)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
-                .bind(tenant.as_str()).bind(key.as_str()).bind(checksum).bind(owner.as_str()).bind(now_us)
-                .execute(pool).await?;
+            let done = sqlx::query(sql)
+                .bind(tenant.as_str())
+                .bind(key.as_str())
+                .bind(checksum)
+                .bind(owner.as_str())
+                .execute(pool)
+                .await?;
             Ok(done.rows_affected() == 1)
         })
     }
 
-    /// Takes over a stale reservation by compare-and-set on its owner token; true when
-    /// this caller won (exactly one concurrent taker can).
+    /// Takes over a reservation held by `stale_owner` that is at least `stale_after_us`
+    /// old on the store's clock, by compare-and-set on its owner token; true when this
+    /// caller won (exactly one concurrent taker can, and none while the reservation is
+    /// younger, whatever the caller's own clock says).
     pub async fn idempotency_take_over(
         &self,
         tenant: &TenantId,
         key: &IdempotencyKey,
         stale_owner: &OwnerToken,
         new_owner: &OwnerToken,
-        now_us: i64,
+        stale_after_us: i64,
     ) -> Result<bool, StoreError> {
+        let sql = self.by_backend(PG_TAKE_OVER_KEY, SQLITE_TAKE_OVER_KEY);
         with_pool!(self, writer, |pool| {
-            let done = sqlx::query(
-                "UPDATE idempotency_keys SET owner = $4, reserved_at_us = $5
-                 WHERE tenant_id = $1 AND idem_key = $2 AND owner = $3 AND status IS NULL",
-            )
-            .bind(tenant.as_str())
-            .bind(key.as_str())
-            .bind(stale_owner.as_str())
-            .bind(new_owner.as_str())
-            .bind(now_us)
-            .execute(pool)
-            .await?;
+            let done = sqlx::query(sql)
+                .bind(tenant.as_str())
+                .bind(key.as_str())
+                .bind(stale_owner.as_str())
+                .bind(new_owner.as_str())
+                .bind(stale_after_us)
+                .execute(pool)
+                .await?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -154,13 +229,12 @@ impl Store {
         })
     }
 
-    /// Deletes keys reserved before `before_us`; returns how many.
-    pub async fn idempotency_purge(&self, before_us: i64) -> Result<u64, StoreError> {
+    /// Deletes keys reserved more than `older_than_us` ago on the store's clock; returns
+    /// how many.
+    pub async fn idempotency_purge(&self, older_than_us: i64) -> Result<u64, StoreError> {
+        let sql = self.by_backend(PG_PURGE_KEYS, SQLITE_PURGE_KEYS);
         with_pool!(self, writer, |pool| {
-            let done = sqlx::query("DELETE FROM idempotency_keys WHERE reserved_at_us < $1")
-                .bind(before_us)
-                .execute(pool)
-                .await?;
+            let done = sqlx::query(sql).bind(older_than_us).execute(pool).await?;
             Ok(done.rows_affected())
         })
     }
@@ -196,6 +270,7 @@ struct KeyRow {
     checksum: String,
     owner: String,
     reserved_at_us: i64,
+    read_at_us: i64,
     status: Option<i64>,
     headers: Option<String>,
     body: Option<Vec<u8>>,
@@ -224,6 +299,7 @@ impl TryFrom<KeyRow> for KeyRecord {
             checksum: row.checksum,
             owner: OwnerToken(row.owner),
             reserved_at_us: row.reserved_at_us,
+            read_at_us: row.read_at_us,
             response,
         })
     }

@@ -222,6 +222,14 @@ impl Store {
         }
     }
 
+    /// The statement written for this store's backend, where the two differ.
+    pub(crate) fn by_backend(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => sqlite,
+            Backend::Postgres(_) => postgres,
+        }
+    }
+
     /// Checks that the database answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         tx::with_pool!(self, reader, |pool| sqlx::query("SELECT 1")

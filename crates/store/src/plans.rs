@@ -34,7 +34,7 @@ pub const LOOKUPS: &[(&str, &str, &str)] = &[
     ),
     (
         "an idempotency key",
-        crate::idempotency::SELECT_KEY,
+        crate::idempotency::PG_SELECT_KEY,
         "idempotency_keys_pkey",
     ),
     (

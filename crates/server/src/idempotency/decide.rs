@@ -24,12 +24,9 @@ pub enum Decision {
 }
 
 /// Decides from the key's row. A different checksum is `Reused` whatever the row's state.
-pub fn decide(
-    record: Option<&KeyRecord>,
-    checksum: &str,
-    now_us: i64,
-    stale_after_us: i64,
-) -> Decision {
+/// The reservation's age is read on the store's clock (the row carries the time of its
+/// read), so servers with different clocks decide alike.
+pub fn decide(record: Option<&KeyRecord>, checksum: &str, stale_after_us: i64) -> Decision {
     let Some(record) = record else {
         return Decision::Reserve;
     };
@@ -39,7 +36,7 @@ pub fn decide(
     if let Some(response) = &record.response {
         return Decision::Replay(response.clone());
     }
-    let age_us = now_us.saturating_sub(record.reserved_at_us);
+    let age_us = record.read_at_us.saturating_sub(record.reserved_at_us);
     if age_us < stale_after_us {
         return Decision::InFlight {
             retry_after_s: retry_after_s(age_us, stale_after_us - age_us),
@@ -63,11 +60,13 @@ fn retry_after_s(age_us: i64, remaining_us: i64) -> u64 {
 mod tests {
     use super::*;
 
-    fn record(checksum: &str, reserved_at_us: i64, done: bool) -> KeyRecord {
+    /// A row read `age_us` after its reservation (on the store's clock).
+    fn record(checksum: &str, age_us: i64, done: bool) -> KeyRecord {
         KeyRecord {
             checksum: checksum.into(),
             owner: OwnerToken::generate(),
-            reserved_at_us,
+            reserved_at_us: 1_000_000,
+            read_at_us: 1_000_000 + age_us,
             response: done.then(|| StoredResponse {
                 status: 201,
                 headers: vec![],
@@ -79,30 +78,30 @@ mod tests {
     #[test]
     fn each_state_of_a_key_leads_to_its_decision() {
         let cutoff = 30_000_000;
-        assert_eq!(decide(None, "a", 0, cutoff), Decision::Reserve);
+        assert_eq!(decide(None, "a", cutoff), Decision::Reserve);
         assert_eq!(
-            decide(Some(&record("b", 0, true)), "a", 0, cutoff),
+            decide(Some(&record("b", 0, true)), "a", cutoff),
             Decision::Reused
         );
         assert_eq!(
-            decide(Some(&record("b", 0, false)), "a", 0, cutoff),
+            decide(Some(&record("b", 0, false)), "a", cutoff),
             Decision::Reused
         );
         assert!(matches!(
-            decide(Some(&record("a", 0, true)), "a", 99 * cutoff, cutoff),
+            decide(Some(&record("a", 99 * cutoff, true)), "a", cutoff),
             Decision::Replay(_)
         ));
         assert_eq!(
-            decide(Some(&record("a", 0, false)), "a", 10_000_000, cutoff),
+            decide(Some(&record("a", 10_000_000, false)), "a", cutoff),
             Decision::InFlight { retry_after_s: 10 }
         );
         assert_eq!(
-            decide(Some(&record("a", 0, false)), "a", 29_999_999, cutoff),
+            decide(Some(&record("a", 29_999_999, false)), "a", cutoff),
             Decision::InFlight { retry_after_s: 1 }
         );
-        let stale = record("a", 0, false);
+        let stale = record("a", cutoff, false);
         assert_eq!(
-            decide(Some(&stale), "a", cutoff, cutoff),
+            decide(Some(&stale), "a", cutoff),
             Decision::TakeOver {
                 stale_owner: stale.owner.clone()
             }
@@ -122,7 +121,7 @@ mod tests {
         ];
         for (age_us, expected_s) in cases {
             assert_eq!(
-                decide(Some(&record("a", 0, false)), "a", age_us, cutoff),
+                decide(Some(&record("a", age_us, false)), "a", cutoff),
                 Decision::InFlight {
                     retry_after_s: expected_s
                 },

@@ -104,15 +104,15 @@ async fn claim(
             .await
             .map_err(|e| ApiError::from(e).into_response())?;
         let owner = OwnerToken::generate();
-        let won = match decide(record.as_ref(), checksum, now_us(), stale_after_us) {
+        let won = match decide(record.as_ref(), checksum, stale_after_us) {
             Decision::Reserve => {
                 store
-                    .idempotency_reserve(tenant, key, checksum, &owner, now_us())
+                    .idempotency_reserve(tenant, key, checksum, &owner)
                     .await
             }
             Decision::TakeOver { stale_owner } => {
                 let took = store
-                    .idempotency_take_over(tenant, key, &stale_owner, &owner, now_us())
+                    .idempotency_take_over(tenant, key, &stale_owner, &owner, stale_after_us)
                     .await;
                 if matches!(took, Ok(true)) {
                     metrics::record_idempotency(tenant, IdempotencyEvent::TakeOver);

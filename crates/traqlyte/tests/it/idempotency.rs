@@ -19,6 +19,7 @@ crate::on_both_backends!(
     a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishes_once,
     keys_past_their_retention_are_purged_and_run_as_new,
     a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back,
+    a_reservations_age_is_measured_on_the_stores_clock,
 );
 
 pub fn campaign_body(key: &str) -> Value {
@@ -349,11 +350,11 @@ async fn keys_past_their_retention_are_purged_and_run_as_new(backend: Backend) {
     let id = create_campaign(&app).await;
     let first = publish(&app, &app.key, &id, Some("old-key"), "").await;
     assert_eq!(first.0, StatusCode::CREATED);
-    // Nothing is younger than "now + 1 s": the purge the background task runs with
-    // `now - retention` removes exactly the keys reserved before its cutoff.
+    // A retention of -1 s: every key is older than that on the store's clock, and the
+    // purge the background task runs with its retention removes exactly such keys.
     let purged = app
         .store
-        .idempotency_purge(traqlyte_store::now_us() + 1_000_000)
+        .idempotency_purge(-1_000_000)
         .await
         .expect("purge");
     assert_eq!(purged, 1);
@@ -387,4 +388,80 @@ async fn a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back(bac
     // delayed commit would have come (2 s after the request), not before.
     tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
     assert_eq!(version_count(&app, &id).await, 0);
+}
+
+/// Servers whose clocks disagree must agree on whether a reservation is in flight: its
+/// stamp, the time its age is read at and the take-over's check all come from the store.
+/// The test calls the store as a server would; its own clock takes no part.
+async fn a_reservations_age_is_measured_on_the_stores_clock(backend: Backend) {
+    use traqlyte_server::idempotency::{decide, Decision};
+    use traqlyte_store::{IdempotencyKey, OwnerToken};
+
+    let app = spawn_app(backend).await;
+    let store = &app.store;
+    let tenant = store
+        .tenant_for_key(&traqlyte_store::ApiKey::parse(&app.key).expect("key"))
+        .await
+        .expect("lookup")
+        .expect("tenant");
+    let key = IdempotencyKey::parse(b"clock-1").expect("key");
+    let cutoff_us = 30_000_000;
+    let owner = OwnerToken::generate();
+    assert!(store
+        .idempotency_reserve(&tenant, &key, "sum", &owner)
+        .await
+        .expect("reserve"));
+    let record = store
+        .idempotency_lookup(&tenant, &key)
+        .await
+        .expect("lookup")
+        .expect("a row");
+    let age_us = record.read_at_us - record.reserved_at_us;
+    assert!(
+        (0..5_000_000).contains(&age_us),
+        "a fresh reservation read at once is {age_us} µs old"
+    );
+    assert!(matches!(
+        decide(Some(&record), "sum", cutoff_us),
+        Decision::InFlight { .. }
+    ));
+    // A server that wrongly judged it stale (its clock running ahead) cannot take it over.
+    let intruder = OwnerToken::generate();
+    assert!(!store
+        .idempotency_take_over(&tenant, &key, &owner, &intruder, cutoff_us)
+        .await
+        .expect("take over"));
+
+    // Aged past the cutoff on the store's clock, the reservation is stale for every server.
+    app.execute_sql(&format!(
+        "UPDATE idempotency_keys SET reserved_at_us = reserved_at_us - {}",
+        cutoff_us + 1_000_000
+    ))
+    .await;
+    let record = store
+        .idempotency_lookup(&tenant, &key)
+        .await
+        .expect("lookup")
+        .expect("a row");
+    assert_eq!(
+        decide(Some(&record), "sum", cutoff_us),
+        Decision::TakeOver {
+            stale_owner: owner.clone()
+        }
+    );
+    let heir = OwnerToken::generate();
+    assert!(store
+        .idempotency_take_over(&tenant, &key, &owner, &heir, cutoff_us)
+        .await
+        .expect("take over"));
+    let record = store
+        .idempotency_lookup(&tenant, &key)
+        .await
+        .expect("lookup")
+        .expect("a row");
+    assert_eq!(record.owner, heir);
+    assert!(
+        record.read_at_us - record.reserved_at_us < 5_000_000,
+        "the take-over stamps the store's time"
+    );
 }
