@@ -111,6 +111,12 @@ impl ApiError {
         self
     }
 
+    /// `503 store_busy` (with `Retry-After: 1`): the store refused the work for contention
+    /// and wrote nothing.
+    fn store_busy(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_busy", message)
+    }
+
     /// An opaque 500 whose cause is logged, not sent.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         let mut err = ApiError::new(
@@ -209,6 +215,13 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
         let mut response = (status, Json(ErrorEnvelope { error: self.body })).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // Every 503 is contention or a pause that clears shortly.
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
         if self.close_connection {
             response.headers_mut().insert(
                 axum::http::header::CONNECTION,
@@ -294,11 +307,14 @@ impl From<StoreError> for ApiError {
                 "request_timeout",
                 "the lineage walk ran longer than the request timeout; ask for less depth",
             ),
-            StoreError::Busy => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_busy",
-                err.to_string(),
-            ),
+            StoreError::Busy => ApiError::store_busy(err.to_string()),
+            other if other.is_busy() => {
+                let mut err = ApiError::store_busy(
+                    "the database is busy (a lock held by another writer, or every connection in use); nothing was written, retry shortly",
+                );
+                err.cause = Some(other.to_string());
+                err
+            }
             other => ApiError::internal(other),
         }
     }

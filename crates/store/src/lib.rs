@@ -145,6 +145,33 @@ impl StoreError {
         StoreError::Database(sqlx::Error::Io(err))
     }
 
+    /// Whether the store refused the work for contention and nothing was written, so a
+    /// retry shortly is the answer: [`StoreError::Busy`]; SQLite's lock held by another
+    /// writer past the busy timeout (`SQLITE_BUSY`, `SQLITE_LOCKED` and their extended
+    /// codes); PostgreSQL's serialization failure (`40001`), deadlock (`40P01`) and lock
+    /// timeout (`55P03`), each of which rolled the transaction back; every pooled
+    /// connection in use past the acquire timeout.
+    pub fn is_busy(&self) -> bool {
+        const SQLITE_BUSY: i32 = 5;
+        const SQLITE_LOCKED: i32 = 6;
+        match self {
+            StoreError::Busy | StoreError::Database(sqlx::Error::PoolTimedOut) => true,
+            StoreError::Database(sqlx::Error::Database(db)) => {
+                let Some(code) = db.code() else {
+                    return false;
+                };
+                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                    // Extended codes keep the primary code in their low byte.
+                    code.parse::<i32>()
+                        .is_ok_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
+                } else {
+                    matches!(code.as_ref(), "40001" | "40P01" | "55P03")
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the connection failed under the statement (I/O, TLS, protocol, a crashed
     /// worker): it may have been executed, and committed, before its answer was lost, so
     /// the caller cannot tell what it did. Every other error left nothing written.

@@ -137,11 +137,20 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
     spawn_app_with(backend, config).await
 }
 
-pub async fn spawn_app_with(backend: Backend, mut config: ServerConfig) -> TestApp {
+pub async fn spawn_app_with(backend: Backend, config: ServerConfig) -> TestApp {
+    spawn_app_with_store(backend, config, |_| {}).await
+}
+
+/// [`spawn_app_with`], the store's configuration first changed by `tune`.
+pub async fn spawn_app_with_store(
+    backend: Backend,
+    mut config: ServerConfig,
+    tune: impl FnOnce(&mut StoreConfig),
+) -> TestApp {
     let db = TestDb::create(backend).await;
-    let store = Store::connect(&StoreConfig::new(&db.url))
-        .await
-        .expect("connect");
+    let mut store_config = StoreConfig::new(&db.url);
+    tune(&mut store_config);
+    let store = Store::connect(&store_config).await.expect("connect");
     store.migrate().await.expect("migrate");
     let (_, key) = store
         .create_tenant(&tenant_name("test tenant"))

@@ -5,6 +5,7 @@
 mod backfill;
 mod bad_input;
 mod bad_input_routes;
+mod busy;
 mod cli;
 mod compressed_bodies;
 mod connections;
