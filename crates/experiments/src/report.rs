@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_stats::{
-    estimate_lift, mean_lift, predicted_naive_lift, proportion_lift, srm, ConfidenceLevel, Lift,
-    Moments, Proportion,
+    delta_by_value, estimate_lift, mean_lift, predicted_naive_lift, proportion_lift, srm,
+    ConfidenceLevel, Lift, Moments, Proportion,
 };
 
 use crate::{
@@ -658,7 +658,7 @@ impl Side {
             stored_events: s.events.round() as u64,
             duplicates: s.duplicates.round() as u64,
             delta: (s.events > 0.0).then(|| s.duplicates / s.events),
-            delta_value: (values_ok && s.value != 0.0).then(|| s.duplicate_value / s.value),
+            delta_value: by_value(s).filter(|_| values_ok),
             lift: None,
             naive_lift: None,
             retry_free_lift: None,
@@ -675,7 +675,7 @@ impl Side {
                 MetricKind::Count | MetricKind::Sum => side.lift,
             };
             let rate = |sums: &WindowSums| match metric.kind {
-                MetricKind::Sum => (sums.value != 0.0).then(|| sums.duplicate_value / sums.value),
+                MetricKind::Sum => by_value(sums),
                 _ => (sums.events > 0.0).then(|| sums.duplicates / sums.events),
             };
             side.predicted_naive_lift = match (
@@ -809,6 +809,14 @@ const Z_95: f64 = 1.959_963_984_540_054;
 
 /// The arm's own value with a 95% normal-approximation interval: `p ± z·√(p(1−p)/n)` for
 /// conversion rates, `mean ± z·s/√n` of the per-unit totals for count and sum metrics.
+/// The duplicate rate by value, `None` where the stored sum is zero or the rate is not a
+/// finite number (a sum nearly cancelled by refunds).
+fn by_value(sums: &WindowSums) -> Option<f64> {
+    delta_by_value(sums.duplicate_value, sums.value)
+        .ok()
+        .flatten()
+}
+
 fn value_interval(kind: MetricKind, units: u64, s: &WindowSums) -> Option<(f64, f64)> {
     let (centre, variance) = value_estimate(kind, units, s)?;
     normal_interval(centre, variance)

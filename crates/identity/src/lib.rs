@@ -30,7 +30,7 @@ mod timestamp;
 pub use contract::{ArrayMode, Contract, ContractName, FieldSpec, FieldType, CONTRACT_FIELDS_MAX};
 pub use error::{ContractError, IdentityError};
 pub use id::{sha256_hex, EventId, Fingerprint, Identified};
-pub use timestamp::{format_rfc3339_micros, parse_rfc3339_micros};
+pub use timestamp::{format_rfc3339_micros, parse_rfc3339_micros, writable_in_rfc3339};
 
 /// Every built-in contract, by name: `openlineage.run_event` and `segment.message`.
 pub fn builtin_contracts() -> impl Iterator<Item = &'static Contract> {

@@ -9,7 +9,7 @@ const RFC3339_FIRST_US: i64 = -62_135_596_800_000_000;
 const RFC3339_LAST_US: i64 = 253_402_300_799_999_999;
 
 /// Whether an RFC 3339 timestamp in UTC can write the instant `micros` (years 0001–9999).
-pub(crate) fn writable_in_rfc3339(micros: i64) -> bool {
+pub fn writable_in_rfc3339(micros: i64) -> bool {
     (RFC3339_FIRST_US..=RFC3339_LAST_US).contains(&micros)
 }
 

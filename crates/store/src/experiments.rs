@@ -466,12 +466,15 @@ fn per_arm_columns() -> String {
         [
             d(format!("CASE WHEN {p}_n > 0 THEN 1 ELSE 0 END")),
             d(format!("{p}_n")),
-            d(format!("{p}_n * {p}_n")),
+            // Squared as doubles: a BIGINT square overflows past about 3.04e9.
+            d(format!("CAST({p}_n AS DOUBLE PRECISION) * {p}_n")),
             guarded(v.clone(), &both),
             guarded(format!("{v} * {v}"), &both),
             d(format!("{p}_dn")),
             guarded(dv.clone(), &both),
-            d(format!("({p}_n + {p}_dn) * ({p}_n + {p}_dn)")),
+            d(format!(
+                "CAST({p}_n + {p}_dn AS DOUBLE PRECISION) * ({p}_n + {p}_dn)"
+            )),
             guarded(format!("({v} + {dv}) * ({v} + {dv})"), &both),
         ]
         .join(", ")

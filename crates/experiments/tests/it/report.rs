@@ -8,6 +8,10 @@ use traqlyte_experiments::{
 };
 
 fn campaign() -> Campaign {
+    campaign_of(MetricKind::Conversion)
+}
+
+fn campaign_of(kind: MetricKind) -> Campaign {
     let arms = Arms::try_from(vec![
         Arm {
             key: "control".into(),
@@ -26,7 +30,7 @@ fn campaign() -> Campaign {
         arms,
         metrics: vec![MetricDef {
             name: "purchase".into(),
-            kind: MetricKind::Conversion,
+            kind,
             window_hours: 24,
         }],
         salt: "s".into(),
@@ -52,7 +56,11 @@ fn sums(converters: f64, duplicates: f64) -> MetricArmSums {
 }
 
 fn report(control: MetricArmSums, treatment: MetricArmSums) -> Report {
-    let campaign = campaign();
+    report_of(MetricKind::Conversion, control, treatment)
+}
+
+fn report_of(kind: MetricKind, control: MetricArmSums, treatment: MetricArmSums) -> Report {
+    let campaign = campaign_of(kind);
     let versions = vec![CampaignVersion {
         campaign_id: campaign.id.clone(),
         version: 1,
@@ -229,4 +237,31 @@ fn stratified_figures_weigh_each_version_by_its_units_and_leave_out_thin_ones() 
     // No version with two units in every arm: no stratified figures.
     let thin = [row(1, "control", 1), row(1, "treatment", 9)];
     assert!(Stratified::compute(&campaign, &thin, &sums).is_none());
+}
+
+#[test]
+fn a_duplicate_rate_by_value_over_a_sum_near_zero_is_absent_not_infinite() {
+    // Refunds nearly cancel the treatment's sales (1e15, -1e15, 1e-300), and a resent
+    // sale of 1e15 was suppressed: δ by value would be 1e315, beyond a double.
+    let window = |value: f64, duplicate_value: f64| WindowSums {
+        units_with_events: 3.0,
+        events: 3.0,
+        events_sq: 3.0,
+        value,
+        value_sq: 2e30,
+        duplicates: 1.0,
+        duplicate_value,
+        naive_events_sq: 6.0,
+        naive_value_sq: 8e30,
+    };
+    let arm = |value, duplicate_value| MetricArmSums {
+        event_time: window(value, duplicate_value),
+        arrival_time: window(value, duplicate_value),
+    };
+    let report = report_of(MetricKind::Sum, arm(30.0, 10.0), arm(1e-300, 1e15));
+    let treatment = &report.arm("treatment").expect("arm").metrics["purchase"].event_time;
+    assert_eq!(treatment.delta_value, None);
+    assert_eq!(treatment.predicted_naive_lift, None);
+    let control = &report.arm("control").expect("arm").metrics["purchase"].event_time;
+    assert_eq!(control.delta_value, Some(10.0 / 30.0));
 }

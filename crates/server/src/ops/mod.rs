@@ -177,7 +177,7 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
     };
     let width = bucket.width_us();
     let until = time(&params.until, "until")?.unwrap_or(now);
-    let since = time(&params.since, "since")?.unwrap_or(until - 86_400_000_000);
+    let since = time(&params.since, "since")?.unwrap_or(until.saturating_sub(86_400_000_000));
     if since >= until {
         return Err(ApiError::invalid_parameter(
             "since",
@@ -189,6 +189,20 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
     // whole after it. `until` is taken up to its bucket's end, as `since` down to its start.
     let since = since.div_euclid(width) * width;
     let until = until.saturating_add(width - 1).div_euclid(width) * width;
+    // The answer writes both ends: each must have an RFC 3339 form (years 0001–9999).
+    let since_field = if params.since.is_some() {
+        "since"
+    } else {
+        "until"
+    };
+    for (at, field) in [(since, since_field), (until, "until")] {
+        if !traqlyte_identity::writable_in_rfc3339(at) {
+            return Err(ApiError::invalid_parameter(
+                field,
+                "the range, taken to whole buckets, must lie within the years 0001–9999",
+            ));
+        }
+    }
     if (until - since) / width > TREND_BUCKETS_MAX {
         return Err(ApiError::invalid_parameter(
             "bucket",
@@ -198,14 +212,8 @@ pub(crate) fn trend_query(params: &TrendParams, now: i64) -> Result<TrendQuery, 
     // Minute rows older than this are folded into hours: a minute bucket there would show
     // a whole hour's counts in its first minute.
     if bucket == Bucket::Minute && since < now - traqlyte_store::MINUTE_TALLIES_KEPT_US {
-        // The parameter the client gave: `since`, else the `until` it was derived from.
-        let field = if params.since.is_some() {
-            "since"
-        } else {
-            "until"
-        };
         return Err(ApiError::invalid_parameter(
-            field,
+            since_field,
             "minute buckets reach back 48 hours (older counts are kept per hour); use bucket=hour or a later since",
         ));
     }

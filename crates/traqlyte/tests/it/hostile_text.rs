@@ -20,6 +20,7 @@ crate::on_both_backends!(
     indexed_client_keys_at_their_limits_are_stored_and_one_more_is_refused,
     outcome_values_beyond_the_bound_are_refused_and_sums_at_it_stay_finite,
     a_report_over_out_of_range_values_stored_before_the_bound_answers_without_them,
+    a_report_over_a_unit_counted_billions_of_times_answers,
 );
 
 /// `len` ASCII hex characters with no repeated substrings to speak of, so PostgreSQL
@@ -563,9 +564,14 @@ async fn outcome_values_beyond_the_bound_are_refused_and_sums_at_it_stay_finite(
 /// Rewrites one unit's stored sums as a database written before values were bounded
 /// could hold them.
 async fn store_legacy_sum(app: &TestApp, backend: Backend, value: f64) {
+    rewrite_unit_metrics(app, backend, &format!("ev_v = {value:e}, ar_v = {value:e}")).await;
+}
+
+/// Sets `columns` (an SQL `SET` list) on the one unit's row of stored sums.
+async fn rewrite_unit_metrics(app: &TestApp, backend: Backend, columns: &str) {
     // The outcome's appended sums become its unit's row first.
     app.store.fold_unit_metrics().await.expect("fold");
-    let sql = format!("UPDATE unit_metrics SET ev_v = {value:e}, ar_v = {value:e}");
+    let sql = format!("UPDATE unit_metrics SET {columns}");
     let done = match backend {
         Backend::Postgres => {
             let mut conn = sqlx::PgConnection::connect(app.database_url())
@@ -589,6 +595,31 @@ async fn store_legacy_sum(app: &TestApp, backend: Backend, value: f64) {
         }
     };
     assert_eq!(done, 1);
+}
+
+/// A count's square overflowed `BIGINT` on PostgreSQL past about 3.04 billion deliveries
+/// of one unit (the report squared the counts before summing them as doubles): the
+/// report failed with a 500 for good.
+async fn a_report_over_a_unit_counted_billions_of_times_answers(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, "k").await;
+    let unit = assignment(&app, &campaign, "u").await;
+    let stored = app
+        .post_json("/outcome", &outcome(&unit, "o-1", json!(3.0)))
+        .await;
+    assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    let billions = 4_000_000_000_i64;
+    rewrite_unit_metrics(
+        &app,
+        backend,
+        &format!("ev_n = {billions}, ev_dn = {billions}, ar_n = {billions}, ar_dn = {billions}"),
+    )
+    .await;
+    let arm = assign(&app, &campaign, "u").await.1;
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    assert_eq!(report.status, StatusCode::OK, "{}", report.body);
+    let metric = crate::experiments::metric(&report.body, &arm, "revenue");
+    assert_eq!(metric["stored_events"], billions, "{metric}");
 }
 
 async fn a_report_over_out_of_range_values_stored_before_the_bound_answers_without_them(

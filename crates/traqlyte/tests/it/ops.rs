@@ -160,6 +160,21 @@ async fn the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates(
     let bad = app.get("/ops/duplicates?bucket=week").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.body["error"]["field"], "bucket");
+    // Both ends are answered as RFC 3339 times: whole buckets past year 9999, or a
+    // default day before an `until` in year 1, have none, and are refused naming the
+    // parameter they came from.
+    app.assert_bad_parameters(
+        "/ops/duplicates",
+        &[
+            ("until=9999-12-31T23:59:59Z&bucket=day", "until"),
+            ("until=0001-01-01T00:30:00Z", "until"),
+        ],
+    )
+    .await;
+    let last = app
+        .get("/ops/duplicates?since=9999-12-30T00:00:00Z&until=9999-12-30T12:00:00Z&bucket=day")
+        .await;
+    assert_eq!(last.status, StatusCode::OK, "{}", last.body);
     // The range is whole buckets: 2,000 minutes and 30 s is 2,001 minute buckets, one
     // more than a trend answers; 2,000 minutes exactly is answered, each bucket whole.
     // Minute buckets reach back 48 hours: the range starts 34 hours ago, on a minute.
