@@ -6,6 +6,7 @@
 //! read, taken over and purged against the database's time, so servers whose clocks
 //! disagree still agree on whether a reservation is in flight or stale.
 
+use crate::clock::store_now_us;
 use crate::model::random_hex;
 use crate::tx::{with_pool, with_tx};
 use crate::{Store, StoreError, StoreTx, TenantId};
@@ -78,16 +79,6 @@ pub struct KeyRecord {
     pub read_at_us: i64,
     /// The stored response, once the request completed.
     pub response: Option<StoredResponse>,
-}
-
-/// The store's clock in microseconds since the Unix epoch, as SQL on each backend.
-macro_rules! store_now_us {
-    (postgres) => {
-        "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
-    };
-    (sqlite) => {
-        "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)"
-    };
 }
 
 /// A key's row and the store's time of the read, which its age is measured against.

@@ -21,6 +21,7 @@ mod at_once;
 #[cfg(feature = "bench")]
 mod bench;
 pub mod campaigns;
+mod clock;
 pub mod deadletters;
 mod events;
 pub mod experiments;

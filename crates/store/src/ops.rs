@@ -283,9 +283,11 @@ pub(crate) const INSERT_COLLISION_RETURNING: &str = "INSERT INTO event_collision
       stored_payload, incoming_payload, received_at_us, source)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING collision_id";
 
+/// A collision's deliveries, one per live webhook of its tenant, due at once (`0`: due on
+/// every server's clock, whichever dispatcher polls first).
 const INSERT_DELIVERIES: &str = "INSERT INTO webhook_deliveries
      (tenant_id, delivery_id, webhook_id, collision_id, created_at_us, next_attempt_at_us)
-     SELECT tenant_id, webhook_id || '.' || CAST(CAST($2 AS BIGINT) AS TEXT), webhook_id, $2, $3, $3
+     SELECT tenant_id, webhook_id || '.' || CAST(CAST($2 AS BIGINT) AS TEXT), webhook_id, $2, $3, 0
      FROM webhooks WHERE tenant_id = $1 AND deleted_at_us IS NULL
      ON CONFLICT DO NOTHING";
 
@@ -541,14 +543,16 @@ impl Store {
     }
 
     /// Claims at most `limit` due deliveries for `lease_us` under `owner` (any server
-    /// may run the dispatcher: a row is leased to one of them at a time).
+    /// may run the dispatcher: a row is leased to one of them at a time). Due and leased
+    /// are judged on the store's clock, so a dispatcher whose clock runs ahead cannot
+    /// claim a delivery another still holds.
     pub async fn claim_deliveries(
         &self,
         owner: &str,
-        now_us: i64,
         lease_us: i64,
         limit: u32,
     ) -> Result<Vec<ClaimedDelivery>, StoreError> {
+        let now_us = self.clock_us().await?;
         let mut tx = self.begin().await?;
         let claimed = with_tx!(tx, |conn| sqlx::query_as(CLAIM_DELIVERIES)
             .bind(now_us)
@@ -561,16 +565,44 @@ impl Store {
         Ok(claimed)
     }
 
-    /// Records a delivery's end: delivered (or dropped) when `retry_at_us` is `None`,
-    /// else released until `retry_at_us`. Only the lease's owner may settle it.
+    /// Extends a claimed delivery's lease to `lease_us` from now on the store's clock;
+    /// false when `owner` no longer holds it (its lease ran out and another dispatcher
+    /// claimed it), and then the caller must not post it.
+    pub async fn renew_delivery_lease(
+        &self,
+        delivery: &ClaimedDelivery,
+        owner: &str,
+        lease_us: i64,
+    ) -> Result<bool, StoreError> {
+        let now_us = self.clock_us().await?;
+        let done = with_pool!(self, writer, |pool| sqlx::query(
+            "UPDATE webhook_deliveries SET lease_until_us = $3
+             WHERE tenant_id = $1 AND delivery_id = $2 AND lease_owner = $4
+               AND delivered_at_us IS NULL AND lease_until_us > $5"
+        )
+        .bind(&delivery.tenant_id)
+        .bind(&delivery.delivery_id)
+        .bind(now_us.saturating_add(lease_us))
+        .bind(owner)
+        .bind(now_us)
+        .execute(pool)
+        .await?
+        .rows_affected());
+        Ok(done == 1)
+    }
+
+    /// Records a delivery's end: delivered (or dropped) when `retry_after_us` is `None`,
+    /// else released until that long from now on the store's clock. Only the lease's
+    /// owner may settle it.
     pub async fn settle_delivery(
         &self,
         delivery: &ClaimedDelivery,
         owner: &str,
-        now_us: i64,
-        retry_at_us: Option<i64>,
+        retry_after_us: Option<i64>,
         error: Option<&str>,
     ) -> Result<bool, StoreError> {
+        let now_us = self.clock_us().await?;
+        let retry_at_us = retry_after_us.map(|after| now_us.saturating_add(after));
         let done = with_pool!(self, writer, |pool| sqlx::query(
             "UPDATE webhook_deliveries
              SET delivered_at_us = CASE WHEN CAST($4 AS BIGINT) IS NULL THEN $3 ELSE NULL END,

@@ -5,6 +5,7 @@
 use sqlx::Row;
 use traqlyte_identity::sha256_hex;
 
+use crate::clock::store_now_us;
 use crate::tx::with_pool;
 use crate::{ApiKey, Store, StoreError, TenantId};
 
@@ -83,6 +84,35 @@ impl UiGrant {
     }
 }
 
+/// A live session's tenant, its key not revoked; live on the store's clock.
+macro_rules! session_tenant {
+    ($backend:ident) => {
+        concat!(
+            "SELECT t.tenant_id FROM ui_tokens t
+             JOIN api_keys k ON k.key_hash = t.key_hash AND k.tenant_id = t.tenant_id
+             WHERE t.token_hash = $1 AND t.kind = 'session' AND k.revoked_at_us IS NULL
+               AND t.expires_at_us > ",
+            store_now_us!($backend)
+        )
+    };
+}
+
+/// A live login token deleted as it is read; live on the store's clock.
+macro_rules! consume_login {
+    ($backend:ident) => {
+        concat!(
+            "DELETE FROM ui_tokens WHERE token_hash = $1 AND kind = 'login' AND expires_at_us > ",
+            store_now_us!($backend),
+            " RETURNING tenant_id, key_hash"
+        )
+    };
+}
+
+const PG_SESSION_TENANT: &str = session_tenant!(postgres);
+const SQLITE_SESSION_TENANT: &str = session_tenant!(sqlite);
+const PG_CONSUME_LOGIN: &str = consume_login!(postgres);
+const SQLITE_CONSUME_LOGIN: &str = consume_login!(sqlite);
+
 impl Store {
     /// The grant of a working (not revoked) API key.
     pub async fn ui_grant(&self, key: &ApiKey) -> Result<Option<UiGrant>, StoreError> {
@@ -92,16 +122,20 @@ impl Store {
         }))
     }
 
-    /// Mints a token of `kind` for a grant, valid until `expires_at_us`. Expired tokens
-    /// of every tenant are purged first, so the table stays bounded by the live ones.
+    /// Mints a token of `kind` for a grant, valid for `lifetime_us` from now on the store's
+    /// clock; returns it and its expiry. Expired tokens of every tenant are purged first,
+    /// so the table stays bounded by the live ones. Expiry is judged on the store's clock
+    /// alone: a link minted by one server and opened through another lives its whole
+    /// lifetime, whatever their clocks say.
     pub async fn create_ui_token(
         &self,
         grant: &UiGrant,
         kind: UiTokenKind,
-        now_us: i64,
-        expires_at_us: i64,
-    ) -> Result<UiToken, StoreError> {
+        lifetime_us: i64,
+    ) -> Result<(UiToken, i64), StoreError> {
         let token = UiToken::generate();
+        let now_us = self.clock_us().await?;
+        let expires_at_us = now_us.saturating_add(lifetime_us);
         with_pool!(self, writer, |pool| {
             sqlx::query("DELETE FROM ui_tokens WHERE expires_at_us <= $1")
                 .bind(now_us)
@@ -120,26 +154,17 @@ impl Store {
             .execute(pool)
             .await?;
         });
-        Ok(token)
+        Ok((token, expires_at_us))
     }
 
     /// The tenant of a live session token whose API key still works.
-    pub async fn ui_session_tenant(
-        &self,
-        token: &UiToken,
-        now_us: i64,
-    ) -> Result<Option<TenantId>, StoreError> {
+    pub async fn ui_session_tenant(&self, token: &UiToken) -> Result<Option<TenantId>, StoreError> {
+        let sql = self.by_backend(PG_SESSION_TENANT, SQLITE_SESSION_TENANT);
         with_pool!(self, reader, |pool| {
-            let row = sqlx::query(
-                "SELECT t.tenant_id FROM ui_tokens t
-                 JOIN api_keys k ON k.key_hash = t.key_hash AND k.tenant_id = t.tenant_id
-                 WHERE t.token_hash = $1 AND t.kind = 'session' AND t.expires_at_us > $2
-                   AND k.revoked_at_us IS NULL",
-            )
-            .bind(token.hash())
-            .bind(now_us)
-            .fetch_optional(pool)
-            .await?;
+            let row = sqlx::query(sql)
+                .bind(token.hash())
+                .fetch_optional(pool)
+                .await?;
             Ok(row
                 .map(|r| r.try_get::<String, _>(0))
                 .transpose()?
@@ -153,22 +178,17 @@ impl Store {
     pub async fn consume_ui_login_token(
         &self,
         token: &UiToken,
-        now_us: i64,
     ) -> Result<Option<UiGrant>, StoreError> {
+        let sql = self.by_backend(PG_CONSUME_LOGIN, SQLITE_CONSUME_LOGIN);
         let row = with_pool!(self, writer, |pool| {
-            sqlx::query(
-                "DELETE FROM ui_tokens
-                 WHERE token_hash = $1 AND kind = 'login' AND expires_at_us > $2
-                 RETURNING tenant_id, key_hash",
-            )
-            .bind(token.hash())
-            .bind(now_us)
-            .fetch_optional(pool)
-            .await?
-            .map(|row| -> Result<(String, String), sqlx::Error> {
-                Ok((row.try_get(0)?, row.try_get(1)?))
-            })
-            .transpose()?
+            sqlx::query(sql)
+                .bind(token.hash())
+                .fetch_optional(pool)
+                .await?
+                .map(|row| -> Result<(String, String), sqlx::Error> {
+                    Ok((row.try_get(0)?, row.try_get(1)?))
+                })
+                .transpose()?
         });
         let Some((tenant, key_hash)) = row else {
             return Ok(None);

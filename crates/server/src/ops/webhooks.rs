@@ -203,12 +203,7 @@ pub(crate) async fn run(state: AppState) {
         ticker.tick().await;
         let claimed = match state
             .store
-            .claim_deliveries(
-                &owner,
-                now_us(),
-                DELIVERY_LEASE_MS * 1_000,
-                DELIVERIES_PER_CLAIM_MAX,
-            )
+            .claim_deliveries(&owner, DELIVERY_LEASE_MS * 1_000, DELIVERIES_PER_CLAIM_MAX)
             .await
         {
             Ok(claimed) => claimed,
@@ -251,7 +246,7 @@ async fn deliver(
         // The webhook was deleted: nothing to post.
         crate::metrics::record_webhook("dropped");
         store
-            .settle_delivery(delivery, owner, now_us(), None, Some("webhook deleted"))
+            .settle_delivery(delivery, owner, None, Some("webhook deleted"))
             .await?;
         return Ok(());
     };
@@ -269,7 +264,7 @@ async fn deliver(
         let error = format!("refused: {ip} is an address webhooks never call");
         tracing::error!(delivery = %delivery.delivery_id, error, "webhook delivery abandoned");
         store
-            .settle_delivery(delivery, owner, now_us(), None, Some(&error))
+            .settle_delivery(delivery, owner, None, Some(&error))
             .await?;
         return Ok(());
     }
@@ -280,6 +275,15 @@ async fn deliver(
             return Ok(());
         }
     };
+    // The lease again, from now: the lookups above may have waited for a connection,
+    // and the post must never start after another dispatcher could claim the delivery.
+    if !store
+        .renew_delivery_lease(delivery, owner, DELIVERY_LEASE_MS * 1_000)
+        .await?
+    {
+        tracing::warn!(delivery = %delivery.delivery_id, "webhook lease lost before the post; another dispatcher has it");
+        return Ok(());
+    }
     let timestamp = now_us().div_euclid(1_000_000);
     let mut request = client
         .post(&url)
@@ -301,28 +305,25 @@ async fn deliver(
         // text is logged and stored as the delivery's last error.
         Err(err) => Some(format!("request failed: {}", err.without_url())),
     };
-    let now = now_us();
     match failure {
         None => {
             crate::metrics::record_webhook("delivered");
             tracing::info!(delivery = %delivery.delivery_id, attempts = delivery.attempts, "webhook delivered");
-            store
-                .settle_delivery(delivery, owner, now, None, None)
-                .await?;
+            store.settle_delivery(delivery, owner, None, None).await?;
         }
         Some(error) if delivery.attempts >= WEBHOOK_ATTEMPTS_MAX => {
             crate::metrics::record_webhook("abandoned");
             tracing::error!(delivery = %delivery.delivery_id, attempts = delivery.attempts, error, "webhook delivery abandoned");
             store
-                .settle_delivery(delivery, owner, now, None, Some(&error))
+                .settle_delivery(delivery, owner, None, Some(&error))
                 .await?;
         }
         Some(error) => {
             crate::metrics::record_webhook("failed");
-            let retry_at = now + retry_delay_ms(delivery.attempts) * 1_000;
+            let retry_after_us = retry_delay_ms(delivery.attempts) * 1_000;
             tracing::warn!(delivery = %delivery.delivery_id, attempts = delivery.attempts, error, "webhook delivery failed; retrying");
             store
-                .settle_delivery(delivery, owner, now, Some(retry_at), Some(&error))
+                .settle_delivery(delivery, owner, Some(retry_after_us), Some(&error))
                 .await?;
         }
     }

@@ -34,7 +34,7 @@ use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde::{Deserialize, Serialize};
 use traqlyte_identity::format_rfc3339_micros;
-use traqlyte_store::{now_us, ApiKey, TenantId, UiGrant, UiToken, UiTokenKind};
+use traqlyte_store::{ApiKey, TenantId, UiGrant, UiToken, UiTokenKind};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::InternalCause;
@@ -109,7 +109,7 @@ impl FromRequestParts<AppState> for UiSession {
         let Some(token) = session_cookie(&parts.headers) else {
             return Err(to_login());
         };
-        match state.store.ui_session_tenant(&token, now_us()).await {
+        match state.store.ui_session_tenant(&token).await {
             Ok(Some(tenant)) => Ok(UiSession { tenant }),
             Ok(None) => Err(to_login()),
             Err(err) => Err(UiError(err.into()).into_response()),
@@ -180,7 +180,7 @@ async fn login_with_link(
     next: &str,
 ) -> Result<Response, UiError> {
     let grant = match UiToken::parse(text) {
-        Some(token) => state.store.consume_ui_login_token(&token, now_us()).await?,
+        Some(token) => state.store.consume_ui_login_token(&token).await?,
         None => None,
     };
     match grant {
@@ -296,11 +296,9 @@ async fn mint_login_token(
         .ui_grant(&key)
         .await?
         .ok_or_else(crate::auth::unknown_key)?;
-    let now = now_us();
-    let expires = now.saturating_add(LOGIN_TOKEN_TTL_US);
-    let token = state
+    let (token, expires) = state
         .store
-        .create_ui_token(&grant, UiTokenKind::Login, now, expires)
+        .create_ui_token(&grant, UiTokenKind::Login, LOGIN_TOKEN_TTL_US)
         .await?;
     tracing::info!(tenant = %grant.tenant(), "ui login link minted");
     let body = LoginToken {
@@ -361,15 +359,9 @@ async fn start_session(
     headers: &HeaderMap,
     next: &str,
 ) -> Result<Response, UiError> {
-    let now = now_us();
-    let token = state
+    let (token, _) = state
         .store
-        .create_ui_token(
-            grant,
-            UiTokenKind::Session,
-            now,
-            now.saturating_add(SESSION_TTL_US),
-        )
+        .create_ui_token(grant, UiTokenKind::Session, SESSION_TTL_US)
         .await?;
     tracing::info!(tenant = %grant.tenant(), "ui session started");
     // `Secure` when a TLS-terminating proxy says the browser spoke HTTPS; the server

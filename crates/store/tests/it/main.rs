@@ -13,4 +13,5 @@ mod plans;
 mod report_reads;
 mod schema;
 mod tenants;
+mod ui_tokens;
 mod webhooks;

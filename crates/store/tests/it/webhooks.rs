@@ -2,7 +2,10 @@
 
 use crate::db::{on_both_backends, Backend, TestDb};
 
-on_both_backends!(a_tenants_backlog_takes_only_its_turn_of_a_claim);
+on_both_backends!(
+    a_tenants_backlog_takes_only_its_turn_of_a_claim,
+    leases_and_retries_are_timed_on_the_stores_clock,
+);
 
 /// Tenant A has 120 due deliveries (thousands of collisions fanned out to receivers that
 /// never answer would do it), all older than tenant B's one: B's is claimed in the first
@@ -25,7 +28,7 @@ async fn a_tenants_backlog_takes_only_its_turn_of_a_claim(backend: Backend) {
         ))
         .await;
     let claimed = store
-        .claim_deliveries("dispatcher-1", 1_000, 60_000_000, 50)
+        .claim_deliveries("dispatcher-1", 60_000_000, 50)
         .await
         .expect("claim");
     assert_eq!(claimed.len(), 50);
@@ -41,11 +44,85 @@ async fn a_tenants_backlog_takes_only_its_turn_of_a_claim(backend: Backend) {
     assert_eq!(mine, (1..=48).collect::<Vec<_>>());
     // Leased rows are not claimed again; the rest of A's backlog comes next.
     let next = store
-        .claim_deliveries("dispatcher-2", 1_000, 60_000_000, 50)
+        .claim_deliveries("dispatcher-2", 60_000_000, 50)
         .await
         .expect("claim");
     assert_eq!(next.len(), 50);
     assert!(next
         .iter()
         .all(|d| d.tenant_id == "tnt_a" && d.collision_id > 48));
+}
+
+/// Every dispatcher judges due and leased rows on the store's clock: none passes its own,
+/// so one whose clock runs ahead cannot claim a row another holds, nor a retry before it
+/// is due; a dispatcher whose lease ran out cannot renew it to post.
+async fn leases_and_retries_are_timed_on_the_stores_clock(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    let mut raw = db.raw().await;
+    raw.execute(
+        "INSERT INTO webhook_deliveries VALUES ('tnt_a', 'whk_1.1', 'whk_1', 1, 0, 0, 0, 0, NULL, NULL, NULL)",
+    )
+    .await;
+    let lease_us = 60_000_000;
+    let claimed = store
+        .claim_deliveries("dispatcher-1", lease_us, 50)
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    let delivery = &claimed[0];
+    assert!(store
+        .claim_deliveries("dispatcher-2", lease_us, 50)
+        .await
+        .expect("claim")
+        .is_empty());
+    assert!(!store
+        .renew_delivery_lease(delivery, "dispatcher-2", lease_us)
+        .await
+        .expect("renew"));
+    assert!(store
+        .renew_delivery_lease(delivery, "dispatcher-1", lease_us)
+        .await
+        .expect("renew"));
+    // A failed attempt is due again a minute later on the store's clock, not before.
+    assert!(store
+        .settle_delivery(
+            delivery,
+            "dispatcher-1",
+            Some(lease_us),
+            Some("answered 500")
+        )
+        .await
+        .expect("settle"));
+    assert!(store
+        .claim_deliveries("dispatcher-2", lease_us, 50)
+        .await
+        .expect("claim")
+        .is_empty());
+    // Due now: claimed by dispatcher 2, whose lease then runs out (its round was held
+    // up); dispatcher 3 claims it, and 2 can no longer renew it to post.
+    raw.execute("UPDATE webhook_deliveries SET next_attempt_at_us = 0")
+        .await;
+    let second = store
+        .claim_deliveries("dispatcher-2", lease_us, 50)
+        .await
+        .expect("claim");
+    assert_eq!(second.len(), 1);
+    raw.execute("UPDATE webhook_deliveries SET lease_until_us = 1")
+        .await;
+    assert!(!store
+        .renew_delivery_lease(&second[0], "dispatcher-2", lease_us)
+        .await
+        .expect("renew"));
+    let third = store
+        .claim_deliveries("dispatcher-3", lease_us, 50)
+        .await
+        .expect("claim");
+    assert_eq!(third.len(), 1);
+    assert_eq!(third[0].attempts, 3);
+    assert!(!store
+        .renew_delivery_lease(&second[0], "dispatcher-2", lease_us)
+        .await
+        .expect("renew"));
 }
