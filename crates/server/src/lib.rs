@@ -99,6 +99,7 @@ pub async fn serve(
         tokio::spawn(roll_up_tallies(state.clone())),
         tokio::spawn(fold_unit_metrics(state.clone())),
         tokio::spawn(maintain_partitions(state.clone(), partitions_ready)),
+        tokio::spawn(sync_clock(state.store.clone())),
     ];
     if let Some(every_ms) = state.config.semantic_scan_every_ms {
         tasks.push(tokio::spawn(semantic_scans(state.clone(), every_ms)));
@@ -308,6 +309,22 @@ async fn scan_tenant(
         store.save_semantic_scan(tenant, &scan).await?;
     }
     Ok(())
+}
+
+/// How often a server measures its clock against the database's again.
+const CLOCK_SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Keeps the times this process stamps on the store's clock (`Store::sync_clock`), as its
+/// own clock drifts or is stepped. Also run by `traqlyte consume nats`.
+pub async fn sync_clock(store: Store) {
+    let mut ticker = tokio::time::interval(CLOCK_SYNC_EVERY);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        if let Err(err) = store.sync_clock().await {
+            tracing::warn!(error = %err, "reading the database's clock failed; keeping the last offset");
+        }
+    }
 }
 
 /// Deletes idempotency keys older than the retention, periodically.

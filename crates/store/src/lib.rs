@@ -47,8 +47,6 @@ mod tx;
 pub mod ui_tokens;
 mod unit_metrics;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use traqlyte_identity::{Contract, ContractName, EventId};
 
 #[cfg(feature = "bench")]
@@ -239,7 +237,16 @@ impl Store {
         } else {
             Backend::Sqlite(sqlite::SqliteStore::connect(config).await?)
         };
-        Ok(Store { backend })
+        let store = Store { backend };
+        // Stamps made from now on are on the store's clock (`clock.rs`).
+        match store.sync_clock().await {
+            Ok(Some(offset_us)) if offset_us.abs() > 1_000_000 => {
+                tracing::warn!(offset_us, "this machine's clock differs from the database's; times are stamped on the database's")
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "reading the database's clock failed"),
+        }
+        Ok(store)
     }
 
     /// `"sqlite"` or `"postgres"`.
@@ -412,10 +419,11 @@ pub(crate) fn without_nul(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Microseconds since the Unix epoch, now.
+/// Microseconds since the Unix epoch, now, on the store's clock: this process's clock
+/// corrected by the offset [`Store::sync_clock`] last measured against the database (zero
+/// until then). Every time a server stamps on a row (an event's or an outcome's arrival,
+/// an assignment) is then comparable with another server's, whatever their own clocks
+/// say; decisions that must be exact read the database's time itself (`clock.rs`).
 pub fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
+    clock::process_now_us().saturating_add(clock::offset_us())
 }

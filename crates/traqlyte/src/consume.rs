@@ -164,7 +164,10 @@ pub(crate) async fn run(
     let store = crate::connect(&args.db, 4).await?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
-    nats::run(store, config, shutdown)
+    let clock = tokio::spawn(traqlyte_server::sync_clock(store.clone()));
+    let result = nats::run(store, config, shutdown)
         .await
-        .context("consume NATS JetStream")
+        .context("consume NATS JetStream");
+    clock.abort();
+    result
 }

@@ -7,6 +7,7 @@ mod bad_input;
 mod bad_input_routes;
 mod busy;
 mod cli;
+mod clocks;
 mod compressed_bodies;
 mod connections;
 mod contracts;
