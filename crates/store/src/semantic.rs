@@ -382,21 +382,35 @@ fn sqlite_field_sql(paths: usize) -> String {
     ))
 }
 
-/// The SQLite JSON paths removing what `pointer` addresses: object keys quoted; a last
-/// token of digits also as an array index (RFC 6901 resolves it either way). `None` when
-/// a token holds `"`, which a SQLite path cannot quote.
+/// Tokens of digits a pointer may hold for the SQLite scan: each doubles the paths (an
+/// object key or an array index), so 4 give 16.
+const SQLITE_INDEX_TOKENS_MAX: usize = 4;
+
+/// The SQLite JSON paths removing what `pointer` addresses: object keys quoted; each token
+/// of digits both as an object key and as an array index (RFC 6901 resolves it either
+/// way, at any depth), so every combination is listed. `None` when a token holds `"` or
+/// `\`, which a SQLite path label cannot write (it reads `\` as an escape), or when more
+/// than [`SQLITE_INDEX_TOKENS_MAX`] tokens are digits.
 fn sqlite_paths(pointer: &Pointer) -> Option<Vec<String>> {
     let tokens = pointer.tokens();
-    if tokens.iter().any(|t| t.contains('"')) {
+    let is_index = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if tokens.is_empty()
+        || tokens.iter().any(|t| t.contains(['"', '\\']))
+        || tokens.iter().filter(|t| is_index(t)).count() > SQLITE_INDEX_TOKENS_MAX
+    {
         return None;
     }
-    let (last, parents) = tokens.split_last()?;
-    let prefix: String = std::iter::once("$".to_string())
-        .chain(parents.iter().map(|t| format!(".\"{t}\"")))
-        .collect();
-    let mut paths = vec![format!("{prefix}.\"{last}\"")];
-    if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
-        paths.push(format!("{prefix}[{last}]"));
+    let mut paths = vec!["$".to_string()];
+    for token in tokens {
+        let key = format!(".\"{token}\"");
+        paths = if is_index(token) {
+            paths
+                .into_iter()
+                .flat_map(|p| [format!("{p}{key}"), format!("{p}[{token}]")])
+                .collect()
+        } else {
+            paths.into_iter().map(|p| p + &key).collect()
+        };
     }
     Some(paths)
 }
@@ -424,5 +438,21 @@ mod tests {
             ])
         );
         assert_eq!(paths("/say\"what"), None);
+        assert_eq!(paths("/back\\slash"), None);
+        assert_eq!(
+            paths("/items/0/tags/1"),
+            Some(
+                [
+                    "$.\"items\".\"0\".\"tags\".\"1\"",
+                    "$.\"items\".\"0\".\"tags\"[1]",
+                    "$.\"items\"[0].\"tags\".\"1\"",
+                    "$.\"items\"[0].\"tags\"[1]",
+                ]
+                .map(String::from)
+                .to_vec()
+            )
+        );
+        assert_eq!(paths("/0/1/2/3").map(|p| p.len()), Some(16));
+        assert_eq!(paths("/0/1/2/3/4"), None);
     }
 }

@@ -19,6 +19,7 @@ crate::on_both_backends!(
     array_elements_are_removed_later_index_first,
     a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_others,
     an_array_where_a_pointer_names_a_key_does_not_fail_the_scan,
+    a_field_inside_an_array_element_is_named_on_both_backends,
 );
 
 /// Version 1 holds `/emitted_at`, the client's send time, among its identity fields: the
@@ -314,4 +315,23 @@ async fn an_array_where_a_pointer_names_a_key_does_not_fail_the_scan(backend: Ba
     assert_eq!(scan["events"], 3, "{scan}");
     let named = suspects(&scan);
     assert_eq!(named, [&json!("/emitted_at")], "{scan}");
+}
+
+/// An identity field under an array element (`/items/0/sku`): SQLite's JSON path must
+/// take `0` as an index there, not only as a key, or the field is never removed and the
+/// scan gives a false all-clear (it did, on SQLite only).
+async fn a_field_inside_an_array_element_is_named_on_both_backends(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let contract = json!({"name": "page_view", "version": 1,
+        "fields": [{"pointer": "/user_id", "required": true}, {"pointer": "/items/0/sku"}]});
+    let answer = app.post_json("/contracts", &contract).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    for sku in ["a-1", "a-2"] {
+        let event = json!({"user_id": "u1", "items": [{"sku": sku, "qty": 1}]});
+        let answer = app.post_json("/events/page_view", &event).await;
+        assert_eq!(answer.body["status"], "inserted", "{}", answer.body);
+    }
+    let scan = scan_cli(&app, 1, &[]);
+    assert_eq!(scan["events"], 2, "{scan}");
+    assert_eq!(suspects(&scan), [&json!("/items/0/sku")], "{scan}");
 }
