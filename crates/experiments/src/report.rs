@@ -807,8 +807,6 @@ fn moments_lift(control: (u64, f64, f64), treatment: (u64, f64, f64)) -> Option<
 /// z for a two-sided 95% normal interval.
 const Z_95: f64 = 1.959_963_984_540_054;
 
-/// The arm's own value with a 95% normal-approximation interval: `p ± z·√(p(1−p)/n)` for
-/// conversion rates, `mean ± z·s/√n` of the per-unit totals for count and sum metrics.
 /// The duplicate rate by value, `None` where the stored sum is zero or the rate is not a
 /// finite number (a sum nearly cancelled by refunds).
 fn by_value(sums: &WindowSums) -> Option<f64> {
@@ -817,6 +815,8 @@ fn by_value(sums: &WindowSums) -> Option<f64> {
         .flatten()
 }
 
+/// The arm's own value with a 95% normal-approximation interval: `p ± z·√(p(1−p)/n)` for
+/// conversion rates, `mean ± z·s/√n` of the per-unit totals for count and sum metrics.
 fn value_interval(kind: MetricKind, units: u64, s: &WindowSums) -> Option<(f64, f64)> {
     let (centre, variance) = value_estimate(kind, units, s)?;
     normal_interval(centre, variance)

@@ -214,9 +214,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
+        let retry_soon = matches!(self.body.code, "store_busy" | "contract_changing");
         let mut response = (status, Json(ErrorEnvelope { error: self.body })).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            // Every 503 is contention or a pause that clears shortly.
+        if retry_soon {
+            // Contention that clears within a moment: say when to retry. (Not a database
+            // that does not answer: every client retrying at once would not help it.)
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from_static("1"),

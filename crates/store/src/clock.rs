@@ -4,11 +4,13 @@
 //! reservation's age, a lease, an expiry) compare with the database's time in their own
 //! statement or read it first ([`Store::clock_us`]); times stamped on the hot path (an
 //! event's arrival, an assignment) use [`crate::now_us`], this process's clock corrected
-//! by an offset to the database's that [`Store::sync_clock`] measures at connect and
-//! `serve` again every minute, exact to half a round trip.
+//! by an offset to the database's that [`Store::sync_clock`] measures at connect, and
+//! `serve` and `consume nats` again every minute, exact to half a round trip. What a peer
+//! checks against its own clock (a webhook's signed timestamp) uses this machine's clock,
+//! [`crate::local_now_us`].
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::tx::with_pool;
 use crate::{Store, StoreError};
@@ -22,6 +24,10 @@ const SYNC_ROUND_TRIP_MAX_US: i64 = 50_000;
 
 /// Measurements per sync; the one with the shortest round trip is kept.
 const SYNC_SAMPLES: usize = 3;
+
+/// An offset beyond this is logged at each sync: a machine's clock this far off is worth
+/// an operator's look, though every stamp follows the database's all the same.
+const OFFSET_WARN_US: i64 = 1_000_000;
 
 pub(crate) fn offset_us() -> i64 {
     OFFSET_US.load(Ordering::Relaxed)
@@ -59,7 +65,9 @@ fn test_skew_us() -> i64 {
 /// compare times themselves.
 macro_rules! store_now_us {
     (postgres) => {
-        "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+        // `statement_timestamp()`, not `clock_timestamp()`: stable within a statement,
+        // so a comparison with it can use an index (the idempotency purge's).
+        "CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000 AS BIGINT)"
     };
     (sqlite) => {
         "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)"
@@ -82,24 +90,35 @@ impl Store {
     }
 
     /// Measures this process's clock against the store's and corrects [`crate::now_us`]
-    /// by the difference (the shortest of a few round trips, its midpoint taken as the
-    /// moment the store read its clock). Returns the offset, or `None` when every round
-    /// trip was too slow to trust (the last offset is kept).
+    /// by the difference (the shortest of a few round trips, timed on a monotonic clock,
+    /// its midpoint taken as the moment the store read its clock). Returns the offset, or
+    /// `None` when every round trip was too slow to trust (the last offset is kept).
+    /// Logs a warning when the offset is over a second, or when none could be measured.
     pub async fn sync_clock(&self) -> Result<Option<i64>, StoreError> {
-        let mut best: Option<(i64, i64)> = None;
+        let mut best: Option<(u128, i64)> = None;
         for _ in 0..SYNC_SAMPLES {
-            let before = process_now_us();
+            let (before, started) = (process_now_us(), Instant::now());
             let store_us = self.clock_us().await?;
-            let after = process_now_us();
-            let round_trip = after - before;
-            let offset = store_us - before - round_trip / 2;
-            if round_trip <= SYNC_ROUND_TRIP_MAX_US && best.is_none_or(|(rt, _)| round_trip < rt) {
-                best = Some((round_trip, offset));
+            let round_trip_us = started.elapsed().as_micros();
+            let offset = store_us - before.saturating_add((round_trip_us / 2) as i64);
+            if round_trip_us <= SYNC_ROUND_TRIP_MAX_US as u128
+                && best.is_none_or(|(shortest, _)| round_trip_us < shortest)
+            {
+                best = Some((round_trip_us, offset));
             }
         }
         let offset = best.map(|(_, offset)| offset);
-        if let Some(offset) = offset {
-            OFFSET_US.store(offset, Ordering::Relaxed);
+        match offset {
+            Some(offset_us) => {
+                OFFSET_US.store(offset_us, Ordering::Relaxed);
+                if offset_us.abs() > OFFSET_WARN_US {
+                    tracing::warn!(offset_us, "this machine's clock differs from the database's; times are stamped on the database's");
+                }
+            }
+            None => tracing::warn!(
+                round_trip_max_us = SYNC_ROUND_TRIP_MAX_US,
+                "every round trip to the database was too slow to measure its clock; keeping the last offset"
+            ),
         }
         Ok(offset)
     }

@@ -283,11 +283,11 @@ pub(crate) const INSERT_COLLISION_RETURNING: &str = "INSERT INTO event_collision
       stored_payload, incoming_payload, received_at_us, source)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING collision_id";
 
-/// A collision's deliveries, one per live webhook of its tenant, due at once (`0`: due on
-/// every server's clock, whichever dispatcher polls first).
+/// A collision's deliveries, one per live webhook of its tenant, due at once (`$3`, the
+/// time of logging on the store's clock, which also orders a tenant's deliveries).
 const INSERT_DELIVERIES: &str = "INSERT INTO webhook_deliveries
      (tenant_id, delivery_id, webhook_id, collision_id, created_at_us, next_attempt_at_us)
-     SELECT tenant_id, webhook_id || '.' || CAST(CAST($2 AS BIGINT) AS TEXT), webhook_id, $2, $3, 0
+     SELECT tenant_id, webhook_id || '.' || CAST(CAST($2 AS BIGINT) AS TEXT), webhook_id, $2, $3, $3
      FROM webhooks WHERE tenant_id = $1 AND deleted_at_us IS NULL
      ON CONFLICT DO NOTHING";
 
@@ -567,7 +567,8 @@ impl Store {
 
     /// Extends a claimed delivery's lease to `lease_us` from now on the store's clock;
     /// false when `owner` no longer holds it (its lease ran out and another dispatcher
-    /// claimed it), and then the caller must not post it.
+    /// claimed it, or it was settled), and then the caller must not post it. A lease run
+    /// out that nobody claimed is renewed: the owner token alone decides.
     pub async fn renew_delivery_lease(
         &self,
         delivery: &ClaimedDelivery,
@@ -578,13 +579,12 @@ impl Store {
         let done = with_pool!(self, writer, |pool| sqlx::query(
             "UPDATE webhook_deliveries SET lease_until_us = $3
              WHERE tenant_id = $1 AND delivery_id = $2 AND lease_owner = $4
-               AND delivered_at_us IS NULL AND lease_until_us > $5"
+               AND delivered_at_us IS NULL"
         )
         .bind(&delivery.tenant_id)
         .bind(&delivery.delivery_id)
         .bind(now_us.saturating_add(lease_us))
         .bind(owner)
-        .bind(now_us)
         .execute(pool)
         .await?
         .rows_affected());

@@ -20,7 +20,7 @@ use std::time::Duration;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use serde::Serialize;
-use traqlyte_store::{now_us, ClaimedDelivery};
+use traqlyte_store::ClaimedDelivery;
 
 use super::{collision_view, CollisionView, WEBHOOK_URL_BYTES_MAX};
 use crate::{ApiError, AppState};
@@ -281,10 +281,11 @@ async fn deliver(
         .renew_delivery_lease(delivery, owner, DELIVERY_LEASE_MS * 1_000)
         .await?
     {
-        tracing::warn!(delivery = %delivery.delivery_id, "webhook lease lost before the post; another dispatcher has it");
+        tracing::warn!(delivery = %delivery.delivery_id, "webhook lease lost before the post (claimed by another dispatcher or settled); not posting");
         return Ok(());
     }
-    let timestamp = now_us().div_euclid(1_000_000);
+    // The receiver checks this against its own clock: this machine's, not the store's.
+    let timestamp = traqlyte_store::local_now_us().div_euclid(1_000_000);
     let mut request = client
         .post(&url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")

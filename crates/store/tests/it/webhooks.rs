@@ -101,7 +101,7 @@ async fn leases_and_retries_are_timed_on_the_stores_clock(backend: Backend) {
         .expect("claim")
         .is_empty());
     // Due now: claimed by dispatcher 2, whose lease then runs out (its round was held
-    // up); dispatcher 3 claims it, and 2 can no longer renew it to post.
+    // up). Unclaimed, 2 may still renew it; once dispatcher 3 claims it, 2 cannot.
     raw.execute("UPDATE webhook_deliveries SET next_attempt_at_us = 0")
         .await;
     let second = store
@@ -111,16 +111,22 @@ async fn leases_and_retries_are_timed_on_the_stores_clock(backend: Backend) {
     assert_eq!(second.len(), 1);
     raw.execute("UPDATE webhook_deliveries SET lease_until_us = 1")
         .await;
-    assert!(!store
+    assert!(store
         .renew_delivery_lease(&second[0], "dispatcher-2", lease_us)
         .await
         .expect("renew"));
+    raw.execute("UPDATE webhook_deliveries SET lease_until_us = 1")
+        .await;
     let third = store
         .claim_deliveries("dispatcher-3", lease_us, 50)
         .await
         .expect("claim");
     assert_eq!(third.len(), 1);
     assert_eq!(third[0].attempts, 3);
+    assert!(store
+        .renew_delivery_lease(&third[0], "dispatcher-3", lease_us)
+        .await
+        .expect("renew"));
     assert!(!store
         .renew_delivery_lease(&second[0], "dispatcher-2", lease_us)
         .await

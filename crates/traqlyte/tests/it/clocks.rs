@@ -1,8 +1,13 @@
-//! Servers whose own clocks disagree stamp times on the store's clock: a unit assigned
-//! through a server whose clock runs ten minutes ahead and converting a moment later
-//! through one ten minutes behind is counted in its window by event time and by arrival,
-//! as on one server. Before, the outcome's arrival was stamped twenty minutes before the
-//! assignment and fell outside both windows.
+//! Servers whose own clocks disagree (a test hook moves a server's clock ten minutes
+//! ahead or behind) decide and stamp on the store's clock:
+//! - a unit assigned through a server running ahead and converting a moment later through
+//!   one running behind is counted in its window by event time and by arrival, as on one
+//!   server (before, the outcome's arrival was stamped twenty minutes before the
+//!   assignment and fell outside both windows);
+//! - a server running ahead does not take over an idempotency reservation another server
+//!   is still running (before, it judged it ten minutes old and ran the request again);
+//! - a login link minted through a server running behind opens through another (before,
+//!   it had expired eight minutes before it was minted).
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -10,7 +15,11 @@ use serde_json::{json, Value};
 use crate::experiments::{create_published, metric, report};
 use crate::helpers::{spawn_app, Backend, ServerProcess, TestApp};
 
-crate::on_both_backends!(servers_with_skewed_clocks_stamp_times_on_the_stores);
+crate::on_both_backends!(
+    servers_with_skewed_clocks_stamp_times_on_the_stores,
+    a_server_running_ahead_does_not_take_over_a_request_in_flight,
+    a_login_link_minted_through_a_server_running_behind_opens_elsewhere,
+);
 
 const SKEW_MS: i64 = 600_000;
 
@@ -92,4 +101,65 @@ async fn servers_with_skewed_clocks_stamp_times_on_the_stores(backend: Backend) 
         revenue["arrival_time"]["stored_events"], 1,
         "by arrival: {revenue}"
     );
+}
+
+async fn a_server_running_ahead_does_not_take_over_a_request_in_flight(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = app
+        .post_json("/campaigns", &crate::idempotency::campaign_body("clocks"))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let id = created.body["id"].as_str().expect("id").to_string();
+    // Its publish holds the reservation for a minute, well inside the 30 s cutoff at first.
+    let slow = ServerProcess::start_with_env(
+        app.database_url(),
+        &[],
+        &[("TRAQLYTE_TEST_PUBLISH_DELAY_MS", "60000")],
+    );
+    let ahead = skewed(&app, SKEW_MS);
+    let publish = |address: &str| {
+        app.client
+            .post(format!("{address}/campaigns/{id}/publish"))
+            .bearer_auth(&app.key)
+            .header("X-TL-Idempotency-Key", "clock-publish")
+            .send()
+    };
+    let hung = tokio::spawn(publish(&slow.address));
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let answer = publish(&ahead.address).await.expect("sent");
+    assert_eq!(answer.status(), StatusCode::CONFLICT);
+    let body: Value = answer.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "request_in_flight", "{body}");
+    hung.abort();
+}
+
+async fn a_login_link_minted_through_a_server_running_behind_opens_elsewhere(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let behind = skewed(&app, -SKEW_MS);
+    let minted = app
+        .send(
+            app.client
+                .post(format!("{}/ui/tokens", behind.address))
+                .bearer_auth(&app.key)
+                .json(&json!({})),
+        )
+        .await;
+    assert_eq!(minted.status, StatusCode::CREATED, "{}", minted.body);
+    let login_path = minted.body["login_path"].as_str().expect("login_path");
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    // Typed into the address bar, as a browser says.
+    let opened = browser
+        .get(app.url(login_path))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .expect("sent");
+    let status = opened.status();
+    let cookie = opened.headers().contains_key("set-cookie");
+    let page = opened.text().await.expect("text");
+    assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
+    assert!(cookie, "a session was started");
 }
