@@ -848,6 +848,7 @@ async fn the_contract_version_header_pins_the_version_a_message_is_identified_un
 }
 
 crate::on_both_backends!(
+    a_later_groups_failure_does_not_replay_the_groups_that_committed,
     the_contract_version_header_pins_the_version_a_message_is_identified_under,
     a_recreated_stream_keeps_a_dead_letter_at_an_old_position,
     late_events_reconciled_by_the_consumer_meet_their_originals,
@@ -861,6 +862,76 @@ crate::on_both_backends!(
     messages_larger_than_the_batch_byte_bound_are_pulled_alone,
     serve_consumes_the_stream_with_its_own_ingestion_limits,
 );
+
+/// A batch is stored one transaction per contract. When a later contract's transaction
+/// fails, the messages of those that committed are acked, and only the rest come back:
+/// replayed, a committed collision was logged again (a second webhook alert, the
+/// collision counted twice). A trigger refuses every insert of `zz_orders` (sorted after
+/// `checkout_completed`) until it is dropped.
+async fn a_later_groups_failure_does_not_replay_the_groups_that_committed(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    let zz = serde_json::json!({"name": "zz_orders", "version": 1,
+        "fields": [{"pointer": "/order_id", "required": true}]});
+    let answer = app.post_json("/contracts", &zz).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let original = checkout_event("order-1");
+    let stored = app.post_event(&original).await;
+    assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
+    let (refuse, allow) = match backend {
+        Backend::Postgres => (
+            "CREATE FUNCTION traqlyte_test_refuse() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
+             CREATE TRIGGER refuse_zz BEFORE INSERT ON events FOR EACH ROW
+               WHEN (NEW.contract_name = 'zz_orders') EXECUTE FUNCTION traqlyte_test_refuse();",
+            "DROP TRIGGER refuse_zz ON events",
+        ),
+        Backend::Sqlite => (
+            "CREATE TRIGGER refuse_zz BEFORE INSERT ON events
+               WHEN NEW.contract_name = 'zz_orders'
+               BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+            "DROP TRIGGER refuse_zz",
+        ),
+    };
+    app.execute_sql(refuse).await;
+    let mut changed = original.clone();
+    changed["note"] = serde_json::json!("the same order, other content");
+    let changed = serde_json::to_vec(&changed).expect("JSON");
+    publish(&js, "traqlyte.checkout_completed", &changed, "collides").await;
+    publish(
+        &js,
+        "traqlyte.zz_orders",
+        br#"{"order_id":"z-1"}"#,
+        "refused",
+    )
+    .await;
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    let collisions = || async { app.checkout_stats().await.2 };
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    while collisions().await == 0 {
+        assert!(Instant::now() < deadline, "the collision was never logged");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The refused group is Nak'd and redelivered meanwhile (100 ms, 200 ms, 400 ms, …).
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    app.execute_sql(allow).await;
+    let zz_stored = || async {
+        let answer = app.get("/stats").await;
+        answer.body["contracts"]["zz_orders"]["stored"]
+            .as_i64()
+            .unwrap_or(0)
+    };
+    while zz_stored().await == 0 {
+        assert!(Instant::now() < deadline, "zz_orders was never stored");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_until_drained(&js).await;
+    assert_eq!(
+        app.checkout_stats().await,
+        (1, 0, 1),
+        "one collision, logged once"
+    );
+    assert_no_dead_letters(&app).await;
+}
 
 /// The multi-process tests: PostgreSQL, the backend several processes share in production.
 mod postgres_only {

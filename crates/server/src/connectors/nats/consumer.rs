@@ -323,6 +323,10 @@ struct Pending {
     /// When the broker received it (ns since the epoch), the same on every redelivery.
     published_ns: i64,
     fate: Fate,
+    /// Its row committed (its contract's transaction did): acked even when a later
+    /// group of the batch fails, so it is not replayed (a replay would log its
+    /// collision again, and alert its webhooks twice).
+    committed: bool,
 }
 
 /// What becomes of a message.
@@ -434,10 +438,12 @@ async fn pull(
 }
 
 impl Worker {
-    /// Stores a batch and acks it, or Naks all of it after a store error.
+    /// Stores a batch and acks it. After a store error, acks the messages whose group
+    /// committed before it and Naks the rest.
     async fn handle(&mut self, batch: Vec<Message>) {
-        match self.store_batch(&batch).await {
-            Ok((pending, counts)) => {
+        let mut pending = Vec::with_capacity(batch.len());
+        match self.store_batch(&batch, &mut pending).await {
+            Ok(counts) => {
                 self.failures = 0;
                 self.settle(&pending).await;
                 tracing::info!(
@@ -453,10 +459,16 @@ impl Worker {
             Err(err) => {
                 self.failures = self.failures.saturating_add(1);
                 let delay = self.config.nak_delay(self.failures);
-                tracing::warn!(error = %err, failures = self.failures, delay_ms = delay.as_millis() as u64, "batch not stored; Nak");
-                for message in &batch {
-                    if let Err(err) = message.ack_with(AckKind::Nak(Some(delay))).await {
-                        tracing::debug!(error = %err, "Nak failed; the message will be redelivered after the ack wait");
+                let committed = pending.iter().filter(|p| p.committed).count();
+                tracing::warn!(error = %err, failures = self.failures, delay_ms = delay.as_millis() as u64, committed, "batch not stored; Nak what did not commit");
+                for (index, message) in batch.iter().enumerate() {
+                    let kind = if pending.get(index).is_some_and(|p| p.committed) {
+                        AckKind::Ack
+                    } else {
+                        AckKind::Nak(Some(delay))
+                    };
+                    if let Err(err) = message.ack_with(kind).await {
+                        tracing::debug!(error = %err, "ack or Nak failed; the message will be redelivered after the ack wait");
                     }
                 }
                 // Pause too, so a consumer does not spin on other messages while the
@@ -472,9 +484,14 @@ impl Worker {
     }
 
     /// Decodes, identifies and stores a batch: one transaction per contract (the
-    /// Segment messages' one included), then the dead letters. Nothing is acked here.
-    async fn store_batch(&self, batch: &[Message]) -> Result<(Vec<Pending>, Counts), BatchError> {
-        let mut pending = Vec::with_capacity(batch.len());
+    /// Segment messages' one included), then the dead letters. Nothing is acked here;
+    /// `pending` holds each message's fate, and whether its row committed, also when an
+    /// error ends the batch early.
+    async fn store_batch(
+        &self,
+        batch: &[Message],
+        pending: &mut Vec<Pending>,
+    ) -> Result<Counts, BatchError> {
         let mut groups: BTreeMap<Pinned, Vec<(Value, usize)>> = BTreeMap::new();
         let mut segment: Vec<(Value, usize)> = Vec::new();
         for (index, message) in batch.iter().enumerate() {
@@ -514,6 +531,7 @@ impl Worker {
                 sequence,
                 published_ns,
                 fate,
+                committed: false,
             });
         }
         let mut counts = Counts::default();
@@ -532,17 +550,16 @@ impl Worker {
                 }
                 continue;
             };
-            self.store_group(&contract, values, &mut pending, &mut counts)
+            self.store_group(&contract, values, pending, &mut counts)
                 .await?;
         }
-        self.store_segment(segment, &mut pending, &mut counts)
-            .await?;
-        let letters = self.dead_letters(&pending);
+        self.store_segment(segment, pending, &mut counts).await?;
+        let letters = self.dead_letters(pending);
         counts.dead_lettered = letters.len();
         self.store
             .insert_dead_letters(&self.tenant, &letters)
             .await?;
-        Ok((pending, counts))
+        Ok(counts)
     }
 
     /// Identifies one contract's messages and stores them in one transaction.
@@ -596,6 +613,7 @@ impl Worker {
                     {
                         Ok(stored) => {
                             outcomes.extend(stored);
+                            pending[index].committed = true;
                             kept.push(event);
                             kept_positions.push(index);
                         }
@@ -617,6 +635,9 @@ impl Worker {
             other => other?,
         };
         debug_assert_eq!(outcomes.len(), events.len());
+        for &index in &positions {
+            pending[index].committed = true;
+        }
         // The WARN line of each collision is `record_events`'s.
         let rejected = offered - events.len();
         crate::metrics::record_events(
@@ -728,6 +749,9 @@ impl Worker {
         let stored = ingest::store(&self.store, &source, &messages, &[], received_at_us)
             .await
             .map_err(|err| BatchError::Segment(format!("{}: {}", err.code(), err.message())))?;
+        for &index in &positions {
+            pending[index].committed = true;
+        }
         for (outcome, index) in stored.outcomes.iter().zip(positions) {
             match outcome {
                 EventOutcome::Inserted => counts.inserted += 1,
