@@ -744,12 +744,7 @@ async fn world(backend: Backend) -> World {
     app.store.fold_unit_metrics().await.expect("fold");
     let event = app.post_event(&checkout_event("order_1")).await;
     let event_id = event.body["event_id"].as_str().expect("event").to_string();
-    let tenant = app
-        .store
-        .tenant_for_key(&traqlyte_store::ApiKey::parse(&app.key).expect("key"))
-        .await
-        .expect("lookup")
-        .expect("tenant");
+    let tenant = app.tenant().await;
     let (source, write_key) = app
         .store
         .create_source(

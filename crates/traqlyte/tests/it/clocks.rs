@@ -63,12 +63,7 @@ async fn servers_with_skewed_clocks_stamp_times_on_the_stores(backend: Backend) 
     .await;
     let store_now = app.store.clock_us().await.expect("clock");
     let stored_at: i64 = {
-        let tenant = app
-            .store
-            .tenant_for_key(&traqlyte_store::ApiKey::parse(&app.key).expect("key"))
-            .await
-            .expect("lookup")
-            .expect("tenant");
+        let tenant = app.tenant().await;
         let id = assigned["assignment_id"].as_str().expect("id");
         let id = traqlyte_store::AssignmentId::try_from(id).expect("an assignment id");
         let rows = app

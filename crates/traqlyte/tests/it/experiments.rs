@@ -640,22 +640,13 @@ pub(crate) async fn assert_unit_metrics_match_the_facts(app: &TestApp, campaign:
     assert_unit_metrics_match_the_facts_of(app, campaign, &windows).await;
 }
 
-/// The tenant of the app's key.
-async fn app_tenant(app: &TestApp) -> traqlyte_store::TenantId {
-    app.store
-        .tenant_for_key(&traqlyte_store::ApiKey::parse(&app.key).expect("key"))
-        .await
-        .expect("lookup")
-        .expect("tenant")
-}
-
 /// [`assert_unit_metrics_match_the_facts`] for metrics of the given windows (hours).
 async fn assert_unit_metrics_match_the_facts_of(
     app: &TestApp,
     campaign: &str,
     windows: &[(&str, i64)],
 ) {
-    let tenant = app_tenant(app).await;
+    let tenant = app.tenant().await;
     let campaign = &traqlyte_store::CampaignId::try_from(campaign).expect("a campaign id");
     let windows: Vec<traqlyte_store::MetricWindow> = windows
         .iter()
@@ -716,7 +707,7 @@ async fn outcomes_count_only_inside_their_window_by_event_time_and_by_arrival(ba
         2 * HOUR
     ))
     .await;
-    let tenant = app_tenant(&app).await;
+    let tenant = app.tenant().await;
     let ids: Vec<traqlyte_store::AssignmentId> = [&a, &b]
         .iter()
         .map(|u| {

@@ -387,6 +387,15 @@ impl TestApp {
         }
     }
 
+    /// The tenant of the app's key.
+    pub async fn tenant(&self) -> traqlyte_store::TenantId {
+        self.store
+            .tenant_for_key(&traqlyte_store::ApiKey::parse(&self.key).expect("key"))
+            .await
+            .expect("lookup")
+            .expect("tenant")
+    }
+
     /// A second tenant's API key.
     pub async fn other_tenant_key(&self) -> String {
         let (_, key) = self

@@ -597,10 +597,9 @@ async fn rewrite_unit_metrics(app: &TestApp, backend: Backend, columns: &str) {
     assert_eq!(done, 1);
 }
 
-/// A count's square overflowed `BIGINT` on PostgreSQL past about 3.04 billion deliveries
-/// of one unit (the report squared the counts before summing them as doubles): the
-/// report failed with a 500 for good.
-async fn a_report_over_a_unit_counted_billions_of_times_answers(backend: Backend) {
+/// An app with a published campaign whose unit `u` has one revenue outcome of 3: the
+/// app, the campaign and the unit's assignment.
+async fn one_unit_with_one_outcome(backend: Backend) -> (TestApp, String, String) {
     let app = spawn_app(backend).await;
     let campaign = published_campaign(&app, "k").await;
     let unit = assignment(&app, &campaign, "u").await;
@@ -608,6 +607,14 @@ async fn a_report_over_a_unit_counted_billions_of_times_answers(backend: Backend
         .post_json("/outcome", &outcome(&unit, "o-1", json!(3.0)))
         .await;
     assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    (app, campaign, unit)
+}
+
+/// A count's square overflowed `BIGINT` on PostgreSQL past about 3.04 billion deliveries
+/// of one unit (the report squared the counts before summing them as doubles): the
+/// report failed with a 500 for good.
+async fn a_report_over_a_unit_counted_billions_of_times_answers(backend: Backend) {
+    let (app, campaign, _) = one_unit_with_one_outcome(backend).await;
     let billions = 4_000_000_000_i64;
     rewrite_unit_metrics(
         &app,
@@ -625,13 +632,7 @@ async fn a_report_over_a_unit_counted_billions_of_times_answers(backend: Backend
 async fn a_report_over_out_of_range_values_stored_before_the_bound_answers_without_them(
     backend: Backend,
 ) {
-    let app = spawn_app(backend).await;
-    let campaign = published_campaign(&app, "k").await;
-    let unit = assignment(&app, &campaign, "u").await;
-    let stored = app
-        .post_json("/outcome", &outcome(&unit, "o-1", json!(3.0)))
-        .await;
-    assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    let (app, campaign, unit) = one_unit_with_one_outcome(backend).await;
     store_legacy_sum(&app, backend, 1.7e308).await;
     let arm = assign(&app, &campaign, "u").await.1;
     let report = app.get(&format!("/campaigns/{campaign}/report")).await;

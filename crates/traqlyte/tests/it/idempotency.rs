@@ -399,11 +399,7 @@ async fn a_reservations_age_is_measured_on_the_stores_clock(backend: Backend) {
 
     let app = spawn_app(backend).await;
     let store = &app.store;
-    let tenant = store
-        .tenant_for_key(&traqlyte_store::ApiKey::parse(&app.key).expect("key"))
-        .await
-        .expect("lookup")
-        .expect("tenant");
+    let tenant = app.tenant().await;
     let key = IdempotencyKey::parse(b"clock-1").expect("key");
     let cutoff_us = 30_000_000;
     let owner = OwnerToken::generate();
