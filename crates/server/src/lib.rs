@@ -104,9 +104,11 @@ pub async fn serve(
     if let Some(every_ms) = state.config.semantic_scan_every_ms {
         tasks.push(tokio::spawn(semantic_scans(state.clone(), every_ms)));
     }
-    if state.config.webhook_dispatch {
-        tasks.push(tokio::spawn(ops::webhooks::run(state.clone())));
-    }
+    let (stop_dispatch, dispatch_stopping) = tokio::sync::watch::channel(false);
+    let dispatcher = state
+        .config
+        .webhook_dispatch
+        .then(|| tokio::spawn(ops::webhooks::run(state.clone(), dispatch_stopping)));
     if let Some(metrics_listener) = metrics_listener {
         if let Ok(address) = metrics_listener.local_addr() {
             tracing::info!(%address, "metrics listening");
@@ -121,6 +123,19 @@ pub async fn serve(
         }));
     }
     let served = listener::serve(listener, router(state), limits, shutdown).await;
+    // The webhook round in flight ends on its own (posted and recorded): aborted, its
+    // posts would go out again once their lease ran out. The other tasks' work is one
+    // transaction at a time, rolled back by an abort.
+    if let Some(mut dispatcher) = dispatcher {
+        let _ = stop_dispatch.send(true);
+        if tokio::time::timeout(ops::webhooks::STOP_GRACE, &mut dispatcher)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the webhook round in flight outlasted the stop grace; its deliveries are posted again after their lease");
+            dispatcher.abort();
+        }
+    }
     for task in tasks {
         task.abort();
     }

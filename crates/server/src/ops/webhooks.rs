@@ -174,8 +174,14 @@ fn signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Option<Stri
     ))
 }
 
-/// Polls the outbox until the task is aborted.
-pub(crate) async fn run(state: AppState) {
+/// How long a stopping server waits for the dispatcher's round in flight: its posts'
+/// timeout, and a moment to record them.
+pub(crate) const STOP_GRACE: Duration = Duration::from_millis(WEBHOOK_TIMEOUT_MS + 2_000);
+
+/// Polls the outbox until `stopping` turns true; a round in flight is finished (posted
+/// and recorded) first, so a stopping server leaves no delivery posted but unrecorded,
+/// which its lease would post again after a restart.
+pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Receiver<bool>) {
     let mut owner_bytes = [0u8; 8];
     if getrandom::getrandom(&mut owner_bytes).is_err() {
         tracing::error!("no randomness for the webhook dispatcher's lease owner; not dispatching");
@@ -200,7 +206,10 @@ pub(crate) async fn run(state: AppState) {
     let mut ticker = tokio::time::interval(Duration::from_millis(DISPATCH_EVERY_MS));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stopping.wait_for(|stop| *stop) => return,
+        }
         let claimed = match state
             .store
             .claim_deliveries(&owner, DELIVERY_LEASE_MS * 1_000, DELIVERIES_PER_CLAIM_MAX)

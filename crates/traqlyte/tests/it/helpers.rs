@@ -256,6 +256,28 @@ impl ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// SIGTERM, as a service manager stops it; returns at once (see
+    /// [`ServerProcess::exited_within`]).
+    pub fn terminate(&mut self) {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+    }
+
+    /// Whether the process exited within `limit`.
+    pub async fn exited_within(&mut self, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        false
+    }
 }
 
 impl Drop for ServerProcess {

@@ -19,7 +19,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sqlx::Connection;
 
-use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
+use crate::helpers::{checkout_event, spawn_app, spawn_app_with, Backend, ServerProcess, TestApp};
 use crate::metrics::tenant_id;
 use crate::on_both_backends;
 use crate::segment::{create_source, post_v1, track};
@@ -31,6 +31,7 @@ on_both_backends!(
     unreachable_receivers_do_not_hold_back_a_working_one,
     a_webhook_url_is_measured_as_stored,
     the_ops_page_in_chromium_shows_the_numbers_of_the_json,
+    a_stopping_server_finishes_and_records_its_webhook_round,
 );
 
 const HOUR_US: i64 = 3_600_000_000;
@@ -569,4 +570,49 @@ async fn the_ops_page_in_chromium_shows_the_numbers_of_the_json(backend: Backend
         .iter()
         .find(|e| e.attr("data-field") == Some("chart.duplicate_rate"));
     assert!(bar.is_some(), "the chart draws the rate");
+}
+
+/// SIGTERM reaching a server while its dispatcher waits on a slow receiver: the round is
+/// finished and recorded before the process exits. Aborted, as it was, the post went out
+/// and its delivery stayed leased and unrecorded, to be posted again after a restart.
+async fn a_stopping_server_finishes_and_records_its_webhook_round(backend: Backend) {
+    // The test's own server does not dispatch: only the process under test does.
+    let config = traqlyte_server::ServerConfig {
+        webhook_dispatch: false,
+        ..traqlyte_server::ServerConfig::default()
+    };
+    let app = spawn_app_with(backend, config).await;
+    app.register_checkout_contract().await;
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    async fn slow_hook(State(arrived): State<Arc<tokio::sync::Notify>>) -> StatusCode {
+        arrived.notify_one();
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        StatusCode::NO_CONTENT
+    }
+    let router = Router::new()
+        .route("/hook", post(slow_hook))
+        .with_state(arrived.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+
+    let mut server = ServerProcess::start(app.database_url(), &[]);
+    collide(&app, "w1", "n1", 129.99).await;
+    tokio::time::timeout(Duration::from_secs(30), arrived.notified())
+        .await
+        .expect("the dispatcher posted the collision");
+    server.terminate();
+    assert!(
+        server.exited_within(Duration::from_secs(30)).await,
+        "the server stopped"
+    );
+    assert_eq!(
+        app.store.pending_deliveries().await.expect("pending"),
+        0,
+        "the post was recorded before the server exited"
+    );
 }
