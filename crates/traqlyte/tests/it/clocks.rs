@@ -74,7 +74,7 @@ async fn servers_with_skewed_clocks_stamp_times_on_the_stores(backend: Backend) 
         rows[0].assigned_at_us
     };
     assert!(
-        (store_now - 5_000_000..=store_now).contains(&stored_at),
+        (store_now - 5_000_000..=store_now + 1_000_000).contains(&stored_at),
         "assigned at {stored_at}, the store's clock read {store_now} just after"
     );
 
@@ -120,7 +120,7 @@ async fn a_server_running_ahead_does_not_take_over_a_request_in_flight(backend: 
             .send()
     };
     let hung = tokio::spawn(publish(&slow.address));
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    crate::idempotency::wait_for_reservation(&app, "clock-publish").await;
     let answer = publish(&ahead.address).await.expect("sent");
     assert_eq!(answer.status(), StatusCode::CONFLICT);
     let body: Value = answer.json().await.expect("JSON");

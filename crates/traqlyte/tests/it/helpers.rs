@@ -540,6 +540,19 @@ pub fn checkout_event(order: &str) -> Value {
     })
 }
 
+/// Waits past the next hour boundary (midnight UTC included) when it is less than two
+/// minutes away: a test whose counts land in hourly buckets, or whose "today" names a
+/// partition, would see them split across two hours or days if it ran across one.
+pub async fn clear_of_hour_boundary() {
+    const HOUR_US: i64 = 3_600_000_000;
+    let now = traqlyte_store::now_us();
+    let to_boundary = HOUR_US - now.rem_euclid(HOUR_US);
+    if to_boundary < 120_000_000 {
+        let wait = u64::try_from(to_boundary + 1_000_000).unwrap_or(0);
+        tokio::time::sleep(std::time::Duration::from_micros(wait)).await;
+    }
+}
+
 /// A tenant name for tests.
 pub fn tenant_name(text: &str) -> traqlyte_store::TenantName {
     traqlyte_store::TenantName::parse(text).expect("a valid tenant name")

@@ -38,6 +38,24 @@ async fn create_campaign(app: &TestApp) -> String {
     answer.body["id"].as_str().expect("id").to_string()
 }
 
+/// Waits until a request under idempotency key `key` holds its reservation (a server has
+/// committed it), for at most 30 s.
+pub(crate) async fn wait_for_reservation(app: &TestApp, key: &str) {
+    let tenant = app.tenant().await;
+    let key = traqlyte_store::IdempotencyKey::parse(key.as_bytes()).expect("key");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app
+        .store
+        .idempotency_lookup(&tenant, &key)
+        .await
+        .expect("lookup")
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "no reservation was made");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Status, replay header and raw body bytes of a publish.
 async fn publish(
     app: &TestApp,
@@ -278,8 +296,9 @@ async fn a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishe
 ) {
     let app = spawn_app(backend).await;
     let id = create_campaign(&app).await;
-    // Long enough that a loaded machine still sends the early retry well inside it.
-    let cutoff = ["--idempotency-stale-after-ms", "6000"];
+    // Long enough that a loaded machine still restarts a server and sends the early retry
+    // well inside it.
+    let cutoff = ["--idempotency-stale-after-ms", "15000"];
     let mut slow = ServerProcess::start_with_env(
         app.database_url(),
         &cutoff,
@@ -296,7 +315,7 @@ async fn a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishe
             .send()
             .await
     });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    wait_for_reservation(&app, "crash-1").await;
     slow.kill();
     assert!(
         hung.await.expect("task").is_err(),
@@ -313,7 +332,7 @@ async fn a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishe
     };
     let early = retry().await.expect("sent");
     assert!(
-        started.elapsed() < Duration::from_millis(5000),
+        started.elapsed() < Duration::from_millis(12_000),
         "the in-flight check ran too late to mean anything"
     );
     assert_eq!(early.status(), StatusCode::CONFLICT);
@@ -326,9 +345,9 @@ async fn a_crash_inside_the_transaction_is_retried_after_the_cutoff_and_publishe
 
     // The reservation was made a little after `started`: until it is older than the
     // cutoff, a retry is still told the request is in flight; then one takes it over.
-    tokio::time::sleep(Duration::from_millis(6000).saturating_sub(started.elapsed())).await;
+    tokio::time::sleep(Duration::from_millis(15_000).saturating_sub(started.elapsed())).await;
     let mut late = retry().await.expect("sent");
-    while late.status() == StatusCode::CONFLICT && started.elapsed() < Duration::from_secs(30) {
+    while late.status() == StatusCode::CONFLICT && started.elapsed() < Duration::from_secs(45) {
         tokio::time::sleep(Duration::from_millis(200)).await;
         late = retry().await.expect("sent");
     }

@@ -173,6 +173,7 @@ async fn a_batch_over_the_event_limit_is_refused_whole(backend: Backend) {
 }
 
 async fn rolling_up_tallies_keeps_every_count_in_fewer_rows(backend: Backend) {
+    crate::helpers::clear_of_hour_boundary().await;
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
     for order in 0..5 {

@@ -904,7 +904,7 @@ async fn a_later_groups_failure_does_not_replay_the_groups_that_committed(backen
         "refused",
     )
     .await;
-    let _consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    let consumer = ConsumerProcess::start_logged(&app, &nats.url, &[]);
     let collisions = || async { app.checkout_stats().await.2 };
     let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
     while collisions().await == 0 {
@@ -931,6 +931,12 @@ async fn a_later_groups_failure_does_not_replay_the_groups_that_committed(backen
         "one collision, logged once"
     );
     assert_no_dead_letters(&app).await;
+    // The case under test happened: a batch with one message committed, then an error.
+    let failed = consumer.log_events("batch not stored; Nak what did not commit");
+    assert!(
+        failed.iter().any(|fields| fields["committed"] == 1),
+        "no batch failed after committing a group: {failed:?}"
+    );
 }
 
 /// The multi-process tests: PostgreSQL, the backend several processes share in production.
@@ -972,6 +978,7 @@ mod postgres_only {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_late_event_beside_one_without_a_partition_is_still_reconciled() {
         const DAY_US: i64 = 86_400_000_000;
+        crate::helpers::clear_of_hour_boundary().await;
         let (app, nats, js) = setup(Backend::Postgres).await;
         let now = traqlyte_store::now_us();
         let today = now.div_euclid(DAY_US) as i32;

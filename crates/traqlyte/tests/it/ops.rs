@@ -87,6 +87,7 @@ async fn age_tallies_by_an_hour(app: &TestApp, tenant: &str) {
 }
 
 async fn the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates(backend: Backend) {
+    crate::helpers::clear_of_hour_boundary().await;
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
     let tenant = tenant_id(&app).await;
@@ -524,6 +525,7 @@ async fn unreachable_receivers_do_not_hold_back_a_working_one(backend: Backend) 
 }
 
 async fn the_ops_page_in_chromium_shows_the_numbers_of_the_json(backend: Backend) {
+    crate::helpers::clear_of_hour_boundary().await;
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
     http_workload(&app, "page", 5, 2).await;
