@@ -122,12 +122,17 @@ pub async fn serve(
             }
         }));
     }
+    // The dispatcher stops when the server does, its round overlapping the drain of the
+    // connections (and when the listener fails, by the sender's drop).
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop_dispatch.send(true);
+    };
     let served = listener::serve(listener, router(state), limits, shutdown).await;
     // The webhook round in flight ends on its own (posted and recorded): aborted, its
     // posts would go out again once their lease ran out. The other tasks' work is one
     // transaction at a time, rolled back by an abort.
     if let Some(mut dispatcher) = dispatcher {
-        let _ = stop_dispatch.send(true);
         if tokio::time::timeout(ops::webhooks::STOP_GRACE, &mut dispatcher)
             .await
             .is_err()

@@ -26,10 +26,10 @@ const SYNC_ROUND_TRIP_MAX_US: i64 = 50_000;
 /// trip is kept.
 const SYNC_SAMPLES: usize = 3;
 
-/// Measurements a sync tries at most to get [`SYNC_SAMPLES`] fast enough ones: on a
-/// loaded machine the first few may be slow, and a process keeping its own clock for a
-/// minute would stamp with it.
-const SYNC_ATTEMPTS_MAX: usize = 40;
+/// How long a sync tries to get [`SYNC_SAMPLES`] fast enough measurements: on a loaded
+/// machine the first few may be slow (a process keeping its own clock for a minute would
+/// stamp with it), and a database too far away for any never gives one.
+const SYNC_BUDGET: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// An offset beyond this is logged at each sync: a machine's clock this far off is worth
 /// an operator's look, though every stamp follows the database's all the same.
@@ -103,10 +103,8 @@ impl Store {
     pub async fn sync_clock(&self) -> Result<Option<i64>, StoreError> {
         let mut best: Option<(u128, i64)> = None;
         let mut usable = 0;
-        for _ in 0..SYNC_ATTEMPTS_MAX {
-            if usable == SYNC_SAMPLES {
-                break;
-            }
+        let began = Instant::now();
+        while usable < SYNC_SAMPLES && began.elapsed() < SYNC_BUDGET {
             let (before, started) = (process_now_us(), Instant::now());
             let store_us = self.clock_us().await?;
             let round_trip_us = started.elapsed().as_micros();

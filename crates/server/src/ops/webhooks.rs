@@ -206,9 +206,11 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
     let mut ticker = tokio::time::interval(Duration::from_millis(DISPATCH_EVERY_MS));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Stopping wins over an overdue tick: no round starts once the server stops.
         tokio::select! {
-            _ = ticker.tick() => {}
+            biased;
             _ = stopping.wait_for(|stop| *stop) => return,
+            _ = ticker.tick() => {}
         }
         let claimed = match state
             .store
@@ -227,8 +229,9 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
         let mut posts = tokio::task::JoinSet::new();
         for delivery in claimed {
             let (state, client, owner) = (state.clone(), client.clone(), owner.clone());
+            let stopping = stopping.clone();
             posts.spawn(async move {
-                if let Err(err) = deliver(&state, &client, &owner, &delivery).await {
+                if let Err(err) = deliver(&state, &client, &owner, &delivery, &stopping).await {
                     tracing::warn!(error = %err, delivery = %delivery.delivery_id, "webhook delivery not recorded; its lease will run out");
                 }
             });
@@ -237,12 +240,15 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
     }
 }
 
-/// Posts one delivery and records its result.
+/// Posts one delivery and records its result. A delivery whose post has not begun when
+/// the server stops is released instead, due at once for the next dispatcher: a post
+/// begun late could outlast the stop's grace and be cut off unrecorded.
 async fn deliver(
     state: &AppState,
     client: &reqwest::Client,
     owner: &str,
     delivery: &ClaimedDelivery,
+    stopping: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), traqlyte_store::StoreError> {
     let store = &state.store;
     let target = store
@@ -284,6 +290,17 @@ async fn deliver(
             return Ok(());
         }
     };
+    if *stopping.borrow() {
+        store
+            .settle_delivery(
+                delivery,
+                owner,
+                Some(0),
+                Some("not posted: the server was stopping"),
+            )
+            .await?;
+        return Ok(());
+    }
     // The lease again, from now: the lookups above may have waited for a connection,
     // and the post must never start after another dispatcher could claim the delivery.
     if !store

@@ -182,6 +182,15 @@ pub async fn spawn_app_with_store(
     }
 }
 
+/// Sends SIGTERM to a child process, as a service manager stops it.
+pub fn sigterm(child: &std::process::Child) {
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+}
+
 /// A `traqlyte serve` OS process, killed (SIGKILL) when dropped.
 pub struct ServerProcess {
     pub address: String,
@@ -260,11 +269,7 @@ impl ServerProcess {
     /// SIGTERM, as a service manager stops it; returns at once (see
     /// [`ServerProcess::exited_within`]).
     pub fn terminate(&mut self) {
-        let pid = self.child.id().to_string();
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status();
-        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        sigterm(&self.child);
     }
 
     /// Whether the process exited within `limit`.

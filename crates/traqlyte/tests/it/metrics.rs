@@ -173,14 +173,7 @@ pub(crate) fn value_of(samples: &[Sample], name: &str, wanted: &[(&str, &str)]) 
 }
 
 pub(crate) async fn tenant_id(app: &TestApp) -> String {
-    let key = traqlyte_store::ApiKey::parse(&app.key).expect("key");
-    app.store
-        .tenant_for_key(&key)
-        .await
-        .expect("lookup")
-        .expect("tenant")
-        .as_str()
-        .to_string()
+    app.tenant().await.as_str().to_string()
 }
 
 fn resent(order: &str) -> Value {

@@ -120,9 +120,7 @@ impl ConsumerProcess {
 
     /// SIGTERM, then the exit status.
     fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status();
-        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        crate::helpers::sigterm(&self.child);
         self.child.wait().expect("wait for the consumer")
     }
 }

@@ -105,7 +105,7 @@ pub enum ConsumerError {
     Store(#[from] StoreError),
 }
 
-/// Why a batch was not stored (every message of it is Nak'd).
+/// Why a batch was not stored (its messages whose group did not commit are Nak'd).
 #[derive(Debug, thiserror::Error)]
 enum BatchError {
     #[error(transparent)]
