@@ -6,7 +6,8 @@ use sqlx::Row;
 use traqlyte_identity::sha256_hex;
 
 use crate::clock::store_now_us;
-use crate::tx::with_pool;
+use crate::tenants::SELECT_TENANT_FOR_KEY;
+use crate::tx::{with_pool, with_tx};
 use crate::{ApiKey, Store, StoreError, TenantId};
 
 /// A random UI token: `tls_` and 48 hex digits (192 random bits). Only its SHA-256 is
@@ -108,6 +109,10 @@ macro_rules! consume_login {
     };
 }
 
+const INSERT_TOKEN: &str =
+    "INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us, key_hash)
+     VALUES ($1, $2, $3, $4, $5, $6)";
+
 const PG_SESSION_TENANT: &str = session_tenant!(postgres);
 const SQLITE_SESSION_TENANT: &str = session_tenant!(sqlite);
 const PG_CONSUME_LOGIN: &str = consume_login!(postgres);
@@ -141,18 +146,15 @@ impl Store {
                 .bind(now_us)
                 .execute(pool)
                 .await?;
-            sqlx::query(
-                "INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us, key_hash)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(token.hash())
-            .bind(grant.tenant.as_str())
-            .bind(kind.as_str())
-            .bind(now_us)
-            .bind(expires_at_us)
-            .bind(&grant.key_hash)
-            .execute(pool)
-            .await?;
+            sqlx::query(INSERT_TOKEN)
+                .bind(token.hash())
+                .bind(grant.tenant.as_str())
+                .bind(kind.as_str())
+                .bind(now_us)
+                .bind(expires_at_us)
+                .bind(&grant.key_hash)
+                .execute(pool)
+                .await?;
         });
         Ok((token, expires_at_us))
     }
@@ -172,35 +174,53 @@ impl Store {
         })
     }
 
-    /// Consumes a live login token: deleted in the same statement that reads it, so two
-    /// concurrent uses cannot both succeed. `None` when unknown, expired, already used,
-    /// or minted with a key revoked since (the token is then consumed all the same).
-    pub async fn consume_ui_login_token(
+    /// Exchanges a live login token for a session of `session_lifetime_us`, in one
+    /// transaction: the login token is deleted in the statement that reads it (two
+    /// concurrent uses cannot both succeed), and the session is stored in the same
+    /// commit, so a failure in between leaves the link usable instead of spent. `None`
+    /// when the token is unknown, expired, already used, or minted with a key revoked
+    /// since (the token is then consumed all the same).
+    pub async fn exchange_ui_login_token(
         &self,
         token: &UiToken,
-    ) -> Result<Option<UiGrant>, StoreError> {
-        let sql = self.by_backend(PG_CONSUME_LOGIN, SQLITE_CONSUME_LOGIN);
-        let row = with_pool!(self, writer, |pool| {
-            sqlx::query(sql)
-                .bind(token.hash())
-                .fetch_optional(pool)
-                .await?
-                .map(|row| -> Result<(String, String), sqlx::Error> {
-                    Ok((row.try_get(0)?, row.try_get(1)?))
-                })
-                .transpose()?
-        });
+        session_lifetime_us: i64,
+    ) -> Result<Option<(UiGrant, UiToken)>, StoreError> {
+        let consume = self.by_backend(PG_CONSUME_LOGIN, SQLITE_CONSUME_LOGIN);
+        let now_us = self.clock_us().await?;
+        let session = UiToken::generate();
+        let mut tx = self.begin().await?;
+        let row: Option<(String, String)> = with_tx!(tx, |conn| sqlx::query_as(consume)
+            .bind(token.hash())
+            .fetch_optional(&mut *conn)
+            .await?);
         let Some((tenant, key_hash)) = row else {
             return Ok(None);
         };
+        // Still a working key of the token's tenant.
+        let works: Option<String> = with_tx!(tx, |conn| sqlx::query_scalar(SELECT_TENANT_FOR_KEY)
+            .bind(&key_hash)
+            .fetch_optional(&mut *conn)
+            .await?);
+        if works.as_deref() != Some(tenant.as_str()) {
+            tx.commit().await?;
+            return Ok(None);
+        }
+        with_tx!(tx, |conn| sqlx::query(INSERT_TOKEN)
+            .bind(session.hash())
+            .bind(&tenant)
+            .bind(UiTokenKind::Session.as_str())
+            .bind(now_us)
+            .bind(now_us.saturating_add(session_lifetime_us))
+            .bind(&key_hash)
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())?);
+        tx.commit().await?;
         let grant = UiGrant {
             tenant: TenantId::from_stored(tenant),
             key_hash,
         };
-        // Still a working key of the token's tenant.
-        let works =
-            self.tenant_for_key_hash(&grant.key_hash).await?.as_ref() == Some(&grant.tenant);
-        Ok(works.then_some(grant))
+        Ok(Some((grant, session)))
     }
 
     /// Revokes a token (logout). Unknown tokens are ignored.

@@ -179,12 +179,17 @@ async fn login_with_link(
     text: &str,
     next: &str,
 ) -> Result<Response, UiError> {
-    let grant = match UiToken::parse(text) {
-        Some(token) => state.store.consume_ui_login_token(&token).await?,
+    let exchanged = match UiToken::parse(text) {
+        Some(token) => {
+            state
+                .store
+                .exchange_ui_login_token(&token, SESSION_TTL_US)
+                .await?
+        }
         None => None,
     };
-    match grant {
-        Some(grant) => start_session(state, &grant, headers, next).await,
+    match exchanged {
+        Some((grant, session)) => session_started(&grant, session, headers, next),
         None => Ok(html_response(
             StatusCode::UNAUTHORIZED,
             pages::login(
@@ -363,6 +368,16 @@ async fn start_session(
         .store
         .create_ui_token(grant, UiTokenKind::Session, SESSION_TTL_US)
         .await?;
+    session_started(grant, token, headers, next)
+}
+
+/// The answer that starts a stored session: its cookie, and a redirect to `next`.
+fn session_started(
+    grant: &UiGrant,
+    token: UiToken,
+    headers: &HeaderMap,
+    next: &str,
+) -> Result<Response, UiError> {
     tracing::info!(tenant = %grant.tenant(), "ui session started");
     // `Secure` when a TLS-terminating proxy says the browser spoke HTTPS; the server
     // itself speaks plain HTTP, where a `Secure` cookie would never come back.

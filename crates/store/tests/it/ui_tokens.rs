@@ -32,12 +32,20 @@ async fn login_links_and_sessions_expire_on_the_stores_clock(backend: Backend) {
         (before + lifetime_us..=after + lifetime_us).contains(&expires),
         "the expiry is the store's time of minting plus the lifetime"
     );
-    let used = store.consume_ui_login_token(&link).await.expect("consume");
-    assert_eq!(used.as_ref().map(|g| g.tenant()), Some(&tenant));
-    assert!(store
-        .consume_ui_login_token(&link)
+    let (used, session) = store
+        .exchange_ui_login_token(&link, lifetime_us)
         .await
-        .expect("consume")
+        .expect("exchange")
+        .expect("a live link");
+    assert_eq!(used.tenant(), &tenant);
+    assert_eq!(
+        store.ui_session_tenant(&session).await.expect("session"),
+        Some(tenant.clone())
+    );
+    assert!(store
+        .exchange_ui_login_token(&link, lifetime_us)
+        .await
+        .expect("exchange")
         .is_none());
 
     // Past its lifetime on the store's clock, a link is refused.
@@ -61,9 +69,9 @@ async fn login_links_and_sessions_expire_on_the_stores_clock(backend: Backend) {
         ))
         .await;
     assert!(store
-        .consume_ui_login_token(&stale)
+        .exchange_ui_login_token(&stale, lifetime_us)
         .await
-        .expect("consume")
+        .expect("exchange")
         .is_none());
     assert_eq!(
         store.ui_session_tenant(&session).await.expect("session"),

@@ -20,6 +20,7 @@ on_both_backends!(
     revoking_the_api_key_ends_its_sessions_and_login_links_at_once,
     the_root_says_what_this_is_and_both_ui_spellings_lead_in,
     the_naive_vs_deduplicated_tables_fit_a_laptop_and_a_phone_without_sideways_scrolling,
+    a_login_link_whose_session_could_not_be_stored_still_works,
 );
 
 const HOSTILE_NAME: &str = "Checkout <script>alert(1)</script> & \"friends\"";
@@ -1041,4 +1042,45 @@ async fn a_debug_log_names_the_login_path_but_not_its_token() {
         !text.contains(&app.key),
         "the key leaked into the log: {text}"
     );
+}
+
+/// A login link is single-use, so spending it and storing its session are one commit: when
+/// the session cannot be stored (a trigger refuses it here), the link still works once the
+/// store does. Before, the link was spent by its own statement and the user had to ask
+/// for a new one.
+async fn a_login_link_whose_session_could_not_be_stored_still_works(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let token = app.post_json("/ui/tokens", &json!({})).await;
+    assert_eq!(token.status, StatusCode::CREATED, "{}", token.body);
+    let link = app.url(token.body["login_path"].as_str().expect("login_path"));
+    let (refuse, allow) = match backend {
+        Backend::Postgres => (
+            "CREATE FUNCTION traqlyte_test_refuse() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
+             CREATE TRIGGER refuse_sessions BEFORE INSERT ON ui_tokens FOR EACH ROW
+               WHEN (NEW.kind = 'session') EXECUTE FUNCTION traqlyte_test_refuse();",
+            "DROP TRIGGER refuse_sessions ON ui_tokens",
+        ),
+        Backend::Sqlite => (
+            "CREATE TRIGGER refuse_sessions BEFORE INSERT ON ui_tokens
+               WHEN NEW.kind = 'session'
+               BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+            "DROP TRIGGER refuse_sessions",
+        ),
+    };
+    let browser = Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .expect("client");
+    let open = || browser.get(&link).header("sec-fetch-site", "none").send();
+    app.execute_sql(refuse).await;
+    let failed = open().await.expect("get");
+    assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(failed.headers().get("set-cookie").is_none());
+    app.execute_sql(allow).await;
+    let opened = open().await.expect("get");
+    assert_eq!(opened.status(), StatusCode::SEE_OTHER);
+    assert!(opened.headers().get("set-cookie").is_some());
+    let again = open().await.expect("get");
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED, "single use");
 }
