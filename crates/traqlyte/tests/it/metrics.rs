@@ -2,8 +2,9 @@
 //! the text parses as the Prometheus exposition format, and only the allowed readers
 //! get it (a token when one is set; a dedicated listener when one is given).
 //!
-//! Servers of one test process share the process-wide recorder, so every exact check
-//! reads the series labelled with this test's own tenant.
+//! Servers of one test process share the process-wide recorder and its budget of label
+//! sets, which every other test of the binary spends; the exact counts are therefore read
+//! from a `traqlyte serve` process of their own, on the series of this test's tenant.
 
 use std::collections::HashMap;
 
@@ -12,7 +13,7 @@ use serde_json::{json, Value};
 use traqlyte_server::metrics::MetricsConfig;
 use traqlyte_server::ServerConfig;
 
-use crate::helpers::{checkout_event, spawn_app, spawn_app_with, Backend, TestApp};
+use crate::helpers::{checkout_event, spawn_app, spawn_app_with, Backend, ServerProcess, TestApp};
 use crate::on_both_backends;
 
 on_both_backends!(
@@ -186,7 +187,10 @@ fn resent(order: &str) -> Value {
 async fn the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition_format(
     backend: Backend,
 ) {
-    let app = spawn_app(backend).await;
+    let mut app = spawn_app(backend).await;
+    // Every request of this test goes to a process whose recorder holds only its series.
+    let server = ServerProcess::start(app.database_url(), &[]);
+    app.address = server.address.clone();
     app.register_checkout_contract().await;
     let tenant = tenant_id(&app).await;
     let first: Vec<Value> = (1..=5).map(|i| checkout_event(&format!("o{i}"))).collect();
