@@ -604,6 +604,20 @@ fn init_logging(format: &str, default_filter: &str) {
 }
 
 async fn shutdown_signal() {
+    stop_requested().await;
+    tracing::info!("shutting down; a second signal exits at once");
+    // A second signal does not wait for the drain (a service manager's stop timeout, an
+    // operator's second Ctrl-C): everything acknowledged is already durable; requests
+    // not answered are retried by their clients, messages not acked are redelivered.
+    tokio::spawn(async {
+        stop_requested().await;
+        tracing::warn!("second signal: exiting without waiting for requests in flight");
+        std::process::exit(130);
+    });
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM.
+async fn stop_requested() {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -622,7 +636,6 @@ async fn shutdown_signal() {
         _ = interrupt => {},
         _ = terminate => {},
     }
-    tracing::info!("shutting down");
 }
 
 #[cfg(test)]

@@ -478,3 +478,44 @@ fn serve_refuses_a_batch_limit_beyond_its_range() {
     }
     assert!(!std::path::Path::new(database).exists(), "nothing opened");
 }
+
+/// The first SIGTERM drains: requests in flight are answered first (up to the request
+/// timeout). A second one, as a service manager's stop timeout or an operator's second
+/// Ctrl-C sends, exits at once: what was acknowledged is durable, the rest is retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_signal_stops_serve_without_waiting_for_requests_in_flight() {
+    use std::time::Duration;
+
+    let app = crate::helpers::spawn_app(Backend::Sqlite).await;
+    let created = app
+        .post_json(
+            "/campaigns",
+            &crate::idempotency::campaign_body("second-signal"),
+        )
+        .await;
+    let id = created.body["id"].as_str().expect("id").to_string();
+    let mut server = crate::helpers::ServerProcess::start_with_env(
+        app.database_url(),
+        &[],
+        &[("TRAQLYTE_TEST_PUBLISH_DELAY_MS", "60000")],
+    );
+    let request = app
+        .client
+        .post(format!("{}/campaigns/{id}/publish", server.address))
+        .bearer_auth(&app.key)
+        .header("X-TL-Idempotency-Key", "held")
+        .send();
+    let hung = tokio::spawn(request);
+    crate::idempotency::wait_for_reservation(&app, "held").await;
+    server.terminate();
+    assert!(
+        !server.exited_within(Duration::from_secs(1)).await,
+        "the first signal waits for the request in flight"
+    );
+    server.terminate();
+    assert!(
+        server.exited_within(Duration::from_secs(5)).await,
+        "a second signal exits at once"
+    );
+    hung.abort();
+}
