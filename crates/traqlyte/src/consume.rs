@@ -54,8 +54,9 @@ pub(crate) struct ConsumeNatsArgs {
 /// The consumer's bounds, shared by `consume nats` and `serve`.
 #[derive(Args, Clone)]
 pub(crate) struct NatsBounds {
-    /// Most messages fetched and stored as one batch.
-    #[arg(long, default_value_t = 500)]
+    /// Most messages fetched and stored as one batch (at least 1).
+    #[arg(long, default_value_t = 500,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     nats_batch_messages_max: usize,
     /// Most bytes fetched as one batch (keep it above the stream's largest message).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
@@ -116,7 +117,14 @@ impl NatsBounds {
             .transpose()
             .map_err(|e| anyhow::anyhow!("{source_flag}: {e}"))?;
         config.dedupe_horizon = horizon;
-        config.batch_messages_max = self.nats_batch_messages_max.max(1);
+        if self.nats_nak_delay_ms_min > self.nats_nak_delay_ms_max {
+            anyhow::bail!(
+                "--nats-nak-delay-ms-min ({}) must not exceed --nats-nak-delay-ms-max ({})",
+                self.nats_nak_delay_ms_min,
+                self.nats_nak_delay_ms_max
+            );
+        }
+        config.batch_messages_max = self.nats_batch_messages_max;
         config.batch_bytes_max = self.nats_batch_bytes_max;
         config.fetch_wait_ms = self.nats_fetch_wait_ms;
         config.ack_wait_ms = self.nats_ack_wait_ms;

@@ -112,18 +112,21 @@ struct ServeArgs {
     #[arg(long, env = "TRAQLYTE_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
     /// Largest single-event body, in bytes.
-    #[arg(long, default_value_t = 1024 * 1024)]
+    #[arg(long, default_value_t = 1024 * 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     body_bytes_max: usize,
     /// Largest batch body, in bytes.
-    #[arg(long, default_value_t = 5 * 1024 * 1024)]
+    #[arg(long, default_value_t = 5 * 1024 * 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     batch_bytes_max: usize,
     /// Most events per batch (1 to 10,000: a batch's lookups bind one parameter per
     /// distinct id, and SQLite takes at most 32,766 in a statement).
     #[arg(long, default_value_t = 1_000,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
     batch_events_max: usize,
-    /// Deepest JSON nesting accepted in an event.
-    #[arg(long, default_value_t = 32)]
+    /// Deepest JSON nesting accepted in an event (1 to 120).
+    #[arg(long, default_value_t = 32,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=120))]
     json_depth_max: usize,
     /// Deepest lineage query accepted, in edges.
     #[arg(long, default_value_t = 100)]
@@ -131,18 +134,20 @@ struct ServeArgs {
     /// Most nodes one lineage query returns.
     #[arg(long, default_value_t = 10_000)]
     lineage_nodes_max: usize,
-    /// Database connections in the pool.
-    #[arg(long, default_value_t = 16)]
+    /// Database connections in the pool (at least 1).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pool_connections_max: u32,
     /// An idempotency reservation younger than this is in flight (409 request_in_flight);
-    /// older, its owner is presumed dead and a retry takes it over.
-    #[arg(long, default_value_t = 30_000)]
+    /// older, its owner is presumed dead and a retry takes it over. Keep it at least
+    /// `--request-timeout-ms`, or a retry can take over a request still running (its work
+    /// then rolls back and runs again); `serve` warns when it is shorter.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     idempotency_stale_after_ms: u64,
-    /// How long idempotency keys are kept before the purge deletes them.
-    #[arg(long, default_value_t = 24)]
+    /// How long idempotency keys are kept before the purge deletes them (at least 1).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..))]
     idempotency_retention_hours: u64,
-    /// A request taking longer than this (body and handling) is answered 408.
-    #[arg(long, default_value_t = 30_000)]
+    /// A request taking longer than this (body and handling) is answered 408 (at least 1).
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_ms: u64,
     /// A request head (request line and headers) not complete this long after its first
     /// byte closes the connection.
@@ -361,6 +366,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
             connections_max,
             open_files_max,
             "connection cap lowered to fit under the open-file limit"
+        );
+    }
+    if args.idempotency_stale_after_ms < args.request_timeout_ms {
+        tracing::warn!(
+            idempotency_stale_after_ms = args.idempotency_stale_after_ms,
+            request_timeout_ms = args.request_timeout_ms,
+            "--idempotency-stale-after-ms is shorter than --request-timeout-ms: a retry can take over a keyed request still running, whose work then rolls back and runs again"
         );
     }
     // The consumer's flags are checked before the database is touched.

@@ -451,31 +451,62 @@ fn serve_refuses_consumer_options_without_a_nats_url() {
     assert!(!std::path::Path::new(database).exists(), "nothing opened");
 }
 
-/// `--batch-events-max` beyond what one statement's parameters can bind (or zero) is
-/// refused before anything is opened, naming the flag and its range.
+/// A flag outside its range is refused before anything is opened, naming the flag and its
+/// range: `--batch-events-max` beyond what one statement's parameters can bind, and zeros
+/// that made every request time out (`--request-timeout-ms 0`), refused every object
+/// (`--json-depth-max 0`) or purged reservations still in flight (retention 0).
 #[test]
-fn serve_refuses_a_batch_limit_beyond_its_range() {
+fn serve_refuses_flags_beyond_their_range() {
     let database =
-        std::env::temp_dir().join(format!("traqlyte_it_batch_max_{}.db", std::process::id()));
+        std::env::temp_dir().join(format!("traqlyte_it_flag_range_{}.db", std::process::id()));
     let database = database.to_str().expect("utf-8 path");
-    for value in ["0", "10001", "40000"] {
-        let output = traqlyte(
-            &[
-                "serve",
-                "--database-url",
-                database,
-                "--batch-events-max",
-                value,
-            ],
-            "",
-        );
-        assert!(!output.status.success(), "{value}");
+    let cases = [
+        ("--batch-events-max", "0", "1..=10000"),
+        ("--batch-events-max", "10001", "1..=10000"),
+        ("--batch-events-max", "40000", "1..=10000"),
+        ("--request-timeout-ms", "0", "1.."),
+        ("--pool-connections-max", "0", "1.."),
+        ("--json-depth-max", "0", "1..=120"),
+        ("--json-depth-max", "121", "1..=120"),
+        ("--body-bytes-max", "0", "1.."),
+        ("--batch-bytes-max", "0", "1.."),
+        ("--idempotency-stale-after-ms", "0", "1.."),
+        ("--idempotency-retention-hours", "0", "1.."),
+        ("--nats-batch-messages-max", "0", "1.."),
+    ];
+    for (flag, value, range) in cases {
+        let output = traqlyte(&["serve", "--database-url", database, flag, value], "");
+        assert!(!output.status.success(), "{flag} {value}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains("--batch-events-max") && stderr.contains("1..=10000"),
-            "{value}: {stderr}"
+            stderr.contains(flag) && stderr.contains(range),
+            "{flag} {value}: {stderr}"
         );
     }
+    let output = traqlyte(
+        &[
+            "consume",
+            "nats",
+            "--database-url",
+            database,
+            "--url",
+            "nats://127.0.0.1:1",
+            "--stream",
+            "S",
+            "--durable",
+            "D",
+            "--tenant",
+            "t",
+            "--nats-nak-delay-ms-min",
+            "5000",
+            "--nats-nak-delay-ms-max",
+            "1000",
+        ],
+        "",
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--nats-nak-delay-ms-min"), "{stderr}");
     assert!(!std::path::Path::new(database).exists(), "nothing opened");
 }
 
