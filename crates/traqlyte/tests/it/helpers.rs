@@ -423,6 +423,36 @@ impl TestApp {
             .expect("tenant")
     }
 
+    /// Makes the database refuse inserts into `table` of rows for which `condition` (SQL
+    /// over `NEW.`) holds, as a failing store would, with a trigger on either backend;
+    /// [`TestApp::allow_inserts`] drops it.
+    pub async fn refuse_inserts(&self, table: &str, condition: &str) {
+        let sql = if self.database_url().starts_with("postgres") {
+            format!(
+                "CREATE OR REPLACE FUNCTION traqlyte_test_refuse() RETURNS trigger
+                   LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
+                 CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} FOR EACH ROW
+                   WHEN ({condition}) EXECUTE FUNCTION traqlyte_test_refuse();"
+            )
+        } else {
+            format!(
+                "CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} WHEN {condition}
+                   BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
+            )
+        };
+        self.execute_sql(&sql).await;
+    }
+
+    /// Drops the trigger of [`TestApp::refuse_inserts`] on `table`.
+    pub async fn allow_inserts(&self, table: &str) {
+        let sql = if self.database_url().starts_with("postgres") {
+            format!("DROP TRIGGER refuse_{table} ON {table}")
+        } else {
+            format!("DROP TRIGGER refuse_{table}")
+        };
+        self.execute_sql(&sql).await;
+    }
+
     /// A second tenant's API key.
     pub async fn other_tenant_key(&self) -> String {
         let (_, key) = self

@@ -875,22 +875,8 @@ async fn a_later_groups_failure_does_not_replay_the_groups_that_committed(backen
     let original = checkout_event("order-1");
     let stored = app.post_event(&original).await;
     assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
-    let (refuse, allow) = match backend {
-        Backend::Postgres => (
-            "CREATE FUNCTION traqlyte_test_refuse() RETURNS trigger LANGUAGE plpgsql AS
-               $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
-             CREATE TRIGGER refuse_zz BEFORE INSERT ON events FOR EACH ROW
-               WHEN (NEW.contract_name = 'zz_orders') EXECUTE FUNCTION traqlyte_test_refuse();",
-            "DROP TRIGGER refuse_zz ON events",
-        ),
-        Backend::Sqlite => (
-            "CREATE TRIGGER refuse_zz BEFORE INSERT ON events
-               WHEN NEW.contract_name = 'zz_orders'
-               BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
-            "DROP TRIGGER refuse_zz",
-        ),
-    };
-    app.execute_sql(refuse).await;
+    app.refuse_inserts("events", "NEW.contract_name = 'zz_orders'")
+        .await;
     let mut changed = original.clone();
     changed["note"] = serde_json::json!("the same order, other content");
     let changed = serde_json::to_vec(&changed).expect("JSON");
@@ -911,7 +897,7 @@ async fn a_later_groups_failure_does_not_replay_the_groups_that_committed(backen
     }
     // The refused group is Nak'd and redelivered meanwhile (100 ms, 200 ms, 400 ms, …).
     tokio::time::sleep(Duration::from_millis(2_000)).await;
-    app.execute_sql(allow).await;
+    app.allow_inserts("events").await;
     let zz_stored = || async {
         let answer = app.get("/stats").await;
         answer.body["contracts"]["zz_orders"]["stored"]

@@ -1053,31 +1053,17 @@ async fn a_login_link_whose_session_could_not_be_stored_still_works(backend: Bac
     let token = app.post_json("/ui/tokens", &json!({})).await;
     assert_eq!(token.status, StatusCode::CREATED, "{}", token.body);
     let link = app.url(token.body["login_path"].as_str().expect("login_path"));
-    let (refuse, allow) = match backend {
-        Backend::Postgres => (
-            "CREATE FUNCTION traqlyte_test_refuse() RETURNS trigger LANGUAGE plpgsql AS
-               $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
-             CREATE TRIGGER refuse_sessions BEFORE INSERT ON ui_tokens FOR EACH ROW
-               WHEN (NEW.kind = 'session') EXECUTE FUNCTION traqlyte_test_refuse();",
-            "DROP TRIGGER refuse_sessions ON ui_tokens",
-        ),
-        Backend::Sqlite => (
-            "CREATE TRIGGER refuse_sessions BEFORE INSERT ON ui_tokens
-               WHEN NEW.kind = 'session'
-               BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
-            "DROP TRIGGER refuse_sessions",
-        ),
-    };
     let browser = Client::builder()
         .redirect(Policy::none())
         .build()
         .expect("client");
     let open = || browser.get(&link).header("sec-fetch-site", "none").send();
-    app.execute_sql(refuse).await;
+    app.refuse_inserts("ui_tokens", "NEW.kind = 'session'")
+        .await;
     let failed = open().await.expect("get");
     assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert!(failed.headers().get("set-cookie").is_none());
-    app.execute_sql(allow).await;
+    app.allow_inserts("ui_tokens").await;
     let opened = open().await.expect("get");
     assert_eq!(opened.status(), StatusCode::SEE_OTHER);
     assert!(opened.headers().get("set-cookie").is_some());
