@@ -8,7 +8,7 @@ use traqlyte_identity::sha256_hex;
 use crate::clock::store_now_us;
 use crate::tenants::SELECT_TENANT_FOR_KEY;
 use crate::tx::{with_pool, with_tx};
-use crate::{ApiKey, Store, StoreError, TenantId};
+use crate::{ApiKey, Store, StoreError, StoreTx, TenantId};
 
 /// A random UI token: `tls_` and 48 hex digits (192 random bits). Only its SHA-256 is
 /// stored.
@@ -109,10 +109,6 @@ macro_rules! consume_login {
     };
 }
 
-const INSERT_TOKEN: &str =
-    "INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us, key_hash)
-     VALUES ($1, $2, $3, $4, $5, $6)";
-
 const PG_SESSION_TENANT: &str = session_tenant!(postgres);
 const SQLITE_SESSION_TENANT: &str = session_tenant!(sqlite);
 const PG_CONSUME_LOGIN: &str = consume_login!(postgres);
@@ -141,21 +137,17 @@ impl Store {
         let token = UiToken::generate();
         let now_us = self.clock_us().await?;
         let expires_at_us = now_us.saturating_add(lifetime_us);
-        with_pool!(self, writer, |pool| {
-            sqlx::query("DELETE FROM ui_tokens WHERE expires_at_us <= $1")
-                .bind(now_us)
-                .execute(pool)
-                .await?;
-            sqlx::query(INSERT_TOKEN)
-                .bind(token.hash())
-                .bind(grant.tenant.as_str())
-                .bind(kind.as_str())
-                .bind(now_us)
-                .bind(expires_at_us)
-                .bind(&grant.key_hash)
-                .execute(pool)
-                .await?;
-        });
+        let mut tx = self.begin().await?;
+        with_tx!(tx, |conn| sqlx::query(
+            "DELETE FROM ui_tokens WHERE expires_at_us <= $1"
+        )
+        .bind(now_us)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())?);
+        tx.insert_ui_token(&token, grant, kind, now_us, expires_at_us)
+            .await?;
+        tx.commit().await?;
         Ok((token, expires_at_us))
     }
 
@@ -205,21 +197,20 @@ impl Store {
             tx.commit().await?;
             return Ok(None);
         }
-        with_tx!(tx, |conn| sqlx::query(INSERT_TOKEN)
-            .bind(session.hash())
-            .bind(&tenant)
-            .bind(UiTokenKind::Session.as_str())
-            .bind(now_us)
-            .bind(now_us.saturating_add(session_lifetime_us))
-            .bind(&key_hash)
-            .execute(&mut *conn)
-            .await
-            .map(|_| ())?);
-        tx.commit().await?;
         let grant = UiGrant {
             tenant: TenantId::from_stored(tenant),
             key_hash,
         };
+        let expires_at_us = now_us.saturating_add(session_lifetime_us);
+        tx.insert_ui_token(
+            &session,
+            &grant,
+            UiTokenKind::Session,
+            now_us,
+            expires_at_us,
+        )
+        .await?;
+        tx.commit().await?;
         Ok(Some((grant, session)))
     }
 
@@ -230,6 +221,36 @@ impl Store {
                 .bind(token.hash())
                 .execute(pool)
                 .await?;
+        });
+        Ok(())
+    }
+}
+
+impl StoreTx {
+    /// Stores `token` of `kind` for `grant`, created at `now_us` and live until
+    /// `expires_at_us`.
+    async fn insert_ui_token(
+        &mut self,
+        token: &UiToken,
+        grant: &UiGrant,
+        kind: UiTokenKind,
+        now_us: i64,
+        expires_at_us: i64,
+    ) -> Result<(), StoreError> {
+        with_tx!(self, |conn| {
+            sqlx::query(
+            "INSERT INTO ui_tokens (token_hash, tenant_id, kind, created_at_us, expires_at_us, key_hash)
+             VALUES ($1, $2, $3, $4, $5, $6)"
+        )
+        .bind(token.hash())
+        .bind(grant.tenant.as_str())
+        .bind(kind.as_str())
+        .bind(now_us)
+        .bind(expires_at_us)
+        .bind(&grant.key_hash)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())?
         });
         Ok(())
     }
