@@ -4,7 +4,8 @@ proxy, so the client really retries.
 
 The proxy forwards every request to the server and reads the server's answer; for every
 DROP_EVERY-th request it then closes the client's connection without replying, as a
-network that lost the reply would. The client sees a connection error and re-sends the
+network that lost the reply would (a browser's CORS preflight is passed on, never
+dropped; segment_browser_emit.py runs the browser library through the same proxy). The client sees a connection error and re-sends the
 same batch (with a new sentAt), which the server must take as a retry.
 
 Reads the events from stdin: a JSON array of {"userId", "event", "properties"}; each is
@@ -35,6 +36,19 @@ class Counts:
         self.requests = 0
         self.dropped_requests = 0
         self.dropped_messages = 0
+        # The messageIds of every message whose request the client heard a 2xx for.
+        self.answered = set()
+
+
+# Answer headers the proxy passes on besides Content-Type: a browser reads the CORS ones.
+PASSED_HEADERS = ("access-control-", "retry-after", "vary")
+
+
+def messages_of(body, headers):
+    """The messages of a request body: a batch's, or the one message."""
+    sent = gzip.decompress(body) if headers.get("Content-Encoding") == "gzip" else body
+    parsed = json.loads(sent)
+    return parsed.get("batch", [parsed]) if isinstance(parsed, dict) else []
 
 
 def proxy_handler(target, drop_every, counts):
@@ -46,30 +60,46 @@ def proxy_handler(target, drop_every, counts):
         def log_message(self, *args):
             pass
 
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        def forward(self, method, body):
             upstream = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-            upstream.request("POST", self.path, body=body, headers=headers)
+            upstream.request(method, self.path, body=body, headers=headers)
             reply = upstream.getresponse()
             data = reply.read()
             upstream.close()
+            return reply, data
+
+        def answer(self, reply, data):
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.getheader("Content-Type", "application/json"))
+            for name, value in reply.getheaders():
+                if name.lower().startswith(PASSED_HEADERS):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_OPTIONS(self):
+            # A browser's CORS preflight: passed on, never dropped, not counted.
+            self.answer(*self.forward("OPTIONS", None))
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            reply, data = self.forward("POST", body)
+            messages = messages_of(body, self.headers)
             with counts.lock:
                 counts.requests += 1
                 drop = drop_every > 0 and counts.requests % drop_every == 0
                 if drop:
                     counts.dropped_requests += 1
-                    sent = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
-                    counts.dropped_messages += len(json.loads(sent).get("batch", [None]))
+                    counts.dropped_messages += len(messages)
+                elif 200 <= reply.status < 300:
+                    counts.answered.update(m.get("messageId") for m in messages if isinstance(m, dict))
             if drop:
-                # The server stored the batch; the client never hears so.
+                # The server stored the request's messages; the client never hears so.
                 self.close_connection = True
                 return
-            self.send_response(reply.status)
-            self.send_header("Content-Type", reply.getheader("Content-Type", "application/json"))
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(reply, data)
 
     return Handler
 

@@ -175,6 +175,25 @@ pub(crate) fn metrics_router(state: AppState) -> Router {
 fn segment_routes() -> Router<AppState> {
     use crate::connectors::segment::{self, bindings};
     Router::new()
+        .merge(tracking_routes())
+        .route("/sources", get(segment::list_sources))
+        .route("/sources/{id}/rejections", get(segment::rejections))
+        .route(
+            "/campaigns/{id}/bindings",
+            post(bindings::create).get(bindings::list),
+        )
+}
+
+/// The tracking routes under every path Segment's libraries post to: the documented
+/// `/v1/{type}` and `/v1/batch`, `/v1/import` (the Ruby, Java and classic Android
+/// libraries) and the short `/v1/t`, `/v1/i`, `/v1/p`, `/v1/s`, `/v1/g`, `/v1/a` and
+/// `/v1/b` (the browser library, analytics.js).
+///
+/// Browsers post to them from any site, so they answer CORS as Segment's API does
+/// ([`tracking_cors`]); no other route does.
+fn tracking_routes() -> Router<AppState> {
+    use crate::connectors::segment;
+    Router::new()
         .route("/v1/track", post(segment::track))
         .route("/v1/identify", post(segment::identify))
         .route("/v1/page", post(segment::page))
@@ -182,12 +201,31 @@ fn segment_routes() -> Router<AppState> {
         .route("/v1/group", post(segment::group))
         .route("/v1/alias", post(segment::alias))
         .route("/v1/batch", post(segment::batch))
-        .route("/sources", get(segment::list_sources))
-        .route("/sources/{id}/rejections", get(segment::rejections))
-        .route(
-            "/campaigns/{id}/bindings",
-            post(bindings::create).get(bindings::list),
-        )
+        .route("/v1/import", post(segment::import))
+        .route("/v1/t", post(segment::track_short))
+        .route("/v1/i", post(segment::identify_short))
+        .route("/v1/p", post(segment::page_short))
+        .route("/v1/s", post(segment::screen_short))
+        .route("/v1/g", post(segment::group_short))
+        .route("/v1/a", post(segment::alias_short))
+        .route("/v1/b", post(segment::batch_short))
+        .layer(tracking_cors())
+}
+
+/// CORS of the tracking routes: any origin may post (a write key is public in every page
+/// that carries analytics.js, and it can only add messages to its own source), without
+/// credentials (no cookie is read); a preflight (`Content-Type: application/json`, an
+/// `Authorization` header) is answered for `POST` with the headers it asks for, and
+/// cached a day; `Retry-After` is readable by the page.
+fn tracking_cors() -> tower_http::cors::CorsLayer {
+    use axum::http::{header, Method};
+    use tower_http::cors::{AllowHeaders, Any, CorsLayer};
+    CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([Method::POST])
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers([header::RETRY_AFTER])
+        .max_age(Duration::from_secs(86_400))
 }
 
 async fn not_found(request: Request) -> ApiError {

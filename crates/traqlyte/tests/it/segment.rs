@@ -17,6 +17,7 @@ use crate::lineage::repository_root;
 crate::on_both_backends!(
     a_source_created_by_the_cli_stores_a_track_call_once_whatever_its_sent_at,
     every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_the_body,
+    the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones,
     bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing,
     an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_reason,
     a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing,
@@ -30,6 +31,7 @@ crate::on_both_backends!(
     library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_its_message,
     rolling_up_source_and_binding_tallies_keeps_every_count,
     the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once,
+    the_official_browser_library_on_another_origin_retrying_through_a_lossy_proxy_stores_each_message_once,
     colons_in_event_names_and_business_keys_never_merge_two_facts,
 );
 
@@ -314,6 +316,162 @@ async fn every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_th
         "sent a minute after it happened"
     );
     assert!(payload.get("writeKey").is_none(), "{payload}");
+}
+
+/// The paths other official libraries post to store exactly as the documented ones:
+/// `/v1/import` (Ruby, Java, classic Android) and analytics.js's `/v1/t` … `/v1/b`, whose
+/// bodies come as `text/plain` with the write key inside. Browsers post from any site,
+/// so every answer of the tracking routes, errors included, allows any origin, and a
+/// preflight is answered; the rest of the API answers no CORS at all.
+async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let origin = "http://shop.example";
+    let browser_post = |path: &str, body: &Value| {
+        app.client
+            .post(app.url(path))
+            .header("content-type", "text/plain;charset=UTF-8")
+            .header("origin", origin)
+            .body(body.to_string())
+    };
+    let singles = [
+        (
+            "/v1/t",
+            "/v1/track",
+            json!({"type": "track", "userId": "u1", "event": "Viewed", "messageId": "ajs-1"}),
+        ),
+        (
+            "/v1/i",
+            "/v1/identify",
+            json!({"type": "identify", "userId": "u1", "traits": {"plan": "pro"}, "messageId": "ajs-2"}),
+        ),
+        (
+            "/v1/p",
+            "/v1/page",
+            json!({"type": "page", "anonymousId": "a1", "name": "Home", "messageId": "ajs-3"}),
+        ),
+        (
+            "/v1/s",
+            "/v1/screen",
+            json!({"type": "screen", "userId": "u1", "name": "Cart", "messageId": "ajs-4"}),
+        ),
+        (
+            "/v1/g",
+            "/v1/group",
+            json!({"type": "group", "userId": "u1", "groupId": "g1", "messageId": "ajs-5"}),
+        ),
+        (
+            "/v1/a",
+            "/v1/alias",
+            json!({"type": "alias", "userId": "u1", "previousId": "a1", "messageId": "ajs-6"}),
+        ),
+    ];
+    for (short, long, message) in &singles {
+        let mut in_body = message.clone();
+        in_body["writeKey"] = json!(key);
+        let response = browser_post(short, &in_body).send().await.expect("POST");
+        assert_eq!(response.status(), StatusCode::OK, "{short}");
+        assert_eq!(
+            response.headers()["access-control-allow-origin"],
+            "*",
+            "{short}"
+        );
+        let body: Value = response.json().await.expect("JSON");
+        assert_eq!(body, json!({"success": true}), "{short}");
+        // The same message through the documented path: a retry of it.
+        let answer = post_v1(&app, long, Some(&key), message).await;
+        assert_eq!(answer.status, StatusCode::OK, "{long}: {}", answer.body);
+    }
+    assert_eq!(segment_stats(&app).await, (6, 6, 0));
+    let batch = |ids: [&str; 2]| {
+        json!({"writeKey": key, "sentAt": "2026-11-30T12:00:00Z", "batch": [
+            {"type": "track", "userId": "u2", "event": "Signed Up", "messageId": ids[0]},
+            {"type": "identify", "anonymousId": "a2", "messageId": ids[1]}]})
+    };
+    let response = browser_post("/v1/b", &batch(["b-1", "b-2"]))
+        .send()
+        .await
+        .expect("POST /v1/b");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    let answer = post_v1(&app, "/v1/import", Some(&key), &batch(["i-1", "i-2"])).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (10, 6, 0));
+    // Both batches again through `/v1/batch`: four retries.
+    for ids in [["b-1", "b-2"], ["i-1", "i-2"]] {
+        let answer = post_v1(&app, "/v1/batch", None, &batch(ids)).await;
+        assert_eq!(answer.body, json!({"success": true}));
+    }
+    assert_eq!(segment_stats(&app).await, (10, 10, 0));
+    // An error is readable by the page too: a key that is no write key.
+    let refused = browser_post(
+        "/v1/t",
+        &json!({"writeKey": "tlw_nope", "event": "x", "userId": "u"}),
+    )
+    .send()
+    .await
+    .expect("POST");
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.headers()["access-control-allow-origin"], "*");
+    // A preflight (JSON body, Basic auth) is answered for POST with the headers asked.
+    for path in ["/v1/track", "/v1/t", "/v1/b", "/v1/batch", "/v1/import"] {
+        let preflight = app
+            .client
+            .request(reqwest::Method::OPTIONS, app.url(path))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type,authorization",
+            )
+            .send()
+            .await
+            .expect("OPTIONS");
+        assert!(
+            preflight.status().is_success(),
+            "{path}: {}",
+            preflight.status()
+        );
+        let headers = preflight.headers();
+        assert_eq!(headers["access-control-allow-origin"], "*", "{path}");
+        assert_eq!(headers["access-control-allow-methods"], "POST", "{path}");
+        assert_eq!(
+            headers["access-control-allow-headers"], "content-type,authorization",
+            "{path}"
+        );
+        assert_eq!(headers["access-control-max-age"], "86400", "{path}");
+        assert!(headers.get("access-control-allow-credentials").is_none());
+    }
+    // Nothing else of the API answers CORS: a page may not read it or preflight it.
+    let native = app
+        .client
+        .post(app.url("/events/checkout_completed"))
+        .bearer_auth(&app.key)
+        .header("origin", origin)
+        .json(&crate::helpers::checkout_event("o1"))
+        .send()
+        .await
+        .expect("POST");
+    assert!(native
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
+    let preflight = app
+        .client
+        .request(
+            reqwest::Method::OPTIONS,
+            app.url("/events/checkout_completed"),
+        )
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .expect("OPTIONS");
+    assert!(!preflight.status().is_success(), "{}", preflight.status());
+    assert!(preflight
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
 }
 
 async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backend) {
@@ -1112,6 +1270,79 @@ async fn the_official_python_client_retrying_through_a_lossy_proxy_stores_each_e
     assert_eq!(report_figures(&app, &campaign).await, expected);
     let row = source_row(&app, "python").await;
     assert_eq!(row["stored"], 120);
+}
+
+/// Runs `tools/segment_browser_emit.py`: Segment's browser library (analytics.js 2.0) in
+/// headless Chromium, on a page of another origin, through a proxy dropping the reply of
+/// every `drop_every`-th request; `strategy` is its delivery strategy (`standard`: one
+/// request a message, `batching`: `/v1/b`), `count` the messages it sends.
+async fn browser_client(
+    app: &TestApp,
+    key: &str,
+    drop_every: u32,
+    strategy: &str,
+    count: u32,
+) -> Value {
+    let python = repository_root().join(".venv/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing: run scripts/python-venv.sh (scripts/test does)",
+        python.display()
+    );
+    let run = tokio::process::Command::new(&python)
+        .arg("tools/segment_browser_emit.py")
+        .args([&app.address, key, &drop_every.to_string(), strategy])
+        .arg(count.to_string())
+        .current_dir(repository_root())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(180), run)
+        .await
+        .expect("the browser run finished within 180 s")
+        .expect("start the browser script");
+    assert!(
+        output.status.success(),
+        "the browser library run failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the script prints JSON")
+}
+
+/// The browser library as a web page runs it, pointed at this server by its host alone:
+/// it posts `text/plain` with Basic auth (preflighted) to `/v1/i`, `/v1/t` or `/v1/b`,
+/// and retries what it hears no answer for. Each message is stored once, each dropped
+/// reply is one duplicate, and a preflighted `fetch` of the page reads its answer.
+async fn the_official_browser_library_on_another_origin_retrying_through_a_lossy_proxy_stores_each_message_once(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let mut stored = 0;
+    let mut dropped = 0;
+    for (strategy, drop_every, count) in [("standard", 3, 10), ("batching", 2, 12)] {
+        let run = browser_client(&app, &key, drop_every, strategy, count).await;
+        assert_eq!(
+            run["page"]["preflighted"],
+            json!({"status": 200, "body": {"success": true}}),
+            "{strategy}: {run}"
+        );
+        assert_eq!(run["answered"], count, "{strategy}: {run}");
+        assert!(
+            run["dropped_requests"].as_i64().unwrap_or(0) >= 1,
+            "{strategy}: the proxy dropped a reply: {run}"
+        );
+        // The page's messages and its preflighted one.
+        stored += i64::from(count) + 1;
+        dropped += run["dropped_messages"].as_i64().expect("dropped_messages");
+        assert_eq!(
+            segment_stats(&app).await,
+            (stored, dropped, 0),
+            "{strategy}: {run}"
+        );
+    }
+    let row = source_row(&app, "web").await;
+    assert_eq!(row["stored"], stored);
 }
 
 /// The parts of a bound outcome's dedupe key are joined by `:`, so they are escaped: the

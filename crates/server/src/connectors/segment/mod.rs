@@ -1,5 +1,7 @@
 //! Segment's HTTP Tracking API (docs/segment.md): `POST /v1/track`, `/v1/identify`,
-//! `/v1/page`, `/v1/screen`, `/v1/group`, `/v1/alias` and `/v1/batch`, authenticated by
+//! `/v1/page`, `/v1/screen`, `/v1/group`, `/v1/alias` and `/v1/batch` (also under the paths
+//! other libraries post to: `/v1/import`, and analytics.js's `/v1/t` … `/v1/b`; any body
+//! content type, `text/plain` included, is read as JSON), authenticated by
 //! a source's write key (`auth`), each message identified under the built-in contract
 //! `segment.message` (`traqlyte_identity::segment`) and stored, with the outcomes of the
 //! metric bindings it feeds, in one transaction (`ingest`); answered
@@ -39,7 +41,7 @@ pub(crate) struct Success {
 }
 
 macro_rules! single_route {
-    ($name:ident, $path:literal, $kind:expr) => {
+    ($name:ident, $path:literal, $short:ident, $short_path:literal, $kind:expr) => {
         #[doc = concat!("`POST ", $path, "`: one message, stored before the answer.")]
         #[utoipa::path(post, path = $path, tag = "segment", security(("write_key" = [])),
             request_body(content = Object, description = "a Segment message (docs/segment.md)"),
@@ -53,15 +55,42 @@ macro_rules! single_route {
         ) -> Result<Json<Success>, ApiError> {
             single(&state, &headers, body, $kind).await
         }
+
+        #[doc = concat!("`POST ", $short_path, "`: `", $path, "` under the short path Segment's browser library (analytics.js) posts to.")]
+        #[utoipa::path(post, path = $short_path, tag = "segment", security(("write_key" = [])),
+            description = concat!("The same as `", $path, "`, under the path Segment's browser library (analytics.js) posts to, usually with `Content-Type: text/plain` and the write key in the body (docs/segment.md)."),
+            request_body(content = Object, description = "a Segment message (docs/segment.md)"),
+            responses((status = 200, body = Success, description = "stored, or a retry of a stored message"),
+                (status = "4XX", response = crate::openapi::ErrorEnvelope),
+                (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+        pub(crate) async fn $short(
+            State(state): State<AppState>,
+            headers: HeaderMap,
+            body: Body,
+        ) -> Result<Json<Success>, ApiError> {
+            single(&state, &headers, body, $kind).await
+        }
     };
 }
 
-single_route!(track, "/v1/track", MessageType::Track);
-single_route!(identify, "/v1/identify", MessageType::Identify);
-single_route!(page, "/v1/page", MessageType::Page);
-single_route!(screen, "/v1/screen", MessageType::Screen);
-single_route!(group, "/v1/group", MessageType::Group);
-single_route!(alias, "/v1/alias", MessageType::Alias);
+single_route!(track, "/v1/track", track_short, "/v1/t", MessageType::Track);
+single_route!(
+    identify,
+    "/v1/identify",
+    identify_short,
+    "/v1/i",
+    MessageType::Identify
+);
+single_route!(page, "/v1/page", page_short, "/v1/p", MessageType::Page);
+single_route!(
+    screen,
+    "/v1/screen",
+    screen_short,
+    "/v1/s",
+    MessageType::Screen
+);
+single_route!(group, "/v1/group", group_short, "/v1/g", MessageType::Group);
+single_route!(alias, "/v1/alias", alias_short, "/v1/a", MessageType::Alias);
 
 async fn single(
     state: &AppState,
@@ -179,12 +208,52 @@ pub(crate) async fn batch(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Success>, ApiError> {
+    store_batch(&state, &headers, body).await
+}
+
+/// `POST /v1/import`: `/v1/batch` under the path Segment's Ruby, Java and classic
+/// Android libraries post to.
+#[utoipa::path(post, path = "/v1/import", tag = "segment", security(("write_key" = [])),
+    description = "The same as `/v1/batch`, under the path Segment's Ruby, Java and classic Android libraries post to (docs/segment.md).",
+    request_body = BatchBody,
+    responses((status = 200, body = Success, description = "every valid message stored; invalid ones recorded"),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn import(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Success>, ApiError> {
+    store_batch(&state, &headers, body).await
+}
+
+/// `POST /v1/b`: `/v1/batch` under the path Segment's browser library (analytics.js)
+/// posts to with its batching delivery strategy.
+#[utoipa::path(post, path = "/v1/b", tag = "segment", security(("write_key" = [])),
+    description = "The same as `/v1/batch`, under the path Segment's browser library (analytics.js) posts to with its batching delivery strategy, usually with `Content-Type: text/plain` and the write key in the body (docs/segment.md).",
+    request_body = BatchBody,
+    responses((status = 200, body = Success, description = "every valid message stored; invalid ones recorded"),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn batch_short(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Success>, ApiError> {
+    store_batch(&state, &headers, body).await
+}
+
+async fn store_batch(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Json<Success>, ApiError> {
     let Authenticated {
         bytes,
         value,
         numbers,
         source,
-    } = read_authenticated(&state, &headers, body, Parse::Batch).await?;
+    } = read_authenticated(state, headers, body, Parse::Batch).await?;
     let numbers = message_numbers(numbers)?;
     let body = BatchBody::from_value(value).map_err(|r| {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_batch", r.message).with_field(r.field)
@@ -209,7 +278,7 @@ pub(crate) async fn batch(
             Err(err) => refused.push((index, err)),
         }
     }
-    let rejections = batch_rejections(&state, &bytes, &refused);
+    let rejections = batch_rejections(state, &bytes, &refused);
     if messages.is_empty() && !rejections.is_empty() {
         return Err(all_rejected(&rejections));
     }
