@@ -12,8 +12,9 @@
 //!    idempotency_key_reused`; an in-flight one is `409 request_in_flight` with
 //!    `Retry-After`; a reservation older than the cutoff is taken over by compare-and-set.
 //!
-//! 5xx answers release the reservation (the retry runs again); 4xx answers are stored
-//! and replayed. This layer never touches ingestion or outcomes: those dedupe by content.
+//! 5xx answers release the reservation (the retry runs again), and so does a request
+//! that ends without an answer (the client disconnected, the request timed out); 4xx
+//! answers are stored and replayed. This layer never touches ingestion or outcomes: those dedupe by content.
 
 mod decide;
 mod work;
@@ -78,15 +79,59 @@ async fn protect(state: AppState, request: Request, next: Next) -> Result<Respon
         .unwrap_or("/");
     let checksum = request_checksum(parts.method.as_str(), target, &bytes);
     let owner = claim(&state, &tenant, &key, &checksum).await?;
+    let mut reservation = Reservation::held(&state, &tenant, &key, &owner);
     let slot = Arc::new(Mutex::new(None));
     parts.extensions.insert(WorkSlot(slot.clone()));
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
     let held = slot.lock().ok().and_then(|mut guard| guard.take());
-    complete(&state, &tenant, &key, &owner, held, response)
-        .await
-        .map_err(IntoResponse::into_response)
+    let completed = complete(&state, &tenant, &key, &owner, held, response).await;
+    if completed.is_ok() {
+        reservation.settled();
+    }
+    completed.map_err(IntoResponse::into_response)
+}
+
+/// A reservation this request holds until [`complete`] has stored its answer or
+/// released it. Dropped before then (the client disconnected or the request timed out
+/// at any await after the claim, or `complete` failed), it releases the reservation in a
+/// task of its own, so the client's retry runs at once instead of being refused as
+/// `request_in_flight` until the stale cutoff. The release deletes only this owner's row
+/// while it has no answer: a transaction still storing one holds the row, and once that
+/// commits the release matches nothing.
+struct Reservation(Option<(traqlyte_store::Store, TenantId, IdempotencyKey, OwnerToken)>);
+
+impl Reservation {
+    fn held(state: &AppState, tenant: &TenantId, key: &IdempotencyKey, owner: &OwnerToken) -> Self {
+        Reservation(Some((
+            state.store.clone(),
+            tenant.clone(),
+            key.clone(),
+            owner.clone(),
+        )))
+    }
+
+    /// The answer is stored, or the reservation released: nothing left to do on drop.
+    fn settled(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let Some((store, tenant, key, owner)) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Err(err) = store.idempotency_release(&tenant, &key, &owner).await {
+                tracing::warn!(error = %err, "releasing an abandoned idempotency reservation failed; it is taken over after the stale cutoff");
+            }
+        });
+    }
 }
 
 /// Reserves the key (or takes over a stale reservation); answers replays and conflicts.

@@ -20,6 +20,7 @@ crate::on_both_backends!(
     keys_past_their_retention_are_purged_and_run_as_new,
     a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back,
     a_reservations_age_is_measured_on_the_stores_clock,
+    a_request_its_client_abandoned_leaves_no_reservation_behind,
 );
 
 pub fn campaign_body(key: &str) -> Value {
@@ -479,4 +480,67 @@ async fn a_reservations_age_is_measured_on_the_stores_clock(backend: Backend) {
         record.read_at_us - record.reserved_at_us < 5_000_000,
         "the take-over stamps the store's time"
     );
+}
+
+/// A keyed request whose client gives up (or that the server times out) ends without an
+/// answer: its reservation is released at once, so the client's retry runs instead of
+/// being refused as `request_in_flight` until the stale cutoff (30 s here).
+async fn a_request_its_client_abandoned_leaves_no_reservation_behind(backend: Backend) {
+    let config = traqlyte_server::ServerConfig {
+        request_timeout_ms: 400,
+        test_publish_delay_ms: 1_000,
+        idempotency_stale_after_ms: 30_000,
+        ..Default::default()
+    };
+    let app = crate::helpers::spawn_app_with(backend, config).await;
+    let tenant = app.tenant().await;
+    let id = create_campaign(&app).await;
+    let gone = |key: &'static str| {
+        let app = &app;
+        let tenant = tenant.clone();
+        async move {
+            let key = traqlyte_store::IdempotencyKey::parse(key.as_bytes()).expect("key");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while app
+                .store
+                .idempotency_lookup(&tenant, &key)
+                .await
+                .expect("lookup")
+                .is_some()
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "the reservation stayed in flight"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // The client disconnects while the handler runs.
+    let impatient = app
+        .client
+        .post(app.url(&format!("/campaigns/{id}/publish")))
+        .bearer_auth(&app.key)
+        .header("X-TL-Idempotency-Key", "abandoned-1")
+        .timeout(Duration::from_millis(150))
+        .send()
+        .await;
+    assert!(impatient.is_err(), "the client gave up before an answer");
+    gone("abandoned-1").await;
+    // The server times the request out (408).
+    let (status, _, _) = publish(&app, &app.key, &id, Some("timed-out-1"), "").await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    gone("timed-out-1").await;
+    // Neither published anything, and a retry under either key runs (and times out
+    // again) instead of being refused as in flight.
+    assert_eq!(version_count(&app, &id).await, 0);
+    for key in ["abandoned-1", "timed-out-1"] {
+        let (status, replayed, body) = publish(&app, &app.key, &id, Some(key), "").await;
+        assert_eq!(
+            (status, replayed),
+            (StatusCode::REQUEST_TIMEOUT, false),
+            "{key}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
 }
