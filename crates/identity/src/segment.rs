@@ -250,6 +250,7 @@ pub fn identify_message_owned(
         .collect();
     let mut content = message;
     canonical::normalize_in_place(&mut content, "")?;
+    stringify_integer_ids(&mut content);
     let kind = message_type(&mut content, envelope.route_type)?;
     let fields = Fields::read(&content, kind)?;
     let sent_at = match optional_str(&content, "sentAt")? {
@@ -283,6 +284,29 @@ pub fn identify_message_owned(
         original_timestamp_us: fields.timestamp_us,
         payload,
     })
+}
+
+/// The id fields a sender may give as integers: Segment's Ruby and PHP libraries pass an
+/// application's `user.id` through as a JSON number (its Python library turns it into a
+/// string first, `stringify_id`).
+pub const INTEGER_ID_FIELDS: [&str; 4] = ["userId", "anonymousId", "groupId", "previousId"];
+
+/// Each of [`INTEGER_ID_FIELDS`] given as an integer becomes its decimal string, the
+/// form every other library sends: `{"userId": 42}` and `{"userId": "42"}` are one
+/// message of one unit. Other numbers (`4.2`) stay, and are refused as ids.
+fn stringify_integer_ids(content: &mut Value) {
+    let Value::Object(map) = content else {
+        return;
+    };
+    for field in INTEGER_ID_FIELDS {
+        if let Some(value) = map.get_mut(field) {
+            if let Value::Number(number) = value {
+                if number.is_i64() || number.is_u64() {
+                    *value = Value::String(number.to_string());
+                }
+            }
+        }
+    }
 }
 
 /// The size of `message` as compact JSON (`serde_json::to_string`), counted without

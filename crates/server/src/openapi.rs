@@ -167,6 +167,7 @@ impl Modify for Security {
         crate::connectors::segment::alias,
         crate::connectors::segment::batch,
         crate::connectors::segment::import,
+        crate::connectors::segment::import_slash,
         crate::connectors::segment::track_short,
         crate::connectors::segment::identify_short,
         crate::connectors::segment::page_short,

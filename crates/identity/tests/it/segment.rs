@@ -140,7 +140,7 @@ fn invalid_messages_are_rejected_naming_the_field() {
             "event",
         ),
         (
-            json!({"type": "track", "event": "E", "userId": 7}),
+            json!({"type": "track", "event": "E", "userId": [7]}),
             "wrong_type",
             "userId",
         ),
@@ -265,5 +265,46 @@ fn frozen_message_ids_never_change() {
             .event_id
             .as_str(),
         "d56a05e4f5a54c040c6573c0020624fb5b19b13e0626734751ae4af8442e4f27"
+    );
+}
+
+#[test]
+fn an_integer_id_is_its_decimal_string() {
+    for with_id in [Some("m-1"), None] {
+        let as_string = identify(&track(with_id)).expect("valid");
+        let mut as_number = track(with_id);
+        as_number["userId"] = json!(1);
+        let mut as_number_string = track(with_id);
+        as_number_string["userId"] = json!("1");
+        let number = identify(&as_number).expect("an integer userId is accepted");
+        let string = identify(&as_number_string).expect("valid");
+        assert_eq!(number.identified.event_id, string.identified.event_id);
+        assert_eq!(number.identified.fingerprint, string.identified.fingerprint);
+        assert_eq!(number.user_id.as_deref(), Some("1"));
+        assert_eq!(number.payload["userId"], "1");
+        assert_ne!(
+            number.identified.fingerprint, as_string.identified.fingerprint,
+            "u1 is another user"
+        );
+    }
+    let group = json!({"type": "group", "userId": 7, "groupId": 12, "anonymousId": -3});
+    let stored = identify(&group).expect("valid").payload;
+    assert_eq!(
+        (
+            &stored["userId"],
+            &stored["groupId"],
+            &stored["anonymousId"]
+        ),
+        (&json!("7"), &json!("12"), &json!("-3"))
+    );
+    let alias = json!({"type": "alias", "userId": "u2", "previousId": 99});
+    assert_eq!(identify(&alias).expect("valid").payload["previousId"], "99");
+    // Only integers: a fraction is no id.
+    let mut fraction = track(None);
+    fraction["userId"] = json!(4.5);
+    let err = identify(&fraction).expect_err("a fraction is refused");
+    assert_eq!(
+        (err.code(), err.field()),
+        ("wrong_type", "userId".to_string())
     );
 }

@@ -15,8 +15,10 @@ pub(crate) mod text;
 
 use axum::body::to_bytes;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::header::CONTENT_TYPE;
-use axum::http::StatusCode;
+use axum::http::header::{
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, CONTENT_TYPE, RETRY_AFTER,
+};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
@@ -185,8 +187,8 @@ fn segment_routes() -> Router<AppState> {
 }
 
 /// The tracking routes under every path Segment's libraries post to: the documented
-/// `/v1/{type}` and `/v1/batch`, `/v1/import` (the Ruby, Java and classic Android
-/// libraries) and the short `/v1/t`, `/v1/i`, `/v1/p`, `/v1/s`, `/v1/g`, `/v1/a` and
+/// `/v1/{type}` and `/v1/batch`, `/v1/import` (the Ruby and classic Android libraries),
+/// `/v1/import/` (the Java library) and the short `/v1/t`, `/v1/i`, `/v1/p`, `/v1/s`, `/v1/g`, `/v1/a` and
 /// `/v1/b` (the browser library, analytics.js).
 ///
 /// Browsers post to them from any site, so they answer CORS as Segment's API does
@@ -202,6 +204,7 @@ fn tracking_routes() -> Router<AppState> {
         .route("/v1/alias", post(segment::alias))
         .route("/v1/batch", post(segment::batch))
         .route("/v1/import", post(segment::import))
+        .route("/v1/import/", post(segment::import_slash))
         .route("/v1/t", post(segment::track_short))
         .route("/v1/i", post(segment::identify_short))
         .route("/v1/p", post(segment::page_short))
@@ -210,6 +213,11 @@ fn tracking_routes() -> Router<AppState> {
         .route("/v1/a", post(segment::alias_short))
         .route("/v1/b", post(segment::batch_short))
         .layer(tracking_cors())
+}
+
+/// Whether `path` is one of [`tracking_routes`].
+fn is_tracking_path(path: &str) -> bool {
+    path.starts_with("/v1/")
 }
 
 /// CORS of the tracking routes: any origin may post (a write key is public in every page
@@ -284,6 +292,27 @@ async fn json_errors(request: Request, next: Next) -> Response {
     };
     let mut rewritten = match query_refusal(parts.status, &message) {
         Some(err) => err.into_response(),
+        // Segment's libraries drop a batch answered with a 4xx other than 429 (analytics-
+        // python, -java, -ruby, -php, Analytics-CSharp): a tracking request the server
+        // timed out is answered as the store's contention is, so they retry it (a retry
+        // is a duplicate at worst). The CORS layer is inside the timeout: its header is
+        // added here, so a page can read the answer.
+        None if parts.status == StatusCode::REQUEST_TIMEOUT && is_tracking_path(&path) => {
+            let mut response = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "request_timeout",
+                format!("{message}: the request took longer than the server's request timeout; nothing of it is acknowledged, send it again"),
+            )
+            .into_response();
+            let headers = response.headers_mut();
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+            headers.insert(
+                ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static("retry-after"),
+            );
+            response
+        }
         None => ApiError::new(parts.status, code, message).into_response(),
     };
     for (name, value) in parts

@@ -50,6 +50,7 @@ const ROUTES: &[&str] = &[
     "POST /v1/alias",
     "POST /v1/batch",
     "POST /v1/import",
+    "POST /v1/import/",
     "POST /v1/t",
     "POST /v1/i",
     "POST /v1/p",

@@ -18,6 +18,7 @@ crate::on_both_backends!(
     a_source_created_by_the_cli_stores_a_track_call_once_whatever_its_sent_at,
     every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_the_body,
     the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones,
+    integer_ids_from_the_ruby_and_php_libraries_are_their_decimal_strings,
     bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing,
     an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_reason,
     a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing,
@@ -474,6 +475,29 @@ async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(
         .is_none());
 }
 
+/// Segment's Ruby and PHP libraries send an application's integer `user.id` as a JSON
+/// number: stored as its decimal string, one message and one unit with `"42"`.
+async fn integer_ids_from_the_ruby_and_php_libraries_are_their_decimal_strings(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "ruby");
+    let message = |user: Value| {
+        json!({"type": "track", "userId": user, "event": "Order Completed", "messageId": "rb-1",
+               "timestamp": "2026-11-30T11:59:00.000Z", "properties": {"order_id": 7}})
+    };
+    let batch = json!({"batch": [message(json!(42))], "sentAt": "2026-11-30T12:00:00.000Z"});
+    let answer = post_v1(&app, "/v1/import", Some(&key), &batch).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    let answer = post_v1(&app, "/v1/track", Some(&key), &message(json!("42"))).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (1, 1, 0));
+    let source = source_row(&app, "ruby").await["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let stored = stored_message(&app, &source, None, &message(json!("42"))).await;
+    assert_eq!(stored["payload"]["userId"], "42", "{stored}");
+}
+
 async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backend) {
     let app = spawn_app(backend).await;
     let key = create_source(&app, "web");
@@ -497,7 +521,7 @@ async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backe
         ),
         (
             "/v1/track",
-            json!({"userId": 42, "event": "E"}),
+            json!({"userId": 4.2, "event": "E"}),
             "wrong_type",
             "userId",
         ),
@@ -1435,6 +1459,51 @@ mod postgres_only {
     async fn a_binding_declared_while_a_message_is_being_stored_applies_to_it() {
         super::a_binding_declared_while_a_message_is_being_stored_applies_to_it().await
     }
+
+    /// PostgreSQL only: a trigger there can sleep, so a request outlives its timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry() {
+        super::a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry().await
+    }
+}
+
+/// Segment's libraries drop a batch answered with a 4xx other than 429, so a tracking
+/// request that outlived the server's request timeout is `503` with `Retry-After`, not
+/// `408` (readable by a page, too); nothing of it is stored, and its resend is.
+async fn a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry() {
+    let config = traqlyte_server::ServerConfig {
+        request_timeout_ms: 300,
+        ..Default::default()
+    };
+    let app = crate::helpers::spawn_app_with(Backend::Postgres, config).await;
+    let key = create_source(&app, "java");
+    app.execute_sql(
+        "CREATE FUNCTION traqlyte_test_slow() RETURNS trigger LANGUAGE plpgsql
+           AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
+         CREATE TRIGGER slow_events BEFORE INSERT ON events FOR EACH ROW
+           EXECUTE FUNCTION traqlyte_test_slow();",
+    )
+    .await;
+    let body = json!({"batch": [{"type": "track", "userId": "u1", "event": "Slow", "messageId": "slow-1"}]});
+    let post = || {
+        app.client
+            .post(app.url("/v1/import/"))
+            .basic_auth(&key, Some(""))
+            .header("origin", "http://shop.example")
+            .json(&body)
+    };
+    let response = post().send().await.expect("POST");
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let headers = response.headers().clone();
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(headers["access-control-allow-origin"], "*");
+    let answer: Value = response.json().await.expect("JSON");
+    assert_eq!(answer["error"]["code"], "request_timeout", "{answer}");
+    app.execute_sql("DROP TRIGGER slow_events ON events").await;
+    assert_eq!(segment_stats(&app).await, (0, 0, 0));
+    let resent = app.send(post()).await;
+    assert_eq!(resent.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (1, 0, 0));
 }
 
 /// A binding applies to exactly the messages committed after it. Here its declaration

@@ -1,6 +1,7 @@
 //! Segment's HTTP Tracking API (docs/segment.md): `POST /v1/track`, `/v1/identify`,
 //! `/v1/page`, `/v1/screen`, `/v1/group`, `/v1/alias` and `/v1/batch` (also under the paths
-//! other libraries post to: `/v1/import`, and analytics.js's `/v1/t` … `/v1/b`; any body
+//! other libraries post to: `/v1/import` and `/v1/import/`, and analytics.js's `/v1/t` …
+//! `/v1/b`; any body
 //! content type, `text/plain` included, is read as JSON), authenticated by
 //! a source's write key (`auth`), each message identified under the built-in contract
 //! `segment.message` (`traqlyte_identity::segment`) and stored, with the outcomes of the
@@ -211,15 +212,30 @@ pub(crate) async fn batch(
     store_batch(&state, &headers, body).await
 }
 
-/// `POST /v1/import`: `/v1/batch` under the path Segment's Ruby, Java and classic
-/// Android libraries post to.
+/// `POST /v1/import`: `/v1/batch` under the path Segment's Ruby and classic Android
+/// libraries post to.
 #[utoipa::path(post, path = "/v1/import", tag = "segment", security(("write_key" = [])),
-    description = "The same as `/v1/batch`, under the path Segment's Ruby, Java and classic Android libraries post to (docs/segment.md).",
+    description = "The same as `/v1/batch`, under the path Segment's Ruby and classic Android libraries post to (docs/segment.md).",
     request_body = BatchBody,
     responses((status = 200, body = Success, description = "every valid message stored; invalid ones recorded"),
         (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn import(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Success>, ApiError> {
+    store_batch(&state, &headers, body).await
+}
+
+/// `POST /v1/import/`: `/v1/import` with the trailing slash analytics-java posts to.
+#[utoipa::path(post, path = "/v1/import/", tag = "segment", security(("write_key" = [])),
+    description = "The same as `/v1/batch`, under the path Segment's Java library (analytics-java) posts to by default (docs/segment.md).",
+    request_body = BatchBody,
+    responses((status = 200, body = Success, description = "every valid message stored; invalid ones recorded"),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn import_slash(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,
