@@ -404,6 +404,22 @@ async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(
         assert_eq!(answer.body, json!({"success": true}));
     }
     assert_eq!(segment_stats(&app).await, (10, 10, 0));
+    // An OAuth Bearer token (analytics-python and -node, when configured for Segment's
+    // OAuth) is not read: the write key in the body is.
+    let oauth = app
+        .client
+        .post(app.url("/v1/track"))
+        .bearer_auth("an-oauth-access-token")
+        .json(&json!({"writeKey": key, "userId": "u3", "event": "Viewed", "messageId": "oauth-1"}));
+    assert_eq!(app.send(oauth).await.body, json!({"success": true}));
+    let without_key = app
+        .client
+        .post(app.url("/v1/track"))
+        .bearer_auth("an-oauth-access-token")
+        .json(&json!({"userId": "u3", "event": "Viewed"}));
+    let refused = app.send(without_key).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.body);
+    assert_eq!(segment_stats(&app).await, (11, 10, 0));
     // An error is readable by the page too: a key that is no write key.
     let refused = browser_post(
         "/v1/t",

@@ -1,5 +1,8 @@
 //! The write key of a `/v1/*` request: HTTP Basic with the key as user name and an
-//! empty password (what Segment's libraries send), or `writeKey` in the body. Looked up
+//! empty password (what Segment's libraries send), or `writeKey` in the body. Another
+//! `Authorization` scheme (the OAuth `Bearer` token analytics-python and analytics-node
+//! send when configured for Segment's OAuth, beside `writeKey` in the body) is not read:
+//! the body's key is. Looked up
 //! in the store on every request, never cached, so a revoked key is refused at once by
 //! every process.
 
@@ -24,7 +27,7 @@ pub(crate) async fn source(
             .map(str::to_string)
             .ok_or_else(|| {
                 ApiError::unauthorized(
-                    "missing write key: send HTTP Basic auth with the write key as user name and an empty password, or writeKey in the body",
+                    "missing write key: send HTTP Basic auth with the write key as user name and an empty password, or writeKey in the body (an Authorization header of another scheme is not read)",
                 )
             })?,
     };
@@ -36,27 +39,31 @@ pub(crate) async fn source(
         .ok_or_else(unknown)
 }
 
-/// True when the request carries an `Authorization` header (checked before the body is
-/// read, so a bad key is refused without reading it).
+/// True when the request carries a Basic `Authorization` header (checked before the body
+/// is read, so a bad key is refused without reading it).
 pub(crate) fn has_header(headers: &HeaderMap) -> bool {
-    headers.contains_key(AUTHORIZATION)
+    basic_credentials(headers).is_some()
+}
+
+/// The credentials of a Basic `Authorization` header (the scheme is case-insensitive,
+/// RFC 9110); `None` without the header or with another scheme.
+fn basic_credentials(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(AUTHORIZATION)?.as_bytes();
+    let scheme = value.get(..6)?;
+    scheme.eq_ignore_ascii_case(b"basic ").then(|| &value[6..])
 }
 
 fn unknown() -> ApiError {
     ApiError::unauthorized("unknown or revoked write key")
 }
 
-/// The user name of a Basic `Authorization` header; `None` without the header.
+/// The user name of a Basic `Authorization` header; `None` without one.
 fn header_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(header) = headers.get(AUTHORIZATION) else {
+    let Some(encoded) = basic_credentials(headers) else {
         return Ok(None);
     };
     let malformed = || ApiError::unauthorized("Authorization must be `Basic base64(writeKey:)`");
-    let text = header.to_str().map_err(|_| malformed())?;
-    let encoded = text
-        .strip_prefix("Basic ")
-        .or_else(|| text.strip_prefix("basic "))
-        .ok_or_else(malformed)?;
+    let encoded = std::str::from_utf8(encoded).map_err(|_| malformed())?;
     let decoded = decode_base64(encoded.trim()).ok_or_else(malformed)?;
     let decoded = String::from_utf8(decoded).map_err(|_| malformed())?;
     let user = decoded
