@@ -151,6 +151,58 @@ fn parse_any_numbers(bytes: &[u8], depth_max: usize) -> Result<(Value, &str, boo
     }
 }
 
+/// `bytes` (JSON text) with each `\uXXXX` escape of a surrogate that is not half of a
+/// pair (`\ud83d` alone) replaced by `\ufffd`, the replacement character, as the
+/// WHATWG encoders do when they meet a lone surrogate; `None` when there is none (the
+/// text is then left to the parser, which refuses such an escape).
+///
+/// `JSON.stringify` writes a lone surrogate this way (a string cut inside an emoji by
+/// `substring`): a reader of browsers' events takes it rather than refusing the request.
+/// Each replacement keeps the text's length, and a resend is replaced alike.
+pub fn replace_lone_surrogate_escapes(bytes: &[u8]) -> Option<Vec<u8>> {
+    let unit_at = |at: usize| -> Option<u16> {
+        let digits = bytes.get(at..at + 4)?;
+        let text = std::str::from_utf8(digits).ok()?;
+        u16::from_str_radix(text, 16).ok()
+    };
+    let escape_at = |at: usize| -> Option<u16> {
+        (bytes.get(at) == Some(&b'\\') && bytes.get(at + 1) == Some(&b'u'))
+            .then(|| unit_at(at + 2))
+            .flatten()
+    };
+    let mut replaced: Option<Vec<u8>> = None;
+    let mut in_string = false;
+    let mut at = 0;
+    while at < bytes.len() {
+        match (in_string, bytes[at]) {
+            (false, b'"') => {
+                in_string = true;
+                at += 1;
+            }
+            (false, _) => at += 1,
+            (true, b'"') => {
+                in_string = false;
+                at += 1;
+            }
+            (true, b'\\') => match escape_at(at) {
+                Some(0xD800..=0xDBFF) if matches!(escape_at(at + 6), Some(0xDC00..=0xDFFF)) => {
+                    at += 12;
+                }
+                Some(0xD800..=0xDFFF) => {
+                    replaced.get_or_insert_with(|| bytes.to_vec())[at..at + 6]
+                        .copy_from_slice(b"\\ufffd");
+                    at += 6;
+                }
+                // Any other escape: the escaped character is skipped (`\"` ends no
+                // string, `\\` escapes no `u`).
+                _ => at += 2,
+            },
+            (true, _) => at += 1,
+        }
+    }
+    replaced
+}
+
 /// The error for one refused number.
 pub fn refused_number_error(refused: RefusedNumber) -> ParseError {
     ParseError::NumberOutOfRange {
@@ -303,6 +355,32 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lone_surrogate_escapes_become_the_replacement_character() {
+        use super::replace_lone_surrogate_escapes as fix;
+        let cases: [(&str, Option<&str>); 9] = [
+            (r#"{"t":"cut \ud83d"}"#, Some(r#"{"t":"cut \ufffd"}"#)),
+            (r#"{"t":"\udc00x"}"#, Some(r#"{"t":"\ufffdx"}"#)),
+            (r#"["\ud83d\ude00"]"#, None),
+            (
+                r#"["\ud83d\ud83d\ude00"]"#,
+                Some(r#"["\ufffd\ud83d\ude00"]"#),
+            ),
+            (r#"["\\ud83d"]"#, None),
+            (r#"["\"\ud83d"]"#, Some(r#"["\"\ufffd"]"#)),
+            (r#"{"\ud800":1}"#, Some(r#"{"\ufffd":1}"#)),
+            (r#"["plain", 1, "é"]"#, None),
+            (r#"["\u00e9\ud83d"#, Some(r#"["\u00e9\ufffd"#)),
+        ];
+        for (input, expected) in cases {
+            let got = fix(input.as_bytes()).map(|b| String::from_utf8(b).unwrap());
+            assert_eq!(got.as_deref(), expected, "{input}");
+        }
+        let fixed = fix(br#"{"t":"a\ud83d"}"#).unwrap();
+        let value = super::parse(&fixed, 8).unwrap();
+        assert_eq!(value["t"], "a\u{fffd}");
+    }
+
     use super::*;
 
     #[test]

@@ -19,6 +19,7 @@ crate::on_both_backends!(
     every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_the_body,
     the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones,
     integer_ids_from_the_ruby_and_php_libraries_are_their_decimal_strings,
+    a_lone_surrogate_from_a_browser_is_the_replacement_character_and_refuses_nothing,
     bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing,
     an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_reason,
     a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing,
@@ -512,6 +513,44 @@ async fn integer_ids_from_the_ruby_and_php_libraries_are_their_decimal_strings(b
         .to_string();
     let stored = stored_message(&app, &source, None, &message(json!("42"))).await;
     assert_eq!(stored["payload"]["userId"], "42", "{stored}");
+}
+
+/// `JSON.stringify` writes a string cut inside an emoji with a lone surrogate escape
+/// (`\ud83d`), which strict JSON parsers refuse, and with it the whole batch. The tracking
+/// routes read it as U+FFFD, as browsers' own encoders do; a pair stays the character it
+/// is, and a resend is a retry, not a collision.
+async fn a_lone_surrogate_from_a_browser_is_the_replacement_character_and_refuses_nothing(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let body = format!(
+        r#"{{"writeKey":"{key}","batch":[
+            {{"type":"track","userId":"u","event":"E","messageId":"s-1","properties":{{"title":"cut \ud83d"}}}},
+            {{"type":"track","userId":"u","event":"E","messageId":"s-2","properties":{{"title":"whole \ud83d\ude00","path":"C:\\ud83d"}}}}]}}"#
+    );
+    for expected in [(2, 0, 0), (2, 2, 0)] {
+        let answer = app
+            .send(
+                app.client
+                    .post(app.url("/v1/b"))
+                    .header("content-type", "text/plain")
+                    .body(body.clone()),
+            )
+            .await;
+        assert_eq!(answer.body, json!({"success": true}));
+        assert_eq!(segment_stats(&app).await, expected);
+    }
+    let source = source_row(&app, "web").await["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let id_only = |id: &str| json!({"type": "track", "userId": "u", "event": "E", "messageId": id});
+    let cut = stored_message(&app, &source, None, &id_only("s-1")).await;
+    assert_eq!(cut["payload"]["properties"]["title"], "cut \u{fffd}");
+    let whole = stored_message(&app, &source, None, &id_only("s-2")).await;
+    assert_eq!(whole["payload"]["properties"]["title"], "whole \u{1f600}");
+    assert_eq!(whole["payload"]["properties"]["path"], "C:\\ud83d");
 }
 
 async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backend) {

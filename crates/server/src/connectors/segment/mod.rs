@@ -371,12 +371,21 @@ async fn read_authenticated(
     } else {
         None
     };
-    let bytes = read_limited(headers, body, BATCH_BYTES_MAX)
+    let mut bytes = read_limited(headers, body, BATCH_BYTES_MAX)
         .await
         .map_err(|err| {
             err.with_status_if(StatusCode::PAYLOAD_TOO_LARGE, StatusCode::BAD_REQUEST)
         })?;
-    let (value, numbers) = parse_body(state, &bytes, parse).map_err(|err| {
+    let mut parsed = parse_body(state, &bytes, parse);
+    // A lone surrogate escape (`JSON.stringify` of a string cut inside an emoji) is read
+    // as U+FFFD rather than refusing the request, and with it the whole batch.
+    if let Err(json::ParseError::Syntax(_)) = parsed {
+        if let Some(fixed) = json::replace_lone_surrogate_escapes(&bytes) {
+            bytes = Bytes::from(fixed);
+            parsed = parse_body(state, &bytes, parse);
+        }
+    }
+    let (value, numbers) = parsed.map_err(|err| {
         ApiError::from(err)
             .with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
     })?;
