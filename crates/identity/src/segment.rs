@@ -637,10 +637,58 @@ fn bounded_id(
 }
 
 fn timestamp(field: &str, text: &str) -> Result<i64, SegmentError> {
-    parse_rfc3339_micros(text).map_err(|reason| SegmentError::Invalid {
-        field: field.to_string(),
-        reason: format!("{text:?} is not an ISO-8601 (RFC 3339) date with an offset: {reason}"),
-    })
+    parse_rfc3339_micros(text)
+        .or_else(|reason| {
+            library_variant(text)
+                .and_then(|fixed| parse_rfc3339_micros(&fixed).ok())
+                .ok_or(reason)
+        })
+        .map_err(|reason| SegmentError::Invalid {
+            field: field.to_string(),
+            reason: format!("{text:?} is not an ISO-8601 (RFC 3339) date and time: {reason}"),
+        })
+}
+
+/// The ISO 8601 forms Segment's libraries write that RFC 3339 refuses, rewritten as RFC
+/// 3339: an offset without its colon (`+0100`, analytics-go v2's `%z`) and a local time
+/// without any offset (analytics.NET's `DateTime.ToString("o")` of a time of unspecified
+/// kind, `2024-05-01T10:00:00.0000000`), which is taken as UTC. `None` for anything
+/// else: a date alone, a time without seconds, free text.
+fn library_variant(text: &str) -> Option<String> {
+    // `YYYY-MM-DDTHH:MM:SS`, then an optional fraction, then the zone.
+    let head = text.get(..19)?;
+    let shape = head.bytes().enumerate().all(|(at, byte)| match at {
+        4 | 7 => byte == b'-',
+        10 => byte == b'T' || byte == b't',
+        13 | 16 => byte == b':',
+        _ => byte.is_ascii_digit(),
+    });
+    if !shape {
+        return None;
+    }
+    let rest = &text[19..];
+    let fraction = match rest.strip_prefix('.') {
+        Some(digits) => 1 + digits.bytes().take_while(u8::is_ascii_digit).count(),
+        None => 0,
+    };
+    if fraction == 1 {
+        return None;
+    }
+    let (time, zone) = text.split_at(19 + fraction);
+    match zone.as_bytes() {
+        [] => Some(format!("{time}Z")),
+        [sign @ (b'+' | b'-'), hours @ ..]
+            if hours.len() == 4 && hours.iter().all(u8::is_ascii_digit) =>
+        {
+            Some(format!(
+                "{time}{}{}:{}",
+                char::from(*sign),
+                &zone[1..3],
+                &zone[3..5]
+            ))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]

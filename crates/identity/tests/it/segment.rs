@@ -308,3 +308,39 @@ fn an_integer_id_is_its_decimal_string() {
         ("wrong_type", "userId".to_string())
     );
 }
+
+#[test]
+fn the_timestamps_libraries_write_outside_rfc_3339_are_read_as_iso_8601() {
+    let at = |text: &str| {
+        let mut message = track(Some("m-t"));
+        message["timestamp"] = json!(text);
+        message.as_object_mut().expect("object").remove("sentAt");
+        identify(&message).map(|m| m.identified.occurred_at_us)
+    };
+    let utc = parse_rfc3339_micros("2024-05-01T10:00:00Z").ok();
+    // analytics.NET's "o" format of a time of unspecified kind: no offset, taken as UTC.
+    assert_eq!(at("2024-05-01T10:00:00.0000000").expect("valid"), utc);
+    assert_eq!(at("2024-05-01T10:00:00").expect("valid"), utc);
+    // analytics-go v2's %z: an offset without its colon.
+    assert_eq!(at("2024-05-01T11:00:00+0100").expect("valid"), utc);
+    assert_eq!(at("2024-05-01T04:30:00.000-0530").expect("valid"), utc);
+    // RFC 3339 as before.
+    assert_eq!(at("2024-05-01T12:00:00+02:00").expect("valid"), utc);
+    for refused in [
+        "2024-05-01",
+        "2024-05-01T10:00",
+        "2024-05-01T10:00:00.",
+        "2024-05-01T10:00:00+01",
+        "2024-05-01T10:00:00+01000",
+        "2024-05-01T10:00:00 UTC",
+        "2024-13-01T10:00:00",
+        "yesterday",
+    ] {
+        let err = at(refused).expect_err(refused);
+        assert_eq!(
+            (err.code(), err.field()),
+            ("invalid_value", "timestamp".to_string()),
+            "{refused}"
+        );
+    }
+}
