@@ -8,10 +8,10 @@ The page is served by this script from its own loopback port (the library's lazi
 loaded bundles beside it, so nothing is fetched from Segment's CDN). It loads the library
 with the Segment.io destination pointed at the proxy (`apiHost` PROXY/v1, as a user
 points it at their TraqLyte host), identifies `user-1` and tracks COUNT - 1 orders. With
-STRATEGY `standard` the library posts each message alone to `/v1/i` and `/v1/t`, as
-`text/plain` with the write key in the body (no preflight); with `batching` it posts
-`/v1/b` with the write key as HTTP Basic auth and, on retries, `X-Retry-Count` (both
-preflighted). Then the page posts one more message straight to the server's `/v1/track`
+STRATEGY `standard` the library posts each message alone to `/v1/i` and `/v1/t`; with
+`batching` it posts `/v1/b` (with `X-Retry-Count` on retries). Either way as
+`text/plain`, with the write key in the body and as HTTP Basic auth, so every request is
+preflighted. Then the page posts one more message straight to the server's `/v1/track`
 with `fetch`, a JSON body and Basic auth (preflighted), and reports that answer.
 
 Waits until the proxy has relayed a 2xx for every one of the COUNT messageIds and the

@@ -78,8 +78,7 @@ async fn protect(state: AppState, request: Request, next: Next) -> Result<Respon
         .map(|p| p.as_str())
         .unwrap_or("/");
     let checksum = request_checksum(parts.method.as_str(), target, &bytes);
-    let owner = claim(&state, &tenant, &key, &checksum).await?;
-    let mut reservation = Reservation::held(&state, &tenant, &key, &owner);
+    let (owner, mut reservation) = claim(&state, &tenant, &key, &checksum).await?;
     let slot = Arc::new(Mutex::new(None));
     parts.extensions.insert(WorkSlot(slot.clone()));
     let response = next
@@ -135,12 +134,14 @@ impl Drop for Reservation {
 }
 
 /// Reserves the key (or takes over a stale reservation); answers replays and conflicts.
+/// The reservation is guarded from before its write is sent: a request dropped while
+/// the write is in flight may have committed it.
 async fn claim(
     state: &AppState,
     tenant: &TenantId,
     key: &IdempotencyKey,
     checksum: &str,
-) -> Result<OwnerToken, Response> {
+) -> Result<(OwnerToken, Reservation), Response> {
     let store = &state.store;
     let stale_after_us = state.config.idempotency_stale_after_ms as i64 * 1_000;
     for _ in 0..CLAIM_ATTEMPTS_MAX {
@@ -149,6 +150,7 @@ async fn claim(
             .await
             .map_err(|e| ApiError::from(e).into_response())?;
         let owner = OwnerToken::generate();
+        let mut reservation = Reservation::held(state, tenant, key, &owner);
         let won = match decide(record.as_ref(), checksum, stale_after_us) {
             Decision::Reserve => {
                 store
@@ -165,18 +167,26 @@ async fn claim(
                 took
             }
             Decision::Replay(stored) => {
+                reservation.settled();
                 metrics::record_idempotency(tenant, IdempotencyEvent::Replay);
                 return Err(replay(stored));
             }
-            Decision::Reused => return Err(reused().into_response()),
+            Decision::Reused => {
+                reservation.settled();
+                return Err(reused().into_response());
+            }
             Decision::InFlight { retry_after_s } => {
+                reservation.settled();
                 metrics::record_idempotency(tenant, IdempotencyEvent::InFlightRefusal);
                 return Err(in_flight(retry_after_s));
             }
         };
+        // On an error the guard releases what the write may have committed.
         if won.map_err(|e| ApiError::from(e).into_response())? {
-            return Ok(owner);
+            return Ok((owner, reservation));
         }
+        // Not ours: nothing to release.
+        reservation.settled();
         // Another request reserved or took over the key between our read and write:
         // read again and decide on what it left.
     }

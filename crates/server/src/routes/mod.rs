@@ -194,30 +194,40 @@ fn segment_routes() -> Router<AppState> {
 /// Browsers post to them from any site, so they answer CORS as Segment's API does
 /// ([`tracking_cors`]); no other route does.
 fn tracking_routes() -> Router<AppState> {
-    use crate::connectors::segment;
-    Router::new()
-        .route("/v1/track", post(segment::track))
-        .route("/v1/identify", post(segment::identify))
-        .route("/v1/page", post(segment::page))
-        .route("/v1/screen", post(segment::screen))
-        .route("/v1/group", post(segment::group))
-        .route("/v1/alias", post(segment::alias))
-        .route("/v1/batch", post(segment::batch))
-        .route("/v1/import", post(segment::import))
-        .route("/v1/import/", post(segment::import_slash))
-        .route("/v1/t", post(segment::track_short))
-        .route("/v1/i", post(segment::identify_short))
-        .route("/v1/p", post(segment::page_short))
-        .route("/v1/s", post(segment::screen_short))
-        .route("/v1/g", post(segment::group_short))
-        .route("/v1/a", post(segment::alias_short))
-        .route("/v1/b", post(segment::batch_short))
+    tracking_table()
+        .into_iter()
+        .fold(Router::new(), |router, (path, handler)| {
+            router.route(path, handler)
+        })
         .layer(tracking_cors())
 }
 
-/// Whether `path` is one of [`tracking_routes`].
+/// Each tracking path and its handler.
+fn tracking_table() -> [(&'static str, MethodRouter<AppState>); 16] {
+    use crate::connectors::segment;
+    [
+        ("/v1/track", post(segment::track)),
+        ("/v1/identify", post(segment::identify)),
+        ("/v1/page", post(segment::page)),
+        ("/v1/screen", post(segment::screen)),
+        ("/v1/group", post(segment::group)),
+        ("/v1/alias", post(segment::alias)),
+        ("/v1/batch", post(segment::batch)),
+        ("/v1/import", post(segment::import)),
+        ("/v1/import/", post(segment::import_slash)),
+        ("/v1/t", post(segment::track_short)),
+        ("/v1/i", post(segment::identify_short)),
+        ("/v1/p", post(segment::page_short)),
+        ("/v1/s", post(segment::screen_short)),
+        ("/v1/g", post(segment::group_short)),
+        ("/v1/a", post(segment::alias_short)),
+        ("/v1/b", post(segment::batch_short)),
+    ]
+}
+
+/// Whether `path` is one of [`tracking_routes`] (asked only of a timed-out request).
 fn is_tracking_path(path: &str) -> bool {
-    path.starts_with("/v1/")
+    tracking_table().iter().any(|(tracked, _)| *tracked == path)
 }
 
 /// CORS of the tracking routes: any origin may post (a write key is public in every page

@@ -299,7 +299,21 @@ fn routes(w: &World) -> Vec<Route> {
             .text("/groupId"),
         segment("/v1/alias", json!({"type": "alias", "messageId": "m-a", "userId": "u1", "previousId": "u0", "timestamp": now}))
             .text("/previousId"),
-        segment("/v1/batch", json!({"batch": [track.clone(), identify]})),
+        segment("/v1/batch", json!({"batch": [track.clone(), identify.clone()]})),
+        // The same routes under the paths other libraries post to.
+        segment("/v1/t", track.clone()).text("/event"),
+        segment("/v1/i", identify.clone()).text("/userId"),
+        segment("/v1/p", json!({"type": "page", "messageId": "m-p", "userId": "u1", "name": "Home", "timestamp": now}))
+            .text("/name"),
+        segment("/v1/s", json!({"type": "screen", "messageId": "m-s", "userId": "u1", "name": "Home", "timestamp": now}))
+            .text("/name"),
+        segment("/v1/g", json!({"type": "group", "messageId": "m-g", "userId": "u1", "groupId": "g1", "timestamp": now}))
+            .text("/groupId"),
+        segment("/v1/a", json!({"type": "alias", "messageId": "m-a", "userId": "u1", "previousId": "u0", "timestamp": now}))
+            .text("/previousId"),
+        segment("/v1/b", json!({"batch": [track.clone(), identify.clone()]})),
+        segment("/v1/import", json!({"batch": [track.clone(), identify.clone()]})),
+        segment("/v1/import/", json!({"batch": [track.clone(), identify]})),
         get("/sources".into()),
         get(format!("/sources/{}/rejections", w.source))
             .unknown("/sources/src_00000000000000000000000000000000/rejections", Value::Null),
@@ -599,7 +613,11 @@ fn cases(route: &Route) -> Vec<Case> {
         ));
         // Segment's ids take an integer as its decimal string (the Ruby and PHP
         // libraries send `user.id` as a number): there only a fraction is refused.
-        let numbers = if route.path.starts_with("/v1/") {
+        let segment_id = route.path.starts_with("/v1/")
+            && traqlyte_identity::segment::INTEGER_ID_FIELDS
+                .iter()
+                .any(|field| pointer.strip_prefix('/') == Some(*field));
+        let numbers = if segment_id {
             vec![json!(12.5)]
         } else {
             vec![json!(12), json!(12.5)]

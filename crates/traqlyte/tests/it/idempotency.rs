@@ -486,61 +486,85 @@ async fn a_reservations_age_is_measured_on_the_stores_clock(backend: Backend) {
 /// answer: its reservation is released at once, so the client's retry runs instead of
 /// being refused as `request_in_flight` until the stale cutoff (30 s here).
 async fn a_request_its_client_abandoned_leaves_no_reservation_behind(backend: Backend) {
-    let config = traqlyte_server::ServerConfig {
-        request_timeout_ms: 400,
-        test_publish_delay_ms: 1_000,
-        idempotency_stale_after_ms: 30_000,
-        ..Default::default()
-    };
-    let app = crate::helpers::spawn_app_with(backend, config).await;
-    let tenant = app.tenant().await;
-    let id = create_campaign(&app).await;
-    let gone = |key: &'static str| {
-        let app = &app;
-        let tenant = tenant.clone();
-        async move {
-            let key = traqlyte_store::IdempotencyKey::parse(key.as_bytes()).expect("key");
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while app
-                .store
-                .idempotency_lookup(&tenant, &key)
-                .await
-                .expect("lookup")
-                .is_some()
-            {
-                assert!(
-                    Instant::now() < deadline,
-                    "the reservation stayed in flight"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    };
-    // The client disconnects while the handler runs.
-    let impatient = app
+    // The client disconnects while the handler runs (the server would let it finish).
+    let patient = crate::helpers::spawn_app_with(
+        backend,
+        traqlyte_server::ServerConfig {
+            request_timeout_ms: 10_000,
+            test_publish_delay_ms: 1_500,
+            idempotency_stale_after_ms: 30_000,
+            ..Default::default()
+        },
+    )
+    .await;
+    let id = create_campaign(&patient).await;
+    let impatient = patient
         .client
-        .post(app.url(&format!("/campaigns/{id}/publish")))
-        .bearer_auth(&app.key)
+        .post(patient.url(&format!("/campaigns/{id}/publish")))
+        .bearer_auth(&patient.key)
         .header("X-TL-Idempotency-Key", "abandoned-1")
-        .timeout(Duration::from_millis(150))
+        .timeout(Duration::from_millis(600))
         .send()
         .await;
     assert!(impatient.is_err(), "the client gave up before an answer");
-    gone("abandoned-1").await;
+    reservation_gone(&patient, "abandoned-1").await;
+    assert_eq!(
+        version_count(&patient, &id).await,
+        0,
+        "the handler was stopped"
+    );
+    let (status, replayed, body) =
+        publish(&patient, &patient.key, &id, Some("abandoned-1"), "").await;
+    assert_eq!(
+        (status, replayed),
+        (StatusCode::CREATED, false),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(version_count(&patient, &id).await, 1);
+
     // The server times the request out (408).
-    let (status, _, _) = publish(&app, &app.key, &id, Some("timed-out-1"), "").await;
+    let hasty = crate::helpers::spawn_app_with(
+        backend,
+        traqlyte_server::ServerConfig {
+            request_timeout_ms: 400,
+            test_publish_delay_ms: 1_000,
+            idempotency_stale_after_ms: 30_000,
+            ..Default::default()
+        },
+    )
+    .await;
+    let id = create_campaign(&hasty).await;
+    let (status, _, _) = publish(&hasty, &hasty.key, &id, Some("timed-out-1"), "").await;
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
-    gone("timed-out-1").await;
-    // Neither published anything, and a retry under either key runs (and times out
-    // again) instead of being refused as in flight.
-    assert_eq!(version_count(&app, &id).await, 0);
-    for key in ["abandoned-1", "timed-out-1"] {
-        let (status, replayed, body) = publish(&app, &app.key, &id, Some(key), "").await;
-        assert_eq!(
-            (status, replayed),
-            (StatusCode::REQUEST_TIMEOUT, false),
-            "{key}: {}",
-            String::from_utf8_lossy(&body)
+    reservation_gone(&hasty, "timed-out-1").await;
+    // A retry runs (and times out again) instead of being refused as in flight.
+    let (status, replayed, body) = publish(&hasty, &hasty.key, &id, Some("timed-out-1"), "").await;
+    assert_eq!(
+        (status, replayed),
+        (StatusCode::REQUEST_TIMEOUT, false),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(version_count(&hasty, &id).await, 0);
+}
+
+/// Waits until the reservation of `key` is gone (at most 5 s, far below the cutoff).
+async fn reservation_gone(app: &TestApp, key: &str) {
+    let tenant = app.tenant().await;
+    let key = traqlyte_store::IdempotencyKey::parse(key.as_bytes()).expect("key");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while app
+        .store
+        .idempotency_lookup(&tenant, &key)
+        .await
+        .expect("lookup")
+        .is_some()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the reservation stayed in flight"
         );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

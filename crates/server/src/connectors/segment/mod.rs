@@ -358,7 +358,7 @@ fn message_numbers(numbers: Vec<RefusedNumber>) -> Result<Vec<(usize, SegmentErr
 }
 
 /// Reads the body (at most 500 KB: a larger one is `400 body_too_large`) and finds the
-/// source of its write key (`401` without a working one). A request with an
+/// source of its write key (`401` without a working one). A request with a Basic
 /// `Authorization` header is authenticated before its body is read.
 async fn read_authenticated(
     state: &AppState,
