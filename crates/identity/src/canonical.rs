@@ -18,9 +18,24 @@ pub fn normalize(value: &Value, at: &str) -> Result<Value, IdentityError> {
     Ok(owned)
 }
 
+/// [`normalize`] that keeps every integer a 64-bit integer holds, beyond ±2^53 too, for
+/// documents whose large integers are data outside the identity (OpenLineage facets).
+/// The canonical bytes ([`jcs`]) write such an integer as the nearest double, so two
+/// documents differing only there have one fingerprint: a resend that changed it is
+/// taken for a retry, not a collision. Nothing else differs from [`normalize`].
+pub fn normalize_wide(value: &Value, at: &str) -> Result<Value, IdentityError> {
+    let mut owned = value.clone();
+    normalize_with(&mut owned, at, true)?;
+    Ok(owned)
+}
+
 /// [`normalize`] without copying: rewrites only the strings and objects that need it.
 pub fn normalize_in_place(value: &mut Value, at: &str) -> Result<(), IdentityError> {
-    normalize_node(value).map_err(|fault| {
+    normalize_with(value, at, false)
+}
+
+fn normalize_with(value: &mut Value, at: &str, wide: bool) -> Result<(), IdentityError> {
+    normalize_node(value, wide).map_err(|fault| {
         let mut field = at.to_string();
         for token in fault.path.iter().rev() {
             field.push('/');
@@ -44,14 +59,14 @@ struct Fault {
     path: Vec<String>,
 }
 
-fn normalize_node(value: &mut Value) -> Result<(), Fault> {
+fn normalize_node(value: &mut Value, wide: bool) -> Result<(), Fault> {
     match value {
         Value::String(text) => {
             if !is_nfc(text) {
                 *text = text.nfc().collect();
             }
         }
-        Value::Number(number) if !is_exact(number) => {
+        Value::Number(number) if !wide && !is_exact(number) => {
             return Err(Fault {
                 key: None,
                 path: Vec::new(),
@@ -59,7 +74,7 @@ fn normalize_node(value: &mut Value) -> Result<(), Fault> {
         }
         Value::Array(items) => {
             for (index, item) in items.iter_mut().enumerate() {
-                normalize_node(item).map_err(|mut fault| {
+                normalize_node(item, wide).map_err(|mut fault| {
                     fault.path.push(index.to_string());
                     fault
                 })?;
@@ -67,7 +82,7 @@ fn normalize_node(value: &mut Value) -> Result<(), Fault> {
         }
         Value::Object(map) if map.keys().all(|key| is_nfc(key)) => {
             for (key, item) in map.iter_mut() {
-                normalize_node(item).map_err(|mut fault| {
+                normalize_node(item, wide).map_err(|mut fault| {
                     fault.path.push(key.clone());
                     fault
                 })?;
@@ -76,7 +91,7 @@ fn normalize_node(value: &mut Value) -> Result<(), Fault> {
         Value::Object(map) => {
             for (key, mut item) in std::mem::take(map) {
                 let key = nfc(&key);
-                normalize_node(&mut item).map_err(|mut fault| {
+                normalize_node(&mut item, wide).map_err(|mut fault| {
                     fault.path.push(key.clone());
                     fault
                 })?;

@@ -106,6 +106,23 @@ pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
     }
 }
 
+/// [`parse`] that also takes every integer a 64-bit integer holds
+/// ([`crate::number::is_wide_integer`]): for documents whose large integers are data,
+/// not identity, such as an OpenLineage facet's Iceberg snapshot id (a random 63-bit
+/// number). Such an integer is kept exactly in the value; the canonical form, which
+/// writes every number as a double, must then be taken with
+/// [`crate::canonical::normalize_wide`].
+pub fn parse_wide_integers(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max)?;
+    match suspect_number
+        .then(|| crate::number::first_refused_beyond_wide_integers(text))
+        .flatten()
+    {
+        Some(refused) => Err(refused_number_error(refused)),
+        None => Ok(value),
+    }
+}
+
 /// [`parse`] for a batch whose items are judged one by one: the first number the
 /// canonical form cannot hold in each item (what the first `item_depth` levels of a
 /// pointer name: 1 for a JSON array of items, 2 for `{"batch": [items]}`) is reported,

@@ -113,6 +113,33 @@ pub fn first_refused(text: &str) -> Option<RefusedNumber> {
     first
 }
 
+/// Whether `literal` is an integer that a 64-bit integer holds exactly (from
+/// `-9223372036854775808` to `18446744073709551615`): `serde_json` keeps such a number
+/// exactly, and writes it back as it was.
+pub fn is_wide_integer(literal: &str) -> bool {
+    let digits = literal.strip_prefix('-').unwrap_or(literal);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (literal.parse::<i64>().is_ok() || literal.parse::<u64>().is_ok())
+}
+
+/// [`first_refused`] that lets every [`is_wide_integer`] pass.
+pub fn first_refused_beyond_wide_integers(text: &str) -> Option<RefusedNumber> {
+    let mut first = None;
+    scan_with(text, &mut |frames, literal, fault| {
+        if is_wide_integer(literal) {
+            return true;
+        }
+        first = Some(RefusedNumber {
+            pointer: pointer_of(text, frames),
+            literal: literal.to_string(),
+            fault,
+        });
+        false
+    });
+    first
+}
+
 /// The first number literal that [`check_literal`] refuses in each item of the valid
 /// JSON document `text`, in document order. An item is what the first `item_depth`
 /// levels of the pointer name (`/3` at depth 1, `/batch/3` at depth 2): a batch is judged

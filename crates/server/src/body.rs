@@ -202,6 +202,21 @@ pub async fn read_document(
     .await
 }
 
+/// [`read_document`] that also takes every integer a 64-bit integer holds, beyond ±2^53
+/// ([`json::parse_wide_integers`]): for OpenLineage RunEvents, whose facets carry such
+/// integers as data (an Iceberg snapshot id is a random 63-bit number).
+pub async fn read_document_wide_integers(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Value, ApiError> {
+    let bytes = read_limited(headers, body, state.config.body_bytes_max).await?;
+    Ok(json::parse_wide_integers(
+        &not_blank(bytes)?,
+        state.config.json_depth_max,
+    )?)
+}
+
 /// Reads a batch: a JSON array under the batch byte limit (one nesting level more than a
 /// single document) holding at most `batch_events_max` items of `what` (e.g. "events").
 /// An item holding a number the canonical form cannot hold is refused alone

@@ -245,7 +245,12 @@ async fn kind(store: &Store, tenant: &TenantId, name: &str) -> Result<Kind> {
 
 /// Identifies one line exactly as the live routes do; the reason when it would refuse it.
 fn identify(kind: &Kind, line: &[u8]) -> Result<Item, String> {
-    let value = strict_json::parse(line, JSON_DEPTH_MAX).map_err(|err| err.to_string())?;
+    // RunEvents take integers beyond ±2^53 in their facets, as `POST /api/v1/lineage` does.
+    let value = match kind {
+        Kind::RunEvent => strict_json::parse_wide_integers(line, JSON_DEPTH_MAX),
+        Kind::Contract(_) => strict_json::parse(line, JSON_DEPTH_MAX),
+    }
+    .map_err(|err| err.to_string())?;
     let payload = serde_json::to_string(&value).map_err(|err| err.to_string())?;
     match kind {
         Kind::Contract(contract) => {

@@ -383,3 +383,46 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn integers_a_64_bit_integer_holds_are_taken_in_run_events_only() {
+    use traqlyte_identity::json::{parse, parse_wide_integers};
+    for literal in [
+        "9007199254740993",
+        "9223372036854775807",
+        "18446744073709551615",
+        "-9223372036854775808",
+    ] {
+        let text = format!(r#"{{"n": {literal}}}"#);
+        let value = parse_wide_integers(text.as_bytes(), 8).expect(literal);
+        assert_eq!(value["n"].to_string(), literal, "kept exactly");
+        let err = parse(text.as_bytes(), 8).expect_err("the strict parse refuses it");
+        assert_eq!(err.code(), "number_out_of_range");
+    }
+    for literal in [
+        "18446744073709551616",
+        "-9223372036854775809",
+        "9007199254740993.0",
+        "1e400",
+    ] {
+        let text = format!(r#"{{"n": {literal}}}"#);
+        let err = parse_wide_integers(text.as_bytes(), 8).expect_err(literal);
+        assert_eq!(err.code(), "number_out_of_range", "{literal}");
+    }
+    // In a RunEvent's facets they are data: the event is identified, retries alike.
+    let mut event: serde_json::Value = serde_json::from_str(
+        r#"{"eventType": "COMPLETE", "eventTime": "2026-11-29T03:00:00Z",
+            "producer": "p", "schemaURL": "s",
+            "run": {"runId": "00000000-0000-4000-8000-000000000053",
+                    "facets": {"big": {"snapshotId": 8744736658442914487}}},
+            "job": {"namespace": "ns", "name": "j"}}"#,
+    )
+    .expect("JSON");
+    let first = traqlyte_identity::openlineage::identify_run_event(&event).expect("taken");
+    let again = traqlyte_identity::openlineage::identify_run_event(&event).expect("taken");
+    assert_eq!(first.identified.event_id, again.identified.event_id);
+    assert_eq!(first.identified.fingerprint, again.identified.fingerprint);
+    event["run"]["facets"]["big"]["snapshotId"] = serde_json::json!(17);
+    let other = traqlyte_identity::openlineage::identify_run_event(&event).expect("taken");
+    assert_ne!(first.identified.fingerprint, other.identified.fingerprint);
+}

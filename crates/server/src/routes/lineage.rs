@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::events::{admit, begin_ingest, collision};
 use crate::auth::{Tenant, WriteTenant};
-use crate::body::read_document;
+use crate::body::read_document_wide_integers;
 use crate::{ApiError, AppState};
 
 /// Depth of a graph query that names none (Marquez's default).
@@ -49,7 +49,10 @@ pub(crate) async fn post_event(
     let WriteTenant { tenant, key } = &writer;
     let answer: Result<Response, ApiError> = async {
         // OpenLineage clients are answered 400 for every invalid event (`docs/lineage.md`).
-        let value = read_document(&state, &headers, body).await.map_err(|err| {
+        // Facets carry integers beyond ±2^53 as data (Iceberg snapshot ids): taken.
+        let value = read_document_wide_integers(&state, &headers, body)
+            .await
+            .map_err(|err| {
             err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
         })?;
         let projected = identify_run_event(&value).map_err(bad_event)?;

@@ -24,6 +24,7 @@ crate::on_both_backends!(
     the_built_in_contract_name_cannot_be_registered,
     concurrent_runs_sharing_jobs_and_datasets_all_commit_without_deadlock,
     jobs_and_datasets_are_nodes_once_a_stored_run_names_them,
+    integers_beyond_2_to_the_53_in_facets_are_kept_exactly,
 );
 
 /// Recorded event ids of the corpus's complete RunEvents (as in the identity tests).
@@ -654,4 +655,54 @@ async fn a_walk_longer_than_the_request_timeout_is_stopped_in_the_database() {
     }
     assert_eq!(waiting, 0, "the walk's query still runs in PostgreSQL");
     lock.rollback().await.expect("release");
+}
+
+/// Spark's Iceberg facets carry the snapshot id, a random 63-bit number, as a JSON
+/// number (and Airflow's run facets whatever a DAG run's `conf` holds): such an integer
+/// is data, not identity, so the RunEvent is taken and the number kept exactly. A number
+/// no 64-bit integer or double holds is still refused.
+async fn integers_beyond_2_to_the_53_in_facets_are_kept_exactly(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut event = run_event("iceberg_write", 53, &["raw.orders"], &["mart.orders"]);
+    event["outputs"][0]["outputFacets"] = json!({"icebergCommitReport": {
+        "_producer": "https://github.com/OpenLineage/OpenLineage/tree/1.40.0/integration/spark",
+        "_schemaURL": "https://openlineage.io/spec/facets/1-0-0/IcebergCommitReportOutputDatasetFacet.json",
+        "snapshotId": 8_744_736_658_442_914_487_u64, "sequenceNumber": 3,
+        "metrics": {"addedFilesSizeInBytes": 18_446_744_073_709_551_615_u64, "negative": -9_223_372_036_854_775_808_i64}}});
+    let body = event.to_string();
+    assert!(body.contains("8744736658442914487"), "{body}");
+    let mut event_id = String::new();
+    for status in ["inserted", "duplicate"] {
+        let answer = app.post_lineage(body.clone()).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+        assert_eq!(answer.body["status"], status);
+        event_id = answer.body["event_id"]
+            .as_str()
+            .expect("event_id")
+            .to_string();
+    }
+    let stored = app
+        .get(&format!("/events/openlineage.run_event/{event_id}"))
+        .await;
+    assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    let report = &stored.body["payload"]["outputs"][0]["outputFacets"]["icebergCommitReport"];
+    assert_eq!(report["snapshotId"], json!(8_744_736_658_442_914_487_u64));
+    assert_eq!(report["metrics"]["addedFilesSizeInBytes"], json!(u64::MAX));
+    assert_eq!(report["metrics"]["negative"], json!(i64::MIN));
+    for (literal, code) in [
+        ("18446744073709551616", "number_out_of_range"),
+        ("1.0000000000000000000001", "number_out_of_range"),
+        ("1e400", "number_out_of_range"),
+    ] {
+        let refused = body.replace("8744736658442914487", literal);
+        let answer = app.post_lineage(refused).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{literal}: {}",
+            answer.body
+        );
+        assert_eq!(answer.code(), code, "{literal}");
+    }
+    assert_eq!(app.stored_run_events().await, (1, 1, 0));
 }
