@@ -202,18 +202,20 @@ pub async fn read_document(
     .await
 }
 
-/// [`read_document`] that also takes every integer a 64-bit integer holds, beyond ±2^53
-/// ([`json::parse_wide_integers`]): for OpenLineage RunEvents, whose facets carry such
-/// integers as data (an Iceberg snapshot id is a random 63-bit number).
-pub async fn read_document_wide_integers(
+/// Reads an OpenLineage RunEvent: [`read_document`] under the lineage route's own limits
+/// (`lineage_body_bytes_max`, `lineage_json_depth_max`), taking every integer a 64-bit
+/// integer holds, beyond ±2^53 too ([`json::parse_wide_integers`]), since facets carry
+/// such integers as data (an Iceberg snapshot id is a random 63-bit number).
+pub async fn read_run_event(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Value, ApiError> {
-    let bytes = read_limited(headers, body, state.config.body_bytes_max).await?;
+    let config = &state.config;
+    let bytes = read_limited(headers, body, config.lineage_body_bytes_max).await?;
     Ok(json::parse_wide_integers(
         &not_blank(bytes)?,
-        state.config.json_depth_max,
+        config.lineage_json_depth_max,
     )?)
 }
 

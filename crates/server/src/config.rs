@@ -1,5 +1,10 @@
 //! Server settings with named bounds.
 
+/// The default of [`ServerConfig::lineage_body_bytes_max`]: 8 MiB.
+pub const LINEAGE_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// The default of [`ServerConfig::lineage_json_depth_max`].
+pub const LINEAGE_JSON_DEPTH_MAX: usize = 64;
+
 /// Limits and addresses of the HTTP server.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -13,6 +18,13 @@ pub struct ServerConfig {
     pub batch_events_max: usize,
     /// Deepest JSON nesting accepted in an event (the batch array adds one level).
     pub json_depth_max: usize,
+    /// Largest OpenLineage RunEvent body accepted (`POST /api/v1/lineage`): producers
+    /// send schema and column-lineage facets of wide tables, and DAG-level facets of
+    /// large Airflow DAGs, in one event.
+    pub lineage_body_bytes_max: usize,
+    /// Deepest JSON nesting accepted in a RunEvent: schema facets nest a field per level
+    /// of a nested record (Flink's Avro and Iceberg schemas, Spark's structs).
+    pub lineage_json_depth_max: usize,
     /// An idempotency reservation younger than this is in flight; older, its owner is
     /// presumed dead and a retry takes it over.
     pub idempotency_stale_after_ms: u64,
@@ -74,6 +86,8 @@ impl Default for ServerConfig {
             batch_bytes_max: 5 * 1024 * 1024,
             batch_events_max: 1_000,
             json_depth_max: 32,
+            lineage_body_bytes_max: LINEAGE_BODY_BYTES_MAX,
+            lineage_json_depth_max: LINEAGE_JSON_DEPTH_MAX,
             idempotency_stale_after_ms: 30_000,
             idempotency_retention_ms: 24 * 3_600_000,
             idempotency_purge_every_ms: 600_000,

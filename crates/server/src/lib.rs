@@ -37,7 +37,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use traqlyte_store::Store;
 
-pub use config::ServerConfig;
+pub use config::{ServerConfig, LINEAGE_BODY_BYTES_MAX, LINEAGE_JSON_DEPTH_MAX};
 pub use error::ApiError;
 pub use group_commit::{GroupCommit, GroupCommitConfig};
 pub use listener::{connections_max_within, files_reserved, FILES_RESERVED_BASE};

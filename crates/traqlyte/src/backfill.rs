@@ -31,10 +31,15 @@ const BATCH_LINES_MAX: usize = 1_000;
 /// Bytes of lines identified and stored together: a batch of long lines ends sooner, so
 /// memory stays bounded in bytes too (1,000 lines of 1 MiB would be a gigabyte).
 const BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
-/// The longest line accepted: live ingestion's single-body limit.
+/// The longest line accepted: live ingestion's single-body limit (a RunEvent's:
+/// [`RUN_EVENT_BYTES_MAX`]).
 const LINE_BYTES_MAX: usize = 1024 * 1024;
-/// Live ingestion's nesting limit.
+/// Live ingestion's nesting limit (a RunEvent's: [`RUN_EVENT_DEPTH_MAX`]).
 const JSON_DEPTH_MAX: usize = 32;
+/// `POST /api/v1/lineage`'s default body limit, for RunEvent lines.
+const RUN_EVENT_BYTES_MAX: usize = traqlyte_server::LINEAGE_BODY_BYTES_MAX;
+/// `POST /api/v1/lineage`'s default nesting limit, for RunEvent lines.
+const RUN_EVENT_DEPTH_MAX: usize = traqlyte_server::LINEAGE_JSON_DEPTH_MAX;
 /// Rejected lines printed before the rest are only counted.
 const REJECTIONS_SHOWN_MAX: usize = 20;
 
@@ -118,24 +123,28 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     let mut batch_bytes = 0usize;
     let mut line = Vec::new();
     let mut number = 0u64;
+    let line_max = match kind {
+        Kind::RunEvent => RUN_EVENT_BYTES_MAX,
+        Kind::Contract(_) => LINE_BYTES_MAX,
+    };
+    let too_long = format!(
+        "longer than the {} MiB limit of one event",
+        line_max / (1024 * 1024)
+    );
     loop {
         line.clear();
         // Room for the limit and a `\r\n`: the limit is on the event, not its line ending.
         let read = reader
             .by_ref()
-            .take(LINE_BYTES_MAX as u64 + 2)
+            .take(line_max as u64 + 2)
             .read_until(b'\n', &mut line)
             .with_context(|| format!("read {}", args.file.display()))?;
         if read == 0 {
             break;
         }
         number += 1;
-        if content_len(&line) > LINE_BYTES_MAX {
-            reject(
-                &mut counts,
-                number,
-                "longer than the 1 MiB limit of one event",
-            );
+        if content_len(&line) > line_max {
+            reject(&mut counts, number, &too_long);
             // Only a line cut short by the limit has a rest to skip: a whole line's
             // newline is already read, and skipping would swallow the next line.
             if line.last() != Some(&b'\n') {
@@ -247,7 +256,7 @@ async fn kind(store: &Store, tenant: &TenantId, name: &str) -> Result<Kind> {
 fn identify(kind: &Kind, line: &[u8]) -> Result<Item, String> {
     // RunEvents take integers beyond ±2^53 in their facets, as `POST /api/v1/lineage` does.
     let value = match kind {
-        Kind::RunEvent => strict_json::parse_wide_integers(line, JSON_DEPTH_MAX),
+        Kind::RunEvent => strict_json::parse_wide_integers(line, RUN_EVENT_DEPTH_MAX),
         Kind::Contract(_) => strict_json::parse(line, JSON_DEPTH_MAX),
     }
     .map_err(|err| err.to_string())?;

@@ -128,6 +128,15 @@ struct ServeArgs {
     #[arg(long, default_value_t = 32,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=120))]
     json_depth_max: usize,
+    /// Largest OpenLineage RunEvent body (`POST /api/v1/lineage`), in bytes: schema and
+    /// column-lineage facets of wide tables make large events.
+    #[arg(long, default_value_t = traqlyte_server::LINEAGE_BODY_BYTES_MAX,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    lineage_body_bytes_max: usize,
+    /// Deepest JSON nesting accepted in a RunEvent (1 to 120): nested schema facets.
+    #[arg(long, default_value_t = traqlyte_server::LINEAGE_JSON_DEPTH_MAX,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=120))]
+    lineage_json_depth_max: usize,
     /// Deepest lineage query accepted, in edges.
     #[arg(long, default_value_t = 100)]
     lineage_depth_max: u32,
@@ -392,6 +401,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         batch_bytes_max: args.batch_bytes_max,
         batch_events_max: args.batch_events_max,
         json_depth_max: args.json_depth_max,
+        lineage_body_bytes_max: args.lineage_body_bytes_max,
+        lineage_json_depth_max: args.lineage_json_depth_max,
         idempotency_stale_after_ms: args.idempotency_stale_after_ms,
         idempotency_retention_ms: args.idempotency_retention_hours.saturating_mul(3_600_000),
         request_timeout_ms: args.request_timeout_ms,

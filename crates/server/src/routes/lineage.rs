@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::events::{admit, begin_ingest, collision};
 use crate::auth::{Tenant, WriteTenant};
-use crate::body::read_document_wide_integers;
+use crate::body::read_run_event;
 use crate::{ApiError, AppState};
 
 /// Depth of a graph query that names none (Marquez's default).
@@ -49,8 +49,9 @@ pub(crate) async fn post_event(
     let WriteTenant { tenant, key } = &writer;
     let answer: Result<Response, ApiError> = async {
         // OpenLineage clients are answered 400 for every invalid event (`docs/lineage.md`).
-        // Facets carry integers beyond ±2^53 as data (Iceberg snapshot ids): taken.
-        let value = read_document_wide_integers(&state, &headers, body)
+        // The route's own size and depth limits; facets carry integers beyond ±2^53 as
+        // data (Iceberg snapshot ids): taken.
+        let value = read_run_event(&state, &headers, body)
             .await
             .map_err(|err| {
             err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)

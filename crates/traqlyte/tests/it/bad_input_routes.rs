@@ -735,6 +735,8 @@ async fn world(backend: Backend) -> World {
         admin_token: Some(ADMIN_TOKEN.to_string()),
         batch_events_max: BATCH_MAX,
         late_events: traqlyte_store::LateEvents::Reconcile,
+        // Below the table's 6 MiB oversized body (the default is 8 MiB).
+        lineage_body_bytes_max: 4 * 1024 * 1024,
         ..ServerConfig::default()
     };
     let app = spawn_app_with(backend, config).await;

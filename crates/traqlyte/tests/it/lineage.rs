@@ -25,6 +25,7 @@ crate::on_both_backends!(
     concurrent_runs_sharing_jobs_and_datasets_all_commit_without_deadlock,
     jobs_and_datasets_are_nodes_once_a_stored_run_names_them,
     integers_beyond_2_to_the_53_in_facets_are_kept_exactly,
+    run_events_have_their_own_size_and_depth_limits,
 );
 
 /// Recorded event ids of the corpus's complete RunEvents (as in the identity tests).
@@ -705,4 +706,55 @@ async fn integers_beyond_2_to_the_53_in_facets_are_kept_exactly(backend: Backend
         assert_eq!(answer.code(), code, "{literal}");
     }
     assert_eq!(app.stored_run_events().await, (1, 1, 0));
+}
+
+/// Schema and column-lineage facets of wide tables (Spark) and the task facets of large
+/// Airflow DAGs make RunEvents larger than the 1 MiB of a native event, and nested
+/// record schemas (Flink's Avro and Iceberg schemas) nest deeper than 32 levels: the
+/// lineage route has limits of its own (8 MiB, 64 levels by default), and refuses beyond
+/// them as clearly as before.
+async fn run_events_have_their_own_size_and_depth_limits(backend: Backend) {
+    let app = spawn_app(backend).await;
+    // A 1,000-column table, each column with a long description: over 2 MiB.
+    let fields: Vec<Value> = (0..1_000)
+        .map(|i| json!({"name": format!("column_{i}"), "type": "string", "description": "d".repeat(2_100)}))
+        .collect();
+    let mut wide = run_event("wide_write", 54, &[], &["mart.wide"]);
+    wide["outputs"][0]["facets"] = json!({"schema": {
+        "_producer": "https://example.com/spark", "_schemaURL": "https://openlineage.io/spec/facets/1-1-1/SchemaDatasetFacet.json",
+        "fields": fields}});
+    let body = wide.to_string();
+    assert!(body.len() > 2 * 1024 * 1024, "{}", body.len());
+    let answer = app.post_lineage(body).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    // A record nested 25 levels deep: about 55 levels of JSON.
+    let mut nested = json!({"name": "leaf", "type": "string"});
+    for level in 0..25 {
+        nested = json!({"name": format!("level_{level}"), "type": "struct", "fields": [nested]});
+    }
+    let mut deep = run_event("deep_write", 55, &[], &["mart.deep"]);
+    deep["outputs"][0]["facets"] = json!({"schema": {"fields": [nested]}});
+    let answer = app.post_lineage(deep.to_string()).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    assert_eq!(app.stored_run_events().await, (2, 0, 0));
+    // Beyond the route's limits: refused, nothing stored.
+    let mut deeper = json!("leaf");
+    for _ in 0..70 {
+        deeper = json!([deeper]);
+    }
+    let mut too_deep = run_event("deeper_write", 56, &[], &[]);
+    too_deep["run"]["facets"] = json!({"custom": {"nested": deeper}});
+    let answer = app.post_lineage(too_deep.to_string()).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    assert_eq!(answer.code(), "too_deep");
+    let mut huge = run_event("huge_write", 57, &[], &[]);
+    huge["run"]["facets"] = json!({"custom": {"blob": "x".repeat(9 * 1024 * 1024)}});
+    let answer = app.post_lineage(huge.to_string()).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "{}",
+        answer.body
+    );
+    assert_eq!(app.stored_run_events().await, (2, 0, 0));
 }
