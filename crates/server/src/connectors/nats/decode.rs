@@ -2,6 +2,8 @@
 //! is stored under and its parsed JSON, or to the reason it is a dead letter.
 
 use serde_json::Value;
+use traqlyte_identity::openlineage::RUN_EVENT_CONTRACT;
+use traqlyte_identity::segment::MESSAGE_CONTRACT;
 use traqlyte_identity::{json, ContractName};
 
 use crate::ApiError;
@@ -110,6 +112,19 @@ pub fn decode(subject: &str, payload: &[u8], depth_max: usize) -> Decoded {
             format!("{name:?} is not a contract name"),
         ));
     };
+    // The built-in contracts are no tenant's contract: say where their messages go.
+    if name == RUN_EVENT_CONTRACT {
+        return Decoded::Dead(Refusal::new(
+            "unsupported_subject",
+            format!("OpenLineage RunEvents are not consumed from NATS: send them to POST /api/v1/lineage, which also builds the lineage graph (subject {subject:?})"),
+        ));
+    }
+    if name == MESSAGE_CONTRACT {
+        return Decoded::Dead(Refusal::new(
+            "unsupported_subject",
+            format!("Segment messages are consumed from {SEGMENT_SUBJECT:?}, not {subject:?}"),
+        ));
+    }
     match parse(payload, depth_max) {
         Ok(value) => Decoded::Event { contract, value },
         Err(refusal) => Decoded::Dead(refusal),
@@ -173,7 +188,13 @@ mod tests {
 
     #[test]
     fn bad_json_duplicate_keys_and_bad_subjects_are_refused_with_their_reason() {
-        let table: [(&str, &[u8], &str); 5] = [
+        let table: [(&str, &[u8], &str); 7] = [
+            (
+                "traqlyte.openlineage.run_event",
+                b"{}",
+                "unsupported_subject",
+            ),
+            ("traqlyte.segment.message", b"{}", "unsupported_subject"),
             ("traqlyte.c", b"{not json", "invalid_json"),
             ("traqlyte.c", br#"{"a":1,"a":2}"#, "invalid_json"),
             ("traqlyte.c", b"\xff\xfe", "invalid_json"),
