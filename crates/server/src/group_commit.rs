@@ -249,6 +249,11 @@ trait Flush: Send + Sync + 'static {
         std::future::ready(Ok(Vec::new()))
     }
 
+    /// Counts in the metrics an item stored with `answer` whose request no longer hears
+    /// it (it timed out, or its client left, while the item was queued or written): its
+    /// handler, which counts what it is answered, never will. The default counts nothing.
+    fn count_unheard(&self, _item: &Self::Item, _answer: &Self::Answer) {}
+
     /// Writes `items` in `tx` (not committed here); `latest` holds what the transaction
     /// read for [`Flush::latest_to_check`].
     fn write<'a>(
@@ -410,9 +415,7 @@ async fn write_batch<F: Flush>(
         let mut early = early.into_iter();
         for (item, reply) in items.into_iter().zip(replies) {
             match early.next().flatten() {
-                Some(answer) => {
-                    let _ = reply.send(Ok(answer));
-                }
+                Some(answer) => answer_item(flush, &item.1, reply, Ok(answer)),
                 None => {
                     rest.push(item);
                     waiting.push(reply);
@@ -426,9 +429,9 @@ async fn write_batch<F: Flush>(
     }
     match write_in_one_tx(store, flush, &items).await {
         Ok(answers) => {
-            for ((reply, answer), (key, _)) in replies.into_iter().zip(answers).zip(&items) {
+            for ((reply, answer), (key, item)) in replies.into_iter().zip(answers).zip(&items) {
                 // A receiver gone (the request timed out) changes nothing: it is stored.
-                let _ = reply.send(answered(lookups, key.as_ref(), answer));
+                answer_item(flush, item, reply, answered(lookups, key.as_ref(), answer));
             }
         }
         // One item has no other to spare; a commit whose answer was lost may have stored
@@ -444,9 +447,22 @@ async fn write_batch<F: Flush>(
                         .and_then(|a| answered(lookups, item.0.as_ref(), a)),
                     Err(err) => Err(err.into()),
                 };
-                let _ = reply.send(answer);
+                answer_item(flush, &item.1, reply, answer);
             }
         }
+    }
+}
+
+/// Sends `answer` to the request of `item`; a stored item whose request is gone is
+/// counted here ([`Flush::count_unheard`]).
+fn answer_item<F: Flush>(
+    flush: &F,
+    item: &F::Item,
+    reply: Reply<F>,
+    answer: Result<F::Answer, ApiError>,
+) {
+    if let Err(Ok(unheard)) = reply.send(answer) {
+        flush.count_unheard(item, &unheard);
     }
 }
 
@@ -650,6 +666,19 @@ impl Flush for EventsFlush {
     type Item = (TenantId, (Arc<Contract>, bool, NewEvent));
     type Answer = EventAnswer;
 
+    fn count_unheard(&self, (tenant, (contract, _, event)): &Self::Item, answer: &EventAnswer) {
+        if let EventAnswer::Stored(outcome) = answer {
+            crate::metrics::record_events(
+                tenant,
+                contract.name().as_str(),
+                &traqlyte_store::IngestSource::http(),
+                std::slice::from_ref(event),
+                std::slice::from_ref(outcome),
+                0,
+            );
+        }
+    }
+
     fn begin(&self, store: &Store) -> impl Future<Output = Result<StoreTx, StoreError>> + Send {
         begin_ingest(store, self.late_events)
     }
@@ -747,6 +776,19 @@ impl Flush for LineageFlush {
     type Item = (TenantId, RunEventRow);
     type Answer = EventOutcome;
 
+    fn count_unheard(&self, (tenant, row): &Self::Item, outcome: &EventOutcome) {
+        crate::metrics::record_events(
+            tenant,
+            traqlyte_identity::openlineage::run_event_contract()
+                .name()
+                .as_str(),
+            &traqlyte_store::IngestSource::http(),
+            std::slice::from_ref(&row.event),
+            std::slice::from_ref(outcome),
+            0,
+        );
+    }
+
     fn begin(&self, store: &Store) -> impl Future<Output = Result<StoreTx, StoreError>> + Send {
         begin_ingest(store, self.late_events)
     }
@@ -794,6 +836,10 @@ struct OutcomesFlush;
 impl Flush for OutcomesFlush {
     type Item = (TenantId, NewOutcome);
     type Answer = OutcomeResult;
+
+    fn count_unheard(&self, (tenant, _): &Self::Item, result: &OutcomeResult) {
+        crate::metrics::record_outcomes(tenant, std::slice::from_ref(result));
+    }
 
     fn begin(&self, store: &Store) -> impl Future<Output = Result<StoreTx, StoreError>> + Send {
         store.begin()
