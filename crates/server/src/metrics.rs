@@ -21,7 +21,7 @@ use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
@@ -266,8 +266,16 @@ pub(crate) fn record_webhook(result: &'static str) {
     metrics::counter!("traqlyte_webhook_deliveries_total", "result" => result).increment(1);
 }
 
-/// Route layer: the latency of every routed request by its route template.
-pub(crate) async fn track_latency(request: Request, next: Next) -> Response {
+/// Route layer: the latency of every routed request by its route template. A request
+/// that ends without an answer from its handler is timed too, when it ends: `408` once
+/// it has run for the request timeout (the timeout layer, outside this one, answered
+/// it), else `499` (its client closed the connection, nginx's code), so the slowest
+/// requests are not missing from the histogram.
+pub(crate) async fn track_latency(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     if !enabled() {
         return next.run(request).await;
     }
@@ -275,16 +283,42 @@ pub(crate) async fn track_latency(request: Request, next: Next) -> Response {
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let method = request.method().as_str().to_string();
-    let started = Instant::now();
+    let mut timing = Timing {
+        route,
+        method: request.method().as_str().to_string(),
+        started: Instant::now(),
+        timeout: Duration::from_millis(state.config.request_timeout_ms),
+        status: None,
+    };
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::histogram!(
-        "traqlyte_http_request_duration_seconds",
-        "route" => route, "method" => method, "status" => status
-    )
-    .record(started.elapsed().as_secs_f64());
+    timing.status = Some(response.status().as_u16());
     response
+}
+
+/// One request's latency, recorded when it ends, answered or not.
+struct Timing {
+    route: String,
+    method: String,
+    started: Instant,
+    timeout: Duration,
+    /// The handler's status; `None` while it runs.
+    status: Option<u16>,
+}
+
+impl Drop for Timing {
+    fn drop(&mut self) {
+        let elapsed = self.started.elapsed();
+        let status = self
+            .status
+            .unwrap_or(if elapsed >= self.timeout { 408 } else { 499 });
+        metrics::histogram!(
+            "traqlyte_http_request_duration_seconds",
+            "route" => std::mem::take(&mut self.route),
+            "method" => std::mem::take(&mut self.method),
+            "status" => status.to_string()
+        )
+        .record(elapsed.as_secs_f64());
+    }
 }
 
 /// `GET /metrics` on the API's listener: loopback peers only, unless a token is set.

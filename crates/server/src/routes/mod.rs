@@ -103,7 +103,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(segment_routes())
         .merge(ops_routes())
         // Only routed requests are timed, by their route template (bounded labels).
-        .route_layer(middleware::from_fn(crate::metrics::track_latency))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::metrics::track_latency,
+        ))
         .route("/metrics", get(crate::metrics::scrape))
         .fallback(not_found)
         // First layer: it runs after routing (so path parameters have their names) and

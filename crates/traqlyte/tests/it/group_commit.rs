@@ -702,6 +702,31 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(counted, (1.0, 1.0), "received and inserted");
+    // The request's latency is in the histogram, with the status its client got.
+    let text = app
+        .client
+        .get(format!("{}/metrics", server.address))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("text");
+    let samples = crate::metrics::parse_exposition(&text).expect("exposition format");
+    let timed_out = [
+        ("route", "/events/{contract}"),
+        ("method", "POST"),
+        ("status", "408"),
+    ];
+    assert_eq!(
+        crate::metrics::value_of(
+            &samples,
+            "traqlyte_http_request_duration_seconds_count",
+            &timed_out
+        ),
+        1.0,
+        "{text}"
+    );
     let resent = app.post_event(&event).await;
     assert_eq!(resent.status, StatusCode::OK, "{}", resent.body);
     assert_eq!(resent.body["status"], "duplicate", "{}", resent.body);
