@@ -144,5 +144,5 @@ pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Result<ApiKey, ApiE
 
 /// 401 for a key that does not exist or was revoked.
 pub(crate) fn unknown_key() -> ApiError {
-    ApiError::unauthorized("unknown API key")
+    ApiError::unauthorized("unknown or revoked API key")
 }

@@ -49,7 +49,8 @@ pub struct DemoArgs {
     /// Exit after printing the summary instead of serving until Ctrl-C.
     #[arg(long)]
     no_serve: bool,
-    /// Also print the key figures as one JSON line at the end (for scripts and tests).
+    /// Also print the key figures as one JSON line, right after the report (before the
+    /// page and server lines), for scripts and tests.
     #[arg(long)]
     json: bool,
 }

@@ -34,10 +34,18 @@ pub struct FireArgs {
 /// `{"statuses":{code: n},"bodies":{"<code> replayed=<bool> <body>": n},"errors":n}`;
 /// fails (after printing) when any request got no HTTP answer at all.
 pub async fn run(args: FireArgs) -> Result<()> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        eprintln!("fire: reading the body from stdin (e.g. `traqlyte fire … < event.json`); end it with Ctrl-D");
+    }
     let mut body = Vec::new();
     std::io::stdin()
         .read_to_end(&mut body)
         .context("read the body from stdin")?;
+    anyhow::ensure!(
+        !body.iter().all(u8::is_ascii_whitespace),
+        "no body on stdin: give the JSON body to send, e.g. `traqlyte fire --url URL < event.json`"
+    );
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()

@@ -83,8 +83,9 @@ enum Command {
     /// Print the deterministic run id (UUIDv5) of a recurring job's schedule slot:
     /// `traqlyte run-id --job my-namespace:my.job --slot 2026-11-29`.
     RunId(RunIdArgs),
-    /// Send one JSON body many times concurrently, like an at-least-once client retrying,
-    /// and print how the server answered (status → count) as JSON.
+    /// Send one JSON body, read from stdin, many times concurrently, like an at-least-once
+    /// client retrying, and print how the server answered (status → count) as JSON:
+    /// `traqlyte fire --url URL --api-key KEY < event.json`.
     Fire(fire::FireArgs),
     /// Consume a broker: `traqlyte consume nats --url URL --stream STREAM --durable NAME
     /// --tenant TENANT` stores each message, acked only after the commit.

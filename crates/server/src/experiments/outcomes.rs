@@ -392,7 +392,7 @@ fn collision(tenant: &TenantId, stored: &StoredOutcome) -> ApiError {
         format!(
             "assignment {} already has a different outcome under dedupe_key {:?}; nothing was overwritten and this payload was logged. \
              Use a distinct, namespaced dedupe_key per business event (e.g. prod:checkout_completed:merchant_42:order_12345)",
-            stored.assignment_id, stored.dedupe_key
+            stored.assignment_id, stored.dedupe_key.as_str()
         ),
     )
     .with_stored_outcome(outcome_json(tenant, stored))

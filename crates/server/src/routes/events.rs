@@ -365,13 +365,22 @@ pub(crate) fn admit(
         OutsideHorizon::TooFarAhead => "more than a day in the future".to_string(),
     };
     let field = contract.occurred_at().unwrap_or_default();
+    let remedy = match outside {
+        OutsideHorizon::TooOld => format!(
+            "Load late events with `traqlyte backfill --tenant TENANT --contract {} --file EVENTS.ndjson`, \
+             which reconciles them against stored rows of any age",
+            contract.name()
+        ),
+        // An event from the future is a producer's clock or a unit mistake (seconds
+        // sent as milliseconds), not a late event: no backfill takes it either.
+        OutsideHorizon::TooFarAhead => format!(
+            "Check the producer's clock and the unit of `{field}` (an RFC 3339 time); send the event again once its time is right"
+        ),
+    };
     Err(ApiError::unprocessable(
         "outside_horizon",
         format!(
-            "the occurrence time {when} is {side}: the live path cannot promise to store it once, so nothing was written. \
-             Load late events with `traqlyte backfill --tenant TENANT --contract {} --file EVENTS.ndjson`, \
-             which reconciles them against stored rows of any age",
-            contract.name()
+            "the occurrence time {when} is {side}: the live path cannot promise to store it once, so nothing was written. {remedy}"
         ),
     )
     .with_field(field))

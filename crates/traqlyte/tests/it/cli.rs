@@ -193,12 +193,28 @@ fn fire_fails_when_its_requests_get_no_answer() {
         .expect("a free port")
         .port();
     let url = format!("http://127.0.0.1:{port}/events/checkout_completed");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_traqlyte"));
-    command
-        .args(["fire", "--url", &url, "--count", "3", "--concurrency", "2"])
-        .env("TRAQLYTE_API_KEY", "tl_test_unused")
-        .stdin(Stdio::null());
-    let output = command.output().expect("traqlyte fire ran");
+    let fire = |stdin: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args(["fire", "--url", &url, "--count", "3", "--concurrency", "2"])
+            .env("TRAQLYTE_API_KEY", "tl_test_unused")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("traqlyte fire started");
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), stdin)
+            .expect("body written");
+        child.wait_with_output().expect("traqlyte fire ran")
+    };
+    // No body on stdin: refused before anything is sent.
+    let empty = fire(b"");
+    assert!(!empty.status.success(), "{empty:?}");
+    assert!(empty.stdout.is_empty(), "{empty:?}");
+    assert!(
+        String::from_utf8_lossy(&empty.stderr).contains("no body on stdin"),
+        "{empty:?}"
+    );
+    let output = fire(b"{}");
     assert!(!output.status.success(), "{output:?}");
     let report: serde_json::Value =
         serde_json::from_slice(&output.stdout).expect("the report is printed first");

@@ -79,6 +79,12 @@ async fn an_event_outside_the_horizon_is_refused_by_the_live_path_and_nothing_is
         .post_event(&event_at("order_ahead", now + 3 * DAY_US))
         .await;
     assert_eq!(ahead.code(), "outside_horizon", "{}", ahead.body);
+    // An event from the future is a clock to fix, not a late event to backfill.
+    let message = ahead.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("producer's clock") && !message.contains("backfill"),
+        "{message}"
+    );
 
     let fresh = event_at("order_fresh", now - DAY_US);
     let batch = app

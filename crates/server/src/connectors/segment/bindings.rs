@@ -123,8 +123,11 @@ pub(crate) async fn create(
             StatusCode::CONFLICT,
             "binding_conflict",
             format!(
-                "metric {:?} is already bound to event {:?} with value_pointer {:?} and key_pointer {:?}; bindings are immutable",
-                stored.metric, stored.event, stored.value_pointer, stored.key_pointer
+                "metric {:?} is already bound to event {:?} with value_pointer {} and key_pointer {}; bindings are immutable",
+                stored.metric,
+                stored.event,
+                pointer_text(stored.value_pointer.as_deref()),
+                pointer_text(stored.key_pointer.as_deref())
             ),
         )
         .with_field("metric")),
@@ -231,4 +234,9 @@ fn check(campaign: &Campaign, body: BindingBody) -> Result<MetricBinding, ApiErr
         key_pointer: body.key_pointer.as_deref().map(nfc),
         created_at_us: now_us(),
     })
+}
+
+/// A binding's optional pointer as a message says it: quoted, or `none`.
+fn pointer_text(pointer: Option<&str>) -> String {
+    pointer.map_or_else(|| "none".to_string(), |p| format!("{p:?}"))
 }
