@@ -223,8 +223,40 @@ async fn the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition
     );
     let single = app.post_event(&resent("o4")).await;
     assert_eq!(single.status, StatusCode::OK, "{}", single.body);
+    // Segment: a refused single call and a batch whose every message is refused count
+    // as rejected (nothing stored), like the valid message beside them counts inserted.
+    let key = crate::segment::create_source(&app, "metrics");
+    let source = crate::segment::source_row(&app, "metrics").await["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let refused =
+        crate::segment::post_v1(&app, "/v1/track", Some(&key), &json!({"event": "E"})).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+    let all_refused =
+        json!({"batch": [{"type": "track", "event": "E"}, {"type": "fly", "userId": "u"}]});
+    let refused = crate::segment::post_v1(&app, "/v1/batch", Some(&key), &all_refused).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+    let stored = crate::segment::post_v1(
+        &app,
+        "/v1/track",
+        Some(&key),
+        &json!({"event": "E", "userId": "u"}),
+    )
+    .await;
+    assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
 
     let samples = scrape(&app).await;
+    let segment = format!("segment:{source}");
+    let segment_labels = [
+        ("tenant", tenant.as_str()),
+        ("contract", "segment.message"),
+        ("source", segment.as_str()),
+    ];
+    let segment_count = |name: &str| value_of(&samples, name, &segment_labels);
+    assert_eq!(segment_count("traqlyte_events_received_total"), 4.0);
+    assert_eq!(segment_count("traqlyte_events_rejected_total"), 3.0);
+    assert_eq!(segment_count("traqlyte_events_inserted_total"), 1.0);
     let labels = [
         ("tenant", tenant.as_str()),
         ("contract", "checkout_completed"),

@@ -341,6 +341,20 @@ fn key_at(payload: &Value, pointer: &str) -> Option<String> {
     }
 }
 
+/// Counts `rejected` messages of `source` refused before the store, with nothing stored
+/// (a single call's invalid message, a batch whose every message is invalid), as the
+/// native routes count a refused event.
+pub(crate) fn count_refused(source: &Source, rejected: usize) {
+    crate::metrics::record_events(
+        &source.tenant,
+        message_contract().name().as_str(),
+        &IngestSource::segment(&source.source_id),
+        &[],
+        &[],
+        rejected,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::escape_colons;

@@ -109,7 +109,10 @@ async fn single(
         sent_at: None,
         context: None,
     };
-    let message = identify_message_owned(value, &envelope).map_err(bad_message)?;
+    let message = identify_message_owned(value, &envelope).map_err(|err| {
+        ingest::count_refused(&source, 1);
+        bad_message(err)
+    })?;
     let stored = ingest::store(
         &state.store,
         &source,
@@ -296,6 +299,7 @@ async fn store_batch(
     }
     let rejections = batch_rejections(state, &bytes, &refused);
     if messages.is_empty() && !rejections.is_empty() {
+        ingest::count_refused(&source, rejections.len());
         return Err(all_rejected(&rejections));
     }
     let stored = ingest::store(
