@@ -19,10 +19,9 @@ pub fn normalize(value: &Value, at: &str) -> Result<Value, IdentityError> {
 }
 
 /// [`normalize`] that keeps every integer a 64-bit integer holds, beyond ±2^53 too, for
-/// documents whose large integers are data outside the identity (OpenLineage facets).
-/// The canonical bytes ([`jcs`]) write such an integer as the nearest double, so two
-/// documents differing only there have one fingerprint: a resend that changed it is
-/// taken for a retry, not a collision. Nothing else differs from [`normalize`].
+/// documents whose large integers are data (OpenLineage facets). The canonical bytes
+/// ([`jcs`]) write such an integer's exact digits, so two of them never hash alike.
+/// Nothing else differs from [`normalize`].
 pub fn normalize_wide(value: &Value, at: &str) -> Result<Value, IdentityError> {
     let mut owned = value.clone();
     normalize_with(&mut owned, at, true)?;
@@ -189,18 +188,35 @@ fn write_members<'a, K: AsRef<str>>(
     out.push(b'}');
 }
 
+/// ECMAScript's `Number::toString` of the number's double, as RFC 8785 requires (an
+/// integer within ±2^53 is its digits; `2^60` is `1152921504606847000`). An integer no
+/// double holds, which only a RunEvent may carry ([`normalize_wide`]), is written as its
+/// exact digits instead of its nearest double's, so two such integers that round to one
+/// double do not hash alike; every other number is written as before.
 fn write_number(number: &Number, out: &mut Vec<u8>) {
-    match number
-        .as_i64()
-        .filter(|i| i.unsigned_abs() <= EXACT_INTEGER_MAX)
-    {
-        Some(integer) => out.extend_from_slice(integer.to_string().as_bytes()),
-        // ECMAScript Number::toString of the IEEE double, as RFC 8785 requires.
+    let inexact_integer = match (number.as_i64(), number.as_u64()) {
+        (Some(integer), _) => (integer.unsigned_abs() <= EXACT_INTEGER_MAX
+            || !held_by_a_double(i128::from(integer)))
+        .then(|| integer.to_string()),
+        (None, Some(integer)) => {
+            (!held_by_a_double(i128::from(integer))).then(|| integer.to_string())
+        }
+        (None, None) => None,
+    };
+    match inexact_integer {
+        Some(digits) => out.extend_from_slice(digits.as_bytes()),
         None => {
             let double = number.as_f64().unwrap_or(0.0);
             out.extend_from_slice(ryu_js::Buffer::new().format(double).as_bytes());
         }
     }
+}
+
+/// Whether the double nearest `integer` (a 64-bit integer's value) is `integer` itself.
+fn held_by_a_double(integer: i128) -> bool {
+    // The casts are exact for |integer| < 2^64: a double holds such an integer's nearest
+    // value within 2^64 and i128 holds it back.
+    (integer as f64) as i128 == integer
 }
 
 fn write_string(text: &str, out: &mut Vec<u8>) {
@@ -435,13 +451,32 @@ mod tests {
                 "tab\tnew\nline\r\u{8}\u{c}"
             ]),
             json!(-9_007_199_254_740_991i64),
-            json!(9_007_199_254_740_993u64),
+            // Integers beyond 2^53 that a double holds exactly: RFC 8785's form.
+            json!(1_152_921_504_606_846_976u64),
+            json!(-1_152_921_504_606_846_976i64),
+            json!(9_223_372_036_854_775_808u64),
             json!(0.1 + 0.2),
         ];
         for value in values {
             let reference = serde_json_canonicalizer::to_vec(&value).unwrap();
             let ours = String::from_utf8(jcs(&value)).unwrap();
             assert_eq!(ours, String::from_utf8(reference).unwrap());
+        }
+    }
+
+    #[test]
+    fn an_integer_no_double_holds_is_written_exactly() {
+        // RFC 8785 would write the nearest double (`9007199254740992`), merging it with
+        // 2^53; such integers reach the writer only from RunEvents (`normalize_wide`).
+        for (value, text) in [
+            (json!(9_007_199_254_740_993u64), "9007199254740993"),
+            (json!(8_744_736_658_442_914_487u64), "8744736658442914487"),
+            (json!(u64::MAX), "18446744073709551615"),
+            (json!(i64::MIN + 1), "-9223372036854775807"),
+            // A double holds -2^63 exactly: RFC 8785's form, as before.
+            (json!(i64::MIN), "-9223372036854776000"),
+        ] {
+            assert_eq!(String::from_utf8(jcs(&value)).unwrap(), text);
         }
     }
 

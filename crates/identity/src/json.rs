@@ -97,7 +97,7 @@ fn number_message(field: &str, literal: &str, fault: NumberFault) -> String {
 /// Parses `bytes` as one JSON value nested at most `depth_max` levels (clamped to
 /// [`DEPTH_MAX_CEILING`]). A scalar has depth 0; `{"a":[1]}` has depth 2.
 pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max)?;
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, first_refused)?;
     // Only a document holding a float or a large integer is scanned again (by its text:
     // the parsed double no longer tells `1e-400` from `0`).
     match suspect_number.then(|| first_refused(text)).flatten() {
@@ -109,11 +109,14 @@ pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
 /// [`parse`] that also takes every integer a 64-bit integer holds
 /// ([`crate::number::is_wide_integer`]): for documents whose large integers are data,
 /// not identity, such as an OpenLineage facet's Iceberg snapshot id (a random 63-bit
-/// number). Such an integer is kept exactly in the value; the canonical form, which
-/// writes every number as a double, must then be taken with
-/// [`crate::canonical::normalize_wide`].
+/// number). Such an integer is kept exactly in the value; the canonical form must then be
+/// taken with [`crate::canonical::normalize_wide`].
 pub fn parse_wide_integers(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max)?;
+    let (value, text, suspect_number) = parse_any_numbers(
+        bytes,
+        depth_max,
+        crate::number::first_refused_beyond_wide_integers,
+    )?;
     match suspect_number
         .then(|| crate::number::first_refused_beyond_wide_integers(text))
         .flatten()
@@ -133,7 +136,7 @@ pub fn parse_reporting_numbers(
     depth_max: usize,
     item_depth: usize,
 ) -> Result<(Value, Vec<RefusedNumber>), ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max)?;
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, first_refused)?;
     let refused = if suspect_number {
         first_refused_per_item(text, item_depth)
     } else {
@@ -144,7 +147,11 @@ pub fn parse_reporting_numbers(
 
 /// Parses without judging numbers; also returns the text and whether any number needs
 /// the exactness scan.
-fn parse_any_numbers(bytes: &[u8], depth_max: usize) -> Result<(Value, &str, bool), ParseError> {
+fn parse_any_numbers(
+    bytes: &[u8],
+    depth_max: usize,
+    scan: fn(&str) -> Option<RefusedNumber>,
+) -> Result<(Value, &str, bool), ParseError> {
     let text = std::str::from_utf8(bytes).map_err(|err| ParseError::InvalidUtf8 {
         offset: err.valid_up_to(),
     })?;
@@ -164,7 +171,9 @@ fn parse_any_numbers(bytes: &[u8], depth_max: usize) -> Result<(Value, &str, boo
     });
     match result {
         Ok(value) => Ok((value, text, suspect_number.get())),
-        Err(err) => Err(failure.into_inner().unwrap_or_else(|| classify(text, &err))),
+        Err(err) => Err(failure
+            .into_inner()
+            .unwrap_or_else(|| classify(text, &err, scan))),
     }
 }
 
@@ -229,12 +238,18 @@ pub fn refused_number_error(refused: RefusedNumber) -> ParseError {
     }
 }
 
-fn classify(text: &str, err: &serde_json::Error) -> ParseError {
+/// `scan` names the number the parser stopped at when it is beyond the double range: the
+/// first number the caller's rule refuses, which the text before it does not hold.
+fn classify(
+    text: &str,
+    err: &serde_json::Error,
+    scan: fn(&str) -> Option<RefusedNumber>,
+) -> ParseError {
     let (line, column) = (err.line(), err.column());
     // serde_json refuses a literal beyond the double range (`1e400`) as a syntax error;
     // the text before it is valid, so the scan finds it and names its place.
     if err.to_string().starts_with("number out of range") {
-        if let Some(refused) = first_refused(text) {
+        if let Some(refused) = scan(text) {
             return refused_number_error(refused);
         }
     }

@@ -211,8 +211,8 @@ pub fn identify_run_event(event: &Value) -> Result<IdentifiedRunEvent, OpenLinea
         });
     };
     check_kind(raw)?;
-    // Integers beyond ±2^53 are facet data (Iceberg snapshot ids, byte counts), never
-    // identity: kept as sent (`canonical::normalize_wide`).
+    // Integers beyond ±2^53 are facet data (Iceberg snapshot ids, byte counts): kept as
+    // sent, and written exactly in the canonical bytes (`canonical::normalize_wide`).
     let mut content = canonical::normalize_wide(event, "")?;
     let event_time = required_str(&content, &["eventTime"])?;
     let event_time = utc_timestamp(&event_time)?;

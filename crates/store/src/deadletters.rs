@@ -25,7 +25,7 @@ pub struct NewDeadLetter {
     pub published_ns: i64,
     /// The subject it was published on.
     pub subject: String,
-    /// A stable code: `invalid_json`, `unknown_contract`, `invalid_contract_version`, `segment_source_not_configured`, `source_revoked`, `outside_horizon`,
+    /// A stable code: `invalid_json`, `unknown_contract`, `unsupported_subject`, `invalid_contract_version`, `segment_source_not_configured`, `source_revoked`, `outside_horizon`,
     /// or the identity error's code (`missing_required_field`, …).
     pub reason: String,
     /// The explanation, for people.

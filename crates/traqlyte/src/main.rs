@@ -512,8 +512,14 @@ async fn identify(args: IdArgs) -> Result<()> {
     std::io::stdin()
         .read_to_end(&mut input)
         .context("read the event from stdin")?;
-    let event = traqlyte_identity::json::parse(&input, traqlyte_identity::json::DEPTH_MAX_CEILING)
-        .context("parse the event")?;
+    let depth = traqlyte_identity::json::DEPTH_MAX_CEILING;
+    // A RunEvent's facets may hold integers beyond 2^53, as `POST /api/v1/lineage` takes.
+    let event = if contract.name().as_str() == RUN_EVENT_CONTRACT {
+        traqlyte_identity::json::parse_wide_integers(&input, depth)
+    } else {
+        traqlyte_identity::json::parse(&input, depth)
+    }
+    .context("parse the event")?;
     // A Segment message's id is keyed by its tenant's source (a messageId is unique per
     // source, never globally): no file here names the source, so no id printed here
     // would be the server's.

@@ -409,7 +409,12 @@ fn integers_a_64_bit_integer_holds_are_taken_in_run_events_only() {
         let err = parse_wide_integers(text.as_bytes(), 8).expect_err(literal);
         assert_eq!(err.code(), "number_out_of_range", "{literal}");
     }
-    // In a RunEvent's facets they are data: the event is identified, retries alike.
+    // A number beyond the double range is named, not a 64-bit integer before it.
+    let err = parse_wide_integers(br#"{"a": 9007199254740993, "b": 1e400}"#, 8)
+        .expect_err("1e400 is refused");
+    assert!(err.to_string().contains("/b"), "{err}");
+    // In a RunEvent's facets they are taken, and written exactly in the canonical bytes:
+    // two integers that round to one double never make two events one.
     let mut event: serde_json::Value = serde_json::from_str(
         r#"{"eventType": "COMPLETE", "eventTime": "2026-11-29T03:00:00Z",
             "producer": "p", "schemaURL": "s",
@@ -419,10 +424,14 @@ fn integers_a_64_bit_integer_holds_are_taken_in_run_events_only() {
     )
     .expect("JSON");
     let first = traqlyte_identity::openlineage::identify_run_event(&event).expect("taken");
-    let again = traqlyte_identity::openlineage::identify_run_event(&event).expect("taken");
-    assert_eq!(first.identified.event_id, again.identified.event_id);
-    assert_eq!(first.identified.fingerprint, again.identified.fingerprint);
-    event["run"]["facets"]["big"]["snapshotId"] = serde_json::json!(17);
-    let other = traqlyte_identity::openlineage::identify_run_event(&event).expect("taken");
-    assert_ne!(first.identified.fingerprint, other.identified.fingerprint);
+    event["run"]["facets"]["big"]["snapshotId"] = serde_json::json!(8_744_736_658_442_914_488_u64);
+    assert_eq!(
+        8_744_736_658_442_914_487_u64 as f64, 8_744_736_658_442_914_488_u64 as f64,
+        "one double"
+    );
+    let neighbour = traqlyte_identity::openlineage::identify_run_event(&event).expect("taken");
+    assert_ne!(
+        first.identified.fingerprint,
+        neighbour.identified.fingerprint
+    );
 }

@@ -25,7 +25,7 @@ pub(crate) struct DeadLetterView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     raw_text: Option<String>,
-    /// A stable code: `invalid_json`, `unknown_contract`, `invalid_contract_version`, `segment_source_not_configured`, `source_revoked`, `outside_horizon`,
+    /// A stable code: `invalid_json`, `unknown_contract`, `unsupported_subject`, `invalid_contract_version`, `segment_source_not_configured`, `source_revoked`, `outside_horizon`,
     /// or the code the HTTP API answers for the same body (`missing_required_field`, …).
     reason: String,
     /// When it was recorded (RFC 3339).

@@ -371,10 +371,11 @@ pub(crate) fn admit(
              which reconciles them against stored rows of any age",
             contract.name()
         ),
-        // An event from the future is a producer's clock or a unit mistake (seconds
-        // sent as milliseconds), not a late event: no backfill takes it either.
+        // An event from the future is a producer's clock to fix, not a late event: no
+        // backfill takes it either.
         OutsideHorizon::TooFarAhead => format!(
-            "Check the producer's clock and the unit of `{field}` (an RFC 3339 time); send the event again once its time is right"
+            "Check the producer's clock and the time it puts in {}; send the event again once its time is right",
+            if field.is_empty() { "the event".to_string() } else { format!("`{field}`") }
         ),
     };
     Err(ApiError::unprocessable(

@@ -68,7 +68,7 @@ pub enum Decoded {
 /// Why a message is a dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// A stable code (`invalid_json`, `unknown_contract`, `invalid_contract_version`, `segment_source_not_configured`,
+    /// A stable code (`invalid_json`, `unknown_contract`, `unsupported_subject`, `invalid_contract_version`, `segment_source_not_configured`,
     /// `source_revoked`, `outside_horizon`, or the code the HTTP API would answer for
     /// the same body).
     pub reason: String,
