@@ -161,6 +161,10 @@ fn routes(w: &World) -> Vec<Route> {
         route
     };
     let identify = json!({"type": "identify", "messageId": "m-id", "userId": "u1", "traits": {"plan": "pro"}, "timestamp": now});
+    let page = json!({"type": "page", "messageId": "m-p", "userId": "u1", "name": "Home", "timestamp": now});
+    let screen = json!({"type": "screen", "messageId": "m-s", "userId": "u1", "name": "Home", "timestamp": now});
+    let group = json!({"type": "group", "messageId": "m-g", "userId": "u1", "groupId": "g1", "timestamp": now});
+    let alias = json!({"type": "alias", "messageId": "m-a", "userId": "u1", "previousId": "u0", "timestamp": now});
     let get = |path: String| route(Method::GET, path, Tenant, B::None, Value::Null);
     let event_path = format!("/events/checkout_completed/{}", w.event_id);
     vec![
@@ -291,26 +295,18 @@ fn routes(w: &World) -> Vec<Route> {
             .text("/event")
             .number("/properties/revenue"),
         segment("/v1/identify", identify.clone()).text("/userId"),
-        segment("/v1/page", json!({"type": "page", "messageId": "m-p", "userId": "u1", "name": "Home", "timestamp": now}))
-            .text("/name"),
-        segment("/v1/screen", json!({"type": "screen", "messageId": "m-s", "userId": "u1", "name": "Home", "timestamp": now}))
-            .text("/name"),
-        segment("/v1/group", json!({"type": "group", "messageId": "m-g", "userId": "u1", "groupId": "g1", "timestamp": now}))
-            .text("/groupId"),
-        segment("/v1/alias", json!({"type": "alias", "messageId": "m-a", "userId": "u1", "previousId": "u0", "timestamp": now}))
-            .text("/previousId"),
+        segment("/v1/page", page.clone()).text("/name"),
+        segment("/v1/screen", screen.clone()).text("/name"),
+        segment("/v1/group", group.clone()).text("/groupId"),
+        segment("/v1/alias", alias.clone()).text("/previousId"),
         segment("/v1/batch", json!({"batch": [track.clone(), identify.clone()]})),
         // The same routes under the paths other libraries post to.
         segment("/v1/t", track.clone()).text("/event"),
         segment("/v1/i", identify.clone()).text("/userId"),
-        segment("/v1/p", json!({"type": "page", "messageId": "m-p", "userId": "u1", "name": "Home", "timestamp": now}))
-            .text("/name"),
-        segment("/v1/s", json!({"type": "screen", "messageId": "m-s", "userId": "u1", "name": "Home", "timestamp": now}))
-            .text("/name"),
-        segment("/v1/g", json!({"type": "group", "messageId": "m-g", "userId": "u1", "groupId": "g1", "timestamp": now}))
-            .text("/groupId"),
-        segment("/v1/a", json!({"type": "alias", "messageId": "m-a", "userId": "u1", "previousId": "u0", "timestamp": now}))
-            .text("/previousId"),
+        segment("/v1/p", page).text("/name"),
+        segment("/v1/s", screen).text("/name"),
+        segment("/v1/g", group).text("/groupId"),
+        segment("/v1/a", alias).text("/previousId"),
         segment("/v1/b", json!({"batch": [track.clone(), identify.clone()]})),
         segment("/v1/import", json!({"batch": [track.clone(), identify.clone()]})),
         segment("/v1/import/", json!({"batch": [track.clone(), identify]})),

@@ -681,16 +681,7 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
     ];
     let mut counted = (0.0, 0.0);
     for _ in 0..100 {
-        let text = app
-            .client
-            .get(format!("{}/metrics", server.address))
-            .send()
-            .await
-            .expect("GET /metrics")
-            .text()
-            .await
-            .expect("text");
-        let samples = crate::metrics::parse_exposition(&text).expect("exposition format");
+        let samples = crate::metrics::scrape_at(&app, &server.address).await;
         let value = |name| crate::metrics::value_of(&samples, name, &labels);
         counted = (
             value("traqlyte_events_received_total"),
@@ -703,16 +694,7 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
     }
     assert_eq!(counted, (1.0, 1.0), "received and inserted");
     // The request's latency is in the histogram, with the status its client got.
-    let text = app
-        .client
-        .get(format!("{}/metrics", server.address))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("text");
-    let samples = crate::metrics::parse_exposition(&text).expect("exposition format");
+    let samples = crate::metrics::scrape_at(&app, &server.address).await;
     let timed_out = [
         ("route", "/events/{contract}"),
         ("method", "POST"),
@@ -725,7 +707,7 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
             &timed_out
         ),
         1.0,
-        "{text}"
+        "{samples:?}"
     );
     let resent = app.post_event(&event).await;
     assert_eq!(resent.status, StatusCode::OK, "{}", resent.body);

@@ -137,6 +137,21 @@ fn parse_labels(text: &str) -> Result<(HashMap<String, String>, &str), String> {
     }
 }
 
+/// The scrape of `/metrics` of the server at `address` (a server process of a test's
+/// own), parsed.
+pub(crate) async fn scrape_at(app: &TestApp, address: &str) -> Vec<Sample> {
+    let text = app
+        .client
+        .get(format!("{address}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("text");
+    parse_exposition(&text).unwrap_or_else(|e| panic!("not the exposition format: {e}\n{text}"))
+}
+
 /// The scrape of `app`'s `/metrics`, parsed.
 pub(crate) async fn scrape(app: &TestApp) -> Vec<Sample> {
     let response = app

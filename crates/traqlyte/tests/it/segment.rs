@@ -1299,9 +1299,14 @@ async fn python_client(
         .expect("write events");
     drop(stdin);
     let output = child.wait_with_output().await.expect("the client finished");
+    script_report(&output, "the Segment client")
+}
+
+/// The JSON report a client script prints on stdout; its output when it failed.
+fn script_report(output: &std::process::Output, what: &str) -> Value {
     assert!(
         output.status.success(),
-        "the Segment client failed:\n{}\n{}",
+        "{what} failed:\n{}\n{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
@@ -1379,13 +1384,7 @@ async fn browser_client(
         .await
         .expect("the browser run finished within 180 s")
         .expect("start the browser script");
-    assert!(
-        output.status.success(),
-        "the browser library run failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("the script prints JSON")
+    script_report(&output, "the browser library run")
 }
 
 /// The browser library as a web page runs it, pointed at this server by its host alone:
