@@ -97,13 +97,7 @@ fn number_message(field: &str, literal: &str, fault: NumberFault) -> String {
 /// Parses `bytes` as one JSON value nested at most `depth_max` levels (clamped to
 /// [`DEPTH_MAX_CEILING`]). A scalar has depth 0; `{"a":[1]}` has depth 2.
 pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, first_refused)?;
-    // Only a document holding a float or a large integer is scanned again (by its text:
-    // the parsed double no longer tells `1e-400` from `0`).
-    match suspect_number.then(|| first_refused(text)).flatten() {
-        Some(refused) => Err(refused_number_error(refused)),
-        None => Ok(value),
-    }
+    parse_judging_numbers(bytes, depth_max, first_refused)
 }
 
 /// [`parse`] that also takes every integer a 64-bit integer holds
@@ -112,15 +106,23 @@ pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
 /// number). Such an integer is kept exactly in the value; the canonical form must then be
 /// taken with [`crate::canonical::normalize_wide`].
 pub fn parse_wide_integers(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(
+    parse_judging_numbers(
         bytes,
         depth_max,
         crate::number::first_refused_beyond_wide_integers,
-    )?;
-    match suspect_number
-        .then(|| crate::number::first_refused_beyond_wide_integers(text))
-        .flatten()
-    {
+    )
+}
+
+/// Parses, then refuses the first number `scan` refuses. Only a document holding a float
+/// or a large integer is scanned again (by its text: the parsed double no longer tells
+/// `1e-400` from `0`).
+fn parse_judging_numbers(
+    bytes: &[u8],
+    depth_max: usize,
+    scan: fn(&str) -> Option<RefusedNumber>,
+) -> Result<Value, ParseError> {
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, scan)?;
+    match suspect_number.then(|| scan(text)).flatten() {
         Some(refused) => Err(refused_number_error(refused)),
         None => Ok(value),
     }

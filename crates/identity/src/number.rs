@@ -105,12 +105,7 @@ pub struct RefusedNumber {
 /// The first number literal of `text` (a JSON document, valid at least up to that number)
 /// that [`check_literal`] refuses, with its pointer.
 pub fn first_refused(text: &str) -> Option<RefusedNumber> {
-    let mut first = None;
-    scan(text, &mut |refused| {
-        first = Some(refused);
-        false
-    });
-    first
+    first_refused_unless(text, |_| false)
 }
 
 /// Whether `literal` is an integer that a 64-bit integer holds exactly (from
@@ -125,9 +120,14 @@ pub fn is_wide_integer(literal: &str) -> bool {
 
 /// [`first_refused`] that lets every [`is_wide_integer`] pass.
 pub fn first_refused_beyond_wide_integers(text: &str) -> Option<RefusedNumber> {
+    first_refused_unless(text, is_wide_integer)
+}
+
+/// The first refused number literal of `text` that `passes` does not let through.
+fn first_refused_unless(text: &str, passes: fn(&str) -> bool) -> Option<RefusedNumber> {
     let mut first = None;
     scan_with(text, &mut |frames, literal, fault| {
-        if is_wide_integer(literal) {
+        if passes(literal) {
             return true;
         }
         first = Some(RefusedNumber {
@@ -169,17 +169,6 @@ pub fn first_refused_per_item(text: &str, item_depth: usize) -> Vec<RefusedNumbe
         true
     });
     all
-}
-
-/// Calls `found` with each refused number in document order while it returns true.
-fn scan(text: &str, found: &mut dyn FnMut(RefusedNumber) -> bool) {
-    scan_with(text, &mut |frames, literal, fault| {
-        found(RefusedNumber {
-            pointer: pointer_of(text, frames),
-            literal: literal.to_string(),
-            fault,
-        })
-    });
 }
 
 /// Calls `found` with the open containers, the literal and the fault of each refused

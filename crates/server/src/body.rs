@@ -171,8 +171,19 @@ pub async fn read_json(
     limit_bytes: usize,
     depth_max: usize,
 ) -> Result<Value, ApiError> {
+    read_json_with(headers, body, limit_bytes, depth_max, json::parse).await
+}
+
+/// [`read_json`] judged by `parse` (which numbers it takes).
+async fn read_json_with(
+    headers: &HeaderMap,
+    body: Body,
+    limit_bytes: usize,
+    depth_max: usize,
+    parse: fn(&[u8], usize) -> Result<Value, json::ParseError>,
+) -> Result<Value, ApiError> {
     let bytes = read_limited(headers, body, limit_bytes).await?;
-    Ok(json::parse(&not_blank(bytes)?, depth_max)?)
+    Ok(parse(&not_blank(bytes)?, depth_max)?)
 }
 
 /// Refuses a body of only whitespace with `400 empty_body`.
@@ -212,11 +223,14 @@ pub async fn read_run_event(
     body: Body,
 ) -> Result<Value, ApiError> {
     let config = &state.config;
-    let bytes = read_limited(headers, body, config.lineage_body_bytes_max).await?;
-    Ok(json::parse_wide_integers(
-        &not_blank(bytes)?,
+    read_json_with(
+        headers,
+        body,
+        config.lineage_body_bytes_max,
         config.lineage_json_depth_max,
-    )?)
+        json::parse_wide_integers,
+    )
+    .await
 }
 
 /// Reads a batch: a JSON array under the batch byte limit (one nesting level more than a

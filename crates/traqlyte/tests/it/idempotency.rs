@@ -42,18 +42,37 @@ async fn create_campaign(app: &TestApp) -> String {
 /// Waits until a request under idempotency key `key` holds its reservation (a server has
 /// committed it), for at most 30 s.
 pub(crate) async fn wait_for_reservation(app: &TestApp, key: &str) {
+    wait_until_reserved(
+        app,
+        key,
+        true,
+        Duration::from_secs(30),
+        "no reservation was made",
+    )
+    .await;
+}
+
+/// Waits, at most `within`, until the key `key` is reserved (`reserved`) or not.
+async fn wait_until_reserved(
+    app: &TestApp,
+    key: &str,
+    reserved: bool,
+    within: Duration,
+    failure: &str,
+) {
     let tenant = app.tenant().await;
     let key = traqlyte_store::IdempotencyKey::parse(key.as_bytes()).expect("key");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + within;
     while app
         .store
         .idempotency_lookup(&tenant, &key)
         .await
         .expect("lookup")
-        .is_none()
+        .is_some()
+        != reserved
     {
-        assert!(Instant::now() < deadline, "no reservation was made");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(Instant::now() < deadline, "{failure}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -551,20 +570,6 @@ async fn a_request_its_client_abandoned_leaves_no_reservation_behind(backend: Ba
 
 /// Waits until the reservation of `key` is gone (at most 5 s, far below the cutoff).
 async fn reservation_gone(app: &TestApp, key: &str) {
-    let tenant = app.tenant().await;
-    let key = traqlyte_store::IdempotencyKey::parse(key.as_bytes()).expect("key");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while app
-        .store
-        .idempotency_lookup(&tenant, &key)
-        .await
-        .expect("lookup")
-        .is_some()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the reservation stayed in flight"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let failure = "the reservation stayed in flight";
+    wait_until_reserved(app, key, false, Duration::from_secs(5), failure).await;
 }

@@ -358,12 +358,17 @@ async fn receiver() -> (String, Receiver) {
     let router = Router::new()
         .route("/hook", post(hook))
         .with_state(known.clone());
+    (serve_hook(router).await, known)
+}
+
+/// Serves `router` (its `/hook` route) on a free loopback port; the hook's URL.
+async fn serve_hook(router: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
     tokio::spawn(async move { axum::serve(listener, router).await });
-    (format!("http://{address}/hook"), known)
+    format!("http://{address}/hook")
 }
 
 async fn a_webhook_receives_each_collision_once(backend: Backend) {
@@ -594,11 +599,7 @@ async fn a_stopping_server_finishes_and_records_its_webhook_round(backend: Backe
     let router = Router::new()
         .route("/hook", post(slow_hook))
         .with_state(arrived.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/hook", listener.local_addr().expect("address"));
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let url = serve_hook(router).await;
     let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
 
