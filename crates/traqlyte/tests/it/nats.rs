@@ -67,10 +67,12 @@ impl ConsumerProcess {
             .envs(env.iter().copied())
             .args(["consume", "nats", "--database-url", app.database_url()])
             .args(["--url", url, "--stream", STREAM, "--durable", DURABLE])
-            .args(["--tenant", "test tenant", "--nats-ack-wait-ms", ACK_WAIT_MS])
-            .args(["--nats-fetch-wait-ms", "200"])
+            .args(["--tenant", "test tenant", "--nats-fetch-wait-ms", "200"])
             .args(extra)
             .stdout(Stdio::null());
+        if !extra.contains(&"--nats-ack-wait-ms") {
+            command.args(["--nats-ack-wait-ms", ACK_WAIT_MS]);
+        }
         match &log {
             Some(path) => {
                 let file = std::fs::File::create(path).expect("create the consumer's log");
@@ -456,6 +458,44 @@ async fn sigterm_finishes_the_batch_in_flight_and_acks_it(backend: Backend) {
         .expect("consumer info");
     assert_eq!((info.num_pending, info.num_ack_pending), (0, 0));
     assert_eq!(info.ack_floor.stream_sequence, 20, "all acked before exit");
+}
+
+/// A batch held longer than the ack wait (here between its commit and its acks) is
+/// reported in progress, so the broker does not redeliver it to a second consumer on
+/// the durable, which would store every message again as a duplicate.
+async fn a_batch_held_longer_than_the_ack_wait_is_not_redelivered(backend: Backend) {
+    let (app, nats, js) = setup(backend).await;
+    publish_orders(&js, 20, 0).await;
+    let short = ["--nats-ack-wait-ms", "1000"];
+    let hook = [("TRAQLYTE_TEST_ACK_DELAY_MS", "5000")];
+    let _slow = ConsumerProcess::start(&app, &nats.url, &short, &hook);
+    wait_for(&app, "committed", |(stored, _)| stored == 20).await;
+    // The first consumer now holds the batch for five ack waits; a second one pulls.
+    let mut second = ConsumerProcess::start_logged(&app, &nats.url, &short);
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    while second.log_events("consuming").is_empty() {
+        assert!(
+            second.running() && Instant::now() < deadline,
+            "the second consumer never started: {}",
+            second.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_until_drained(&js).await;
+    let info = js
+        .get_stream(STREAM)
+        .await
+        .expect("stream")
+        .consumer_info(DURABLE)
+        .await
+        .expect("consumer info");
+    assert_eq!(info.ack_floor.stream_sequence, 20);
+    assert_eq!(counts(&app).await, (20, 0));
+    assert!(
+        second.log_events("batch stored").is_empty(),
+        "the second consumer was given the held batch: {}",
+        second.log_text()
+    );
 }
 
 /// A durable that could let a message go unstored is refused at start: one without
@@ -846,6 +886,7 @@ async fn the_contract_version_header_pins_the_version_a_message_is_identified_un
 }
 
 crate::on_both_backends!(
+    a_batch_held_longer_than_the_ack_wait_is_not_redelivered,
     a_later_groups_failure_does_not_replay_the_groups_that_committed,
     the_contract_version_header_pins_the_version_a_message_is_identified_under,
     a_recreated_stream_keeps_a_dead_letter_at_an_old_position,

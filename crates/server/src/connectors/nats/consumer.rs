@@ -143,6 +143,9 @@ pub async fn run(
             cause: e.to_string(),
         })?;
     let consumer = durable_consumer(client.clone(), &config).await?;
+    // The durable's own ack wait (an existing one keeps its own, whatever this
+    // process was given).
+    let progress_every = progress_interval(consumer.cached_info().config.ack_wait);
     tracing::info!(stream = %config.stream, durable = %config.durable, tenant = %tenant, "consuming");
     let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -155,6 +158,7 @@ pub async fn run(
         config,
         failures: 0,
         stopping: stopping.clone(),
+        progress_every,
     };
     let fetching = worker.config.clone();
     let mut last_full = false;
@@ -177,8 +181,21 @@ pub async fn run(
         if last_full {
             // A full batch says more are waiting: pull the next one while this one is
             // stored and acked, so the pull's round trip overlaps the commit. The next
-            // batch is only delivered, not acked, until its own commit.
-            let (_, next) = tokio::join!(worker.handle(batch), fetch(&consumer, &fetching, true));
+            // batch is only delivered, not acked, until its own commit, and kept in
+            // progress until this one is handled, so a slow commit does not let the
+            // broker redeliver it to another consumer meanwhile.
+            let handled = tokio::sync::Notify::new();
+            let (_, next) = tokio::join!(
+                async {
+                    worker.handle(batch).await;
+                    handled.notify_one();
+                },
+                async {
+                    let next = fetch(&consumer, &fetching, true).await;
+                    in_progress(&next, progress_every, handled.notified()).await;
+                    next
+                }
+            );
             prefetched = Some(next);
         } else {
             worker.handle(batch).await;
@@ -305,6 +322,35 @@ const MAX_ACK_PENDING: i64 = 20_000;
 /// How long past its wait a pull may stay open before it is given up on.
 const PULL_GRACE: Duration = Duration::from_secs(5);
 
+/// How often messages held longer than usual are reported in progress: three times
+/// per ack wait, so one report lost or late still leaves time for the next.
+fn progress_interval(ack_wait: Duration) -> Duration {
+    (ack_wait / 3).max(Duration::from_millis(10))
+}
+
+/// Runs `work`, telling the broker every `every` that `messages` are still being
+/// worked on (`+WPI`, which restarts each one's ack wait), so a batch whose commit
+/// takes longer than the ack wait (a lock wait, a slow disk) is not redelivered to
+/// another consumer meanwhile, to be stored again as duplicates. A message acked
+/// before a report is not affected by it.
+async fn in_progress<T>(messages: &[Message], every: Duration, work: impl Future<Output = T>) -> T {
+    tokio::pin!(work);
+    let mut reports = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = reports.tick() => {
+                for message in messages {
+                    if let Err(err) = message.ack_with(AckKind::Progress).await {
+                        tracing::debug!(error = %err, "progress report failed; the message may be redelivered and absorbed as a duplicate");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The state of the fetch loop.
 struct Worker {
     store: Store,
@@ -314,6 +360,8 @@ struct Worker {
     failures: u32,
     /// Turns true on shutdown: a Nak backoff's pause ends early then.
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// How often a batch being stored is reported in progress ([`in_progress`]).
+    progress_every: Duration,
 }
 
 /// One message of a batch on its way to the store.
@@ -442,10 +490,12 @@ impl Worker {
     /// committed before it and Naks the rest.
     async fn handle(&mut self, batch: Vec<Message>) {
         let mut pending = Vec::with_capacity(batch.len());
-        match self.store_batch(&batch, &mut pending).await {
+        let every = self.progress_every;
+        let stored = in_progress(&batch, every, self.store_batch(&batch, &mut pending)).await;
+        match stored {
             Ok(counts) => {
                 self.failures = 0;
-                self.settle(&pending).await;
+                in_progress(&batch, every, self.settle(&pending)).await;
                 tracing::info!(
                     tenant = %self.tenant,
                     messages = pending.len(),
