@@ -285,7 +285,7 @@ pub(crate) async fn track_latency(
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let mut timing = Timing {
         route,
-        method: request.method().as_str().to_string(),
+        method: method_label(request.method()).to_string(),
         started: Instant::now(),
         timeout: Duration::from_millis(state.config.request_timeout_ms),
         status: None,
@@ -293,6 +293,25 @@ pub(crate) async fn track_latency(
     let response = next.run(request).await;
     timing.status = Some(response.status().as_u16());
     response
+}
+
+/// The `method` label of a request: one of the standard methods, else `other`. Any
+/// token is a method to HTTP, and each new one would add series that never go away
+/// (anyone can send `ZZ1 /healthz`, answered 405 but timed).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
 }
 
 /// How much earlier than [`Timing::started`] the request timeout's clock may have

@@ -94,10 +94,10 @@ pub use ui_tokens::{UiGrant, UiToken, UiTokenKind};
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database URL is neither `sqlite:` / a file path nor `postgres://`.
-    #[error(
-        "unsupported database URL {0:?}: use a SQLite file path, sqlite://PATH or postgres://…"
-    )]
+    /// The database URL is neither `sqlite:` / a file path nor `postgres://`, or names
+    /// no SQLite file. The text says why without the URL itself, which may carry a
+    /// password.
+    #[error("unsupported database URL: {0}")]
     UnsupportedUrl(String),
     /// A contract with the same name and version but a different definition exists.
     #[error("contract {name} version {version} is already registered with a different definition; contracts are immutable, register a new version")]
@@ -225,15 +225,29 @@ enum Backend {
     Postgres(postgres::PgStore),
 }
 
+/// Whether `url` names a PostgreSQL server (`postgres://` or `postgresql://`, in any
+/// case, as URL schemes are).
+pub fn is_postgres_url(url: &str) -> bool {
+    ["postgres://", "postgresql://"].iter().any(|scheme| {
+        url.get(..scheme.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(scheme))
+    })
+}
+
 impl Store {
     /// Connects to the database named by the config (creating a SQLite file if needed).
     /// Does not migrate; call [`Store::migrate`].
     pub async fn connect(config: &StoreConfig) -> Result<Store, StoreError> {
         let url = config.database_url.as_str();
-        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let backend = if is_postgres_url(url) {
             Backend::Postgres(postgres::PgStore::connect(config).await?)
-        } else if url.contains("://") && !url.starts_with("sqlite://") {
-            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        } else if let Some((scheme, _)) = url
+            .split_once("://")
+            .filter(|_| !url.starts_with("sqlite://"))
+        {
+            return Err(StoreError::UnsupportedUrl(format!(
+                "scheme {scheme:?}; use a SQLite file path, sqlite://PATH or postgres://…"
+            )));
         } else {
             Backend::Sqlite(sqlite::SqliteStore::connect(config).await?)
         };
@@ -429,4 +443,31 @@ pub fn now_us() -> i64 {
 /// process compares.
 pub fn local_now_us() -> i64 {
     clock::process_now_us()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_postgres_url;
+
+    #[test]
+    fn postgres_urls_are_recognised_in_any_case_and_nothing_else() {
+        for url in [
+            "postgres://h/db",
+            "postgresql://u@h/db",
+            "POSTGRES://h/db",
+            "PostgreSQL://h/db",
+        ] {
+            assert!(is_postgres_url(url), "{url}");
+        }
+        for url in [
+            "postgres:/h",
+            "mysql://h/db",
+            "sqlite://x.db",
+            "postgres",
+            "pg.db",
+            "",
+        ] {
+            assert!(!is_postgres_url(url), "{url}");
+        }
+    }
 }

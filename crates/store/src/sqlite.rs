@@ -40,7 +40,8 @@ fn file_of(options: &SqliteConnectOptions) -> std::path::PathBuf {
 /// The database file a SQLite URL or path names: `None` for PostgreSQL and in-memory
 /// databases. For a command that must not create one where none is.
 pub fn database_file(url: &str) -> Option<std::path::PathBuf> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    // Another scheme is PostgreSQL's or one `Store::connect` refuses; either way no file.
+    if crate::is_postgres_url(url) || (url.contains("://") && !url.starts_with("sqlite:")) {
         return None;
     }
     let (options, in_memory) = parse(url).ok()?;
@@ -61,7 +62,9 @@ impl SqliteStore {
                 .trim()
                 .is_empty()
         {
-            return Err(StoreError::UnsupportedUrl(url.to_string()));
+            return Err(StoreError::UnsupportedUrl(
+                "it names no SQLite file (SQLite would open a temporary database and lose every write); use a file path or sqlite://PATH".into(),
+            ));
         }
         let options = options
             .create_if_missing(true)

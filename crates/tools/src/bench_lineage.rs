@@ -24,7 +24,7 @@ pub struct IngestArgs {
     #[arg(long)]
     url: String,
     /// API key of the tenant.
-    #[arg(long, env = "TRAQLYTE_API_KEY")]
+    #[arg(long, env = "TRAQLYTE_API_KEY", hide_env_values = true)]
     api_key: String,
     /// Events per side.
     #[arg(long, default_value_t = 10_000)]

@@ -592,18 +592,29 @@ async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {
 
 /// Hides a password in a database URL before it reaches a log or an error: the one
 /// after the user name, and a `password=` query parameter (libpq's URLs take both).
+/// The user information ends at the URL's last `@`: a password may hold `?`, `/` or `@`
+/// unencoded, and hiding too much (an `@` in the query) is the safe mistake.
 fn redact(url: &str) -> String {
-    let (url, query) = match url.split_once('?') {
-        Some((url, query)) => (url, Some(query)),
-        None => (url, None),
+    let after_scheme = url.find("://").map_or(0, |scheme| scheme + 3);
+    let (mut out, rest) = match url[after_scheme..].rfind('@') {
+        Some(at) => {
+            let userinfo = &url[after_scheme..after_scheme + at];
+            let shown = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => userinfo.to_string(),
+            };
+            (
+                format!("{}{shown}", &url[..after_scheme]),
+                &url[after_scheme + at..],
+            )
+        }
+        None => (url[..after_scheme].to_string(), &url[after_scheme..]),
     };
-    let mut out = match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => match url[scheme + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-            None => url.to_string(),
-        },
-        _ => url.to_string(),
+    let (address, query) = match rest.split_once('?') {
+        Some((address, query)) => (address, Some(query)),
+        None => (rest, None),
     };
+    out.push_str(address);
     if let Some(query) = query {
         let parameters: Vec<String> = query
             .split('&')
@@ -689,6 +700,14 @@ mod tests {
                 "postgres://u:***@h/db?password=***",
             ),
             ("/var/lib/traqlyte.db", "/var/lib/traqlyte.db"),
+            // Unencoded `?`, `/` and `@` in a password.
+            (
+                "postgres://postgres:pa?S3CRET@127.0.0.1:5432/db",
+                "postgres://postgres:***@127.0.0.1:5432/db",
+            ),
+            ("postgres://u:p/s@w@h/db", "postgres://u:***@h/db"),
+            ("POSTGRES://u:S3CRET@h/db", "POSTGRES://u:***@h/db"),
+            ("mysql://u:S3CRET@h/db", "mysql://u:***@h/db"),
         ];
         for (url, shown) in cases {
             assert_eq!(redact(url), shown, "{url}");

@@ -266,6 +266,7 @@ fn help_does_not_print_secrets_from_the_environment() {
     for (command, variable) in [
         (["contracts", "show", "--help"], "TRAQLYTE_API_KEY"),
         (["tenant", "list", "--help"], "TRAQLYTE_DATABASE_URL"),
+        (["bench", "lineage-ingest", "--help"], "TRAQLYTE_API_KEY"),
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
             .args(command)
@@ -280,6 +281,43 @@ fn help_does_not_print_secrets_from_the_environment() {
         let help = String::from_utf8_lossy(&output.stdout);
         assert!(help.contains(variable), "{help}");
         assert!(!help.contains("s3cret"), "{help}");
+    }
+}
+
+/// A database URL's password never reaches an error message: not through the store's
+/// refusal of a scheme, not through a listing's "no database", not when it holds `?`.
+#[test]
+fn errors_never_print_the_database_password() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["migrate", "--database-url", "mysql://u:S3CRET@127.0.0.1/db"],
+            "scheme \"mysql\"",
+        ),
+        (
+            &[
+                "tenant",
+                "list",
+                "--database-url",
+                "mysql://u:S3CRET@127.0.0.1/db",
+            ],
+            "scheme \"mysql\"",
+        ),
+        // Port 1 answers nothing: the connection fails and the URL is named.
+        (
+            &[
+                "migrate",
+                "--database-url",
+                "postgres://postgres:pa?S3CRET@127.0.0.1:1/db",
+            ],
+            "postgres://postgres:***@127.0.0.1:1/db",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = traqlyte(args, "");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}: {output:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("S3CRET"), "{args:?}: {stderr}");
     }
 }
 

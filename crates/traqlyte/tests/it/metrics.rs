@@ -260,8 +260,35 @@ async fn the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition
     )
     .await;
     assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    // Any token is a method to HTTP: made-up ones share one label instead of adding
+    // series that never go away.
+    for method in ["ZZONE", "ZZTWO"] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method token");
+        let answer = reqwest::Client::new()
+            .request(method, app.url("/healthz"))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(answer.status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
 
     let samples = scrape(&app).await;
+    let made_up = value_of(
+        &samples,
+        "traqlyte_http_request_duration_seconds_count",
+        &[
+            ("route", "/healthz"),
+            ("method", "other"),
+            ("status", "405"),
+        ],
+    );
+    assert_eq!(made_up, 2.0);
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.labels.get("method").is_none_or(|m| !m.starts_with("ZZ"))),
+        "a made-up method became a label"
+    );
     let segment = format!("segment:{source}");
     let segment_labels = [
         ("tenant", tenant.as_str()),
