@@ -310,9 +310,22 @@ impl From<StoreError> for ApiError {
                 "the lineage walk ran longer than the request timeout; ask for less depth",
             ),
             StoreError::Busy => ApiError::store_busy(err.to_string()),
+            // The database is out of reach (restarting, a network cut): a condition the
+            // client may retry, not a bug of ours. A write whose connection failed may
+            // have committed before its answer was lost; resending it is safe, the store
+            // absorbs the duplicate.
+            other if other.database_unavailable() => {
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_unavailable",
+                    "the connection to the database failed under this request; a write may or may not have been stored, and sending it again is safe",
+                );
+                err.cause = Some(other.to_string());
+                err
+            }
             other if other.is_busy() => {
                 let mut err = ApiError::store_busy(
-                    "the database is busy (a lock held by another writer, or every connection in use); nothing was written, retry shortly",
+                    "the database is busy or unreachable (a lock held by another writer, every connection in use, or no connection to be had); nothing was written, retry shortly",
                 );
                 err.cause = Some(other.to_string());
                 err

@@ -399,7 +399,7 @@ async fn write_batch<F: Flush>(
         Ok(early) => early,
         // The statement may have committed before its answer was lost: judged again, the
         // batch's own rows would be answered (and counted) as duplicates of themselves.
-        Err(err) if err.outcome_unknown() => return unknown_outcome(replies, err),
+        Err(err) if err.outcome_unknown() => return answer_all_failed(replies, err),
         // Any other failure stored nothing (one statement): the transaction below meets
         // the same error and writes the items one by one.
         Err(err) => {
@@ -436,7 +436,11 @@ async fn write_batch<F: Flush>(
         }
         // One item has no other to spare; a commit whose answer was lost may have stored
         // the batch, which the items written again would each meet as a duplicate.
-        Err(err) if items.len() == 1 || err.outcome_unknown() => unknown_outcome(replies, err),
+        Err(err) if items.len() == 1 || err.outcome_unknown() => answer_all_failed(replies, err),
+        // The store waited its bound for a lock or a connection: each item alone would
+        // wait as long again, one after the other, past its request's timeout. Every
+        // request is answered busy (503, retry shortly) at once; nothing was written.
+        Err(err) if err.waited_out() => answer_all_failed(replies, err),
         Err(err) => {
             tracing::warn!(error = %err, items = items.len(), "group commit batch failed; writing its items one by one");
             for (item, reply) in items.iter().zip(replies) {
@@ -467,8 +471,8 @@ fn answer_item<F: Flush>(
 }
 
 /// Answers every reply with `err` (a 5xx): what a request written on its own would be
-/// answered for the same failure. A client's retry then finds its row, or not.
-fn unknown_outcome<A>(replies: Vec<oneshot::Sender<Result<A, ApiError>>>, err: StoreError) {
+/// answered for the same failure (a lost connection, a store that waited out its bound). A client's retry then finds its row, or not.
+fn answer_all_failed<A>(replies: Vec<oneshot::Sender<Result<A, ApiError>>>, err: StoreError) {
     if err.outcome_unknown() {
         tracing::warn!(error = %err, items = replies.len(), "group commit batch lost its connection; its outcome is unknown, every request answered with the error");
     }

@@ -132,6 +132,7 @@ impl Modify for Security {
     paths(
         serve,
         health::healthz,
+        health::livez,
         health::stats,
         contracts::register,
         contracts::list,

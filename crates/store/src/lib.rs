@@ -171,6 +171,49 @@ impl StoreError {
         }
     }
 
+    /// Whether the store waited as long as it may for a lock or a connection and gave
+    /// up (SQLite's busy timeout, PostgreSQL's lock timeout, every pooled connection in
+    /// use or the database unreachable past the acquire timeout): work retried at once
+    /// would wait as long again. A deadlock or a serialization failure is busy too, but
+    /// not this: retried at once it usually succeeds.
+    pub fn waited_out(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::PoolTimedOut) => true,
+            StoreError::Database(sqlx::Error::Database(db)) => {
+                let code = db.code();
+                let code = code.as_deref().unwrap_or_default();
+                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                    self.is_busy()
+                } else {
+                    code == "55P03"
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the database is out of reach rather than refusing this work: the
+    /// connection failed under the statement ([`StoreError::outcome_unknown`]), or
+    /// PostgreSQL is shutting down, starting up or in recovery (SQLSTATE class `08`,
+    /// `57P01`–`57P03`: the statement and its transaction did not run, or rolled back).
+    pub fn database_unavailable(&self) -> bool {
+        if self.outcome_unknown() {
+            return true;
+        }
+        let StoreError::Database(sqlx::Error::Database(db)) = self else {
+            return false;
+        };
+        if db
+            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .is_none()
+        {
+            return false;
+        }
+        db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03")
+        })
+    }
+
     /// Whether the connection failed under the statement (I/O, TLS, protocol, a crashed
     /// worker): it may have been executed, and committed, before its answer was lost, so
     /// the caller cannot tell what it did. Every other error left nothing written.
@@ -199,6 +242,11 @@ pub struct StoreConfig {
     /// How long one statement of a lineage walk may run on PostgreSQL before it is
     /// stopped ([`StoreError::QueryTimeout`]); `serve` sets its request timeout.
     pub walk_timeout_ms: u64,
+    /// How long a request waits for a pooled connection (every one in use, or the
+    /// database unreachable) before it is refused as busy (`503 store_busy`). It must be
+    /// well under the request timeout, or a database outage is answered as a client's
+    /// timeout (`408`) after the whole request timeout instead.
+    pub pool_acquire_timeout_ms: u64,
 }
 
 impl StoreConfig {
@@ -209,6 +257,7 @@ impl StoreConfig {
             pool_connections_max: 16,
             sqlite_busy_timeout_ms: 10_000,
             walk_timeout_ms: 30_000,
+            pool_acquire_timeout_ms: 5_000,
         }
     }
 }

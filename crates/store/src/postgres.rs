@@ -27,7 +27,7 @@ impl PgStore {
     pub(crate) async fn connect(config: &StoreConfig) -> Result<PgStore, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_connections_max.max(1))
-            .acquire_timeout(Duration::from_secs(30))
+            .acquire_timeout(Duration::from_millis(config.pool_acquire_timeout_ms.max(1)))
             // sqlx pings every idle connection before handing it out: a round trip per
             // acquire, on top of the one it makes when a connection is released. A
             // connection that was released moments ago (its release ping answered) is

@@ -48,6 +48,27 @@ pub fn database_file(url: &str) -> Option<std::path::PathBuf> {
     (!in_memory).then(|| file_of(&options))
 }
 
+/// Whether a connection given back to its pool may serve again: not while the driver
+/// still counts it inside a transaction. A `COMMIT` that fails on an I/O error (a full
+/// disk, a file size limit) is rolled back by SQLite itself; the driver's own rollback
+/// then fails and leaves its count at one, and every later `BEGIN` on that connection
+/// would fail ("non-zero transaction depth") until the process restarts. With one
+/// writer connection that was every write of the server; closed here, the pool opens
+/// a fresh one. A rollback queued by a dropped transaction runs before the ping
+/// returns, so an ordinary rollback keeps its connection.
+async fn out_of_transaction(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    conn.ping().await?;
+    let clean = !conn.is_in_transaction();
+    if !clean {
+        tracing::warn!("a SQLite connection was left inside a failed transaction; replacing it");
+    }
+    Ok(clean)
+}
+
 impl SqliteStore {
     pub(crate) async fn connect(config: &StoreConfig) -> Result<SqliteStore, StoreError> {
         let url = config.database_url.as_str();
@@ -76,8 +97,14 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_millis(config.sqlite_busy_timeout_ms))
             .foreign_keys(true);
+        // Requests queue for the one writer connection: a queue that waits longer than
+        // this (another process holding the write lock) is refused `503 store_busy`,
+        // not left to the request timeout.
+        let acquire_timeout = Duration::from_millis(config.pool_acquire_timeout_ms.max(1));
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .acquire_timeout(acquire_timeout)
+            .after_release(|conn, _| Box::pin(out_of_transaction(conn)))
             .connect_with(options.clone())
             .await?;
         let reader = if in_memory {
@@ -85,6 +112,8 @@ impl SqliteStore {
         } else {
             SqlitePoolOptions::new()
                 .max_connections(config.pool_connections_max.max(1))
+                .acquire_timeout(acquire_timeout)
+                .after_release(|conn, _| Box::pin(out_of_transaction(conn)))
                 .connect_with(options)
                 .await?
         };

@@ -41,26 +41,52 @@ pub(crate) struct Stats {
     contracts: BTreeMap<String, ContractStats>,
 }
 
-/// `GET /healthz`: 503 `database_unavailable` when the database does not answer.
+/// How long `GET /healthz` waits for the database: a probe's own timeout is short
+/// (Kubernetes' default is one second), and a database that does not answer within this
+/// is not ready for the requests the probe vouches for.
+const HEALTH_PING_MS: u64 = 1_000;
+
+/// `GET /healthz` (readiness): 503 `database_unavailable` when the database does not
+/// answer within [`HEALTH_PING_MS`].
 #[utoipa::path(get, path = "/healthz", tag = "health",
     responses((status = 200, body = Health),
         (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    match state.store.ping().await {
-        Ok(()) => Ok(Json(Health {
-            backend: state.store.backend_name(),
-            status: "ok",
-        })),
-        Err(err) => {
-            tracing::warn!(error = %err, "health check failed");
-            Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "database_unavailable",
-                "the database does not answer",
-            ))
+    let bound = std::time::Duration::from_millis(HEALTH_PING_MS);
+    let cause = match tokio::time::timeout(bound, state.store.ping()).await {
+        Ok(Ok(())) => {
+            return Ok(Json(Health {
+                backend: state.store.backend_name(),
+                status: "ok",
+            }))
         }
-    }
+        Ok(Err(err)) => err.to_string(),
+        Err(_) => format!("no answer within {HEALTH_PING_MS} ms"),
+    };
+    tracing::warn!(error = %cause, "health check failed");
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "database_unavailable",
+        "the database does not answer",
+    ))
+}
+
+/// The answer of `GET /livez`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Live {
+    /// Always `ok`.
+    status: &'static str,
+}
+
+/// `GET /livez` (liveness): the process answers, without asking the database, so a
+/// database outage does not get every server restarted (that is `/healthz`'s question).
+#[utoipa::path(get, path = "/livez", tag = "health",
+    responses((status = 200, body = Live),
+        (status = "4XX", response = crate::openapi::ErrorEnvelope),
+        (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
+pub(crate) async fn livez() -> Json<Live> {
+    Json(Live { status: "ok" })
 }
 
 /// `GET /stats`.

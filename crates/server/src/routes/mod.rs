@@ -46,6 +46,7 @@ pub(crate) fn router(state: AppState) -> Router {
     routes
         .route("/openapi.json", get(crate::openapi::serve))
         .route("/healthz", get(health::healthz))
+        .route("/livez", get(health::livez))
         .route("/stats", get(health::stats))
         .route(
             "/contracts",

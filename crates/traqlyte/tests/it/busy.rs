@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use sqlx::Connection;
 use traqlyte_server::ServerConfig;
 
-use crate::helpers::{checkout_event, spawn_app_with_store, Backend};
+use crate::helpers::{checkout_event, spawn_app, spawn_app_with_store, Backend, ServerProcess};
 
 /// SQLite has one writer per file: a second process (here a console) holding the write
 /// lock past the busy timeout makes the server's write fail with `SQLITE_BUSY`.
@@ -61,4 +61,53 @@ async fn a_write_waiting_past_sqlites_busy_timeout_is_503_store_busy_and_writes_
         "{stored:?}"
     );
     assert_eq!(app.checkout_stats().await, (1, 0, 0));
+}
+
+/// A `COMMIT` that fails on a full disk is rolled back by SQLite itself; the server's
+/// one writer connection must not stay counted inside that transaction, or every later
+/// write fails until a restart. Here the server may write files up to a limit
+/// (`ulimit -f`); once a commit fails, a checkpoint by another process empties the
+/// write-ahead log, and the next write must succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_writes_work_again_after_a_commit_failed_on_a_full_disk() {
+    let app = spawn_app(Backend::Sqlite).await;
+    app.register_checkout_contract().await;
+    app.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").await;
+    let size = std::fs::metadata(app.database_url())
+        .expect("the file")
+        .len();
+    let server = ServerProcess::start_with_file_size_limit(app.database_url(), size / 1024 + 256);
+    let post = |events: serde_json::Value| {
+        app.client
+            .post(format!(
+                "{}/events/checkout_completed/batch",
+                server.address
+            ))
+            .bearer_auth(&app.key)
+            .json(&events)
+            .send()
+    };
+    let mut failed = false;
+    for round in 0..400 {
+        let events: Vec<_> = (0..100)
+            .map(|i| checkout_event(&format!("full-{round}-{i}")))
+            .collect();
+        let answer = post(serde_json::json!(events)).await.expect("sent");
+        if answer.status().is_server_error() {
+            failed = true;
+            break;
+        }
+        assert_eq!(answer.status(), StatusCode::OK);
+    }
+    assert!(failed, "the file size limit was never reached");
+    // Space again: the log is emptied, and the server's next commit fits.
+    app.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").await;
+    let answer = post(serde_json::json!([checkout_event(
+        "after-the-disk-was-freed"
+    )]))
+    .await
+    .expect("sent");
+    let status = answer.status();
+    let body = answer.text().await.unwrap_or_default();
+    assert_eq!(status, StatusCode::OK, "{body}");
 }

@@ -180,9 +180,19 @@ impl PrivatePostgres {
     /// A fast shutdown (open transactions rolled back, clients disconnected), a short
     /// outage, and a start on the same port.
     pub fn restart_fast(&self, outage: Duration) {
+        self.stop_fast();
+        std::thread::sleep(outage);
+        self.ctl_start();
+    }
+
+    /// A fast shutdown; [`PrivatePostgres::start_again`] ends the outage.
+    pub fn stop_fast(&self) {
         let dir = self.dir.display().to_string();
         self.run("pg_ctl", &["-D", &dir, "-m", "fast", "-w", "stop"]);
-        std::thread::sleep(outage);
+    }
+
+    /// Starts it again on the same port after [`PrivatePostgres::stop_fast`].
+    pub fn start_again(&self) {
         self.ctl_start();
     }
 
@@ -221,6 +231,73 @@ impl Drop for PrivatePostgres {
             .args(["-D", &dir, "-m", "immediate", "-w", "stop"])
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// With the database down, a server answers at once that it is alive (`/livez`) and
+/// not ready (`/healthz`, 503 within its one-second bound), and refuses requests
+/// `503 store_busy` once the pool's acquire timeout (5 s) passes, well before the request
+/// timeout (30 s): not a `408` that blames the client after the whole timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_outage_is_answered_503_well_before_the_request_timeout() {
+    let pg = PrivatePostgres::start();
+    let _server = start_server(pg.url(), Vec::new()).await;
+    let address = _server.address.clone();
+    let client = reqwest::Client::new();
+    let get = |path: &str| client.get(format!("{address}{path}")).send();
+    assert_eq!(
+        get("/healthz").await.expect("healthz").status(),
+        StatusCode::OK
+    );
+    tokio::task::block_in_place(|| pg.stop_fast());
+
+    let started = Instant::now();
+    let live = get("/livez").await.expect("livez");
+    assert_eq!(live.status(), StatusCode::OK);
+    let ready = get("/healthz").await.expect("healthz");
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = ready.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "database_unavailable", "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A key can only be judged by the database. A request may meet a pooled connection
+    // the shutdown closed (`database_unavailable`, at once); once none is left, one waits
+    // for a new connection until the acquire timeout (`store_busy`, retry shortly).
+    let mut codes: Vec<String> = Vec::new();
+    while !codes.iter().any(|code| code == "store_busy") {
+        assert!(codes.len() < 20, "never waited for a connection: {codes:?}");
+        let started = Instant::now();
+        let refused = client
+            .post(format!("{address}/events/checkout_completed"))
+            .bearer_auth(format!("tlk_{}", "0123456789abcdef".repeat(3)))
+            .json(&json!({"order_id": "o1"}))
+            .send()
+            .await
+            .expect("sent");
+        let waited = started.elapsed();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body: Value = refused.json().await.expect("JSON");
+        let code = body["error"]["code"].as_str().unwrap_or_default();
+        assert!(
+            ["database_unavailable", "store_busy"].contains(&code),
+            "{body}"
+        );
+        assert!(
+            waited < Duration::from_secs(15),
+            "answered after {waited:?}"
+        );
+        codes.push(code.to_string());
+    }
+
+    tokio::task::block_in_place(|| pg.start_again());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get("/healthz").await.map(|a| a.status()).ok() != Some(StatusCode::OK) {
+        assert!(Instant::now() < deadline, "never ready again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -736,7 +736,7 @@ async fn a_batch_whose_commit_answer_is_lost_is_answered_an_error_not_duplicates
             .send()
     };
     let first = post().await.expect("request sent");
-    assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(app.checkout_stats().await, (1, 0, 0));
     let retry = post().await.expect("request sent");
     assert_eq!(retry.status(), StatusCode::OK);

@@ -211,7 +211,19 @@ impl ServerProcess {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> ServerProcess {
-        Self::spawn(database_url, extra, env, std::process::Stdio::null())
+        Self::spawn(database_url, extra, env, std::process::Stdio::null(), None)
+    }
+
+    /// [`ServerProcess::start`] with files the process writes limited to `kib` KiB
+    /// (`ulimit -f`, `SIGXFSZ` ignored): a write beyond fails as on a full disk.
+    pub fn start_with_file_size_limit(database_url: &str, kib: u64) -> ServerProcess {
+        Self::spawn(
+            database_url,
+            &[],
+            &[],
+            std::process::Stdio::null(),
+            Some(kib),
+        )
     }
 
     /// [`ServerProcess::start_with_env`] with the process's log (stderr) written to `log`.
@@ -221,7 +233,7 @@ impl ServerProcess {
         env: &[(&str, &str)],
         log: std::fs::File,
     ) -> ServerProcess {
-        Self::spawn(database_url, extra, env, log.into())
+        Self::spawn(database_url, extra, env, log.into(), None)
     }
 
     fn spawn(
@@ -229,9 +241,20 @@ impl ServerProcess {
         extra: &[&str],
         env: &[(&str, &str)],
         stderr: std::process::Stdio,
+        file_size_kib: Option<u64>,
     ) -> ServerProcess {
         use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        let binary = env!("CARGO_BIN_EXE_traqlyte");
+        let mut command = match file_size_kib {
+            None => std::process::Command::new(binary),
+            Some(kib) => {
+                let mut bash = std::process::Command::new("bash");
+                let script = format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\" \"$@\"");
+                bash.args(["-c", &script, binary]);
+                bash
+            }
+        };
+        let mut child = command
             .envs(env.iter().copied())
             .args([
                 "serve",

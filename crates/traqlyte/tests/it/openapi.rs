@@ -15,6 +15,7 @@ use crate::helpers::{checkout_event, spawn_app, Backend, ServerProcess, TestApp}
 const ROUTES: &[&str] = &[
     "GET /openapi.json",
     "GET /healthz",
+    "GET /livez",
     "GET /stats",
     "POST /contracts",
     "GET /contracts",
