@@ -68,17 +68,7 @@ pub async fn serve(
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // The partitions of the horizon exist before the first event arrives. A run that
-    // cannot take its locks now (a long backfill dry run holds them) does not keep the
-    // server down: the days ahead were created by earlier runs, and the periodic task
-    // retries within a minute.
-    let partitions_ready = match maintain_partitions_once(&store, &config.dedupe_horizon).await {
-        Ok(()) => true,
-        Err(err) => {
-            tracing::error!(error = %err, "partition maintenance failed at start; serving with the partitions that exist and retrying in a minute");
-            false
-        }
-    };
+    let partitions_ready = partitions_at_start(&store, &config.dedupe_horizon).await;
     metrics::install(config.metrics.enabled).map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(&config.listen).await?;
     let metrics_listener = match &config.metrics.listen {
@@ -160,6 +150,35 @@ async fn maintain_partitions_once(
         .await
         .map(|_| ())
 }
+
+/// The partitions of the horizon exist before the first event arrives; whether this
+/// run made sure of it. A run that cannot take its locks now (a long backfill dry run
+/// holds them, another server creates the partitions) does not keep the server down
+/// when today's and tomorrow's partitions exist: the periodic task retries within a
+/// minute. When they do not (a fresh database whose partitions another process is still
+/// creating, oldest day first), the server waits for them, up to
+/// [`PARTITIONS_START_WAIT`]: answering before would refuse every event of now as
+/// outside the horizon, a `422` the client does not retry.
+async fn partitions_at_start(store: &Store, horizon: &traqlyte_store::DedupeHorizon) -> bool {
+    let deadline = std::time::Instant::now() + PARTITIONS_START_WAIT;
+    loop {
+        let err = match maintain_partitions_once(store, horizon).await {
+            Ok(()) => return true,
+            Err(err) => err,
+        };
+        let live = store.live_partitions_ready(traqlyte_store::now_us()).await;
+        if matches!(live, Ok(true)) || std::time::Instant::now() >= deadline {
+            tracing::error!(error = %err, "partition maintenance failed at start; serving with the partitions that exist and retrying in a minute");
+            return false;
+        }
+        tracing::warn!(error = %err, "today's partition does not exist yet (another process may be creating the partitions); waiting before serving");
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// How long a starting server waits for today's partition when its own maintenance run
+/// cannot create it.
+const PARTITIONS_START_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Creates the coming days' partitions and detaches those that left the dedupe horizon,
 /// periodically (PostgreSQL; a no-op on SQLite). Several servers take turns under an

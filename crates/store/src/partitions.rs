@@ -539,6 +539,20 @@ impl Store {
         Ok((plan, more))
     }
 
+    /// Whether today's and tomorrow's partitions are attached (always on SQLite): the
+    /// days a live event of now, within the future skew admitted, is written to. A
+    /// server starting while another process creates the partitions of a fresh database
+    /// waits for this before it answers events.
+    pub async fn live_partitions_ready(&self, now_us: i64) -> Result<bool, StoreError> {
+        let crate::Backend::Postgres(pg) = &self.backend else {
+            return Ok(true);
+        };
+        let mut conn = pg.pool.acquire().await?;
+        let attached = days(&list(&mut conn).await?, true);
+        let today = occurred_day(Some(now_us));
+        Ok(attached.contains(&today) && attached.contains(&(today + 1)))
+    }
+
     /// Every partition of the events table, oldest day first, with its row count and
     /// index size; empty on SQLite (one table). Counting reads every partition: an
     /// operator's command, not a hot path.

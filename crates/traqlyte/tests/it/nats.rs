@@ -1108,3 +1108,28 @@ async fn a_three_node_cluster_losing_a_node_mid_load_still_stores_each_message_o
     // it lost, counted as duplicates too, never stored twice.
     assert!(duplicates >= 40, "{duplicates}");
 }
+
+/// SIGTERM stops a consumer whose NATS server is gone: its last acks cannot be sent, and
+/// waiting for a reconnection to send them would keep the process up for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_stops_a_consumer_whose_nats_server_is_gone() {
+    let (app, mut nats, js) = setup(Backend::Sqlite).await;
+    publish_orders(&js, 5, 0).await;
+    let mut consumer = ConsumerProcess::start(&app, &nats.url, &[], &[]);
+    wait_for(&app, "stored", |(stored, _)| stored == 5).await;
+    nats.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    crate::helpers::sigterm(&consumer.child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = consumer.child.try_wait().expect("wait") {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 30 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -307,6 +307,11 @@ async fn a_detached_day_stays_readable_and_partitions_status_shows_it(backend: B
 /// PostgreSQL only: there maintenance takes locks another process can hold.
 mod postgres_only {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn serve_waits_for_todays_partition_while_another_process_creates_it() {
+        super::serve_waits_for_todays_partition_while_another_process_creates_it().await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn serve_starts_while_another_process_holds_partition_maintenance() {
         super::serve_starts_while_another_process_holds_partition_maintenance().await
     }
@@ -458,6 +463,57 @@ async fn serve_starts_while_another_process_holds_partition_maintenance() {
                 .post(format!("{}/events/checkout_completed", server.address))
                 .bearer_auth(&app.key)
                 .json(&checkout_event("order_while_held")),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.body["status"], "inserted");
+}
+
+/// A fresh database whose partitions another process is still creating (it holds the
+/// lock of partition changes, and today's table does not exist yet): a server starting
+/// meanwhile waits for today's partition instead of answering every event of now
+/// `422 outside_horizon`, which a client never retries.
+async fn serve_waits_for_todays_partition_while_another_process_creates_it() {
+    use traqlyte_store::partitions::{day_text, occurred_day};
+    let app = spawn_refusing_app(Backend::Postgres).await;
+    let today = occurred_day(Some(traqlyte_store::now_us()));
+    let table = |day: i32| format!("events_p{}", day_text(day).replace('-', ""));
+    for day in [today, today + 1] {
+        app.execute_sql(&format!("DROP TABLE {}", table(day))).await;
+    }
+    let mut holder = hold_partition_changes(&app).await;
+    let url = app.database_url().to_string();
+    let start =
+        tokio::task::spawn_blocking(move || crate::helpers::ServerProcess::start(&url, &[]));
+    // Two of its maintenance runs give up on the lock (5 s each) meanwhile.
+    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    assert!(
+        !start.is_finished(),
+        "serve answered before today's partition existed"
+    );
+    for day in [today, today + 1] {
+        let create = format!(
+            "CREATE TABLE {} PARTITION OF events FOR VALUES FROM ({day}) TO ({})",
+            table(day),
+            day + 1
+        );
+        sqlx::query(&create)
+            .execute(&mut holder)
+            .await
+            .expect("create the partition");
+    }
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(traqlyte_store::partitions::PARTITION_LOCK_KEY)
+        .execute(&mut holder)
+        .await
+        .expect("unlock");
+    let server = start.await.expect("serve started");
+    let answer = app
+        .send(
+            app.client
+                .post(format!("{}/events/checkout_completed", server.address))
+                .bearer_auth(&app.key)
+                .json(&checkout_event("order_after_the_wait")),
         )
         .await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);

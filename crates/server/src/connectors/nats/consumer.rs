@@ -205,13 +205,28 @@ pub async fn run(
     if let Some(batch) = prefetched.filter(|b| !b.is_empty()) {
         worker.handle(batch).await;
     }
-    // Acks are buffered by the client: send them before the process exits.
-    if let Err(err) = client.flush().await {
-        tracing::warn!(error = %err, "flushing the last acks failed; those messages will be redelivered");
+    // Acks are buffered by the client: send them before the process exits. With the
+    // server unreachable the flush would wait for a reconnection for ever and SIGTERM
+    // would not stop the process: it is bounded, and what it could not send is
+    // redelivered (and absorbed as duplicates).
+    match tokio::time::timeout(ACK_FLUSH_MAX, client.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "flushing the last acks failed; those messages will be redelivered");
+        }
+        Err(_) => {
+            tracing::warn!(
+                waited_ms = ACK_FLUSH_MAX.as_millis() as u64,
+                "the NATS server did not take the last acks; those messages will be redelivered"
+            );
+        }
     }
     tracing::info!(durable = %worker.config.durable, "consumer stopped");
     Ok(())
 }
+
+/// How long stopping waits for the last acks to reach the NATS server.
+const ACK_FLUSH_MAX: Duration = Duration::from_secs(5);
 
 /// How often the consumer's lag (`num_pending`) is sampled for `GET /metrics`.
 const LAG_SAMPLE_EVERY: Duration = Duration::from_secs(5);
