@@ -99,6 +99,14 @@ pub enum StoreError {
     /// password.
     #[error("unsupported database URL: {0}")]
     UnsupportedUrl(String),
+    /// The database holds a migration this build does not know: a newer build migrated
+    /// it. An older build must not write to it (a newer schema may have dropped or
+    /// reshaped what it writes).
+    #[error("the database was migrated by a newer build of traqlyte (migration {version} is unknown to this one): run that build or a newer one; to go back, restore a backup taken before it migrated")]
+    NewerSchema {
+        /// The unknown migration's version.
+        version: i64,
+    },
     /// A contract with the same name and version but a different definition exists.
     #[error("contract {name} version {version} is already registered with a different definition; contracts are immutable, register a new version")]
     ContractConflict {

@@ -86,10 +86,51 @@ impl crate::Store {
             .collect())
     }
 
+    /// Whether every migration of this build is applied, with the checksum of its file
+    /// (so an edited one still goes the way that refuses it). A migration applied that
+    /// this build does not know is [`StoreError::NewerSchema`].
+    async fn migrated_already(&self) -> Result<bool, StoreError> {
+        let (migrator, exists) = match &self.backend {
+            crate::Backend::Sqlite(_) => {
+                (sqlx::migrate!("migrations/sqlite"), SQLITE_MIGRATIONS_EXIST)
+            }
+            crate::Backend::Postgres(_) => {
+                (sqlx::migrate!("migrations/postgres"), PG_MIGRATIONS_EXIST)
+            }
+        };
+        let applied: Vec<(i64, Vec<u8>)> = crate::tx::with_pool!(self, reader, |pool| {
+            let tables: i64 = sqlx::query_scalar(exists).fetch_one(pool).await?;
+            if tables == 0 {
+                return Ok(false);
+            }
+            sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+                .fetch_all(pool)
+                .await?
+        });
+        if let Some(&(version, _)) = applied
+            .iter()
+            .find(|(version, _)| !migrator.iter().any(|m| m.version == *version))
+        {
+            return Err(StoreError::NewerSchema { version });
+        }
+        Ok(migrator.iter().all(|m| {
+            applied
+                .iter()
+                .any(|(version, sum)| *version == m.version && sum[..] == m.checksum[..])
+        }))
+    }
+
     /// Applies pending migrations in one transaction and returns their names
     /// (`0001_foundation`, …); safe to run from several processes at once. Fails without
     /// changing anything when an applied migration's file was edited.
     pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
+        // Nothing to apply (every restart): decided by reads alone, without the write
+        // transaction, which on SQLite waits for another process's write lock (a long
+        // backfill) and fails past the busy timeout, keeping a server from starting.
+        if self.migrated_already().await? {
+            self.fill_outcome_ids().await?;
+            return Ok(Vec::new());
+        }
         let mut tx = self.begin().await?;
         let applied = match &mut tx.inner {
             TxInner::Sqlite(t) => {

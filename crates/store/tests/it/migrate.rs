@@ -13,7 +13,53 @@ on_both_backends!(
     an_old_runners_database_is_adopted_then_migrated_on,
     several_stores_adopting_an_old_database_at_once_all_start,
     several_stores_migrating_a_fresh_database_at_once_apply_each_migration_once,
+    a_database_migrated_by_a_newer_build_is_refused_by_name,
 );
+
+/// A migrated SQLite file is started on without its write lock: a server (re)starting
+/// while another process writes for longer than the busy timeout (a long backfill)
+/// starts, instead of failing its migration step with "database is locked".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_migrated_sqlite_file_is_started_on_while_another_process_writes() {
+    let db = TestDb::create(Backend::Sqlite).await;
+    db.store().await.migrate().await.expect("migrate");
+    let mut writer = db.raw().await;
+    writer.execute("BEGIN IMMEDIATE").await;
+    let mut config = traqlyte_store::StoreConfig::new(&db.url);
+    config.sqlite_busy_timeout_ms = 200;
+    let store = traqlyte_store::Store::connect(&config)
+        .await
+        .expect("connect");
+    let applied = store
+        .migrate()
+        .await
+        .expect("nothing to apply, no lock needed");
+    assert!(applied.is_empty(), "{applied:?}");
+    writer.execute("ROLLBACK").await;
+}
+
+/// A build older than the database's schema (a rolling deploy's old process restarting
+/// after the new one migrated) is refused with a message saying so, before it writes.
+async fn a_database_migrated_by_a_newer_build_is_refused_by_name(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    db.raw()
+        .await
+        .execute(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+             SELECT 9999, 'from the future', success, checksum, execution_time
+             FROM _sqlx_migrations WHERE version = 1",
+        )
+        .await;
+    let refused = store.migrate().await.expect_err("a newer schema");
+    assert!(
+        refused
+            .to_string()
+            .contains("migrated by a newer build of traqlyte (migration 9999"),
+        "{refused}"
+    );
+}
 
 /// This build's migration files of a backend: (version, name, SQL), in order.
 fn migration_files(backend: Backend) -> Vec<(i64, String, String)> {
