@@ -259,9 +259,15 @@ async fn semantic_scans(state: AppState, every_ms: u64) {
     let mut ticker = tokio::time::interval(std::time::Duration::from_millis(every_ms.max(1_000)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
+    // A scan another server saved within most of an interval is not done again: every
+    // process runs this task, and N full scans per interval would cost N times the reads
+    // and raise N times the warnings.
+    let fresh_within_us = i64::try_from(every_ms.max(1_000))
+        .unwrap_or(i64::MAX)
+        .saturating_mul(900);
     loop {
         ticker.tick().await;
-        if let Err(err) = semantic_scan_all(&state.store).await {
+        if let Err(err) = semantic_scan_all(&state.store, fresh_within_us).await {
             tracing::warn!(error = %err, "semantic-duplicate scan failed");
         }
     }
@@ -269,8 +275,13 @@ async fn semantic_scans(state: AppState, every_ms: u64) {
 
 /// One pass of `semantic_scans`. A contract whose scan fails (its payloads trip the
 /// database) is logged and skipped, so it never keeps the pass from the contracts and
-/// tenants after it; the pass then answers the first such error.
-pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::StoreError> {
+/// tenants after it; the pass then answers the first such error. A contract version
+/// whose stored scan is younger than `fresh_within_us` (0: none is) is skipped: another
+/// process scanned it.
+pub async fn semantic_scan_all(
+    store: &Store,
+    fresh_within_us: i64,
+) -> Result<(), traqlyte_store::StoreError> {
     let mut first_error = None;
     let mut after: Option<traqlyte_store::TenantId> = None;
     loop {
@@ -281,7 +292,7 @@ pub async fn semantic_scan_all(store: &Store) -> Result<(), traqlyte_store::Stor
             break;
         };
         for tenant in &page {
-            scan_tenant(store, tenant, &mut first_error).await?;
+            scan_tenant(store, tenant, fresh_within_us, &mut first_error).await?;
         }
         after = Some(last);
     }
@@ -297,6 +308,7 @@ const SEMANTIC_SCAN_TENANTS_PAGE: u32 = 1_000;
 async fn scan_tenant(
     store: &Store,
     tenant: &traqlyte_store::TenantId,
+    fresh_within_us: i64,
     first_error: &mut Option<traqlyte_store::StoreError>,
 ) -> Result<(), traqlyte_store::StoreError> {
     // A tenant whose contracts cannot be read (a stored one no longer parses) is logged
@@ -320,6 +332,9 @@ async fn scan_tenant(
         })
         .map(|(_, c)| c);
     for contract in latest {
+        if fresh_within_us > 0 && scanned_recently(store, tenant, contract, fresh_within_us).await {
+            continue;
+        }
         let scope = traqlyte_store::SemanticScope {
             tenant,
             contract,
@@ -348,6 +363,26 @@ async fn scan_tenant(
         store.save_semantic_scan(tenant, &scan).await?;
     }
     Ok(())
+}
+
+/// Whether the tenant's stored scan of this contract version is younger than
+/// `within_us`. A store error says no: the scan is then done, as before.
+async fn scanned_recently(
+    store: &Store,
+    tenant: &traqlyte_store::TenantId,
+    contract: &traqlyte_identity::Contract,
+    within_us: i64,
+) -> bool {
+    let Ok(scans) = store
+        .semantic_scans(tenant, Some(contract.name().as_str()))
+        .await
+    else {
+        return false;
+    };
+    let now = traqlyte_store::now_us();
+    scans.iter().any(|scan| {
+        scan.version == contract.version() && now.saturating_sub(scan.scanned_at_us) < within_us
+    })
 }
 
 /// How often a server measures its clock against the database's again.

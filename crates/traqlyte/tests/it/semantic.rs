@@ -20,7 +20,35 @@ crate::on_both_backends!(
     a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_others,
     an_array_where_a_pointer_names_a_key_does_not_fail_the_scan,
     a_field_inside_an_array_element_is_named_on_both_backends,
+    a_periodic_pass_skips_a_scan_another_process_saved_recently,
 );
+
+/// Every server runs the periodic scan: a pass finding a scan of the contract version
+/// saved within most of its interval (by another process) does not scan it again.
+async fn a_periodic_pass_skips_a_scan_another_process_saved_recently(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let answer = app.post_json("/contracts", &page_view_contract(2)).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let scanned_at = || async {
+        let listed = app.get("/ops/semantic-duplicates").await;
+        listed.body["scans"][0]["scanned_at"].clone()
+    };
+    traqlyte_server::semantic_scan_all(&app.store, 0)
+        .await
+        .expect("first pass");
+    let first = scanned_at().await;
+    assert!(first.is_string(), "{first}");
+    // Another server's pass within the minute: skipped.
+    traqlyte_server::semantic_scan_all(&app.store, 60_000_000)
+        .await
+        .expect("second pass");
+    assert_eq!(scanned_at().await, first);
+    // A pass with no such bound (the CLI's, or one an interval later) scans again.
+    traqlyte_server::semantic_scan_all(&app.store, 0)
+        .await
+        .expect("third pass");
+    assert_ne!(scanned_at().await, first);
+}
 
 /// Version 1 holds `/emitted_at`, the client's send time, among its identity fields: the
 /// mistake under test. Version 2 lists it as transport.
@@ -273,7 +301,7 @@ async fn a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_o
         "UPDATE contracts SET definition = 'not a contract' WHERE tenant_id = '{broken}'"
     ))
     .await;
-    let pass = traqlyte_server::semantic_scan_all(&app.store).await;
+    let pass = traqlyte_server::semantic_scan_all(&app.store, 0).await;
     assert!(
         pass.is_err(),
         "the broken tenant's error is the pass's answer"
