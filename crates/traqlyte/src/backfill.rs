@@ -117,7 +117,11 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         tx.set_ingest_source(traqlyte_store::IngestSource::backfill());
         anyhow::Ok(tx)
     };
-    let mut tx = begin().await?;
+    // A real run opens each batch's transaction only once the batch is read, so the
+    // write lock (SQLite's is the whole file's) is never held while input is awaited (a
+    // slow pipe). A dry run keeps one transaction for the whole file, rolled back at the
+    // end: its counts must see its own earlier batches, as the real run's commits do.
+    let mut dry: Option<traqlyte_store::StoreTx> = None;
     let mut counts = Counts::default();
     let mut batch: Vec<Item> = Vec::with_capacity(BATCH_LINES_MAX);
     let mut batch_bytes = 0usize;
@@ -163,16 +167,25 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             Err(reason) => reject(&mut counts, number, &reason),
         }
         if batch.len() == BATCH_LINES_MAX || batch_bytes >= BATCH_BYTES_MAX {
+            let mut tx = match dry.take() {
+                Some(tx) => tx,
+                None => begin().await?,
+            };
             store_batch(&mut tx, &tenant, &kind, &mut batch, &mut counts).await?;
             batch_bytes = 0;
-            if !args.dry_run {
+            if args.dry_run {
+                dry = Some(tx);
+            } else {
                 // Each batch is durable on its own: an interrupted backfill is resumed by
                 // running it again (what is stored counts as already present).
                 tx.commit().await?;
-                tx = begin().await?;
             }
         }
     }
+    let mut tx = match dry.take() {
+        Some(tx) => tx,
+        None => begin().await?,
+    };
     store_batch(&mut tx, &tenant, &kind, &mut batch, &mut counts).await?;
     if args.dry_run {
         tx.rollback().await?;

@@ -171,7 +171,7 @@ pub(crate) async fn run(
     config.late_events = args.late.late_events.into();
     let store = crate::connect(&args.db, 4).await?;
     let applied = store.migrate().await.context("apply migrations")?;
-    tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
+    tracing::info!(backend = store.backend_name(), database = %crate::database_shown(&args.db.database_url), applied = ?applied, "database ready");
     let clock = tokio::spawn(traqlyte_server::sync_clock(store.clone()));
     let result = nats::run(store, config, shutdown)
         .await

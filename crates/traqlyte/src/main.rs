@@ -397,7 +397,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("connect to {}", redact(&args.db.database_url)))?;
     let applied = store.migrate().await.context("apply migrations")?;
-    tracing::info!(backend = store.backend_name(), applied = ?applied, "database ready");
+    tracing::info!(backend = store.backend_name(), database = %database_shown(&args.db.database_url), applied = ?applied, "database ready");
     let config = ServerConfig {
         listen: args.listen,
         body_bytes_max: args.body_bytes_max,
@@ -590,6 +590,19 @@ async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {
     Store::connect(&config)
         .await
         .with_context(|| format!("connect to {}", redact(&db.database_url)))
+}
+
+/// Which database a process runs on, for its start-up log line: a SQLite file's
+/// absolute path (the default `traqlyte.db` is relative to the working directory, and a
+/// command run from another one opens another file), else the URL without its password.
+fn database_shown(url: &str) -> String {
+    match traqlyte_store::database_file(url) {
+        Some(path) => std::path::absolute(&path)
+            .unwrap_or(path)
+            .display()
+            .to_string(),
+        None => redact(url),
+    }
 }
 
 /// Hides a password in a database URL before it reaches a log or an error: the one

@@ -268,3 +268,47 @@ async fn a_dry_run_over_several_batches_meets_the_old_days_its_later_batches_bri
     assert_eq!(series.len(), 1, "{}", trend.body);
     assert_eq!(series[0]["source"], "backfill");
 }
+
+/// A backfill reading a slow pipe holds no write lock while it waits for lines: on
+/// SQLite (one writer for the whole file) the server's writes went on being refused
+/// `503 store_busy` for as long as the producer paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backfill_waiting_for_input_does_not_hold_the_write_lock() {
+    use std::io::Write;
+    let app = crate::helpers::spawn_app_with_store(
+        Backend::Sqlite,
+        traqlyte_server::ServerConfig::default(),
+        |store| store.sqlite_busy_timeout_ms = 500,
+    )
+    .await;
+    app.register_checkout_contract().await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["backfill", "--tenant", "test tenant"])
+        .args([
+            "--contract",
+            "checkout_completed",
+            "--file",
+            "/dev/stdin",
+            "--json",
+        ])
+        .args(["--database-url", app.database_url()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn traqlyte backfill");
+    let mut input = child.stdin.take().expect("stdin");
+    for i in 0..3 {
+        let line = serde_json::to_string(&checkout_event(&format!("piped-{i}"))).expect("JSON");
+        writeln!(input, "{line}").expect("write a line");
+    }
+    input.flush().expect("flush");
+    // The backfill has read those lines and waits for more.
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let live = app.post_event(&checkout_event("live-meanwhile")).await;
+    assert_eq!(live.status, reqwest::StatusCode::OK, "{}", live.body);
+    drop(input);
+    let output = child.wait_with_output().expect("wait");
+    assert!(output.status.success(), "{output:?}");
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("JSON summary");
+    assert_eq!(summary["inserted"], 3, "{summary}");
+}

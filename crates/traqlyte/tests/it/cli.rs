@@ -420,16 +420,19 @@ async fn id_prints_the_canonical_bytes_and_the_id_the_server_would_compute() {
 #[tokio::test]
 async fn serve_migrates_an_empty_sqlite_file_and_answers_health_checks() {
     let db = TestDb::create(Backend::Sqlite).await;
+    // Named relative to the working directory, as the default `traqlyte.db` is: the log
+    // says which file that is.
+    let path = std::path::PathBuf::from(&db.url);
+    let (dir, name) = (
+        path.parent().expect("a directory"),
+        path.file_name().and_then(|n| n.to_str()).expect("a name"),
+    );
     let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
-        .args([
-            "serve",
-            "--database-url",
-            &db.url,
-            "--listen",
-            "127.0.0.1:0",
-        ])
+        .current_dir(dir)
+        .env("RUST_LOG", "info")
+        .args(["serve", "--database-url", name, "--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn serve");
     let mut line = String::new();
@@ -448,11 +451,17 @@ async fn serve_migrates_an_empty_sqlite_file_and_answers_health_checks() {
         .await
         .expect("json");
     let _ = child.kill();
-    let _ = child.wait();
+    let output = child.wait_with_output().expect("wait");
     assert_eq!(
         health,
         serde_json::json!({"status": "ok", "backend": "sqlite"})
     );
+    let log = String::from_utf8_lossy(&output.stderr);
+    let ready = log
+        .lines()
+        .find(|line| line.contains("database ready"))
+        .unwrap_or_else(|| panic!("no start-up line: {log}"));
+    assert!(ready.contains(&db.url), "{ready}");
 }
 
 /// A consumer option of `serve` without `--nats-url` would start no consumer; it is
