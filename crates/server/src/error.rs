@@ -216,6 +216,15 @@ impl IntoResponse for ApiError {
         let status = self.status;
         let retry_soon = matches!(self.body.code, "store_busy" | "contract_changing");
         let mut response = (status, Json(ErrorEnvelope { error: self.body })).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            // RFC 9110 requires a challenge with every 401; without one Java's HttpClient
+            // (given an authenticator) throws instead of handing the answer over. Bearer
+            // never opens a browser's password dialog.
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"traqlyte\""),
+            );
+        }
         if retry_soon {
             // Contention that clears within a moment: say when to retry. (Not a database
             // that does not answer: every client retrying at once would not help it.)

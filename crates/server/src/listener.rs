@@ -698,10 +698,11 @@ fn rejection_answer(hyper_head: &[u8]) -> Option<Vec<u8>> {
     let body = crate::error::ApiError::new(status, code, message).envelope_json();
     let head = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n",
+         date: {}\r\nconnection: close\r\n\r\n",
         status.as_u16(),
         status.canonical_reason().unwrap_or("Error"),
-        body.len()
+        body.len(),
+        httpdate::fmt_http_date(std::time::SystemTime::now())
     );
     Some([head.into_bytes(), body].concat())
 }
@@ -886,6 +887,7 @@ mod tests {
                 "{head}"
             );
             assert!(head.contains("connection: close"), "{head}");
+            assert!(head.contains(" GMT\r\n"), "a date: {head}");
             let json: serde_json::Value = serde_json::from_str(body).expect("JSON");
             assert_eq!(json["error"]["code"], code);
             assert!(json["error"]["message"].is_string());

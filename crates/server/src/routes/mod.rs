@@ -120,6 +120,9 @@ pub(crate) fn router(state: AppState) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_millis(state.config.request_timeout_ms.max(1)),
         ))
+        // A handler that panics (a bug) is answered `500 internal`, its cause logged,
+        // instead of the connection dropping with every request pipelined behind it.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
         .layer(middleware::from_fn(json_errors))
         // The span names the path, never the query: `/ui/login?token=…` carries a login
         // link, and a DEBUG log must not hand it to whoever reads the logs.
@@ -127,18 +130,56 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The answer to a handler's panic: an opaque 500 whose cause (the panic's message) is
+/// logged by [`json_errors`].
+fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message");
+    ApiError::internal(format!("handler panicked: {message}")).into_response()
+}
+
 /// axum's refusal of a query string that does not fit its route's parameters
 /// (`?version=abc`: "Failed to deserialize query string: version: invalid digit found in
 /// string") as the API's own `400 invalid_parameter` naming the parameter.
 fn query_refusal(status: StatusCode, message: &str) -> Option<ApiError> {
+    if status != StatusCode::BAD_REQUEST {
+        return None;
+    }
+    // A path segment that is not UTF-8 once decoded (`/contracts/%FF`).
+    if let Some(name) = message
+        .strip_prefix("Invalid URL: Invalid UTF-8 in `")
+        .and_then(|rest| rest.strip_suffix('`'))
+        .filter(|name| is_parameter_name(name))
+    {
+        return Some(ApiError::invalid_parameter(
+            name,
+            format!("path parameter {name} is not valid UTF-8 once percent-decoded"),
+        ));
+    }
     let rest = message.strip_prefix("Failed to deserialize query string: ")?;
+    // `?version=1&version=2`.
+    if let Some(name) = rest
+        .strip_prefix("duplicate field `")
+        .and_then(|rest| rest.strip_suffix('`'))
+        .filter(|name| is_parameter_name(name))
+    {
+        return Some(ApiError::invalid_parameter(
+            name,
+            format!("query parameter {name} is given more than once"),
+        ));
+    }
     let (field, reason) = rest.split_once(": ")?;
-    let named = !field.is_empty()
-        && field
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    (status == StatusCode::BAD_REQUEST && named)
+    is_parameter_name(field)
         .then(|| ApiError::invalid_parameter(field, format!("query parameter {field}: {reason}")))
+}
+
+/// Whether a name taken from axum's message is one of our parameters' names (letters,
+/// digits, `_`), never client text.
+fn is_parameter_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// The trace span of one request: its method and path, without the query string.
@@ -329,6 +370,14 @@ async fn json_errors(request: Request, next: Next) -> Response {
         }
         None => ApiError::new(parts.status, code, message).into_response(),
     };
+    if parts.status == StatusCode::REQUEST_TIMEOUT {
+        // RFC 9110: a server that times a request out should close the connection (a slow
+        // body may still be arriving on it).
+        rewritten.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            HeaderValue::from_static("close"),
+        );
+    }
     for (name, value) in parts
         .headers
         .iter()
@@ -337,4 +386,25 @@ async fn json_errors(request: Request, next: Next) -> Response {
         rewritten.headers_mut().insert(name, value.clone());
     }
     rewritten
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_an_opaque_500_whose_cause_is_kept_for_the_log() {
+        for panic in [
+            Box::new("boom") as Box<dyn std::any::Any + Send>,
+            Box::new(String::from("boom")),
+        ] {
+            let response = panicked(panic);
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            let cause = response
+                .extensions()
+                .get::<crate::error::InternalCause>()
+                .map(|c| c.0.clone());
+            assert_eq!(cause.as_deref(), Some("handler panicked: boom"));
+        }
+    }
 }

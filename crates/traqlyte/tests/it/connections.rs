@@ -275,6 +275,7 @@ async fn requests_hyper_refuses_are_answered_in_the_json_error_shape(backend: Ba
             Some("application/json"),
             "{what}: {head}"
         );
+        assert!(header(&head, "date").is_some(), "{what}: {head}");
         let json: Value = serde_json::from_slice(&body)
             .unwrap_or_else(|err| panic!("{what}: body is not JSON ({err}): {body:?}"));
         assert_eq!(json["error"]["code"], code, "{what}: {json}");

@@ -653,6 +653,11 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
         .await
         .expect("request sent");
     assert_eq!(first.status(), StatusCode::REQUEST_TIMEOUT);
+    // RFC 9110: the server closes a connection it timed a request out on.
+    assert_eq!(
+        first.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
     let body: Value = first.json().await.expect("a JSON error");
     assert_eq!(body["error"]["code"], "request_timeout", "{body}");
     // The batch commits once the hook's delay is over; the row is then readable. Its id

@@ -250,6 +250,13 @@ async fn nul_in_path_segments_and_query_values_is_a_400_naming_the_parameter(bac
     for (path, field) in [
         ("/contracts/checkout_completed?version=abc", "version"),
         ("/ops/collisions?limit=x", "limit"),
+        // Given twice, or not UTF-8 once percent-decoded.
+        (
+            "/contracts/checkout_completed?version=1&version=2",
+            "version",
+        ),
+        ("/contracts/%FF", "name"),
+        ("/events/checkout_completed/%C3%28", "event_id"),
     ] {
         let answer = app.get(path).await;
         assert_refused(&answer, StatusCode::BAD_REQUEST, "invalid_parameter", field);

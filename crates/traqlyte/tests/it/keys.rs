@@ -817,3 +817,27 @@ fn serve_refuses_a_short_admin_token_and_one_shaped_like_a_tenant_key() {
         assert!(stderr.contains(says), "{token}: {stderr}");
     }
 }
+
+/// Every 401 carries the challenge RFC 9110 requires (Java's HttpClient, given an
+/// authenticator, throws on a 401 without one instead of handing the answer over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unauthorized_answer_carries_a_bearer_challenge() {
+    let app = crate::helpers::spawn_app(crate::helpers::Backend::Sqlite).await;
+    let wrong = format!("tlk_{}", "0123456789abcdef".repeat(3));
+    for key in [None, Some(wrong.as_str())] {
+        let mut request = app.client.get(app.url("/stats"));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let answer = request.send().await.expect("sent");
+        assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "{key:?}");
+        assert_eq!(
+            answer
+                .headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok()),
+            Some("Bearer realm=\"traqlyte\""),
+            "{key:?}"
+        );
+    }
+}
