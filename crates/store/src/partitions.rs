@@ -515,13 +515,23 @@ impl Store {
         plan.create.truncate(MAINTENANCE_STEPS_MAX);
         plan.detach
             .truncate(MAINTENANCE_STEPS_MAX - plan.create.len());
+        // Each day's table is built apart and attached: `ATTACH PARTITION` takes `SHARE
+        // UPDATE EXCLUSIVE` on `events`, which neither inserts nor reads wait for, where
+        // `CREATE TABLE … PARTITION OF` takes `ACCESS EXCLUSIVE` until the transaction
+        // commits (a run creating hundreds of days stalled every write for seconds, and
+        // a long report made it wait out its lock timeout). Attaching builds the
+        // table's primary key as the parent's index asks, on an empty table.
         for &day in &plan.create {
-            let sql = format!(
-                "CREATE TABLE {} PARTITION OF events FOR VALUES FROM ({day}) TO ({})",
-                partition_table(day),
-                day + 1
-            );
-            sqlx::query(&sql).execute(&mut *conn).await?;
+            let table = partition_table(day);
+            for sql in [
+                format!("CREATE TABLE {table} (LIKE events)"),
+                format!(
+                    "ALTER TABLE events ATTACH PARTITION {table} FOR VALUES FROM ({day}) TO ({})",
+                    day + 1
+                ),
+            ] {
+                sqlx::query(&sql).execute(&mut *conn).await?;
+            }
         }
         for &day in &plan.detach {
             let table = partition_table(day);

@@ -495,3 +495,48 @@ async fn a_backfill_on_a_pool_of_one_connection_creates_an_old_day() {
         .expect("stored");
     assert_eq!(stored.fingerprint, old.identified.fingerprint);
 }
+
+/// Creating days takes no lock that ingestion or a reader holds: a transaction that has
+/// inserted into `events` and one reading it stay open while maintenance adds sixteen
+/// days (each built apart, then attached), and maintenance does not wait its 5 s lock
+/// timeout for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_days_waits_for_no_open_writer_or_reader() {
+    let (db, store, tenant, now) = migrated_store().await;
+    store
+        .maintain_partitions(&DedupeHorizon::new(14).expect("horizon"), now)
+        .await
+        .expect("maintain");
+    let mut writing = store.begin().await.expect("begin");
+    writing
+        .insert_events(&tenant, &contract(), &[event("o-open", now, "open")])
+        .await
+        .expect("insert");
+    let mut reader = db.raw().await;
+    reader.execute("BEGIN").await;
+    assert_eq!(reader.integers("SELECT COUNT(*) FROM events").await, [0]);
+    let started = std::time::Instant::now();
+    let created = store
+        .maintain_partitions(&DedupeHorizon::new(30).expect("horizon"), now)
+        .await
+        .expect("maintenance beside an open writer and reader");
+    assert_eq!(created.create.len(), 16, "{created:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "waited {:?}",
+        started.elapsed()
+    );
+    writing.commit().await.expect("commit");
+    reader.execute("COMMIT").await;
+    // A day created this way takes events and keeps their key.
+    let old = event("o-old", now - 20 * DAY_US, "old");
+    for expected in [EventOutcome::Inserted, EventOutcome::Duplicate] {
+        let mut tx = store.begin().await.expect("begin");
+        let outcomes = tx
+            .insert_events(&tenant, &contract(), std::slice::from_ref(&old))
+            .await
+            .expect("insert");
+        tx.commit().await.expect("commit");
+        assert_eq!(outcomes, [expected]);
+    }
+}
