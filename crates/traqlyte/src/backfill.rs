@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader, IsTerminal, Read};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use traqlyte_identity::openlineage::{identify_run_event, run_event_contract, RUN_EVENT_CONTRACT};
@@ -50,9 +50,14 @@ pub(crate) struct BackfillArgs {
     #[arg(long)]
     tenant: String,
     /// The contract the events are identified under: a tenant's contract (its latest
-    /// version) or the built-in `openlineage.run_event`.
+    /// version, unless `--version`) or the built-in `openlineage.run_event`.
     #[arg(long)]
     contract: String,
+    /// The contract version to identify the events under, as `POST
+    /// /events/{contract}?version=N` does: events stored under an older version keep
+    /// their ids (a reload of an export, a move from SQLite to PostgreSQL).
+    #[arg(long)]
+    version: Option<u32>,
     /// The file: one JSON event a line (NDJSON); blank lines are skipped.
     #[arg(long)]
     file: PathBuf,
@@ -99,7 +104,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         std::fs::File::open(&args.file).with_context(|| format!("open {}", args.file.display()))?;
     let store = crate::tenants::open(&args.db).await?;
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
-    let kind = kind(&store, &tenant, &args.contract).await?;
+    let kind = kind(&store, &tenant, &args.contract, args.version).await?;
     let horizon = args.horizon.dedupe_horizon_days;
     // Every day of the horizon has its partition before events are routed to them. Only
     // created, never detached: `serve` owns the horizon, and a backfill run with a
@@ -253,15 +258,24 @@ fn not_ahead(horizon: &DedupeHorizon, kind: &Kind, item: Item) -> Result<Item, S
     }
 }
 
-async fn kind(store: &Store, tenant: &TenantId, name: &str) -> Result<Kind> {
+async fn kind(store: &Store, tenant: &TenantId, name: &str, version: Option<u32>) -> Result<Kind> {
     if name == RUN_EVENT_CONTRACT {
+        if version.is_some_and(|v| v != 1) {
+            bail!("{RUN_EVENT_CONTRACT} has one version, 1");
+        }
         return Ok(Kind::RunEvent);
+    }
+    if name == traqlyte_identity::segment::MESSAGE_CONTRACT {
+        bail!("Segment messages are not backfilled: their ids hold the source they were sent to; send them to /v1/batch with the source's write key");
     }
     let parsed = ContractName::parse(name).map_err(anyhow::Error::msg)?;
     let contract = store
-        .contract(tenant, &parsed, None)
+        .contract(tenant, &parsed, version)
         .await?
-        .with_context(|| format!("the tenant has no contract {name:?}; register it first"))?;
+        .with_context(|| match version {
+            Some(v) => format!("the tenant has no contract {name:?} version {v}"),
+            None => format!("the tenant has no contract {name:?}; register it first"),
+        })?;
     Ok(Kind::Contract(Box::new(contract)))
 }
 
