@@ -114,6 +114,20 @@ impl ConsumerProcess {
             .collect()
     }
 
+    /// Waits until its log says it consumes (it has bound the durable and pulls); a
+    /// process started with [`ConsumerProcess::start_logged`].
+    async fn wait_until_consuming(&mut self) {
+        let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+        while self.log_events("consuming").is_empty() {
+            assert!(
+                self.running() && Instant::now() < deadline,
+                "the consumer never started consuming: {}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// SIGKILL: no drain, no acks, like a crash.
     fn kill(&mut self) {
         let _ = self.child.kill();
@@ -167,6 +181,16 @@ async fn assert_no_dead_letters(app: &TestApp) {
         "{}",
         dead.body
     );
+}
+
+/// The durable consumer's info as the server has it now.
+async fn durable_info(js: &jetstream::Context) -> jetstream::consumer::Info {
+    js.get_stream(STREAM)
+        .await
+        .expect("stream")
+        .consumer_info(DURABLE)
+        .await
+        .expect("consumer info")
 }
 
 /// Waits until the durable consumer has nothing pending and nothing awaiting an ack.
@@ -403,16 +427,8 @@ async fn two_consumer_processes_on_one_durable_store_each_message_once(backend: 
     ];
     // Both have bound the durable and are pulling before anything is published, so
     // the work is shared rather than all taken by whichever started first.
-    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
     for consumer in &mut consumers {
-        while consumer.log_events("consuming").is_empty() {
-            assert!(
-                consumer.running() && Instant::now() < deadline,
-                "the consumer never started consuming: {}",
-                consumer.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        consumer.wait_until_consuming().await;
     }
     publish_orders(&js, 120, 30).await;
     wait_for(&app, "all stored", |(stored, dups)| {
@@ -449,13 +465,7 @@ async fn sigterm_finishes_the_batch_in_flight_and_acks_it(backend: Backend) {
     // The server applies acks the process sent before it exited a moment later; with no
     // consumer left, unacked messages could only come back as pending, never drain.
     wait_until_drained(&js).await;
-    let info = js
-        .get_stream(STREAM)
-        .await
-        .expect("stream")
-        .consumer_info(DURABLE)
-        .await
-        .expect("consumer info");
+    let info = durable_info(&js).await;
     assert_eq!((info.num_pending, info.num_ack_pending), (0, 0));
     assert_eq!(info.ack_floor.stream_sequence, 20, "all acked before exit");
 }
@@ -472,23 +482,9 @@ async fn a_batch_held_longer_than_the_ack_wait_is_not_redelivered(backend: Backe
     wait_for(&app, "committed", |(stored, _)| stored == 20).await;
     // The first consumer now holds the batch for five ack waits; a second one pulls.
     let mut second = ConsumerProcess::start_logged(&app, &nats.url, &short);
-    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
-    while second.log_events("consuming").is_empty() {
-        assert!(
-            second.running() && Instant::now() < deadline,
-            "the second consumer never started: {}",
-            second.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    second.wait_until_consuming().await;
     wait_until_drained(&js).await;
-    let info = js
-        .get_stream(STREAM)
-        .await
-        .expect("stream")
-        .consumer_info(DURABLE)
-        .await
-        .expect("consumer info");
+    let info = durable_info(&js).await;
     assert_eq!(info.ack_floor.stream_sequence, 20);
     assert_eq!(counts(&app).await, (20, 0));
     assert!(
@@ -800,15 +796,7 @@ async fn sigterm_ends_a_nak_backoff_at_once(backend: Backend) {
     assert!(status.success(), "exit status {status}");
     assert!(took < Duration::from_secs(30), "SIGTERM took {took:?}");
     // Nak'd, neither acked nor terminated: still awaiting its ack, delivered once.
-    let consumer_info = || async {
-        js.get_stream(STREAM)
-            .await
-            .expect("stream")
-            .consumer_info(DURABLE)
-            .await
-            .expect("consumer info")
-    };
-    let info = consumer_info().await;
+    let info = durable_info(&js).await;
     let state = |info: &jetstream::consumer::Info| {
         (
             info.num_ack_pending,
@@ -826,7 +814,7 @@ async fn sigterm_ends_a_nak_backoff_at_once(backend: Backend) {
     let _next = ConsumerProcess::start(&app, &nats.url, &[], &[]);
     let ack_wait: u64 = ACK_WAIT_MS.parse().expect("ms");
     tokio::time::sleep(Duration::from_millis(ack_wait + 3_000)).await;
-    let info = consumer_info().await;
+    let info = durable_info(&js).await;
     assert_eq!(state(&info), (1, 0, 1, 0), "{info:?}");
     assert_no_dead_letters(&app).await;
 }

@@ -457,16 +457,7 @@ async fn serve_starts_while_another_process_holds_partition_maintenance() {
         "serve started after {:?}: it never waited for maintenance's lock",
         started.elapsed()
     );
-    let answer = app
-        .send(
-            app.client
-                .post(format!("{}/events/checkout_completed", server.address))
-                .bearer_auth(&app.key)
-                .json(&checkout_event("order_while_held")),
-        )
-        .await;
-    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-    assert_eq!(answer.body["status"], "inserted");
+    assert_inserted_through(&app, &server, "order_while_held").await;
 }
 
 /// A fresh database whose partitions another process is still creating (it holds the
@@ -508,12 +499,21 @@ async fn serve_waits_for_todays_partition_while_another_process_creates_it() {
         .await
         .expect("unlock");
     let server = start.await.expect("serve started");
+    assert_inserted_through(&app, &server, "order_after_the_wait").await;
+}
+
+/// Posts a new checkout event through `server` and checks it is stored.
+async fn assert_inserted_through(
+    app: &TestApp,
+    server: &crate::helpers::ServerProcess,
+    order: &str,
+) {
     let answer = app
         .send(
             app.client
                 .post(format!("{}/events/checkout_completed", server.address))
                 .bearer_auth(&app.key)
-                .json(&checkout_event("order_after_the_wait")),
+                .json(&checkout_event(order)),
         )
         .await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
