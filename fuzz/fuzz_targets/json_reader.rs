@@ -1,5 +1,6 @@
 //! The JSON reader on arbitrary bytes: never panics, whatever the depth, numbers or
-//! encoding; what it accepts is exactly what serde_json accepts with the number rule
+//! encoding; what it accepts is exactly what serde_json accepts (after a leading byte
+//! order mark, which it skips) with the number rule
 //! applied, and both entry points agree on every document.
 #![no_main]
 

@@ -157,6 +157,9 @@ fn parse_any_numbers(
     let text = std::str::from_utf8(bytes).map_err(|err| ParseError::InvalidUtf8 {
         offset: err.valid_up_to(),
     })?;
+    // A byte order mark is no part of the value (RFC 8259 lets a parser ignore it), and
+    // tools on Windows write one (PowerShell, Notepad's "UTF-8 with BOM"): skipped.
+    let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
     let depth_max = depth_max.min(DEPTH_MAX_CEILING);
     let failure = RefCell::new(None);
     let suspect_number = Cell::new(false);
@@ -416,6 +419,16 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_leading_byte_order_mark_is_no_part_of_the_value() {
+        let value = parse(b"\xEF\xBB\xBF{\"a\": 1}", 3).expect("parsed");
+        assert_eq!(value, serde_json::json!({"a": 1}));
+        // Only a leading one: inside a string it is data, elsewhere an error.
+        let inside = parse(b"[\"\xEF\xBB\xBFa\"]", 3).expect("parsed");
+        assert_eq!(inside[0], "\u{FEFF}a");
+        assert!(parse(b"[1,\xEF\xBB\xBF2]", 3).is_err());
+    }
 
     #[test]
     fn each_bad_input_gets_its_own_error() {
