@@ -106,7 +106,10 @@ impl WriteTenant {
     }
 
     /// A handler's whole answer: success as it is (it came from a batch that checked the
-    /// key), an error only after [`WriteTenant::confirm`].
+    /// key), an error only after [`WriteTenant::confirm`]. A server-side error (`5xx`:
+    /// the store busy or out of reach) tells a revoked key nothing of the tenant's, and
+    /// is answered as it is: confirming the key would wait for the same store again,
+    /// past the request's timeout.
     pub(crate) async fn settle<T>(
         &self,
         state: &AppState,
@@ -114,6 +117,7 @@ impl WriteTenant {
     ) -> Result<T, ApiError> {
         match answer {
             Ok(answer) => Ok(answer),
+            Err(err) if err.status_code().is_server_error() => Err(err),
             Err(err) => self.confirm(state, Err(err)).await,
         }
     }

@@ -399,7 +399,9 @@ async fn write_batch<F: Flush>(
         Ok(early) => early,
         // The statement may have committed before its answer was lost: judged again, the
         // batch's own rows would be answered (and counted) as duplicates of themselves.
-        Err(err) if err.outcome_unknown() => return answer_all_failed(replies, err),
+        // A database out of reach, or a wait for a lock or a connection given up, would
+        // only be met again by the transaction below, one wait after the other.
+        Err(err) if futile_to_write_again(&err) => return answer_all_failed(replies, err),
         // Any other failure stored nothing (one statement): the transaction below meets
         // the same error and writes the items one by one.
         Err(err) => {
@@ -435,20 +437,28 @@ async fn write_batch<F: Flush>(
             }
         }
         // One item has no other to spare; a commit whose answer was lost may have stored
-        // the batch, which the items written again would each meet as a duplicate.
-        Err(err) if items.len() == 1 || err.outcome_unknown() => answer_all_failed(replies, err),
-        // The store waited its bound for a lock or a connection: each item alone would
-        // wait as long again, one after the other, past its request's timeout. Every
-        // request is answered busy (503, retry shortly) at once; nothing was written.
-        Err(err) if err.waited_out() => answer_all_failed(replies, err),
+        // the batch, which the items written again would each meet as a duplicate; and
+        // a database out of reach or a wait given up would be met by each item alone,
+        // one wait after the other, past its request's timeout. Every request is
+        // answered the error (503, retry) at once.
+        Err(err) if items.len() == 1 || futile_to_write_again(&err) => {
+            answer_all_failed(replies, err)
+        }
         Err(err) => {
             tracing::warn!(error = %err, items = items.len(), "group commit batch failed; writing its items one by one");
-            for (item, reply) in items.iter().zip(replies) {
+            let mut replies = replies.into_iter();
+            for item in &items {
+                let Some(reply) = replies.next() else { break };
                 let answer = match write_in_one_tx(store, flush, std::slice::from_ref(item)).await {
                     Ok(mut answers) => answers
                         .pop()
                         .ok_or_else(|| ApiError::internal("store returned no outcome"))
                         .and_then(|a| answered(lookups, item.0.as_ref(), a)),
+                    Err(err) if futile_to_write_again(&err) => {
+                        // The rest would meet it too: answered with it now.
+                        let rest: Vec<_> = std::iter::once(reply).chain(replies).collect();
+                        return answer_all_failed(rest, err);
+                    }
                     Err(err) => Err(err.into()),
                 };
                 answer_item(flush, &item.1, reply, answer);
@@ -468,6 +478,14 @@ fn answer_item<F: Flush>(
     if let Err(Ok(unheard)) = reply.send(answer) {
         flush.count_unheard(item, &unheard);
     }
+}
+
+/// Whether writing the batch again (in a transaction, or item by item) could only meet
+/// `err` again or count rows as duplicates of themselves: the database out of reach or
+/// its answer lost ([`StoreError::database_unavailable`]), a wait for a lock or a
+/// connection given up ([`StoreError::waited_out`]).
+fn futile_to_write_again(err: &StoreError) -> bool {
+    err.database_unavailable() || err.waited_out()
 }
 
 /// Answers every reply with `err` (a 5xx): what a request written on its own would be

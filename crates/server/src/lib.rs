@@ -68,7 +68,19 @@ pub async fn serve(
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let partitions_ready = partitions_at_start(&store, &config.dedupe_horizon).await;
+    // The stop signal is watched from now on: a server still waiting for its partitions
+    // at start stops at once instead of serving first.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let Some(partitions_ready) =
+        partitions_at_start(&store, &config.dedupe_horizon, stopping.clone()).await
+    else {
+        tracing::info!("stopped before serving");
+        return Ok(());
+    };
     metrics::install(config.metrics.enabled).map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(&config.listen).await?;
     let metrics_listener = match &config.metrics.listen {
@@ -115,7 +127,8 @@ pub async fn serve(
     // The dispatcher stops when the server does, its round overlapping the drain of the
     // connections (and when the listener fails, by the sender's drop).
     let shutdown = async move {
-        shutdown.await;
+        let mut stopping = stopping;
+        let _ = stopping.wait_for(|stop| *stop).await;
         let _ = stop_dispatch.send(true);
     };
     let served = listener::serve(listener, router(state), limits, shutdown).await;
@@ -159,20 +172,31 @@ async fn maintain_partitions_once(
 /// creating, oldest day first), the server waits for them, up to
 /// [`PARTITIONS_START_WAIT`]: answering before would refuse every event of now as
 /// outside the horizon, a `422` the client does not retry.
-async fn partitions_at_start(store: &Store, horizon: &traqlyte_store::DedupeHorizon) -> bool {
+/// `None` when the stop signal came first.
+async fn partitions_at_start(
+    store: &Store,
+    horizon: &traqlyte_store::DedupeHorizon,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Option<bool> {
     let deadline = std::time::Instant::now() + PARTITIONS_START_WAIT;
-    loop {
-        let err = match maintain_partitions_once(store, horizon).await {
-            Ok(()) => return true,
-            Err(err) => err,
-        };
-        let live = store.live_partitions_ready(traqlyte_store::now_us()).await;
-        if matches!(live, Ok(true)) || std::time::Instant::now() >= deadline {
-            tracing::error!(error = %err, "partition maintenance failed at start; serving with the partitions that exist and retrying in a minute");
-            return false;
+    let waiting = async {
+        loop {
+            let err = match maintain_partitions_once(store, horizon).await {
+                Ok(()) => return true,
+                Err(err) => err,
+            };
+            let live = store.live_partitions_ready(traqlyte_store::now_us()).await;
+            if matches!(live, Ok(true)) || std::time::Instant::now() >= deadline {
+                tracing::error!(error = %err, "partition maintenance failed at start; serving with the partitions that exist and retrying in a minute");
+                return false;
+            }
+            tracing::warn!(error = %err, "today's partition does not exist yet (another process may be creating the partitions); waiting before serving");
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
-        tracing::warn!(error = %err, "today's partition does not exist yet (another process may be creating the partitions); waiting before serving");
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
+    tokio::select! {
+        ready = waiting => Some(ready),
+        _ = stopping.wait_for(|stop| *stop) => None,
     }
 }
 
@@ -265,9 +289,10 @@ async fn semantic_scans(state: AppState, every_ms: u64) {
     let fresh_within_us = i64::try_from(every_ms.max(1_000))
         .unwrap_or(i64::MAX)
         .saturating_mul(900);
+    let mut own = OwnScans::default();
     loop {
         ticker.tick().await;
-        if let Err(err) = semantic_scan_all(&state.store, fresh_within_us).await {
+        if let Err(err) = semantic_scan_all(&state.store, fresh_within_us, &mut own).await {
             tracing::warn!(error = %err, "semantic-duplicate scan failed");
         }
     }
@@ -276,11 +301,13 @@ async fn semantic_scans(state: AppState, every_ms: u64) {
 /// One pass of `semantic_scans`. A contract whose scan fails (its payloads trip the
 /// database) is logged and skipped, so it never keeps the pass from the contracts and
 /// tenants after it; the pass then answers the first such error. A contract version
-/// whose stored scan is younger than `fresh_within_us` (0: none is) is skipped: another
-/// process scanned it.
+/// whose stored scan is younger than `fresh_within_us` (0: none is) and is not one of
+/// `own` (the scans this process saved, kept across passes) is skipped: another process
+/// scanned it.
 pub async fn semantic_scan_all(
     store: &Store,
     fresh_within_us: i64,
+    own: &mut OwnScans,
 ) -> Result<(), traqlyte_store::StoreError> {
     let mut first_error = None;
     let mut after: Option<traqlyte_store::TenantId> = None;
@@ -292,12 +319,22 @@ pub async fn semantic_scan_all(
             break;
         };
         for tenant in &page {
-            scan_tenant(store, tenant, fresh_within_us, &mut first_error).await?;
+            scan_tenant(
+                store,
+                tenant,
+                (fresh_within_us, &mut *own),
+                &mut first_error,
+            )
+            .await?;
         }
         after = Some(last);
     }
     first_error.map_or(Ok(()), Err)
 }
+
+/// The semantic scans this process saved, by (tenant, contract, version): when each was
+/// taken. A stored scan that is one of them is this process's own, not another's.
+pub type OwnScans = std::collections::HashMap<(String, String, u32), i64>;
 
 /// Tenants read per page by [`semantic_scan_all`].
 const SEMANTIC_SCAN_TENANTS_PAGE: u32 = 1_000;
@@ -308,7 +345,7 @@ const SEMANTIC_SCAN_TENANTS_PAGE: u32 = 1_000;
 async fn scan_tenant(
     store: &Store,
     tenant: &traqlyte_store::TenantId,
-    fresh_within_us: i64,
+    (fresh_within_us, own): (i64, &mut OwnScans),
     first_error: &mut Option<traqlyte_store::StoreError>,
 ) -> Result<(), traqlyte_store::StoreError> {
     // A tenant whose contracts cannot be read (a stored one no longer parses) is logged
@@ -332,7 +369,14 @@ async fn scan_tenant(
         })
         .map(|(_, c)| c);
     for contract in latest {
-        if fresh_within_us > 0 && scanned_recently(store, tenant, contract, fresh_within_us).await {
+        let key = (
+            tenant.as_str().to_string(),
+            contract.name().as_str().to_string(),
+            contract.version(),
+        );
+        if fresh_within_us > 0
+            && scanned_elsewhere(store, tenant, contract, fresh_within_us, own.get(&key)).await
+        {
             continue;
         }
         let scope = traqlyte_store::SemanticScope {
@@ -361,17 +405,20 @@ async fn scan_tenant(
             );
         }
         store.save_semantic_scan(tenant, &scan).await?;
+        own.insert(key, scan.scanned_at_us);
     }
     Ok(())
 }
 
 /// Whether the tenant's stored scan of this contract version is younger than
-/// `within_us`. A store error says no: the scan is then done, as before.
-async fn scanned_recently(
+/// `within_us` and not this process's own (`own_at`, when it saved one). A store error
+/// says no: the scan is then done, as before.
+async fn scanned_elsewhere(
     store: &Store,
     tenant: &traqlyte_store::TenantId,
     contract: &traqlyte_identity::Contract,
     within_us: i64,
+    own_at: Option<&i64>,
 ) -> bool {
     let Ok(scans) = store
         .semantic_scans(tenant, Some(contract.name().as_str()))
@@ -381,7 +428,9 @@ async fn scanned_recently(
     };
     let now = traqlyte_store::now_us();
     scans.iter().any(|scan| {
-        scan.version == contract.version() && now.saturating_sub(scan.scanned_at_us) < within_us
+        scan.version == contract.version()
+            && own_at != Some(&scan.scanned_at_us)
+            && now.saturating_sub(scan.scanned_at_us) < within_us
     })
 }
 

@@ -303,10 +303,17 @@ async fn not_found(request: Request) -> ApiError {
 async fn json_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
+    }
+    if status == StatusCode::UNAUTHORIZED && is_tracking_path(&path) {
+        // The tracking routes take HTTP Basic (the write key as user name), not Bearer.
+        response.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"traqlyte\""),
+        );
     }
     if let Some(InternalCause(cause)) = response.extensions().get::<InternalCause>() {
         tracing::error!(%method, %path, status = status.as_u16(), error = %cause, "request failed");

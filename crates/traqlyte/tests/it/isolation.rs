@@ -291,7 +291,7 @@ async fn own_lists(app: &TestApp, b: &str, a: &Owned) {
         "/webhooks",
     );
     // A's scan is listed for A (a pass was run over every tenant), never for B.
-    traqlyte_server::semantic_scan_all(&app.store, 0)
+    traqlyte_server::semantic_scan_all(&app.store, 0, &mut Default::default())
         .await
         .expect("a scan pass");
     let own = call(app, &app.key, Method::GET, "/ops/semantic-duplicates", None).await;

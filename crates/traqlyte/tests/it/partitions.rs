@@ -476,12 +476,37 @@ async fn serve_waits_for_todays_partition_while_another_process_creates_it() {
     let url = app.database_url().to_string();
     let start =
         tokio::task::spawn_blocking(move || crate::helpers::ServerProcess::start(&url, &[]));
-    // Two of its maintenance runs give up on the lock (5 s each) meanwhile.
+    // A second server waiting the same way stops at SIGTERM, without serving first.
+    let mut stopped = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["serve", "--database-url", app.database_url()])
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    // Two of the first server's maintenance runs give up on the lock (5 s each) meanwhile.
     tokio::time::sleep(std::time::Duration::from_secs(8)).await;
     assert!(
         !start.is_finished(),
         "serve answered before today's partition existed"
     );
+    crate::helpers::sigterm(&stopped);
+    let asked = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = stopped.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            asked.elapsed() < std::time::Duration::from_secs(10),
+            "a waiting server ignored SIGTERM"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "{status}");
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut stopped.stdout.take().expect("stdout"), &mut printed)
+        .expect("read stdout");
+    assert!(printed.is_empty(), "it served: {printed}");
     for day in [today, today + 1] {
         let create = format!(
             "CREATE TABLE {} PARTITION OF events FOR VALUES FROM ({day}) TO ({})",

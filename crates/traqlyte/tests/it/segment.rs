@@ -431,6 +431,11 @@ async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(
     .expect("POST");
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(refused.headers()["access-control-allow-origin"], "*");
+    // Its challenge names the scheme the tracking routes take.
+    assert_eq!(
+        refused.headers()["www-authenticate"],
+        "Basic realm=\"traqlyte\""
+    );
     // A preflight (JSON body, Basic auth) is answered for POST with the headers asked.
     for path in ["/v1/track", "/v1/t", "/v1/b", "/v1/batch", "/v1/import"] {
         let preflight = app

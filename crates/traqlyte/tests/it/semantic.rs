@@ -33,21 +33,28 @@ async fn a_periodic_pass_skips_a_scan_another_process_saved_recently(backend: Ba
         let listed = app.get("/ops/semantic-duplicates").await;
         listed.body["scans"][0]["scanned_at"].clone()
     };
-    traqlyte_server::semantic_scan_all(&app.store, 0)
+    traqlyte_server::semantic_scan_all(&app.store, 0, &mut Default::default())
         .await
         .expect("first pass");
     let first = scanned_at().await;
     assert!(first.is_string(), "{first}");
     // Another server's pass within the minute: skipped.
-    traqlyte_server::semantic_scan_all(&app.store, 60_000_000)
+    traqlyte_server::semantic_scan_all(&app.store, 60_000_000, &mut Default::default())
         .await
         .expect("second pass");
     assert_eq!(scanned_at().await, first);
     // A pass with no such bound (the CLI's, or one an interval later) scans again.
-    traqlyte_server::semantic_scan_all(&app.store, 0)
+    let mut own = traqlyte_server::OwnScans::default();
+    traqlyte_server::semantic_scan_all(&app.store, 0, &mut own)
         .await
         .expect("third pass");
-    assert_ne!(scanned_at().await, first);
+    let third = scanned_at().await;
+    assert_ne!(third, first);
+    // A process's own scan, however young, is not another's: its next pass scans again.
+    traqlyte_server::semantic_scan_all(&app.store, 60_000_000, &mut own)
+        .await
+        .expect("fourth pass");
+    assert_ne!(scanned_at().await, third);
 }
 
 /// Version 1 holds `/emitted_at`, the client's send time, among its identity fields: the
@@ -301,7 +308,7 @@ async fn a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_o
         "UPDATE contracts SET definition = 'not a contract' WHERE tenant_id = '{broken}'"
     ))
     .await;
-    let pass = traqlyte_server::semantic_scan_all(&app.store, 0).await;
+    let pass = traqlyte_server::semantic_scan_all(&app.store, 0, &mut Default::default()).await;
     assert!(
         pass.is_err(),
         "the broken tenant's error is the pass's answer"

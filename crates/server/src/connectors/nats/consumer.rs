@@ -348,21 +348,25 @@ fn progress_interval(ack_wait: Duration) -> Duration {
 /// takes longer than the ack wait (a lock wait, a slow disk) is not redelivered to
 /// another consumer meanwhile, to be stored again as duplicates. A message acked
 /// before a report is not affected by it.
+///
+/// The reports are a future of their own, polled beside `work`: a report waiting for
+/// room in the client's queue (the NATS server unreachable) never holds the work up.
 async fn in_progress<T>(messages: &[Message], every: Duration, work: impl Future<Output = T>) -> T {
-    tokio::pin!(work);
-    let mut reports = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            out = &mut work => return out,
-            _ = reports.tick() => {
-                for message in messages {
-                    if let Err(err) = message.ack_with(AckKind::Progress).await {
-                        tracing::debug!(error = %err, "progress report failed; the message may be redelivered and absorbed as a duplicate");
-                    }
+    let reporting = async {
+        let mut reports = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            reports.tick().await;
+            for message in messages {
+                if let Err(err) = message.ack_with(AckKind::Progress).await {
+                    tracing::debug!(error = %err, "progress report failed; the message may be redelivered and absorbed as a duplicate");
                 }
             }
         }
+    };
+    tokio::select! {
+        out = work => out,
+        never = reporting => never,
     }
 }
 
