@@ -372,6 +372,32 @@ async fn start_session(
 }
 
 /// The answer that starts a stored session: its cookie, and a redirect to `next`.
+/// Whether the proxy in front says the browser spoke HTTPS: the first (the browser's)
+/// entry of `X-Forwarded-Proto` (`https`, or `https, http` through two proxies) or the
+/// `proto` of the first element of the standard `Forwarded` (RFC 7239,
+/// `for=…;proto=https`).
+fn browser_spoke_https(headers: &HeaderMap) -> bool {
+    let first = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(str::trim)
+    };
+    let forwarded_proto = first("forwarded").and_then(|element| {
+        element.split(';').find_map(|pair| {
+            let (key, value) = pair.trim().split_once('=')?;
+            key.trim()
+                .eq_ignore_ascii_case("proto")
+                .then(|| value.trim().trim_matches('"'))
+        })
+    });
+    [first("x-forwarded-proto"), forwarded_proto]
+        .into_iter()
+        .flatten()
+        .any(|proto| proto.eq_ignore_ascii_case("https"))
+}
+
 fn session_started(
     grant: &UiGrant,
     token: UiToken,
@@ -381,10 +407,7 @@ fn session_started(
     tracing::info!(tenant = %grant.tenant(), "ui session started");
     // `Secure` when a TLS-terminating proxy says the browser spoke HTTPS; the server
     // itself speaks plain HTTP, where a `Secure` cookie would never come back.
-    let https = headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    let https = browser_spoke_https(headers);
     let cookie = format!(
         "{SESSION_COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}{}",
         token.expose(),
@@ -520,6 +543,30 @@ impl IntoResponse for UiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn https_is_read_from_either_proxy_header() {
+        let cases: [(&[(&str, &str)], bool); 8] = [
+            (&[("x-forwarded-proto", "https")], true),
+            (&[("x-forwarded-proto", "HTTPS, http")], true),
+            (&[("x-forwarded-proto", "http, https")], false),
+            (
+                &[("forwarded", "for=192.0.2.60;proto=https;by=203.0.113.43")],
+                true,
+            ),
+            (&[("forwarded", "proto=\"https\", proto=http")], true),
+            (&[("forwarded", "for=192.0.2.60;proto=http")], false),
+            (&[("forwarded", "for=\"[2001:db8::1]\"")], false),
+            (&[], false),
+        ];
+        for (pairs, expected) in cases {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, HeaderValue::from_str(value).expect("a value"));
+            }
+            assert_eq!(browser_spoke_https(&headers), expected, "{pairs:?}");
+        }
+    }
 
     #[test]
     fn next_pages_stay_inside_the_ui() {
