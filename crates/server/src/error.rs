@@ -119,13 +119,18 @@ impl ApiError {
 
     /// An opaque 500 whose cause is logged, not sent.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
-        let mut err = ApiError::new(
+        ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "internal error; the cause is in the server log",
-        );
-        err.cause = Some(cause.to_string());
-        err
+        )
+        .with_cause(cause)
+    }
+
+    /// The same error with `cause` logged (by the JSON-error layer), never sent.
+    fn with_cause(mut self, cause: impl std::fmt::Display) -> Self {
+        self.cause = Some(cause.to_string());
+        self
     }
 
     /// The same error with status `to` where its status is `from`: for a route whose
@@ -323,22 +328,16 @@ impl From<StoreError> for ApiError {
             // client may retry, not a bug of ours. A write whose connection failed may
             // have committed before its answer was lost; resending it is safe, the store
             // absorbs the duplicate.
-            other if other.database_unavailable() => {
-                let mut err = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "database_unavailable",
-                    "the connection to the database failed under this request; a write may or may not have been stored, and sending it again is safe",
-                );
-                err.cause = Some(other.to_string());
-                err
-            }
-            other if other.is_busy() => {
-                let mut err = ApiError::store_busy(
-                    "the database is busy or unreachable (a lock held by another writer, every connection in use, or no connection to be had); nothing was written, retry shortly",
-                );
-                err.cause = Some(other.to_string());
-                err
-            }
+            other if other.database_unavailable() => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the connection to the database failed under this request; a write may or may not have been stored, and sending it again is safe",
+            )
+            .with_cause(other),
+            other if other.is_busy() => ApiError::store_busy(
+                "the database is busy or unreachable (a lock held by another writer, every connection in use, or no connection to be had); nothing was written, retry shortly",
+            )
+            .with_cause(other),
             other => ApiError::internal(other),
         }
     }

@@ -489,7 +489,8 @@ fn futile_to_write_again(err: &StoreError) -> bool {
 }
 
 /// Answers every reply with `err` (a 5xx): what a request written on its own would be
-/// answered for the same failure (a lost connection, a store that waited out its bound). A client's retry then finds its row, or not.
+/// answered for the same failure (a lost connection, a store that waited out its bound).
+/// A client's retry then finds its row, or not.
 fn answer_all_failed<A>(replies: Vec<oneshot::Sender<Result<A, ApiError>>>, err: StoreError) {
     if err.outcome_unknown() {
         tracing::warn!(error = %err, items = replies.len(), "group commit batch lost its connection; its outcome is unknown, every request answered with the error");

@@ -280,13 +280,14 @@ async fn fold_unit_metrics(state: AppState) {
 /// result for `GET /ops/semantic-duplicates`. One scan at a time: a run longer than the
 /// interval delays the next instead of overlapping it.
 async fn semantic_scans(state: AppState, every_ms: u64) {
-    let mut ticker = tokio::time::interval(std::time::Duration::from_millis(every_ms.max(1_000)));
+    let every_ms = every_ms.max(1_000);
+    let mut ticker = tokio::time::interval(std::time::Duration::from_millis(every_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
     // A scan another server saved within most of an interval is not done again: every
     // process runs this task, and N full scans per interval would cost N times the reads
     // and raise N times the warnings.
-    let fresh_within_us = i64::try_from(every_ms.max(1_000))
+    let fresh_within_us = i64::try_from(every_ms)
         .unwrap_or(i64::MAX)
         .saturating_mul(900);
     let mut own = OwnScans::default();
@@ -319,13 +320,7 @@ pub async fn semantic_scan_all(
             break;
         };
         for tenant in &page {
-            scan_tenant(
-                store,
-                tenant,
-                (fresh_within_us, &mut *own),
-                &mut first_error,
-            )
-            .await?;
+            scan_tenant(store, tenant, fresh_within_us, own, &mut first_error).await?;
         }
         after = Some(last);
     }
@@ -345,7 +340,8 @@ const SEMANTIC_SCAN_TENANTS_PAGE: u32 = 1_000;
 async fn scan_tenant(
     store: &Store,
     tenant: &traqlyte_store::TenantId,
-    (fresh_within_us, own): (i64, &mut OwnScans),
+    fresh_within_us: i64,
+    own: &mut OwnScans,
     first_error: &mut Option<traqlyte_store::StoreError>,
 ) -> Result<(), traqlyte_store::StoreError> {
     // A tenant whose contracts cannot be read (a stored one no longer parses) is logged

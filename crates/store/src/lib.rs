@@ -187,14 +187,13 @@ impl StoreError {
     pub fn waited_out(&self) -> bool {
         match self {
             StoreError::Database(sqlx::Error::PoolTimedOut) => true,
+            StoreError::Database(sqlx::Error::Database(db))
+                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() =>
+            {
+                self.is_busy()
+            }
             StoreError::Database(sqlx::Error::Database(db)) => {
-                let code = db.code();
-                let code = code.as_deref().unwrap_or_default();
-                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-                    self.is_busy()
-                } else {
-                    code == "55P03"
-                }
+                db.code().as_deref() == Some("55P03")
             }
             _ => false,
         }
@@ -282,6 +281,13 @@ enum Backend {
     Postgres(postgres::PgStore),
 }
 
+/// The scheme of a URL that is neither PostgreSQL's nor `sqlite://` (a bare path or a
+/// `sqlite:` URL has none): one [`Store::connect`] refuses.
+pub(crate) fn unsupported_scheme(url: &str) -> Option<&str> {
+    let (scheme, _) = url.split_once("://")?;
+    (!is_postgres_url(url) && !url.starts_with("sqlite://")).then_some(scheme)
+}
+
 /// Whether `url` names a PostgreSQL server (`postgres://` or `postgresql://`, in any
 /// case, as URL schemes are).
 pub fn is_postgres_url(url: &str) -> bool {
@@ -298,10 +304,7 @@ impl Store {
         let url = config.database_url.as_str();
         let backend = if is_postgres_url(url) {
             Backend::Postgres(postgres::PgStore::connect(config).await?)
-        } else if let Some((scheme, _)) = url
-            .split_once("://")
-            .filter(|_| !url.starts_with("sqlite://"))
-        {
+        } else if let Some(scheme) = unsupported_scheme(url) {
             return Err(StoreError::UnsupportedUrl(format!(
                 "scheme {scheme:?}; use a SQLite file path, sqlite://PATH or postgres://…"
             )));

@@ -40,8 +40,8 @@ fn file_of(options: &SqliteConnectOptions) -> std::path::PathBuf {
 /// The database file a SQLite URL or path names: `None` for PostgreSQL and in-memory
 /// databases. For a command that must not create one where none is.
 pub fn database_file(url: &str) -> Option<std::path::PathBuf> {
-    // Another scheme is PostgreSQL's or one `Store::connect` refuses; either way no file.
-    if crate::is_postgres_url(url) || (url.contains("://") && !url.starts_with("sqlite:")) {
+    // PostgreSQL's, or a scheme `Store::connect` refuses: either way no file.
+    if crate::is_postgres_url(url) || crate::unsupported_scheme(url).is_some() {
         return None;
     }
     let (options, in_memory) = parse(url).ok()?;

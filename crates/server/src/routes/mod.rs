@@ -149,11 +149,7 @@ fn query_refusal(status: StatusCode, message: &str) -> Option<ApiError> {
         return None;
     }
     // A path segment that is not UTF-8 once decoded (`/contracts/%FF`).
-    if let Some(name) = message
-        .strip_prefix("Invalid URL: Invalid UTF-8 in `")
-        .and_then(|rest| rest.strip_suffix('`'))
-        .filter(|name| is_parameter_name(name))
-    {
+    if let Some(name) = backticked_name(message, "Invalid URL: Invalid UTF-8 in `") {
         return Some(ApiError::invalid_parameter(
             name,
             format!("path parameter {name} is not valid UTF-8 once percent-decoded"),
@@ -161,11 +157,7 @@ fn query_refusal(status: StatusCode, message: &str) -> Option<ApiError> {
     }
     let rest = message.strip_prefix("Failed to deserialize query string: ")?;
     // `?version=1&version=2`.
-    if let Some(name) = rest
-        .strip_prefix("duplicate field `")
-        .and_then(|rest| rest.strip_suffix('`'))
-        .filter(|name| is_parameter_name(name))
-    {
+    if let Some(name) = backticked_name(rest, "duplicate field `") {
         return Some(ApiError::invalid_parameter(
             name,
             format!("query parameter {name} is given more than once"),
@@ -174,6 +166,14 @@ fn query_refusal(status: StatusCode, message: &str) -> Option<ApiError> {
     let (field, reason) = rest.split_once(": ")?;
     is_parameter_name(field)
         .then(|| ApiError::invalid_parameter(field, format!("query parameter {field}: {reason}")))
+}
+
+/// The parameter name of a message that is `prefix`, the name, then a closing backtick.
+fn backticked_name<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
+    message
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_suffix('`'))
+        .filter(|name| is_parameter_name(name))
 }
 
 /// Whether a name taken from axum's message is one of our parameters' names (letters,
