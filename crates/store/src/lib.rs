@@ -89,7 +89,7 @@ pub use sources::{
 pub use supersessions::{SupersedeOutcome, Supersession};
 pub use tenants::{ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
 pub use tx::StoreTx;
-pub use ui_tokens::{UiGrant, UiToken, UiTokenKind};
+pub use ui_tokens::{UiGrant, UiTenant, UiToken, UiTokenKind};
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,6 @@
 //! API key: it exchanges the key (or a login link minted with it) for a random session
 //! token that expires, can be revoked, and is stored only as its SHA-256.
 
-use sqlx::Row;
 use traqlyte_identity::sha256_hex;
 
 use crate::clock::store_now_us;
@@ -85,13 +84,24 @@ impl UiGrant {
     }
 }
 
-/// A live session's tenant, its key not revoked; live on the store's clock.
-macro_rules! session_tenant {
+/// The tenant a live UI token stands for, with its name for pages to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UiTenant {
+    /// The tenant.
+    pub id: TenantId,
+    /// Its name (`tenant create NAME`).
+    pub name: String,
+}
+
+/// The tenant (id and name) of a live token of a kind (`$2`), its key not revoked; live on
+/// the store's clock.
+macro_rules! token_tenant {
     ($backend:ident) => {
         concat!(
-            "SELECT t.tenant_id FROM ui_tokens t
+            "SELECT t.tenant_id, n.name FROM ui_tokens t
              JOIN api_keys k ON k.key_hash = t.key_hash AND k.tenant_id = t.tenant_id
-             WHERE t.token_hash = $1 AND t.kind = 'session' AND k.revoked_at_us IS NULL
+             JOIN tenants n ON n.tenant_id = t.tenant_id
+             WHERE t.token_hash = $1 AND t.kind = $2 AND k.revoked_at_us IS NULL
                AND t.expires_at_us > ",
             store_now_us!($backend)
         )
@@ -109,8 +119,8 @@ macro_rules! consume_login {
     };
 }
 
-const PG_SESSION_TENANT: &str = session_tenant!(postgres);
-const SQLITE_SESSION_TENANT: &str = session_tenant!(sqlite);
+const PG_TOKEN_TENANT: &str = token_tenant!(postgres);
+const SQLITE_TOKEN_TENANT: &str = token_tenant!(sqlite);
 const PG_CONSUME_LOGIN: &str = consume_login!(postgres);
 const SQLITE_CONSUME_LOGIN: &str = consume_login!(sqlite);
 
@@ -151,18 +161,25 @@ impl Store {
         Ok((token, expires_at_us))
     }
 
-    /// The tenant of a live session token whose API key still works.
-    pub async fn ui_session_tenant(&self, token: &UiToken) -> Result<Option<TenantId>, StoreError> {
-        let sql = self.by_backend(PG_SESSION_TENANT, SQLITE_SESSION_TENANT);
+    /// The tenant of a live token of `kind` whose API key still works: a session's, for
+    /// every page; a login link's, read without using it up, to tell a browser already
+    /// logged in whose tenant the link would put it in.
+    pub async fn ui_token_tenant(
+        &self,
+        token: &UiToken,
+        kind: UiTokenKind,
+    ) -> Result<Option<UiTenant>, StoreError> {
+        let sql = self.by_backend(PG_TOKEN_TENANT, SQLITE_TOKEN_TENANT);
         with_pool!(self, reader, |pool| {
-            let row = sqlx::query(sql)
+            let row: Option<(String, String)> = sqlx::query_as(sql)
                 .bind(token.hash())
+                .bind(kind.as_str())
                 .fetch_optional(pool)
                 .await?;
-            Ok(row
-                .map(|r| r.try_get::<String, _>(0))
-                .transpose()?
-                .map(TenantId::from_stored))
+            Ok(row.map(|(id, name)| UiTenant {
+                id: TenantId::from_stored(id),
+                name,
+            }))
         })
     }
 

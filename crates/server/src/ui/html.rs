@@ -142,8 +142,20 @@ impl Render for Px {
     }
 }
 
+/// What a page's header shows of who is looking.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Viewer<'a> {
+    /// Nobody logged in: no navigation.
+    Anonymous,
+    /// A session whose tenant this page does not know (an error page): navigation only.
+    LoggedIn,
+    /// A session of the tenant named: navigation and the name, so a browser put into
+    /// another tenant's session (a login link someone else minted) shows it on every page.
+    Tenant(&'a str),
+}
+
 /// A whole page: the layout around `body`, with the inline style sheet.
-pub(crate) fn page(title: &str, logged_in: bool, body: Markup) -> String {
+pub(crate) fn page(title: &str, viewer: Viewer<'_>, body: Markup) -> String {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -157,8 +169,11 @@ pub(crate) fn page(title: &str, logged_in: bool, body: Markup) -> String {
             body {
                 header {
                     a.brand href="/ui/campaigns" { "TraqLyte" }
-                    @if logged_in {
+                    @if !matches!(viewer, Viewer::Anonymous) {
                         nav {
+                            @if let Viewer::Tenant(name) = viewer {
+                                span.tenant data-field="tenant" { "Tenant " b { (name) } }
+                            }
                             a href="/ui/campaigns" { "Campaigns" }
                             " "
                             a href="/ui/ops" { "Operations" }
@@ -183,8 +198,9 @@ const STYLE: &str = "
 body{margin:0;font:16px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:var(--ink);background:var(--bg)}
 header{display:flex;align-items:center;justify-content:space-between;padding:.6rem 1.5rem;background:#fff;border-bottom:1px solid var(--line)}
 header .brand{font-weight:700;color:var(--ink);text-decoration:none}
-nav{display:flex;gap:1rem;align-items:center}
+nav{display:flex;flex-wrap:wrap;gap:1rem;align-items:center;min-width:0}
 nav form{margin:0}
+nav .tenant{color:var(--muted);overflow-wrap:anywhere}
 main{max-width:1280px;margin:0 auto;padding:1.5rem}
 h1{font-size:1.6rem;margin:.2rem 0;overflow-wrap:anywhere}
 h2{font-size:1.25rem;margin:0 0 .5rem;overflow-wrap:anywhere}
@@ -281,7 +297,7 @@ mod tests {
 
     #[test]
     fn titles_are_text() {
-        let html = page("<b>x</b>", false, html! { p { "body" } });
+        let html = page("<b>x</b>", Viewer::Anonymous, html! { p { "body" } });
         assert!(html.contains("<title>&lt;b&gt;x&lt;/b&gt; · TraqLyte</title>"));
         assert!(html.starts_with("<!DOCTYPE html>"));
     }

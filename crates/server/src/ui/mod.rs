@@ -22,6 +22,8 @@ mod html;
 pub(crate) mod ops;
 mod pages;
 
+use pages::LinkAsk;
+
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, HOST, LOCATION, ORIGIN,
@@ -34,7 +36,7 @@ use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde::{Deserialize, Serialize};
 use traqlyte_identity::format_rfc3339_micros;
-use traqlyte_store::{ApiKey, TenantId, UiGrant, UiToken, UiTokenKind};
+use traqlyte_store::{ApiKey, TenantId, UiGrant, UiTenant, UiToken, UiTokenKind};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::InternalCause;
@@ -91,9 +93,11 @@ async fn ui_root_slash() -> Response {
     see_other(DEFAULT_PAGE)
 }
 
-/// The tenant of a request that carries a live session cookie.
+/// The tenant of a request that carries a live session cookie, with its name for the
+/// page header.
 pub(crate) struct UiSession {
     tenant: TenantId,
+    tenant_name: String,
 }
 
 impl FromRequestParts<AppState> for UiSession {
@@ -109,8 +113,15 @@ impl FromRequestParts<AppState> for UiSession {
         let Some(token) = session_cookie(&parts.headers) else {
             return Err(to_login());
         };
-        match state.store.ui_session_tenant(&token).await {
-            Ok(Some(tenant)) => Ok(UiSession { tenant }),
+        match state
+            .store
+            .ui_token_tenant(&token, UiTokenKind::Session)
+            .await
+        {
+            Ok(Some(tenant)) => Ok(UiSession {
+                tenant: tenant.id,
+                tenant_name: tenant.name,
+            }),
             Ok(None) => Err(to_login()),
             Err(err) => Err(UiError(err.into()).into_response()),
         }
@@ -147,7 +158,7 @@ pub(crate) struct LoginToken {
 
 /// `GET /ui/login`: the form, or with `?token=` the exchange of a login link.
 #[utoipa::path(get, path = "/ui/login", tag = "ui", params(LoginQuery),
-    responses((status = 200, description = "the login form", content_type = "text/html", body = String),
+    responses((status = 200, description = "the login form; or, for a login link opened from another site or in a browser logged in to another tenant, a page naming the link's tenant with a button that uses it", content_type = "text/html", body = String),
         (status = 303, description = "a login link used: to `next`, with the session cookie"),
         (status = "4XX", description = "an HTML error page"),
         (status = "5XX", description = "an HTML error page")))]
@@ -164,12 +175,62 @@ async fn login_page(
     // (login CSRF from another site or a sibling subdomain, and link scanners that would
     // use up the single-use link).
     if !opened_here(&headers) {
+        let tenant = link_tenant(&state, &text).await?;
         return Ok(html_response(
             StatusCode::OK,
-            pages::login_link(&text, next),
+            pages::login_link(&text, next, tenant.as_deref(), LinkAsk::FromElsewhere),
         ));
     }
+    // Opened here while this browser holds a live session of another tenant: someone
+    // may have sent their own link to put this browser into their tenant (a link opened
+    // from a mail or chat application arrives as typed, `Sec-Fetch-Site: none`). Asked,
+    // naming both tenants, instead of switching silently.
+    if let Some(current) = live_session(&state, &headers).await? {
+        let link = match UiToken::parse(&text) {
+            Some(token) => {
+                state
+                    .store
+                    .ui_token_tenant(&token, UiTokenKind::Login)
+                    .await?
+            }
+            None => None,
+        };
+        if let Some(link) = link.filter(|link| link.id != current.id) {
+            return Ok(html_response(
+                StatusCode::OK,
+                pages::login_link(
+                    &text,
+                    next,
+                    Some(&link.name),
+                    LinkAsk::SwitchesFrom(&current.name),
+                ),
+            ));
+        }
+    }
     login_with_link(&state, &headers, &text, next).await
+}
+
+/// The tenant's name a live login link logs in to, read without using the link up.
+async fn link_tenant(state: &AppState, text: &str) -> Result<Option<String>, UiError> {
+    let Some(token) = UiToken::parse(text) else {
+        return Ok(None);
+    };
+    Ok(state
+        .store
+        .ui_token_tenant(&token, UiTokenKind::Login)
+        .await?
+        .map(|tenant| tenant.name))
+}
+
+/// The tenant of the live session this request's cookie names, if any.
+async fn live_session(state: &AppState, headers: &HeaderMap) -> Result<Option<UiTenant>, UiError> {
+    let Some(token) = session_cookie(headers) else {
+        return Ok(None);
+    };
+    Ok(state
+        .store
+        .ui_token_tenant(&token, UiTokenKind::Session)
+        .await?)
 }
 
 /// Uses a login link's token: a session, or the form again saying why not.
@@ -339,7 +400,10 @@ async fn index(State(state): State<AppState>, session: UiSession) -> Result<Resp
             campaign.arms = version.arms.clone();
         }
     }
-    Ok(html_response(StatusCode::OK, pages::index(&campaigns)))
+    Ok(html_response(
+        StatusCode::OK,
+        pages::index(&campaigns, &session.tenant_name),
+    ))
 }
 
 /// `GET /ui/campaigns/{id}`: the report of `GET /campaigns/{id}/report`, as a page.
@@ -355,7 +419,10 @@ async fn campaign_page(
 ) -> Result<Response, UiError> {
     let id = crate::experiments::known_campaign_id(&id, "id")?;
     let report = crate::experiments::report::build(&state.store, &session.tenant, &id).await?;
-    Ok(html_response(StatusCode::OK, pages::report(&report)))
+    Ok(html_response(
+        StatusCode::OK,
+        pages::report(&report, &session.tenant_name),
+    ))
 }
 
 async fn start_session(

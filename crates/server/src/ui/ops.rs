@@ -13,7 +13,7 @@ use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{now_us, CollisionsQuery, SemanticScan, TenantId};
 
 use super::charts;
-use super::html::{json_text, page, Format};
+use super::html::{json_text, page, Format, Viewer};
 use super::{html_response, UiError, UiSession};
 use crate::ops::{self, CollisionPage, Trend, TrendParams};
 use crate::AppState;
@@ -49,12 +49,17 @@ pub(crate) async fn ops_page(
     let scans = state.store.semantic_scans(tenant, None).await?;
     Ok(html_response(
         StatusCode::OK,
-        render(&trend, &collisions, &scans),
+        render(&trend, &collisions, &scans, &session.tenant_name),
     ))
 }
 
 /// The page (pure).
-pub(crate) fn render(trend: &Trend, collisions: &CollisionPage, scans: &[SemanticScan]) -> String {
+pub(crate) fn render(
+    trend: &Trend,
+    collisions: &CollisionPage,
+    scans: &[SemanticScan],
+    tenant: &str,
+) -> String {
     let body = html! {
         section {
             h1 { "Operations" }
@@ -67,7 +72,7 @@ pub(crate) fn render(trend: &Trend, collisions: &CollisionPage, scans: &[Semanti
         (collisions_section(collisions))
         (semantic_scan_section(scans))
     };
-    page("Operations", true, body)
+    page("Operations", Viewer::Tenant(tenant), body)
 }
 
 fn trend_section(trend: &Trend) -> Markup {

@@ -11,7 +11,7 @@ use traqlyte_stats::Lift;
 use traqlyte_store::Campaign;
 
 use super::charts::{self, LiftRow, DEDUPED_COLOUR, NAIVE_COLOUR};
-use super::html::{page, Format, Source, MISSING};
+use super::html::{page, Format, Source, Viewer, MISSING};
 
 /// The login form; `message` is an error to show above it.
 pub(crate) fn login(next: &str, message: Option<&str>) -> String {
@@ -30,26 +30,54 @@ pub(crate) fn login(next: &str, message: Option<&str>) -> String {
             }
         }
     };
-    page("Log in", false, body)
+    page("Log in", Viewer::Anonymous, body)
 }
 
-/// A login link opened from another site (a mail or chat client): a button that posts the
-/// link's token from this server's own page. The token is not used until then, so another
-/// site cannot log a browser into its own tenant by sending it there, and the session
-/// cookie (`SameSite=Strict`) is set by a same-site request that keeps it.
-pub(crate) fn login_link(token: &str, next: &str) -> String {
+/// Why a login link is not used on arrival but shown as a button.
+pub(crate) enum LinkAsk<'a> {
+    /// Opened from another site (a mail or chat client, or a page that would log this
+    /// browser into its own tenant).
+    FromElsewhere,
+    /// This browser holds a live session of another tenant, which the link would replace
+    /// (someone else's link, sent to put this browser into their tenant).
+    SwitchesFrom(&'a str),
+}
+
+/// A login link not used on arrival: a button that posts the link's token from this
+/// server's own page, naming the tenant it logs in to. The token is not used until then,
+/// so another site cannot log a browser into its own tenant by sending it there, the
+/// session cookie (`SameSite=Strict`) is set by a same-site request that keeps it, and a
+/// browser already logged in is not moved to another tenant without saying so.
+/// `tenant` is the link's tenant when the link is live (else the post says it is not).
+pub(crate) fn login_link(
+    token: &str,
+    next: &str,
+    tenant: Option<&str>,
+    ask: LinkAsk<'_>,
+) -> String {
     let body = html! {
         section {
             h1 { "Log in" }
-            p.meta { "This login link was opened from another site. Continue only if you asked for it." }
+            @match ask {
+                LinkAsk::FromElsewhere => p.meta { "This login link was opened from another site. Continue only if you asked for it." },
+                LinkAsk::SwitchesFrom(current) => p.meta data-field="current-tenant" {
+                    "This browser is logged in to tenant " b { (current) } ". The link replaces that \
+                     session. Continue only if you asked for it."
+                },
+            }
+            @if let Some(tenant) = tenant {
+                p data-field="link-tenant" { "The link logs in to tenant " b { (tenant) } "." }
+            }
             form.login method="post" action="/ui/login" {
                 input type="hidden" name="token" value=(token);
                 input type="hidden" name="next" value=(next);
-                button type="submit" { "Continue to TraqLyte" }
+                button type="submit" {
+                    @if let Some(tenant) = tenant { "Continue as tenant " (tenant) } @else { "Continue to TraqLyte" }
+                }
             }
         }
     };
-    page("Log in", false, body)
+    page("Log in", Viewer::Anonymous, body)
 }
 
 /// The landing page at `/`.
@@ -81,7 +109,7 @@ pub(crate) fn landing() -> String {
             }
         }
     };
-    page("Welcome", false, body)
+    page("Welcome", Viewer::Anonymous, body)
 }
 
 /// An error page with a status line and a message.
@@ -93,11 +121,11 @@ pub(crate) fn error(status: u16, message: &str) -> String {
             p { a href="/ui/campaigns" { "All campaigns" } }
         }
     };
-    page("Error", true, body)
+    page("Error", Viewer::LoggedIn, body)
 }
 
 /// The tenant's campaigns, newest first.
-pub(crate) fn index(campaigns: &[Campaign]) -> String {
+pub(crate) fn index(campaigns: &[Campaign], tenant: &str) -> String {
     let body = html! {
         section {
             h1 { "Campaigns" }
@@ -133,11 +161,11 @@ pub(crate) fn index(campaigns: &[Campaign]) -> String {
             }
         }
     };
-    page("Campaigns", true, body)
+    page("Campaigns", Viewer::Tenant(tenant), body)
 }
 
 /// One campaign's report.
-pub(crate) fn report(report: &Report) -> String {
+pub(crate) fn report(report: &Report, tenant: &str) -> String {
     let arm_keys: Vec<&str> = report.arms.iter().map(|a| a.key.as_str()).collect();
     let control = report.control().map_or(MISSING, |a| a.key.as_str());
     let body = html! {
@@ -170,7 +198,7 @@ pub(crate) fn report(report: &Report) -> String {
             div.chart { (charts::duplicates_over_time(&arm_keys, &report.duplicates_over_time)) }
         }
     };
-    page(&report.name, true, body)
+    page(&report.name, Viewer::Tenant(tenant), body)
 }
 
 fn verdicts(report: &Report) -> Markup {
@@ -550,7 +578,7 @@ mod tests {
 
     #[test]
     fn hostile_names_are_escaped_everywhere() {
-        let html = report(&hostile_report());
+        let html = report(&hostile_report(), "<script>tenant</script>");
         for raw in ["<script>", "<img", "<i>", "t\"\""] {
             assert!(!html.contains(raw), "{raw} unescaped");
         }
@@ -558,6 +586,7 @@ mod tests {
         for escaped in [
             "&lt;script&gt;alert(1)&lt;/script&gt;",
             "&lt;i&gt;retry&lt;/i&gt;",
+            "Tenant <b>&lt;script&gt;tenant&lt;/script&gt;</b>",
         ] {
             assert!(html.contains(escaped), "{escaped} missing");
         }
@@ -566,7 +595,7 @@ mod tests {
 
     #[test]
     fn expected_units_are_whole_and_naive_conversions_are_events_per_unit() {
-        let html = report(&hostile_report());
+        let html = report(&hostile_report(), "<script>tenant</script>");
         assert!(
             html.contains("data-field=\"expected_units\" data-value=\"10.4\">10</td>"),
             "{html}"
@@ -579,7 +608,7 @@ mod tests {
 
     #[test]
     fn every_table_cell_is_labelled_for_the_stacked_layout() {
-        let html = report(&hostile_report());
+        let html = report(&hostile_report(), "<script>tenant</script>");
         assert!(
             html.matches("<td").count() > 10,
             "the report has its tables"

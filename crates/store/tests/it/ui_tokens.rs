@@ -39,7 +39,11 @@ async fn login_links_and_sessions_expire_on_the_stores_clock(backend: Backend) {
         .expect("a live link");
     assert_eq!(used.tenant(), &tenant);
     assert_eq!(
-        store.ui_session_tenant(&session).await.expect("session"),
+        store
+            .ui_token_tenant(&session, UiTokenKind::Session)
+            .await
+            .expect("session")
+            .map(|t| t.id),
         Some(tenant.clone())
     );
     assert!(store
@@ -58,7 +62,11 @@ async fn login_links_and_sessions_expire_on_the_stores_clock(backend: Backend) {
         .await
         .expect("session");
     assert_eq!(
-        store.ui_session_tenant(&session).await.expect("session"),
+        store
+            .ui_token_tenant(&session, UiTokenKind::Session)
+            .await
+            .expect("session")
+            .map(|t| t.id),
         Some(tenant.clone())
     );
     db.raw()
@@ -74,7 +82,11 @@ async fn login_links_and_sessions_expire_on_the_stores_clock(backend: Backend) {
         .expect("exchange")
         .is_none());
     assert_eq!(
-        store.ui_session_tenant(&session).await.expect("session"),
+        store
+            .ui_token_tenant(&session, UiTokenKind::Session)
+            .await
+            .expect("session")
+            .map(|t| t.id),
         None
     );
 }

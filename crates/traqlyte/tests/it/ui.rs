@@ -21,6 +21,7 @@ on_both_backends!(
     the_root_says_what_this_is_and_both_ui_spellings_lead_in,
     the_naive_vs_deduplicated_tables_fit_a_laptop_and_a_phone_without_sideways_scrolling,
     a_login_link_whose_session_could_not_be_stored_still_works,
+    a_link_into_another_tenant_asks_before_replacing_a_session,
 );
 
 const HOSTILE_NAME: &str = "Checkout <script>alert(1)</script> & \"friends\"";
@@ -709,6 +710,106 @@ async fn revoking_the_api_key_ends_its_sessions_and_login_links_at_once(backend:
         StatusCode::OK,
         "the tenant's other key keeps its session"
     );
+}
+
+/// Login CSRF by link: anyone with an API key can mint a login link, and a link opened
+/// from a mail or chat application arrives as typed (`Sec-Fetch-Site: none`). Opened in
+/// a browser logged in to another tenant, the link does not silently replace that
+/// session: a page names both tenants and asks; the link is not used up by asking. Every
+/// page names the session's tenant, so a browser put into another tenant shows it.
+async fn a_link_into_another_tenant_asks_before_replacing_a_session(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let client = without_redirects();
+    let mine = form_session(&client, &app, &app.key).await;
+    let index = client
+        .get(app.url("/ui/campaigns"))
+        .header("cookie", mine.as_str())
+        .send()
+        .await
+        .expect("get");
+    let html = index.text().await.expect("text");
+    assert!(
+        html.contains("data-field=\"tenant\">Tenant <b>test tenant</b>"),
+        "{html}"
+    );
+
+    // Another tenant's link, opened as typed in the browser logged in to this tenant.
+    let other_key = app.other_tenant_key().await;
+    let link = login_link(&client, &app, &other_key).await;
+    let opened = || {
+        client
+            .get(app.url(&link))
+            .header("sec-fetch-site", "none")
+            .header("cookie", mine.as_str())
+            .send()
+    };
+    let asked = opened().await.expect("get");
+    assert_eq!(asked.status(), StatusCode::OK);
+    assert!(asked.headers().get("set-cookie").is_none());
+    let html = asked.text().await.expect("text");
+    assert!(
+        html.contains("logged in to tenant <b>test tenant</b>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("logs in to tenant <b>other tenant</b>"),
+        "{html}"
+    );
+    let secret = link.split("token=").nth(1).expect("token");
+    assert!(
+        html.contains(&format!("name=\"token\" value=\"{secret}\"")),
+        "{html}"
+    );
+    // The session is untouched, and asking did not use the link up: asked again, then
+    // continued from the page, it switches.
+    assert_eq!(page_status(&client, &app, &mine).await, StatusCode::OK);
+    assert_eq!(opened().await.expect("get").status(), StatusCode::OK);
+    let continued = client
+        .post(app.url("/ui/login"))
+        .header("origin", app.address.as_str())
+        .header("cookie", mine.as_str())
+        .form(&[("token", secret), ("next", "/ui/campaigns")])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(continued.status(), StatusCode::SEE_OTHER);
+    let theirs = session_of(&continued);
+    let html = client
+        .get(app.url("/ui/campaigns"))
+        .header("cookie", theirs.as_str())
+        .send()
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("text");
+    assert!(html.contains("Tenant <b>other tenant</b>"), "{html}");
+
+    // A link of the session's own tenant is used at once, as without a session.
+    let own = login_link(&client, &app, &app.key).await;
+    let same = client
+        .get(app.url(&own))
+        .header("sec-fetch-site", "none")
+        .header("cookie", mine.as_str())
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(same.status(), StatusCode::SEE_OTHER);
+    assert!(same.headers().get("set-cookie").is_some());
+
+    // From another site, the page names the link's tenant too.
+    let link = login_link(&client, &app, &other_key).await;
+    let html = client
+        .get(app.url(&link))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("text");
+    assert!(html.contains("opened from another site"), "{html}");
+    assert!(html.contains("Continue as tenant other tenant"), "{html}");
 }
 
 /// The `name=value` pair of a response's session cookie.
