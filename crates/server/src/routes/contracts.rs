@@ -110,6 +110,11 @@ pub(crate) async fn register(
     let mut tx = work.begin().await?;
     let registered = tx.register_contract(&tenant, &contract).await?;
     work.finish(tx).await?;
+    // This process's next write of the contract reads the latest version again (others
+    // find it when their batch or a refusal re-checks it).
+    if let Some(lookups) = state.group_commit.lookups() {
+        lookups.forget_latest(&tenant, contract.name().as_str());
+    }
     let status = match registered {
         RegisterOutcome::Created => StatusCode::CREATED,
         RegisterOutcome::Unchanged => StatusCode::OK,
@@ -232,28 +237,76 @@ async fn load_or_builtin(
     }
 }
 
+/// The contract a single write identifies its event under (see [`load_for_write`]).
+pub(crate) struct ForWrite {
+    pub(crate) contract: Arc<Contract>,
+    /// Resolved as the latest version (`?version` absent).
+    pub(crate) latest: bool,
+    /// Answered from this server's memory, not read for this request: as the latest, it
+    /// may be older than a version registered since in any process.
+    pub(crate) remembered: bool,
+}
+
 /// The contract a single write identifies its event under, and whether it was resolved
 /// as the latest version (`?version` absent). With group commit on, a version this server
 /// has read before is answered from its memory (`lookups.rs`), and the batch that stores
-/// the event checks that no newer version was registered meanwhile.
+/// the event checks that no newer version was registered meanwhile; a refusal under a
+/// remembered latest version asks the store first ([`newer_latest`]).
 pub(crate) async fn load_for_write(
     state: &AppState,
     tenant: &TenantId,
     name: &str,
     version: Option<u32>,
-) -> Result<(Arc<Contract>, bool), ApiError> {
+) -> Result<ForWrite, ApiError> {
     let latest = version.is_none();
     let Some(lookups) = state.group_commit.lookups() else {
-        return Ok((Arc::new(load(state, tenant, name, version).await?), latest));
+        let contract = Arc::new(load(state, tenant, name, version).await?);
+        return Ok(ForWrite {
+            contract,
+            latest,
+            remembered: false,
+        });
     };
     // Shared, not cloned: a contract's field list is several allocations, and cloning it
     // per request was a tenth of a group-committed event handler's CPU.
     if let Some(contract) = lookups.contract(tenant, name, version) {
-        return Ok((contract, latest));
+        return Ok(ForWrite {
+            contract,
+            latest,
+            remembered: true,
+        });
     }
     let contract = Arc::new(load(state, tenant, name, version).await?);
     lookups.remember_contract(tenant, &contract, latest);
-    Ok((contract, latest))
+    Ok(ForWrite {
+        contract,
+        latest,
+        remembered: false,
+    })
+}
+
+/// The latest version of `remembered`'s contract when the store holds a newer one than
+/// this server remembered as the latest (registered since, in any process), now
+/// remembered instead; `None` when `remembered` is still the latest. Asked before an
+/// event is refused under a remembered version: only the batch re-checks the latest
+/// version, so an event refused before it (valid under the new version only) would be
+/// refused for as long as no valid event of the old shape passed through a batch.
+pub(crate) async fn newer_latest(
+    state: &AppState,
+    tenant: &TenantId,
+    remembered: &Contract,
+) -> Result<Option<Arc<Contract>>, ApiError> {
+    let name = remembered.name().as_str();
+    let stored = load(state, tenant, name, None).await?;
+    if stored.version() <= remembered.version() {
+        return Ok(None);
+    }
+    let stored = Arc::new(stored);
+    if let Some(lookups) = state.group_commit.lookups() {
+        lookups.forget_latest(tenant, name);
+        lookups.remember_contract(tenant, &stored, true);
+    }
+    Ok(Some(stored))
 }
 
 /// The tenant's contract `name` (latest version unless `version` is given), or 404.

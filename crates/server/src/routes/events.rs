@@ -15,7 +15,7 @@ use traqlyte_store::{
 };
 use utoipa::ToSchema;
 
-use super::contracts::{load, load_for_write, VersionQuery};
+use super::contracts::{load, load_for_write, newer_latest, ForWrite, VersionQuery};
 use crate::auth::{Tenant, WriteTenant};
 use crate::body::{read_batch, read_document};
 use crate::group_commit::EventAnswer;
@@ -46,16 +46,31 @@ pub(crate) async fn post_one(
 ) -> Result<axum::response::Response, ApiError> {
     let WriteTenant { tenant, key } = &writer;
     let answer: Result<axum::response::Response, ApiError> = async {
-        let (mut contract, latest) = load_for_write(&state, tenant, &name, query.version).await?;
+        let ForWrite {
+            mut contract,
+            latest,
+            mut remembered,
+        } = load_for_write(&state, tenant, &name, query.version).await?;
         let mut value = read_document(&state, &headers, body).await?;
         let http = IngestSource::http();
         let mut stale_rounds = 0;
         let (event, outcome) = loop {
-            let event = match identify(&contract, value)
-                .and_then(|e| admit(&state, &contract, e))
-            {
+            let event = match judge(&state, &contract, value) {
                 Ok(event) => event,
-                Err(err) => {
+                Err(refused) => {
+                    let (err, payload) = *refused;
+                    // Refused under the version remembered as the latest: a newer one may
+                    // have been registered since (in any process), under which the event
+                    // may be fine. Asked of the store before refusing.
+                    if latest && remembered && stale_rounds < STALE_ROUNDS_MAX {
+                        if let Some(newer) = newer_latest(&state, tenant, &contract).await? {
+                            stale_rounds += 1;
+                            contract = newer;
+                            remembered = false;
+                            value = serde_json::from_str(&payload).map_err(ApiError::internal)?;
+                            continue;
+                        }
+                    }
                     metrics::record_events(tenant, contract.name().as_str(), &http, &[], &[], 1);
                     return Err(err);
                 }
@@ -80,7 +95,9 @@ pub(crate) async fn post_one(
                     if let Some(lookups) = state.group_commit.lookups() {
                         lookups.forget_latest(tenant, contract.name().as_str());
                     }
-                    contract = load_for_write(&state, tenant, &name, None).await?.0;
+                    let fresh = load_for_write(&state, tenant, &name, None).await?;
+                    contract = fresh.contract;
+                    remembered = fresh.remembered;
                 }
                 EventAnswer::StaleContract => {
                     return Err(ApiError::new(
@@ -343,6 +360,29 @@ pub(crate) fn identify(contract: &Contract, value: Value) -> Result<NewEvent, Ap
     })
 }
 
+/// [`identify`] then [`admit`]; a refusal keeps the document's compact JSON, to judge it
+/// again under another version without a copy of the document on the usual path.
+fn judge(
+    state: &AppState,
+    contract: &Contract,
+    value: Value,
+) -> Result<NewEvent, Box<(ApiError, String)>> {
+    let payload = serde_json::to_string(&value)
+        .map_err(|e| Box::new((ApiError::internal(e), String::new())))?;
+    let identified = match contract.identify_owned(value) {
+        Ok(identified) => identified,
+        Err(err) => return Err(Box::new((err.into(), payload))),
+    };
+    let event = NewEvent {
+        identified,
+        payload,
+    };
+    match horizon_refusal(state, contract, &event) {
+        None => Ok(event),
+        Some(err) => Err(Box::new((err, event.payload))),
+    }
+}
+
 /// The event, if the time it is partitioned by lies inside the dedupe horizon; else
 /// `422 outside_horizon` naming the occurrence field and the backfill command. Checked
 /// before anything is written, on both backends alike. An event partitioned by no time
@@ -353,11 +393,19 @@ pub(crate) fn admit(
     contract: &Contract,
     event: NewEvent,
 ) -> Result<NewEvent, ApiError> {
+    match horizon_refusal(state, contract, &event) {
+        None => Ok(event),
+        Some(err) => Err(err),
+    }
+}
+
+/// [`admit`]'s refusal, if any.
+fn horizon_refusal(state: &AppState, contract: &Contract, event: &NewEvent) -> Option<ApiError> {
     let at = partition_time(contract, event.identified.occurred_at_us);
     let horizon = state.config.dedupe_horizon;
     let now = traqlyte_store::now_us();
     let Err(outside) = horizon.admission(at, now, state.config.late_events) else {
-        return Ok(event);
+        return None;
     };
     let when = at.map(format_rfc3339_micros).unwrap_or_default();
     let side = match outside {
@@ -378,13 +426,15 @@ pub(crate) fn admit(
             if field.is_empty() { "the event".to_string() } else { format!("`{field}`") }
         ),
     };
-    Err(ApiError::unprocessable(
-        "outside_horizon",
-        format!(
-            "the occurrence time {when} is {side}: the live path cannot promise to store it once, so nothing was written. {remedy}"
-        ),
+    Some(
+        ApiError::unprocessable(
+            "outside_horizon",
+            format!(
+                "the occurrence time {when} is {side}: the live path cannot promise to store it once, so nothing was written. {remedy}"
+            ),
+        )
+        .with_field(field),
     )
-    .with_field(field))
 }
 
 /// The ingestion transaction: a backfill's (rows of any age) when late events are

@@ -17,6 +17,7 @@ use crate::lineage::run_event;
 crate::on_both_backends!(
     a_thousand_concurrent_single_requests_get_the_answers_they_get_without_group_commit,
     a_version_registered_through_another_process_identifies_the_next_event,
+    an_event_of_a_newer_versions_shape_is_not_refused_under_the_remembered_one,
     a_version_published_through_another_process_assigns_the_next_unit,
     a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend_is_a_duplicate,
 );
@@ -74,6 +75,79 @@ async fn a_version_registered_through_another_process_identifies_the_next_event(
     let id = pinned.body["event_id"].as_str().expect("event_id");
     let stored = app.get(&format!("/events/checkout_completed/{id}")).await;
     assert_eq!(stored.body["contract_version"], 1, "{}", stored.body);
+}
+
+/// A server remembers which version is the latest, and only the batch re-checked it: an
+/// event valid under a version registered since (here one requiring `/b` where the
+/// remembered one required `/a`) was refused `422` before reaching any batch, for as
+/// long as no event of the old shape passed through one, even in the process that
+/// registered the new version. A refusal under a remembered version now asks the store.
+async fn an_event_of_a_newer_versions_shape_is_not_refused_under_the_remembered_one(
+    backend: Backend,
+) {
+    let app = spawn_app_with(backend, ServerConfig::default()).await;
+    let contract = |version: u32, required: &str| {
+        json!({"name": "signup", "version": version, "occurred_at": "/ts",
+               "fields": [{"pointer": required, "required": true}]})
+    };
+    let register = |address: String, body: Value| {
+        let app = &app;
+        async move {
+            let answer = app
+                .send(
+                    app.client
+                        .post(format!("{address}/contracts"))
+                        .bearer_auth(&app.key)
+                        .body(body.to_string()),
+                )
+                .await;
+            assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+        }
+    };
+    let now = traqlyte_identity::format_rfc3339_micros(traqlyte_store::now_us());
+    let stored_version = |answer: crate::helpers::Answer| {
+        let app = &app;
+        async move {
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+            let id = answer.body["event_id"]
+                .as_str()
+                .expect("event_id")
+                .to_string();
+            app.get(&format!("/events/signup/{id}")).await.body["contract_version"].clone()
+        }
+    };
+    register(app.address.clone(), contract(1, "/a")).await;
+    let first = app
+        .post_json("/events/signup", &json!({"a": "1", "ts": now}))
+        .await;
+    assert_eq!(stored_version(first).await, 1);
+
+    // Registered through another process: this one still remembers version 1.
+    let other = ServerProcess::start(app.database_url(), &[]);
+    register(other.address.clone(), contract(2, "/b")).await;
+    for attempt in 0..2 {
+        let next = app
+            .post_json("/events/signup", &json!({"b": attempt, "ts": now}))
+            .await;
+        assert_eq!(stored_version(next).await, 2, "attempt {attempt}");
+    }
+    // Registered through this very process.
+    register(app.address.clone(), contract(3, "/c")).await;
+    let next = app
+        .post_json("/events/signup", &json!({"c": "z", "ts": now}))
+        .await;
+    assert_eq!(stored_version(next).await, 3);
+    // An event invalid under the latest version too is still refused, naming its field.
+    let refused = app
+        .post_json("/events/signup", &json!({"a": "1", "ts": now}))
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.body["error"]["field"], "/c", "{}", refused.body);
 }
 
 /// With group commit on, a server remembers a campaign's latest version and proposes a
