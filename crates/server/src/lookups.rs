@@ -22,8 +22,11 @@
 //!
 //! So the store stays the only judge: this memory only saves the reads whose answers the
 //! batch's transaction re-checks anyway. It is used only with group commit on (without
-//! it, each request keeps its own reads). Each map holds at most [`ENTRIES_MAX`] entries
-//! and is emptied when full (a burst of new keys costs reads, never memory).
+//! it, each request keeps its own reads). Each map holds at most [`ENTRIES_MAX`] entries,
+//! and the contracts at most [`CONTRACT_BYTES_MAX`] of definitions (a tenant may register
+//! contracts of up to a request body each); a full map drops entries one at a time to
+//! make room (a burst of new keys costs reads, never memory, and does not empty the map
+//! for the entries in use).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -35,13 +38,29 @@ use traqlyte_store::{ApiKey, CampaignId, CampaignVersion, TenantId};
 /// Most entries of each map.
 pub(crate) const ENTRIES_MAX: usize = 10_000;
 
+/// Most bytes of contract definitions remembered (their canonical JSON; a parsed
+/// contract holds about three times that).
+pub(crate) const CONTRACT_BYTES_MAX: usize = 32 << 20;
+
 /// The per-process memory of keys and contracts (see the module documentation).
-#[derive(Default)]
 pub(crate) struct Lookups {
     keys: Memory<ApiKey, TenantId>,
     contracts: Memory<(TenantId, String, u32), Arc<Contract>>,
     latest: Memory<(TenantId, String), u32>,
     campaigns: Memory<(TenantId, CampaignId), CampaignVersion>,
+}
+
+impl Default for Lookups {
+    fn default() -> Self {
+        Lookups {
+            keys: Memory::default(),
+            contracts: Memory::weighed(CONTRACT_BYTES_MAX, |contract: &Arc<Contract>| {
+                contract.canonical_definition().len()
+            }),
+            latest: Memory::default(),
+            campaigns: Memory::default(),
+        }
+    }
 }
 
 impl Lookups {
@@ -129,24 +148,48 @@ impl Lookups {
     }
 }
 
-/// One bounded map behind a lock held only for a lookup or an insert.
+/// One bounded map behind a lock held only for a lookup or an insert: at most
+/// [`ENTRIES_MAX`] entries and `bytes_max` of their weight.
 struct Memory<K, V> {
-    map: Mutex<HashMap<K, V>>,
+    held: Mutex<Held<K, V>>,
+    bytes_max: usize,
+    weigh: fn(&V) -> usize,
+}
+
+struct Held<K, V> {
+    entries: HashMap<K, (V, usize)>,
+    bytes: usize,
 }
 
 impl<K, V> Default for Memory<K, V> {
     fn default() -> Self {
+        Memory::weighed(usize::MAX, |_| 0)
+    }
+}
+
+impl<K, V> Memory<K, V> {
+    fn weighed(bytes_max: usize, weigh: fn(&V) -> usize) -> Self {
         Memory {
-            map: Mutex::new(HashMap::new()),
+            held: Mutex::new(Held {
+                entries: HashMap::new(),
+                bytes: 0,
+            }),
+            bytes_max,
+            weigh,
         }
     }
 }
 
-impl<K: Eq + Hash, V: Clone> Memory<K, V> {
+impl<K: Eq + Hash + Clone, V: Clone> Memory<K, V> {
     fn get(&self, key: &K) -> Option<V> {
         // A poisoned lock (a panic while holding it) is answered as a miss: the store is
         // read instead.
-        self.map.lock().ok()?.get(key).cloned()
+        self.held
+            .lock()
+            .ok()?
+            .entries
+            .get(key)
+            .map(|(value, _)| value.clone())
     }
 
     fn put(&self, key: K, value: V) {
@@ -154,21 +197,44 @@ impl<K: Eq + Hash, V: Clone> Memory<K, V> {
     }
 
     /// [`Memory::put`] unless the value remembered is newer (`newer(cached, new)` false).
+    /// A value heavier than the whole budget is not remembered.
     fn put_newer(&self, key: K, value: V, newer: impl Fn(&V, &V) -> bool) {
-        if let Ok(mut map) = self.map.lock() {
-            if map.get(&key).is_some_and(|cached| !newer(cached, &value)) {
+        let weight = (self.weigh)(&value);
+        if weight > self.bytes_max {
+            return;
+        }
+        let Ok(mut held) = self.held.lock() else {
+            return;
+        };
+        if let Some((cached, _)) = held.entries.get(&key) {
+            if !newer(cached, &value) {
                 return;
             }
-            if map.len() >= ENTRIES_MAX {
-                map.clear();
-            }
-            map.insert(key, value);
         }
+        held.remove(&key);
+        // Room made by dropping entries, whichever the map yields first: no order is
+        // kept, so a lookup stays one hash probe.
+        while held.entries.len() >= ENTRIES_MAX || held.bytes + weight > self.bytes_max {
+            let Some(victim) = held.entries.keys().next().cloned() else {
+                break;
+            };
+            held.remove(&victim);
+        }
+        held.bytes += weight;
+        held.entries.insert(key, (value, weight));
     }
 
     fn remove(&self, key: &K) {
-        if let Ok(mut map) = self.map.lock() {
-            map.remove(key);
+        if let Ok(mut held) = self.held.lock() {
+            held.remove(key);
+        }
+    }
+}
+
+impl<K: Eq + Hash, V> Held<K, V> {
+    fn remove(&mut self, key: &K) {
+        if let Some((_, weight)) = self.entries.remove(key) {
+            self.bytes -= weight;
         }
     }
 }
@@ -177,18 +243,42 @@ impl<K: Eq + Hash, V: Clone> Memory<K, V> {
 mod tests {
     use super::{Memory, ENTRIES_MAX};
 
+    /// A full map makes room for a new entry by dropping one, not by emptying itself
+    /// (which sent every request of a working set larger than the map to the store).
     #[test]
-    fn a_full_map_is_emptied_before_the_next_insert() {
+    fn a_full_map_drops_one_entry_for_the_next() {
         let memory: Memory<usize, usize> = Memory::default();
         for i in 0..ENTRIES_MAX {
             memory.put(i, i);
         }
-        assert_eq!(memory.get(&7), Some(7));
         memory.put(ENTRIES_MAX, 1);
-        assert_eq!(memory.get(&7), None);
         assert_eq!(memory.get(&ENTRIES_MAX), Some(1));
+        let kept = (0..ENTRIES_MAX).filter(|i| memory.get(i).is_some()).count();
+        assert_eq!(kept, ENTRIES_MAX - 1);
         memory.remove(&ENTRIES_MAX);
         assert_eq!(memory.get(&ENTRIES_MAX), None);
+    }
+
+    /// Weighed entries stay within their byte budget however many there are: one tenant
+    /// registering contracts of a request body each cannot make every process hold
+    /// gigabytes; one heavier than the budget is not remembered at all.
+    #[test]
+    fn weighed_entries_stay_within_their_bytes() {
+        let memory: Memory<usize, Vec<u8>> = Memory::weighed(1_000, Vec::len);
+        for i in 0..100 {
+            memory.put(i, vec![0; 300]);
+        }
+        let kept: Vec<usize> = (0..100).filter(|i| memory.get(i).is_some()).collect();
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        assert!(kept.contains(&99));
+        let held = memory.held.lock().expect("lock");
+        assert_eq!(held.bytes, 900);
+        drop(held);
+        memory.put(100, vec![0; 1_001]);
+        assert_eq!(memory.get(&100), None);
+        // Replacing an entry counts its new weight only.
+        memory.put(99, vec![0; 100]);
+        assert_eq!(memory.held.lock().expect("lock").bytes, 700);
     }
 
     /// A latest version remembered late (its read started before a newer one was
