@@ -109,7 +109,10 @@ impl SourceName {
         if name.chars().any(char::is_control) {
             return Err("a source name must not contain control characters".to_string());
         }
-        Ok(SourceName(name.to_string()))
+        Ok(SourceName(crate::tenants::visible_name(
+            name,
+            "a source name",
+        )?))
     }
 
     /// The name as text.

@@ -19,7 +19,8 @@ use crate::{now_us, Store, StoreError, StoreTx, TenantId};
 use traqlyte_identity::ContractName;
 
 /// A tenant's name as people type it: 1–128 characters, no control characters, without
-/// surrounding whitespace (trimmed by [`TenantName::parse`]).
+/// surrounding whitespace (trimmed by [`TenantName::parse`]), in Unicode NFC and without
+/// invisible format characters ([`visible_name`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantName(String);
 
@@ -42,7 +43,7 @@ impl TenantName {
         if name.chars().any(char::is_control) {
             return Err("a tenant name must not contain control characters".to_string());
         }
-        Ok(TenantName(name.to_string()))
+        Ok(TenantName(visible_name(name, "a tenant name")?))
     }
 
     /// The name as text.
@@ -55,6 +56,34 @@ impl std::fmt::Display for TenantName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// `name` in Unicode NFC, or why it is refused: it holds an invisible format character
+/// (a zero-width space or joiner, a bidirectional control, a byte-order mark, a soft
+/// hyphen). Names are matched exactly, so without this two tenants or sources could look
+/// the same in every list (`é` composed and decomposed, `alpha` and `alpha` with a
+/// zero-width space) and an operator copying one would act on the other. `what` begins
+/// the error ("a tenant name").
+pub(crate) fn visible_name(name: &str, what: &str) -> Result<String, String> {
+    if let Some(c) = name.chars().find(|&c| invisible_format(c)) {
+        return Err(format!(
+            "{what} must not contain invisible formatting characters (found U+{:04X})",
+            u32::from(c)
+        ));
+    }
+    Ok(traqlyte_identity::canonical::nfc(name))
+}
+
+/// Unicode's format characters (general category Cf): invisible, they change how text
+/// around them is shown or joined.
+fn invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{0600}'..='\u{0605}' | '\u{061C}' | '\u{06DD}' | '\u{070F}'
+        | '\u{0890}'..='\u{0891}' | '\u{08E2}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}'
+        | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}' | '\u{110BD}' | '\u{110CD}'
+        | '\u{13430}'..='\u{1343F}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
 }
 
 /// The non-secret part of an API key that names it in lists and revocations: the first
@@ -505,6 +534,26 @@ impl From<KeyRow> for ApiKeyInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names are matched exactly: two that look alike are one name (NFC) or refused.
+    #[test]
+    fn names_that_look_alike_are_one_name_or_refused() {
+        let composed = TenantName::parse("caf\u{e9}").expect("name");
+        let decomposed = TenantName::parse("cafe\u{301}").expect("name");
+        assert_eq!(composed, decomposed);
+        for hidden in [
+            "\u{200B}alpha",
+            "alpha\u{200B}",
+            "al\u{FEFF}pha",
+            "\u{202E}ahpla",
+        ] {
+            let err = TenantName::parse(hidden).expect_err(hidden);
+            assert!(err.contains("invisible formatting"), "{err}");
+            let err = crate::SourceName::parse(hidden).expect_err(hidden);
+            assert!(err.starts_with("a source name"), "{err}");
+        }
+        assert!(TenantName::parse("Acme GmbH & Co. (EU)").is_ok());
+    }
 
     #[test]
     fn tenant_names_are_trimmed_and_bounded() {
