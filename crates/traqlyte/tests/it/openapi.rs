@@ -216,7 +216,7 @@ async fn collisions_and_rejections_are_described_with_the_fields_and_values_they
 ) {
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
-    let Mishaps { source } = seed_mishaps(&app).await;
+    let Mishaps { source, .. } = seed_mishaps(&app).await;
     let doc = app.get("/openapi.json").await.body;
     for (template, path, list) in [
         (
@@ -410,8 +410,6 @@ async fn schemathesis_finds_no_server_error_and_no_nonconforming_answer(backend:
             &format!("{}/openapi.json", server.address),
             "--checks",
             "not_a_server_error,response_schema_conformance",
-            "--header",
-            &format!("Authorization: Bearer {}", app.key),
             "--max-examples",
             EXAMPLES_PER_OPERATION,
             "--seed",
@@ -451,9 +449,12 @@ async fn schemathesis_finds_no_server_error_and_no_nonconforming_answer(backend:
 
 /// A schemathesis configuration whose path parameters are drawn, most of the time, from
 /// data seeded before the run: a published campaign with assignments and outcomes, a
-/// registered contract with a stored event, a lineage run. Without it nearly every
-/// operation under `/campaigns/{id}` or `/events/{contract}/…` only ever meets a 404,
-/// and the report's schema is never checked against a real report.
+/// registered contract with a stored event and a collision, a Segment source with a
+/// rejected message, a lineage run. Without it nearly every operation under
+/// `/campaigns/{id}` or `/events/{contract}/…` only ever meets a 404, and the report's,
+/// a collision's and a rejection's schemas are never checked against real answers. Each
+/// security scheme gets its credential (the API key; the source's write key for
+/// `/v1/*`), so those routes answer more than `401`.
 struct SeededConfig {
     path: PathBuf,
 }
@@ -467,14 +468,17 @@ impl SeededConfig {
             campaign,
             event_id,
             assignments,
+            mishaps: Mishaps { source, write_key },
         } = seed(app).await;
         let assignments = assignments.join("\", \"");
+        let key = &app.key;
         let toml = format!(
             r#"[dictionaries]
 campaigns = {{ values = ["{campaign}"] }}
 contracts = {{ values = ["checkout_completed", "openlineage.run_event"] }}
 events = {{ values = ["{event_id}"] }}
 assignments = {{ values = ["{assignments}"] }}
+sources = {{ values = ["{source}"] }}
 
 [parameters]
 "path.id" = {{ dictionary = "campaigns", probability = {SEEDED_PROBABILITY} }}
@@ -483,6 +487,17 @@ assignments = {{ values = ["{assignments}"] }}
 "path.event_id" = {{ dictionary = "events", probability = {SEEDED_PROBABILITY} }}
 "body.campaign_id" = {{ dictionary = "campaigns", probability = {SEEDED_PROBABILITY} }}
 "body.assignment_id" = {{ dictionary = "assignments", probability = {SEEDED_PROBABILITY} }}
+
+[auth.openapi.api_key]
+bearer = "{key}"
+
+[auth.openapi.write_key]
+username = "{write_key}"
+password = ""
+
+[[operations]]
+include-path = "/sources/{{id}}/rejections"
+parameters = {{ "path.id" = {{ dictionary = "sources", probability = {SEEDED_PROBABILITY} }} }}
 "#
         );
         let path = std::env::temp_dir().join(format!(
@@ -506,6 +521,7 @@ struct Seeded {
     campaign: String,
     event_id: String,
     assignments: Vec<String>,
+    mishaps: Mishaps,
 }
 
 /// Seeds what the run's parameters point at.
@@ -548,6 +564,7 @@ async fn seed(app: &TestApp) -> Seeded {
         campaign,
         event_id,
         assignments,
+        mishaps: seed_mishaps(app).await,
     }
 }
 
@@ -563,9 +580,10 @@ fn seeded_campaign() -> Value {
     })
 }
 
-/// What went wrong on purpose: the source with a rejected message.
+/// What went wrong on purpose: a source whose write key is `write_key`.
 struct Mishaps {
     source: String,
+    write_key: String,
 }
 
 /// Seeds one event collision under `checkout_completed` (registered already), whose
@@ -588,6 +606,7 @@ async fn seed_mishaps(app: &TestApp) -> Mishaps {
     assert_eq!(row["rejected"], 1, "{row}");
     Mishaps {
         source: row["id"].as_str().expect("id").to_string(),
+        write_key,
     }
 }
 
