@@ -44,24 +44,30 @@ pub(crate) async fn serve() -> Response {
 pub(crate) use crate::error::ErrorEnvelope;
 
 /// The transport idempotency headers of the mutating JSON routes (docs/idempotency.md):
-/// either name, 1-255 printable ASCII characters.
+/// either name, 1-255 printable ASCII characters. Both are optional alternatives:
+/// `required = false` is spelled out because `value_type = String` (a header is never
+/// `null`) hides the `Option` that would otherwise say so.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)] // Read by the idempotency layer from the headers, never as this type.
 pub(crate) struct IdempotencyHeaders {
-    /// A retry with the same key and body gets the first answer again.
+    /// Optional: a retry with the same key and body gets the first answer again. Send
+    /// this or `Idempotency-Key`; sending both with different values is a `400`.
     #[param(
         rename = "X-TL-Idempotency-Key",
         value_type = String,
+        required = false,
         min_length = 1,
         max_length = 255,
         pattern = "^[!-~]+$"
     )]
     traqlyte: Option<String>,
-    /// The standard name of the same header.
+    /// Optional: the standard name of `X-TL-Idempotency-Key`. Send either; sending both
+    /// with different values is a `400`.
     #[param(
         rename = "Idempotency-Key",
         value_type = String,
+        required = false,
         min_length = 1,
         max_length = 255,
         pattern = "^[!-~]+$"
@@ -88,12 +94,17 @@ impl Modify for Security {
             bearer("a tenant's API key (`tlk_…`): `Authorization: Bearer <api key>`"),
         );
         // Handlers of different modules share names (`show`, `stats`): operation ids are
-        // made from the method and the path instead, unique by construction.
+        // made from the method and the path's words instead. Punctuation is dropped, so a
+        // trailing slash is spelled out (`GET /ui` and `GET /ui/` are both routes, and
+        // OpenAPI 3.1 wants every id unique); the openapi test checks that they are.
         for (path, item) in openapi.paths.paths.iter_mut() {
-            let words: Vec<&str> = path
+            let mut words: Vec<&str> = path
                 .split(|c: char| !c.is_ascii_alphanumeric())
                 .filter(|w| !w.is_empty())
                 .collect();
+            if path.len() > 1 && path.ends_with('/') {
+                words.push("slash");
+            }
             for (method, operation) in [
                 ("get", item.get.as_mut()),
                 ("post", item.post.as_mut()),

@@ -12,15 +12,15 @@ pub const DIFF_CHANGES_MAX: usize = 200;
 pub struct FieldChange {
     /// `added` (only incoming has it), `removed` (only stored has it) or `changed`.
     pub change: &'static str,
-    /// The incoming value, absent when removed.
+    /// The incoming value, any JSON value; absent when removed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub incoming: Option<Value>,
     /// RFC 6901 JSON pointer of the field (`""` is the whole document).
     pub path: String,
-    /// The stored value, absent when added.
+    /// The stored value, any JSON value; absent when added.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub stored: Option<Value>,
 }
 

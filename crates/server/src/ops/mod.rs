@@ -301,6 +301,7 @@ pub(crate) struct CollisionParams {
     /// The previous page's `next_cursor`.
     cursor: Option<String>,
     /// Rows per page (1–200, default 50).
+    #[param(minimum = 1, maximum = 200)] // COLLISIONS_PAGE_MAX
     limit: Option<u32>,
 }
 

@@ -120,6 +120,7 @@ pub(crate) struct VersionsQuery {
     /// The previous page's `next_cursor` (the last version it listed).
     cursor: Option<String>,
     /// Versions per page (1–1000, default 1000).
+    #[param(minimum = 1, maximum = 1000)] // VERSIONS_PAGE_MAX
     limit: Option<u32>,
 }
 

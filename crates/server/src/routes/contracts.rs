@@ -55,6 +55,7 @@ pub(crate) struct ContractsQuery {
     /// The previous page's `next_cursor`.
     cursor: Option<String>,
     /// Contract versions per page (1–1000, default 1000).
+    #[param(minimum = 1, maximum = 1000)] // CONTRACTS_PAGE_MAX
     limit: Option<u32>,
 }
 
@@ -193,8 +194,11 @@ pub(crate) async fn collisions(
 }
 
 /// One logged collision as answered: both payloads as JSON values and the time as
-/// RFC 3339, like every stored payload and time of the API.
+/// RFC 3339, like every stored payload and time of the API. Named apart from
+/// `GET /ops/collisions`' item (`ops::CollisionView`): two schemas of one name are one
+/// component, the last registered, and this route's list pointed at the other's fields.
 #[derive(Serialize, ToSchema)]
+#[schema(as = ContractCollisionView)]
 pub(crate) struct CollisionView<'a> {
     collision_id: i64,
     event_id: &'a str,

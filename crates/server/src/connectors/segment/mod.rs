@@ -148,8 +148,8 @@ pub(crate) struct BatchBody {
     /// When the client sent the request (for clock-skew correction).
     #[serde(rename = "sentAt")]
     sent_at: Option<String>,
-    /// Sent by some libraries beside `sentAt`; not interpreted.
-    #[schema(value_type = Option<String>)]
+    /// Sent by some libraries beside `sentAt`; not interpreted, so any value is accepted.
+    #[schema(value_type = Option<Value>)]
     #[allow(dead_code)] // accepted, as Segment accepts it; not interpreted
     timestamp: Option<Value>,
     /// The write key, when not sent as HTTP Basic auth.
@@ -597,8 +597,9 @@ pub(crate) struct RejectionView {
     /// The message's position in its batch.
     index: i64,
     message: String,
-    /// The message as received (the write key removed), or its first 32 KB as text.
-    #[schema(value_type = Object)]
+    /// The message as received (the write key removed): any JSON value, since a batch
+    /// item need not be an object; or its first 32 KB as text.
+    #[schema(value_type = Value)]
     payload: Value,
     received_at: String,
 }
