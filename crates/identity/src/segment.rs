@@ -147,7 +147,7 @@ pub enum SegmentError {
         why: &'static str,
     },
     /// A field has the wrong JSON type.
-    #[error("{field} must be {expected}, got {found}")]
+    #[error("{} must be {expected}, got {found}", if field.is_empty() { "the message" } else { field.as_str() })]
     WrongType {
         /// The offending field (empty: the message itself).
         field: String,
@@ -696,6 +696,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A message that is not an object is refused as a whole: no field, and a message a
+    /// person can read (it began with a blank where the field's name goes).
+    #[test]
+    fn a_message_that_is_not_an_object_is_named_as_the_message() {
+        let err = SegmentError::WrongType {
+            field: String::new(),
+            expected: "a JSON object (a Segment message)",
+            found: "number",
+        };
+        assert_eq!(err.field(), "");
+        assert_eq!(
+            err.to_string(),
+            "the message must be a JSON object (a Segment message), got number"
+        );
+    }
 
     #[test]
     fn the_counted_size_is_the_compact_text_size() {

@@ -84,7 +84,10 @@ impl ApiError {
 
     /// Names the offending field (a JSON pointer or a parameter name).
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
-        self.body.field = Some(field.into());
+        let field = field.into();
+        // Empty: the request as a whole (a body that is not an object, a nameless query
+        // parameter), which no field names; the envelope then has none.
+        self.body.field = (!field.is_empty()).then_some(field);
         self
     }
 

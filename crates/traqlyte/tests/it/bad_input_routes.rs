@@ -887,6 +887,11 @@ async fn every_route_refuses_every_kind_of_bad_input_and_no_table_changes(backen
                         !code.is_empty() && !message.is_empty(),
                         "{what}: the error shape: {body}"
                     );
+                    // A field, when named, is named: an empty one (the request as a
+                    // whole) is left out, and a message does not start with a blank
+                    // where the field's name would be.
+                    assert_ne!(body["error"]["field"], "", "{what}: an empty field: {body}");
+                    assert!(!message.starts_with(' '), "{what}: the message: {body}");
                 }
             }
             if case.items_rejected && status == StatusCode::OK {
@@ -896,6 +901,12 @@ async fn every_route_refuses_every_kind_of_bad_input_and_no_table_changes(backen
                     !results.is_empty() && results.iter().all(|r| r["status"] == "rejected"),
                     "{what}: every item rejected: {body}"
                 );
+                for result in results {
+                    let error = &result["error"];
+                    assert_ne!(error["field"], "", "{what}: an empty field: {body}");
+                    let message = error["message"].as_str().unwrap_or("");
+                    assert!(!message.starts_with(' '), "{what}: the message: {body}");
+                }
             }
             assert_eq!(counts.now().await, before, "{what} wrote rows");
             tried += 1;
