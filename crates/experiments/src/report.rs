@@ -3,8 +3,9 @@
 //! predict, and a plain-language verdict when the two conclusions differ.
 //!
 //! [`Report::compute`] is a pure function of what the store holds (the campaign, its
-//! versions, units per arm and version, per-arm sums, duplicates per hour); the handler
-//! serialises its result, the web page renders it and the demo deserialises it.
+//! versions, units per arm and version, per-arm sums, duplicates per hour, collisions per
+//! arm and metric); the handler serialises its result, the web page renders it and the
+//! demo deserialises it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -281,6 +282,15 @@ pub struct MetricReport {
     pub event_time: WindowReport,
     /// The same figures with the window measured on arrival time.
     pub arrival_time: WindowReport,
+    /// Deliveries that named a stored outcome of this arm and metric (the same
+    /// `assignment_id` and `dedupe_key`) with a different payload: refused with
+    /// `409 outcome_collision` (a Segment metric binding's is answered `200`, its message
+    /// being stored) and logged in `outcome_collisions`, never counted in any figure above.
+    /// Unlike `duplicates` (harmless retries) each is a real conflict, a
+    /// changed fact sent again instead of corrected. Every delivery counts, whatever its
+    /// times: no window applies, so the arrival-time figures do not repeat it.
+    #[serde(default)]
+    pub collisions: u64,
 }
 
 /// One arm's figures for one metric and one window, with lifts against the control.
@@ -406,6 +416,9 @@ pub struct ReportInput<'a> {
     pub duplicates_over_time: &'a [DuplicatesInBucket],
     /// Outcomes corrected at least once.
     pub corrected_outcomes: u64,
+    /// Logged outcome collisions per `(metric, arm)` of the stored outcome they collided
+    /// with; a pair without any is absent.
+    pub collisions: &'a HashMap<(String, String), u64>,
 }
 
 impl Report {
@@ -439,6 +452,11 @@ impl Report {
                 let entry = MetricReport {
                     event_time: event.into_report(metric),
                     arrival_time: arrival.into_report(metric),
+                    collisions: input
+                        .collisions
+                        .get(&(metric.name.clone(), arm.key.clone()))
+                        .copied()
+                        .unwrap_or(0),
                 };
                 metrics.insert(metric.name.clone(), entry);
             }

@@ -139,6 +139,32 @@ const SELECT_DUPLICATES_OVER_TIME: &str = "SELECT bucket_start_us, arm, duplicat
          GROUP BY bucket_start_us, arm ORDER BY bucket_start_us DESC, arm DESC LIMIT $4
      ) newest ORDER BY bucket_start_us, arm";
 
+/// Logged outcome collisions of a campaign per (metric, arm), attributed to the stored
+/// outcome each collided with: `outcome_collisions` keeps the key, the stored row its arm
+/// and metric (a collision's own payload may name another metric). PostgreSQL probes each
+/// stored outcome by its primary key, the id the key derives (migration `0020`; the
+/// outcomes hold no index on the key's columns there); SQLite by the key's own index.
+/// The ids are computed first (`MATERIALIZED`): compared with the function call itself,
+/// a fresh database's planner took `outcomes_by_campaign` and filtered every outcome of
+/// the tenant by it (`tests/it/plans.rs`). `LIMIT 1` keeps each probe from being
+/// flattened into a join, as in `outcomes_batch::PG_SELECT_STORED`. `{version}` is
+/// [`of_version`].
+pub const PG_SELECT_COLLISIONS: &str = "WITH c AS MATERIALIZED (
+       SELECT traqlyte_outcome_id($1, campaign_id, assignment_id, dedupe_key) AS id
+       FROM outcome_collisions WHERE tenant_id = $1 AND campaign_id = $2{version})
+     SELECT o.metric, o.arm, COUNT(*) AS collisions
+     FROM c CROSS JOIN LATERAL (SELECT metric, arm FROM outcomes
+       WHERE tenant_id = $1 AND outcome_id = c.id LIMIT 1) o
+     GROUP BY o.metric, o.arm";
+
+/// [`PG_SELECT_COLLISIONS`] on SQLite, whose outcomes keep their key's index.
+const SQLITE_SELECT_COLLISIONS: &str = "SELECT o.metric, o.arm, COUNT(*) AS collisions
+     FROM (SELECT assignment_id, dedupe_key FROM outcome_collisions
+           WHERE tenant_id = $1 AND campaign_id = $2{version}) c
+     JOIN outcomes o ON o.tenant_id = $1 AND o.assignment_id = c.assignment_id
+       AND o.dedupe_key = c.dedupe_key
+     GROUP BY o.metric, o.arm";
+
 impl Store {
     /// An assignment by id.
     pub async fn assignment(
@@ -230,6 +256,33 @@ impl Store {
                     arm: r.arm,
                     duplicates: r.duplicates,
                 })
+                .collect())
+        })
+    }
+
+    /// Logged outcome collisions per `(metric, arm)` of a campaign (with `version`, of the
+    /// units assigned under it), in one statement: each delivery that met a stored outcome
+    /// with a different payload, counted against that outcome's metric and arm. Pairs
+    /// without any are absent.
+    pub async fn outcome_collisions_per_arm(
+        &self,
+        tenant: &TenantId,
+        campaign_id: &CampaignId,
+        version: Option<i64>,
+    ) -> Result<HashMap<(String, String), u64>, StoreError> {
+        let sql = match &self.backend {
+            crate::Backend::Postgres(_) => PG_SELECT_COLLISIONS,
+            crate::Backend::Sqlite(_) => SQLITE_SELECT_COLLISIONS,
+        }
+        .replace("{version}", &of_version(version));
+        with_pool!(self, reader, |pool| {
+            let query = sqlx::query_as(&sql)
+                .bind(tenant.as_str())
+                .bind(campaign_id.as_str());
+            let rows: Vec<CollisionsRow> = query.fetch_all(pool).await?;
+            Ok(rows
+                .into_iter()
+                .map(|r| ((r.metric, r.arm), u64::try_from(r.collisions).unwrap_or(0)))
                 .collect())
         })
     }
@@ -429,6 +482,14 @@ struct UnitsRow {
     version: i64,
     arm: String,
     units: i64,
+}
+
+/// A row of [`PG_SELECT_COLLISIONS`] and [`SQLITE_SELECT_COLLISIONS`].
+#[derive(sqlx::FromRow)]
+struct CollisionsRow {
+    metric: String,
+    arm: String,
+    collisions: i64,
 }
 
 /// A row of [`SELECT_DUPLICATES_OVER_TIME`].

@@ -90,6 +90,8 @@ fn report_of(kind: MetricKind, control: MetricArmSums, treatment: MetricArmSums)
             duplicates: 7,
         }],
         corrected_outcomes: 2,
+        // Three collisions logged against the treatment's purchases.
+        collisions: &HashMap::from([(("purchase".to_string(), "treatment".to_string()), 3)]),
     })
 }
 
@@ -157,6 +159,13 @@ fn the_report_serialises_counts_as_integers_and_reads_back_equal() {
     assert_eq!(purchase["converters"], json!(2_600));
     assert_eq!(purchase["arrival_time"]["duplicates"], json!(250));
     assert!(purchase["arrival_time"].get("arrival_time").is_none());
+    // Collisions sit beside the duplicates, once per metric and arm (no window applies).
+    assert_eq!(purchase["collisions"], json!(3));
+    assert!(purchase["arrival_time"].get("collisions").is_none());
+    assert_eq!(
+        value["arms"][0]["metrics"]["purchase"]["collisions"],
+        json!(0)
+    );
     assert_eq!(value["arms"][0]["metrics"]["purchase"]["lift"], json!(null));
     assert_eq!(
         value["duplicates_over_time"],

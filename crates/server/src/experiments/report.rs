@@ -91,6 +91,11 @@ async fn build_of(
     let corrected = store
         .corrected_outcomes(tenant, campaign_id, version)
         .await?;
+    // Read after the sums, like the duplicates over time: a collision counted here may
+    // name an outcome stored since, which changes no figure (collisions enter none).
+    let collisions = store
+        .outcome_collisions_per_arm(tenant, campaign_id, version)
+        .await?;
     let mut report = Report::compute(ReportInput {
         campaign: &campaign,
         versions: &versions,
@@ -98,6 +103,7 @@ async fn build_of(
         sums: &sums,
         duplicates_over_time: &duplicates_over_time,
         corrected_outcomes: u64::try_from(corrected).unwrap_or(0),
+        collisions: &collisions,
     });
     report.versions = published;
     report.version = version;

@@ -317,11 +317,12 @@ impl Reading {
     }
 }
 
-/// One arm's figures for one metric, on event time.
+/// One arm's figures for one metric, on event time, and its logged collisions.
 struct ArmFigures<'a> {
     arm: &'a str,
     control: bool,
     figures: &'a WindowReport,
+    collisions: u64,
 }
 
 fn metric_section(metric: &str, report: &Report) -> Markup {
@@ -333,6 +334,7 @@ fn metric_section(metric: &str, report: &Report) -> Markup {
                 arm: &a.key,
                 control: a.control,
                 figures: &m.event_time,
+                collisions: m.collisions,
             })
         })
         .collect();
@@ -377,7 +379,9 @@ fn metric_section(metric: &str, report: &Report) -> Markup {
             (naive_table(metric, &reading, &arms))
             p.meta {
                 "δ = duplicates / stored events. Predicted naive lift = (1 + L)(1 + δ" sub { "T" }
-                ")/(1 + δ" sub { "C" } ") − 1: the bias retries alone explain."
+                ")/(1 + δ" sub { "C" } ") − 1: the bias retries alone explain. Collisions are \
+                 deliveries of a stored outcome's key with another payload, refused and logged, \
+                 never counted: a changed fact to correct, not a retry."
                 @if kind == MetricKind::Conversion {
                     " The naive value of a conversion counts every delivery, so it is events per \
                      unit, not a rate."
@@ -472,7 +476,7 @@ fn naive_table(metric: &str, reading: &Reading, arms: &[ArmFigures<'_>]) -> Mark
         div.scroll { table.cards data-table="naive" {
             thead { tr {
                 th { "Arm" } th.num { "Stored events" } th.num { "Suppressed duplicates" }
-                th.num { "δ by count" } th.num { "δ by value" } th.num { "Naive value" }
+                th.num { "Collisions" } th.num { "δ by count" } th.num { "δ by value" } th.num { "Naive value" }
                 th.num { "Naive lift" } th.num { "95% CI" } th.num { "p-value" }
                 th.num { "Dedup. lift" } th.num { "Predicted naive" }
             } }
@@ -484,6 +488,7 @@ fn naive_table(metric: &str, reading: &Reading, arms: &[ArmFigures<'_>]) -> Mark
                         td.head data-label="Arm" { (a.arm) }
                         (at("stored_events").count_cell("Stored events", m.stored_events))
                         (at("duplicates").count_cell("Suppressed duplicates", m.duplicates))
+                        (at("collisions").count_cell("Collisions", a.collisions))
                         (at("delta").cell("δ by count", m.delta, Format::Percent))
                         (at("delta_value").cell("δ by value", m.delta_value, Format::Percent))
                         (at("naive_value").cell("Naive value", m.naive_value, reading.naive))
@@ -560,6 +565,7 @@ mod tests {
         let metric = |control: bool| {
             let mut m = window(control, "conversion");
             m["arrival_time"] = window(control, "conversion");
+            m["collisions"] = json!(if control { 0 } else { 1234 });
             m
         };
         serde_json::from_value(json!({
@@ -604,6 +610,17 @@ mod tests {
             html.contains("data-field=\"naive_value\" data-value=\"1.0333\">1.03 events/unit</td>")
         );
         assert!(!html.contains("103.33%"));
+    }
+
+    #[test]
+    fn collisions_are_shown_beside_the_duplicates_with_their_source() {
+        let html = report(&hostile_report(), "tenant");
+        let cell = "data-metric=\"&lt;img src=x&gt;\" data-arm=\"t&quot;\" \
+                    data-field=\"collisions\" data-value=\"1234\">1,234</td>";
+        assert!(html.contains(cell), "{html}");
+        let duplicates = html.find("data-field=\"duplicates\"").expect("duplicates");
+        let collisions = html.find("data-field=\"collisions\"").expect("collisions");
+        assert!(duplicates < collisions, "the column after the duplicates");
     }
 
     #[test]

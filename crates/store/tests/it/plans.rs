@@ -4,6 +4,7 @@
 //! a prefix with another index was planned through that one. The batch paths' set-based
 //! reads, listed there too, are held to the same rule.
 
+use traqlyte_store::experiments::PG_SELECT_COLLISIONS;
 use traqlyte_store::plans::LOOKUPS;
 
 use crate::db::{Backend, Raw, TestDb};
@@ -49,6 +50,49 @@ async fn hot_lookups_use_their_index_on_a_fresh_database() {
                 .iter()
                 .all(|l| !l.trim().ends_with("Cond: (tenant_id = $1)")),
             "{what}: the index is searched by the tenant alone:\n{plan}"
+        );
+    }
+}
+
+/// A report's collision count probes the outcome each collision met by its primary key,
+/// never the campaign's or the tenant's outcomes (a fresh database, the generic plan, the
+/// version condition of `?version=N` too). Not among the point lookups: it aggregates, so
+/// its plan may sort the collisions it counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reports_collisions_probe_each_stored_outcome_by_its_key() {
+    let db = TestDb::create(Backend::Postgres).await;
+    db.store().await.migrate().await.expect("migrate");
+    let Raw::Postgres(mut conn) = db.raw().await else {
+        panic!("a PostgreSQL connection");
+    };
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut conn)
+        .await
+        .expect("set the plan mode");
+    let version = " AND assignment_id IN (SELECT assignment_id FROM assignments
+                 WHERE tenant_id = $1 AND campaign_id = $2 AND version = 3)";
+    for (n, condition) in ["", version].into_iter().enumerate() {
+        let sql = PG_SELECT_COLLISIONS.replace("{version}", condition);
+        sqlx::query(&format!("PREPARE collisions_{n} AS {sql}"))
+            .execute(&mut conn)
+            .await
+            .expect("prepare");
+        let lines: Vec<String> =
+            sqlx::query_scalar(&format!("EXPLAIN EXECUTE collisions_{n}(NULL, NULL)"))
+                .fetch_all(&mut conn)
+                .await
+                .expect("explain");
+        let plan = lines.join("\n");
+        assert!(plan.contains("using outcomes_pkey"), "{plan}");
+        assert!(
+            !plan.contains("Seq Scan") && !plan.contains("outcomes_by_campaign"),
+            "{plan}"
+        );
+        assert!(
+            lines
+                .iter()
+                .all(|l| !l.trim().ends_with("Cond: (tenant_id = $1)")),
+            "searched by the tenant alone:\n{plan}"
         );
     }
 }

@@ -30,6 +30,7 @@ mod numbers;
 mod ol_client;
 mod openapi;
 mod ops;
+mod outcome_collisions;
 mod outcome_corrections;
 mod partitions;
 mod request_bodies;

@@ -252,13 +252,14 @@ pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
 }
 
 fn check_metrics(report: &Value, elements: &[Element]) {
-    const FIELDS: [&str; 11] = [
+    const FIELDS: [&str; 12] = [
         "units",
         "converters",
         "value",
         "naive_value",
         "stored_events",
         "duplicates",
+        "collisions",
         "delta",
         "delta_value",
         "predicted_naive_lift",
@@ -936,6 +937,7 @@ async fn campaign_with_data(app: &TestApp) -> String {
     }
     let mut outcomes = Vec::new();
     let mut duplicates = Vec::new();
+    let mut collisions = Vec::new();
     while let Some(done) = tasks.join_next().await {
         for (unit, assignment) in done.expect("task") {
             let treated = assignment["arm"] == "treatment";
@@ -961,10 +963,18 @@ async fn campaign_with_data(app: &TestApp) -> String {
                     duplicates.push(outcome.clone());
                 }
             }
+            // Some orders sent again with another value: collisions, shown per arm.
+            if unit % 5 == 0 {
+                if let Some(order) = mine.iter().find(|o| o["metric"] == "revenue") {
+                    let mut changed = order.clone();
+                    changed["value"] = json!(order["value"].as_f64().unwrap_or(0.0) + 1.0);
+                    collisions.push(changed);
+                }
+            }
             outcomes.extend(mine);
         }
     }
-    for batch in [outcomes, duplicates] {
+    for batch in [outcomes, duplicates, collisions] {
         for chunk in batch.chunks(500) {
             let answer = app
                 .post_json("/outcomes/batch", &Value::Array(chunk.to_vec()))
