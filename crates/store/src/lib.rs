@@ -186,7 +186,7 @@ impl StoreError {
     /// not this: retried at once it usually succeeds.
     pub fn waited_out(&self) -> bool {
         match self {
-            StoreError::Database(sqlx::Error::PoolTimedOut) => true,
+            StoreError::Busy | StoreError::Database(sqlx::Error::PoolTimedOut) => true,
             StoreError::Database(sqlx::Error::Database(db))
                 if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() =>
             {
@@ -507,7 +507,20 @@ pub fn local_now_us() -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::is_postgres_url;
+    use super::{is_postgres_url, StoreError};
+
+    /// A partition lock waited out (`Busy`) is a wait given up like a lock timeout: work
+    /// retried at once would wait as long again.
+    #[test]
+    fn waits_given_up_are_waited_out_and_busy() {
+        for err in [
+            StoreError::Busy,
+            StoreError::Database(sqlx::Error::PoolTimedOut),
+        ] {
+            assert!(err.waited_out() && err.is_busy(), "{err}");
+        }
+        assert!(!StoreError::OutsideHorizon.waited_out());
+    }
 
     #[test]
     fn postgres_urls_are_recognised_in_any_case_and_nothing_else() {
