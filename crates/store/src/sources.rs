@@ -99,7 +99,7 @@ impl SourceName {
 
     /// Trims and checks a name; the error says what is wrong, for people.
     pub fn parse(text: &str) -> Result<SourceName, String> {
-        let name = text.trim();
+        let name = crate::tenants::visible_name(text.trim(), "a source name")?;
         if name.is_empty() || name.chars().count() > Self::CHARS_MAX {
             return Err(format!(
                 "a source name is 1 to {} characters",
@@ -109,10 +109,7 @@ impl SourceName {
         if name.chars().any(char::is_control) {
             return Err("a source name must not contain control characters".to_string());
         }
-        Ok(SourceName(crate::tenants::visible_name(
-            name,
-            "a source name",
-        )?))
+        Ok(SourceName(name))
     }
 
     /// The name as text.
@@ -302,8 +299,12 @@ const INSERT_SOURCE: &str =
 const SELECT_SOURCE_FOR_KEY: &str =
     "SELECT tenant_id, source_id, name FROM sources WHERE write_key_hash = $1 AND revoked_at_us IS NULL";
 
-const SELECT_WORKING_SOURCE: &str =
-    "SELECT source_id, name FROM sources WHERE tenant_id = $1 AND name = $2 AND revoked_at_us IS NULL";
+/// A working source named `$2`, or whose id is `$2` (a name stored before names were
+/// normalised may not be typable): the name first, should a source be named like
+/// another's id.
+const SELECT_WORKING_SOURCE: &str = "SELECT source_id, name FROM sources
+     WHERE tenant_id = $1 AND (name = $2 OR source_id = $2) AND revoked_at_us IS NULL
+     ORDER BY CASE WHEN name = $2 THEN 0 ELSE 1 END LIMIT 1";
 
 const INSERT_REJECTION: &str = "INSERT INTO source_rejections
      (tenant_id, source_id, message_index, code, field, reason, payload, received_at_us)

@@ -30,7 +30,7 @@ impl TenantName {
 
     /// Trims and checks a name; the error says what is wrong, for people.
     pub fn parse(text: &str) -> Result<TenantName, String> {
-        let name = text.trim();
+        let name = visible_name(text.trim(), "a tenant name")?;
         if name.is_empty() {
             return Err("a tenant name must not be empty".to_string());
         }
@@ -43,7 +43,7 @@ impl TenantName {
         if name.chars().any(char::is_control) {
             return Err("a tenant name must not contain control characters".to_string());
         }
-        Ok(TenantName(visible_name(name, "a tenant name")?))
+        Ok(TenantName(name))
     }
 
     /// The name as text.
@@ -58,32 +58,38 @@ impl std::fmt::Display for TenantName {
     }
 }
 
-/// `name` in Unicode NFC, or why it is refused: it holds an invisible format character
-/// (a zero-width space or joiner, a bidirectional control, a byte-order mark, a soft
-/// hyphen). Names are matched exactly, so without this two tenants or sources could look
-/// the same in every list (`é` composed and decomposed, `alpha` and `alpha` with a
-/// zero-width space) and an operator copying one would act on the other. `what` begins
-/// the error ("a tenant name").
+/// `name` in Unicode NFC, or why it is refused: it holds an invisible character (a
+/// default-ignorable code point: zero-width spaces and joiners, bidirectional controls, a
+/// byte-order mark, a soft hyphen, variation selectors, Hangul fillers) or a space other
+/// than U+0020 (a no-break or an ideographic space). Names are matched exactly, so
+/// without this two tenants or sources could look the same in every list (`é` composed
+/// and decomposed, `alpha` and `alpha` with a zero-width space) and an operator copying
+/// one would act on the other. `what` begins the error ("a tenant name"). Lengths are
+/// counted on the result (NFC may lengthen a text).
 pub(crate) fn visible_name(name: &str, what: &str) -> Result<String, String> {
-    if let Some(c) = name.chars().find(|&c| invisible_format(c)) {
+    if let Some(c) = name.chars().find(|&c| invisible(c)) {
         return Err(format!(
-            "{what} must not contain invisible formatting characters (found U+{:04X})",
+            "{what} must not contain invisible characters or spaces other than U+0020 (found U+{:04X})",
             u32::from(c)
         ));
     }
     Ok(traqlyte_identity::canonical::nfc(name))
 }
 
-/// Unicode's format characters (general category Cf): invisible, they change how text
-/// around them is shown or joined.
-fn invisible_format(c: char) -> bool {
+/// Unicode's default-ignorable code points (shown as nothing) and its space separators
+/// other than the ASCII space (shown as one).
+fn invisible(c: char) -> bool {
     matches!(c,
-        '\u{00AD}' | '\u{0600}'..='\u{0605}' | '\u{061C}' | '\u{06DD}' | '\u{070F}'
-        | '\u{0890}'..='\u{0891}' | '\u{08E2}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
-        | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}'
-        | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}' | '\u{110BD}' | '\u{110CD}'
-        | '\u{13430}'..='\u{1343F}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
-        | '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
+        '\u{00A0}' | '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}'..='\u{1160}'
+        | '\u{1680}' | '\u{17B4}'..='\u{17B5}' | '\u{180B}'..='\u{180F}'
+        | '\u{2000}'..='\u{200F}' | '\u{202A}'..='\u{202F}' | '\u{205F}'..='\u{206F}'
+        | '\u{3000}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
+        | '\u{FFF0}'..='\u{FFF8}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}'
+        // Other format characters (category Cf) that are not default-ignorable.
+        | '\u{0600}'..='\u{0605}' | '\u{06DD}' | '\u{070F}' | '\u{0890}'..='\u{0891}'
+        | '\u{08E2}' | '\u{110BD}' | '\u{110CD}' | '\u{13430}'..='\u{1343F}'
+        | '\u{FFF9}'..='\u{FFFB}')
 }
 
 /// The non-secret part of an API key that names it in lists and revocations: the first
@@ -546,13 +552,19 @@ mod tests {
             "alpha\u{200B}",
             "al\u{FEFF}pha",
             "\u{202E}ahpla",
+            "Acme\u{00A0}GmbH",
+            "alpha\u{FE0F}",
+            "\u{3164}alpha",
         ] {
             let err = TenantName::parse(hidden).expect_err(hidden);
-            assert!(err.contains("invisible formatting"), "{err}");
+            assert!(err.contains("invisible characters"), "{err}");
             let err = crate::SourceName::parse(hidden).expect_err(hidden);
             assert!(err.starts_with("a source name"), "{err}");
         }
         assert!(TenantName::parse("Acme GmbH & Co. (EU)").is_ok());
+        // Counted once composed: 128 characters that NFC lengthens are refused.
+        let widened = "\u{0958}".repeat(128);
+        assert!(TenantName::parse(&widened).is_err());
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub(crate) struct ConsumeNatsArgs {
     /// The tenant every message is stored under (its name, as given to `tenant create`).
     #[arg(long)]
     tenant: String,
-    /// The tenant's source (its name, as given to `source create`) that Segment messages
+    /// The tenant's source (its name, as given to `source create`, or its id) that Segment messages
     /// on `traqlyte.segment` are stored under; the consumer refuses to start when it is
     /// missing or revoked. Without it such messages are dead letters.
     #[arg(long)]
