@@ -357,6 +357,25 @@ impl Contract {
         out
     }
 
+    /// An estimate, from above, of the memory this contract holds: its document twice (as
+    /// written and in its field specs) and each pointer's tokens, one `String` each. A
+    /// pointer's text can be mostly token boundaries (`/` a thousand times is a thousand
+    /// empty tokens), which its length alone undercounts many times over. For a cache
+    /// that must stay within bytes.
+    pub fn held_bytes(&self) -> usize {
+        const TOKEN_BYTES: usize = std::mem::size_of::<String>() + 16;
+        let pointers = self
+            .fields
+            .iter()
+            .map(|(pointer, _)| pointer)
+            .chain(&self.transport)
+            .chain(&self.occurred_at);
+        let tokens: usize = pointers
+            .map(|p| p.tokens().len() * TOKEN_BYTES + p.as_str().len())
+            .sum();
+        2 * self.canonical_definition().len() + tokens
+    }
+
     /// Computes the event id, the payload fingerprint and the event time of `event`.
     pub fn identify(&self, event: &Value) -> Result<Identified, IdentityError> {
         self.identify_owned(event.clone())

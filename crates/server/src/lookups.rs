@@ -23,7 +23,7 @@
 //! So the store stays the only judge: this memory only saves the reads whose answers the
 //! batch's transaction re-checks anyway. It is used only with group commit on (without
 //! it, each request keeps its own reads). Each map holds at most [`ENTRIES_MAX`] entries,
-//! and the contracts at most [`CONTRACT_BYTES_MAX`] of definitions (a tenant may register
+//! and the contracts at most [`CONTRACT_BYTES_MAX`] (a tenant may register
 //! contracts of up to a request body each); a full map drops entries one at a time to
 //! make room (a burst of new keys costs reads, never memory, and does not empty the map
 //! for the entries in use).
@@ -38,9 +38,8 @@ use traqlyte_store::{ApiKey, CampaignId, CampaignVersion, TenantId};
 /// Most entries of each map.
 pub(crate) const ENTRIES_MAX: usize = 10_000;
 
-/// Most bytes of contract definitions remembered (their canonical JSON; a parsed
-/// contract holds about three times that).
-pub(crate) const CONTRACT_BYTES_MAX: usize = 32 << 20;
+/// Most bytes of contracts remembered, by [`Contract::held_bytes`].
+pub(crate) const CONTRACT_BYTES_MAX: usize = 64 << 20;
 
 /// The per-process memory of keys and contracts (see the module documentation).
 pub(crate) struct Lookups {
@@ -54,13 +53,16 @@ impl Default for Lookups {
     fn default() -> Self {
         Lookups {
             keys: Memory::default(),
-            contracts: Memory::weighed(CONTRACT_BYTES_MAX, |contract: &Arc<Contract>| {
-                contract.canonical_definition().len()
-            }),
+            contracts: Memory::weighed(CONTRACT_BYTES_MAX, contract_weight),
             latest: Memory::default(),
             campaigns: Memory::default(),
         }
     }
+}
+
+/// What a remembered contract weighs against [`CONTRACT_BYTES_MAX`].
+fn contract_weight(contract: &Arc<Contract>) -> usize {
+    contract.held_bytes()
 }
 
 impl Lookups {
@@ -279,6 +281,29 @@ mod tests {
         // Replacing an entry counts its new weight only.
         memory.put(99, vec![0; 100]);
         assert_eq!(memory.held.lock().expect("lock").bytes, 700);
+    }
+
+    /// A contract is weighed by what it holds, not by its text: a pointer of a hundred
+    /// thousand `/` is a hundred thousand tokens, each a `String`, and makes the contract
+    /// too heavy to remember although its definition is 100 KB.
+    #[test]
+    fn a_contract_of_many_tokens_is_too_heavy_to_remember() {
+        use std::sync::Arc;
+        use traqlyte_identity::Contract;
+        let contract = |pointer: String| {
+            Arc::new(
+                Contract::from_json(&serde_json::json!({
+                    "name": "c", "version": 1, "fields": [{"pointer": pointer}]}))
+                .expect("a contract"),
+            )
+        };
+        let memory = Memory::weighed(super::CONTRACT_BYTES_MAX, super::contract_weight);
+        memory.put(1, contract("/order_id".to_string()));
+        let heavy = contract("/".repeat(2_000_000));
+        assert!(heavy.canonical_definition().len() < super::CONTRACT_BYTES_MAX / 16);
+        memory.put(2, heavy);
+        assert!(memory.get(&1).is_some());
+        assert!(memory.get(&2).is_none(), "too heavy to remember");
     }
 
     /// A latest version remembered late (its read started before a newer one was
