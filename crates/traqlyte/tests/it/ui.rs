@@ -722,13 +722,12 @@ async fn a_link_into_another_tenant_asks_before_replacing_a_session(backend: Bac
     let app = spawn_app(backend).await;
     let client = without_redirects();
     let mine = form_session(&client, &app, &app.key).await;
-    let index = client
-        .get(app.url("/ui/campaigns"))
-        .header("cookie", mine.as_str())
-        .send()
-        .await
-        .expect("get");
-    let html = index.text().await.expect("text");
+    let html = html_of(
+        client
+            .get(app.url("/ui/campaigns"))
+            .header("cookie", mine.as_str()),
+    )
+    .await;
     assert!(
         html.contains("data-field=\"tenant\">Tenant <b>test tenant</b>"),
         "{html}"
@@ -775,15 +774,12 @@ async fn a_link_into_another_tenant_asks_before_replacing_a_session(backend: Bac
         .expect("post");
     assert_eq!(continued.status(), StatusCode::SEE_OTHER);
     let theirs = session_of(&continued);
-    let html = client
-        .get(app.url("/ui/campaigns"))
-        .header("cookie", theirs.as_str())
-        .send()
-        .await
-        .expect("get")
-        .text()
-        .await
-        .expect("text");
+    let html = html_of(
+        client
+            .get(app.url("/ui/campaigns"))
+            .header("cookie", theirs.as_str()),
+    )
+    .await;
     assert!(html.contains("Tenant <b>other tenant</b>"), "{html}");
 
     // A link of the session's own tenant is used at once, as without a session.
@@ -800,17 +796,25 @@ async fn a_link_into_another_tenant_asks_before_replacing_a_session(backend: Bac
 
     // From another site, the page names the link's tenant too.
     let link = login_link(&client, &app, &other_key).await;
-    let html = client
-        .get(app.url(&link))
-        .header("sec-fetch-site", "cross-site")
+    let html = html_of(
+        client
+            .get(app.url(&link))
+            .header("sec-fetch-site", "cross-site"),
+    )
+    .await;
+    assert!(html.contains("opened from another site"), "{html}");
+    assert!(html.contains("Continue as tenant other tenant"), "{html}");
+}
+
+/// The text of the answer to `request`.
+async fn html_of(request: reqwest::RequestBuilder) -> String {
+    request
         .send()
         .await
         .expect("get")
         .text()
         .await
-        .expect("text");
-    assert!(html.contains("opened from another site"), "{html}");
-    assert!(html.contains("Continue as tenant other tenant"), "{html}");
+        .expect("text")
 }
 
 /// The `name=value` pair of a response's session cookie.
