@@ -241,7 +241,12 @@ impl IntoResponse for ApiError {
                 axum::http::HeaderValue::from_static("1"),
             );
         }
-        if self.close_connection {
+        // A 503 closes the connection too: it can be answered before the request's body
+        // is read (a batch waits for a connection to check its key first), and hyper then
+        // closes the socket anyway; said so, a keep-alive client opens a new connection
+        // for its retry instead of sending it into a closed one (ECONNRESET, no
+        // Retry-After seen). Under overload, that sheds connections as well.
+        if self.close_connection || status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(
                 axum::http::header::CONNECTION,
                 axum::http::HeaderValue::from_static("close"),

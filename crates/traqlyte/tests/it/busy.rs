@@ -39,6 +39,12 @@ async fn a_write_waiting_past_sqlites_busy_timeout_is_503_store_busy_and_writes_
         refused.headers().get("retry-after").map(|v| v.as_bytes()),
         Some(&b"1"[..])
     );
+    // A 503 may come before the body was read (hyper then closes the socket): it says
+    // so, so a keep-alive client retries on a new connection.
+    assert_eq!(
+        refused.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
     let body: serde_json::Value = refused.json().await.expect("a JSON body");
     assert_eq!(body["error"]["code"], "store_busy", "{body}");
     sqlx::raw_sql("ROLLBACK")
