@@ -188,7 +188,8 @@ struct ServeArgs {
     #[arg(long, env = "TRAQLYTE_METRICS_TOKEN", hide_env_values = true)]
     metrics_token: Option<String>,
     /// Serve `GET /metrics` on this address only, to any peer (or token holders with
-    /// --metrics-token); the API's listener then answers it 404.
+    /// --metrics-token); the API's listener then answers it 404. The probes `/livez` and
+    /// `/healthz` are served there too, on connections of their own.
     #[arg(long, env = "TRAQLYTE_METRICS_LISTEN")]
     metrics_listen: Option<String>,
     /// Do not run the collision webhook dispatcher in this process (another server

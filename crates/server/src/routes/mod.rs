@@ -210,8 +210,13 @@ fn ops_routes() -> Router<AppState> {
 
 /// The router of the dedicated `--metrics-listen` listener: `GET /metrics` only.
 pub(crate) fn metrics_router(state: AppState) -> Router {
+    // The probes too: this listener has connections of its own, so a full connection
+    // cap on the API's listener (idle keep-alive pools hold slots for their idle
+    // timeout) does not fail a liveness probe and get a healthy process restarted.
     Router::new()
         .route("/metrics", get(crate::metrics::scrape_dedicated))
+        .route("/livez", get(health::livez))
+        .route("/healthz", get(health::healthz))
         .fallback(not_found)
         .layer(middleware::from_fn(json_errors))
         .with_state(state)

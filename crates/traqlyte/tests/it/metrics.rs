@@ -19,7 +19,7 @@ use crate::on_both_backends;
 on_both_backends!(
     the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition_format,
     a_metrics_token_is_required_when_set,
-    a_dedicated_metrics_listener_serves_metrics_and_the_api_listener_does_not,
+    a_dedicated_metrics_listener_serves_metrics_and_the_probes_and_the_api_listener_no_metrics,
 );
 
 /// One sample line: name, labels, value.
@@ -400,7 +400,7 @@ async fn a_metrics_token_is_required_when_set(backend: Backend) {
     parse_exposition(&text).expect("exposition format");
 }
 
-async fn a_dedicated_metrics_listener_serves_metrics_and_the_api_listener_does_not(
+async fn a_dedicated_metrics_listener_serves_metrics_and_the_probes_and_the_api_listener_no_metrics(
     backend: Backend,
 ) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -436,7 +436,24 @@ async fn a_dedicated_metrics_listener_serves_metrics_and_the_api_listener_does_n
         .send()
         .await
         .expect("GET");
-    assert_eq!(other.status(), StatusCode::NOT_FOUND, "only /metrics there");
+    assert_eq!(
+        other.status(),
+        StatusCode::NOT_FOUND,
+        "only /metrics and the probes there"
+    );
+    // The probes, on connections of their own (a full cap on the API's listener does not
+    // fail them).
+    for probe in ["/livez", "/healthz"] {
+        let answer = app
+            .client
+            .get(format!("http://127.0.0.1:{port}{probe}"))
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(answer.status(), StatusCode::OK, "{probe}");
+        let body: serde_json::Value = answer.json().await.expect("JSON");
+        assert_eq!(body["status"], "ok", "{probe}: {body}");
+    }
 }
 
 #[test]
