@@ -113,6 +113,73 @@ fn inflate(compressed: &[u8], limit_bytes: usize) -> Result<Bytes, ApiError> {
     }
 }
 
+/// The room for request bodies in flight: one permit a KiB.
+pub(crate) fn budget(config: &crate::ServerConfig) -> tokio::sync::Semaphore {
+    tokio::sync::Semaphore::new(budget_kib(config))
+}
+
+fn budget_kib(config: &crate::ServerConfig) -> usize {
+    let kib = config.bodies_in_flight_bytes_max.div_ceil(1024).max(1);
+    kib.min(tokio::sync::Semaphore::MAX_PERMITS)
+}
+
+/// Middleware: a request with a body takes room for it from [`AppState::bodies`] for as
+/// long as it is read and handled (its parsed form lives as long), waiting at most half
+/// the request timeout (5 s at most) for room, then `503 server_busy` (with
+/// `Retry-After`, and `Connection: close` as every 503: the body is unread). Counted at
+/// its `Content-Length`, or at the largest body any route takes when it sends none or is
+/// compressed (it may inflate to that).
+pub(crate) async fn take_room(
+    axum::extract::State(state): axum::extract::State<crate::AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let config = &state.config;
+    let largest = config
+        .batch_bytes_max
+        .max(config.body_bytes_max)
+        .max(config.lineage_body_bytes_max);
+    let headers = request.headers();
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let bytes = match declared {
+        Some(0) => return next.run(request).await,
+        None if !headers.contains_key(axum::http::header::TRANSFER_ENCODING) => {
+            return next.run(request).await
+        }
+        Some(length) if !headers.contains_key(CONTENT_ENCODING) => {
+            usize::try_from(length).map_or(largest, |length| length.min(largest))
+        }
+        _ => largest,
+    };
+    let all = u32::try_from(budget_kib(config)).unwrap_or(u32::MAX);
+    let kib = u32::try_from(bytes.div_ceil(1024).max(1))
+        .unwrap_or(u32::MAX)
+        .min(all);
+    let wait = std::time::Duration::from_millis((config.request_timeout_ms / 2).clamp(1, 5_000));
+    // Room at once (the usual case) sets no timer.
+    let room = match state.bodies.clone().try_acquire_many_owned(kib) {
+        Ok(room) => Ok(Ok(room)),
+        Err(_) => tokio::time::timeout(wait, state.bodies.clone().acquire_many_owned(kib)).await,
+    };
+    match room {
+        Ok(Ok(room)) => {
+            let response = next.run(request).await;
+            drop(room);
+            response
+        }
+        _ => ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "server_busy",
+            "the server is reading or handling as many request bodies as it holds at once; nothing was read or written, retry shortly",
+        )
+        .into_response(),
+    }
+}
+
 /// [`read_limited`] without the decoding: the bytes as sent.
 async fn read_raw(headers: &HeaderMap, body: Body, limit_bytes: usize) -> Result<Bytes, ApiError> {
     let declared = headers

@@ -2,6 +2,8 @@
 
 /// The default of [`ServerConfig::lineage_body_bytes_max`]: 8 MiB.
 pub const LINEAGE_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// The default of [`ServerConfig::bodies_in_flight_bytes_max`]: 256 MiB.
+pub const BODIES_IN_FLIGHT_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// The default of [`ServerConfig::lineage_json_depth_max`].
 pub const LINEAGE_JSON_DEPTH_MAX: usize = 64;
 
@@ -35,6 +37,12 @@ pub struct ServerConfig {
     /// How often the semantic-duplicate scan runs over the latest version of every
     /// contract of every tenant (`None`: never; docs/semantic-scan.md).
     pub semantic_scan_every_ms: Option<u64>,
+    /// Most request-body bytes being read or handled at once, summed over every request
+    /// (each counted at its `Content-Length`, or at the largest body a route takes when it
+    /// sends none or is compressed): past it a request waits for room, then is answered
+    /// `503 server_busy`. A parsed body takes several times its bytes, so this bounds the
+    /// server's memory under many large concurrent batches or slowly sent bodies.
+    pub bodies_in_flight_bytes_max: usize,
     /// A request (body reading and handling) taking longer than this is answered 408 and
     /// its work abandoned (an open transaction rolls back).
     pub request_timeout_ms: u64,
@@ -93,6 +101,7 @@ impl Default for ServerConfig {
             idempotency_purge_every_ms: 600_000,
             semantic_scan_every_ms: None,
             request_timeout_ms: 30_000,
+            bodies_in_flight_bytes_max: BODIES_IN_FLIGHT_BYTES_MAX,
             #[cfg(feature = "test-hooks")]
             test_publish_delay_ms: std::env::var("TRAQLYTE_TEST_PUBLISH_DELAY_MS")
                 .ok()

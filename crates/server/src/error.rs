@@ -222,7 +222,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
-        let retry_soon = matches!(self.body.code, "store_busy" | "contract_changing");
+        let retry_soon = matches!(
+            self.body.code,
+            "store_busy" | "server_busy" | "contract_changing"
+        );
         let mut response = (status, Json(ErrorEnvelope { error: self.body })).into_response();
         if status == StatusCode::UNAUTHORIZED {
             // RFC 9110 requires a challenge with every 401; without one Java's HttpClient

@@ -37,7 +37,9 @@ use axum::Router;
 use tokio::net::TcpListener;
 use traqlyte_store::Store;
 
-pub use config::{ServerConfig, LINEAGE_BODY_BYTES_MAX, LINEAGE_JSON_DEPTH_MAX};
+pub use config::{
+    ServerConfig, BODIES_IN_FLIGHT_BYTES_MAX, LINEAGE_BODY_BYTES_MAX, LINEAGE_JSON_DEPTH_MAX,
+};
 pub use error::ApiError;
 pub use group_commit::{GroupCommit, GroupCommitConfig};
 pub use listener::{connections_max_within, files_reserved, FILES_RESERVED_BASE};
@@ -51,6 +53,8 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// The queues that coalesce single requests into shared commits (or none, when off).
     pub group_commit: GroupCommit,
+    /// Room for request bodies in flight, in KiB ([`ServerConfig::bodies_in_flight_bytes_max`]).
+    pub bodies: Arc<tokio::sync::Semaphore>,
 }
 
 /// The whole API as a router.
@@ -93,6 +97,7 @@ pub async fn serve(
     let group_commit = GroupCommit::start(&store, config.group_commit, config.late_events);
     let state = AppState {
         store,
+        bodies: Arc::new(body::budget(&config)),
         config: Arc::new(config),
         group_commit,
     };

@@ -159,6 +159,14 @@ struct ServeArgs {
     /// A request taking longer than this (body and handling) is answered 408 (at least 1).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_ms: u64,
+    /// Most request-body bytes read or handled at once, over every request (each counted
+    /// at its Content-Length, or at the largest body a route takes when it has none or is
+    /// compressed); past it a request waits up to half the request timeout (5 s at most)
+    /// for room, then is answered 503 server_busy. Bounds memory under many large batches
+    /// or slowly sent bodies (a parsed body takes several times its bytes).
+    #[arg(long, default_value_t = traqlyte_server::BODIES_IN_FLIGHT_BYTES_MAX,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
+    bodies_in_flight_bytes_max: usize,
     /// A request head (request line and headers) not complete this long after its first
     /// byte closes the connection.
     #[arg(long, default_value_t = 10_000)]
@@ -410,6 +418,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         idempotency_stale_after_ms: args.idempotency_stale_after_ms,
         idempotency_retention_ms: args.idempotency_retention_hours.saturating_mul(3_600_000),
         request_timeout_ms: args.request_timeout_ms,
+        bodies_in_flight_bytes_max: args.bodies_in_flight_bytes_max,
         lineage_depth_max: args.lineage_depth_max,
         lineage_nodes_max: args.lineage_nodes_max,
         admin_token,

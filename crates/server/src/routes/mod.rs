@@ -110,6 +110,12 @@ pub(crate) fn router(state: AppState) -> Router {
         ))
         .route("/metrics", get(crate::metrics::scrape))
         .fallback(not_found)
+        // Room for the body before anything reads it (inside the timeout, so a wait for
+        // room counts against the request's time).
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::body::take_room,
+        ))
         // First layer: it runs after routing (so path parameters have their names) and
         // before any handler or extractor binds a parameter to a query.
         .layer(middleware::from_fn(text::reject_nul_parameters))

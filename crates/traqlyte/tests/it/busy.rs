@@ -117,3 +117,77 @@ async fn sqlite_writes_work_again_after_a_commit_failed_on_a_full_disk() {
     let body = answer.text().await.unwrap_or_default();
     assert_eq!(status, StatusCode::OK, "{body}");
 }
+
+/// Request bodies in flight share one room (`--bodies-in-flight-bytes-max`): a body
+/// being sent slowly holds its `Content-Length` of it, a request that finds no room
+/// waits up to half the request timeout and is then answered `503 server_busy` (with
+/// `Retry-After` and `Connection: close`) without its body being read, and a request that
+/// fits is served meanwhile. Many large batches or slow bodies cannot grow the server's
+/// memory past the room (200 batches of 5 MB held 1.7 GB before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bodies_past_the_room_in_flight_are_503_server_busy() {
+    use tokio::io::AsyncWriteExt;
+    let config = ServerConfig {
+        bodies_in_flight_bytes_max: 64 * 1024,
+        request_timeout_ms: 2_000,
+        ..ServerConfig::default()
+    };
+    let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
+    app.register_checkout_contract().await;
+    let host = app.address.trim_start_matches("http://").to_string();
+    // 60 KB announced, a little sent: it holds 59 of the 64 KiB of room.
+    let mut slow = tokio::net::TcpStream::connect(&host)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /events/checkout_completed/batch HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n[",
+        app.key
+    );
+    slow.write_all(head.as_bytes()).await.expect("send");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    let big = vec![checkout_event("busy-big"); 40];
+    let started = std::time::Instant::now();
+    let refused = app
+        .client
+        .post(app.url("/events/checkout_completed/batch"))
+        .bearer_auth(&app.key)
+        .json(&big)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    let header = |name: &str| {
+        refused
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("").to_string())
+    };
+    assert_eq!(header("retry-after").as_deref(), Some("1"));
+    assert_eq!(header("connection").as_deref(), Some("close"));
+    let body: serde_json::Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "server_busy", "{body}");
+    // A small request fits beside the slow one.
+    let small = app.post_event(&checkout_event("busy-small")).await;
+    assert_eq!(small.status, StatusCode::OK, "{}", small.body);
+
+    // Once the slow client is gone, the room is free again.
+    drop(slow);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let again = app
+            .client
+            .post(app.url("/events/checkout_completed/batch"))
+            .bearer_auth(&app.key)
+            .json(&big)
+            .send()
+            .await
+            .expect("sent");
+        if again.status() == StatusCode::OK || std::time::Instant::now() > deadline {
+            assert_eq!(again.status(), StatusCode::OK);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
