@@ -139,31 +139,18 @@ const SELECT_DUPLICATES_OVER_TIME: &str = "SELECT bucket_start_us, arm, duplicat
          GROUP BY bucket_start_us, arm ORDER BY bucket_start_us DESC, arm DESC LIMIT $4
      ) newest ORDER BY bucket_start_us, arm";
 
-/// Logged outcome collisions of a campaign per (metric, arm), attributed to the stored
-/// outcome each collided with: `outcome_collisions` keeps the key, the stored row its arm
-/// and metric (a collision's own payload may name another metric). PostgreSQL probes each
-/// stored outcome by its primary key, the id the key derives (migration `0020`; the
-/// outcomes hold no index on the key's columns there); SQLite by the key's own index.
-/// The ids are computed first (`MATERIALIZED`): compared with the function call itself,
-/// a fresh database's planner took `outcomes_by_campaign` and filtered every outcome of
-/// the tenant by it (`tests/it/plans.rs`). `LIMIT 1` keeps each probe from being
-/// flattened into a join, as in `outcomes_batch::PG_SELECT_STORED`. `{version}` is
-/// [`of_version`].
-pub const PG_SELECT_COLLISIONS: &str = "WITH c AS MATERIALIZED (
-       SELECT traqlyte_outcome_id($1, campaign_id, assignment_id, dedupe_key) AS id
-       FROM outcome_collisions WHERE tenant_id = $1 AND campaign_id = $2{version})
-     SELECT o.metric, o.arm, COUNT(*) AS collisions
-     FROM c CROSS JOIN LATERAL (SELECT metric, arm FROM outcomes
-       WHERE tenant_id = $1 AND outcome_id = c.id LIMIT 1) o
-     GROUP BY o.metric, o.arm";
+/// Logged outcome collisions of a campaign per (metric, arm), summed over its versions:
+/// one read of `outcome_collision_counts` by its primary key's prefix, kept in step by the
+/// transactions that log collisions (`outcomes_batch.rs`, migration `0027`), never a
+/// pass over the log itself, which grows without bound (`tests/it/plans.rs`).
+pub const SELECT_COLLISIONS: &str =
+    "SELECT metric, arm, CAST(SUM(collisions) AS BIGINT) AS collisions
+     FROM outcome_collision_counts WHERE tenant_id = $1 AND campaign_id = $2
+     GROUP BY metric, arm";
 
-/// [`PG_SELECT_COLLISIONS`] on SQLite, whose outcomes keep their key's index.
-const SQLITE_SELECT_COLLISIONS: &str = "SELECT o.metric, o.arm, COUNT(*) AS collisions
-     FROM (SELECT assignment_id, dedupe_key FROM outcome_collisions
-           WHERE tenant_id = $1 AND campaign_id = $2{version}) c
-     JOIN outcomes o ON o.tenant_id = $1 AND o.assignment_id = c.assignment_id
-       AND o.dedupe_key = c.dedupe_key
-     GROUP BY o.metric, o.arm";
+/// [`SELECT_COLLISIONS`] of the units assigned under one version (`$3`).
+pub const SELECT_COLLISIONS_OF_VERSION: &str = "SELECT metric, arm, collisions
+     FROM outcome_collision_counts WHERE tenant_id = $1 AND campaign_id = $2 AND version = $3";
 
 impl Store {
     /// An assignment by id.
@@ -261,24 +248,26 @@ impl Store {
     }
 
     /// Logged outcome collisions per `(metric, arm)` of a campaign (with `version`, of the
-    /// units assigned under it), in one statement: each delivery that met a stored outcome
-    /// with a different payload, counted against that outcome's metric and arm. Pairs
-    /// without any are absent.
+    /// units assigned under it), read from the counts kept as they are logged: each
+    /// delivery that met a stored outcome with a different payload, counted against that
+    /// outcome's metric and arm. Pairs without any are absent.
     pub async fn outcome_collisions_per_arm(
         &self,
         tenant: &TenantId,
         campaign_id: &CampaignId,
         version: Option<i64>,
     ) -> Result<HashMap<(String, String), u64>, StoreError> {
-        let sql = match &self.backend {
-            crate::Backend::Postgres(_) => PG_SELECT_COLLISIONS,
-            crate::Backend::Sqlite(_) => SQLITE_SELECT_COLLISIONS,
-        }
-        .replace("{version}", &of_version(version));
+        let sql = match version {
+            None => SELECT_COLLISIONS,
+            Some(_) => SELECT_COLLISIONS_OF_VERSION,
+        };
         with_pool!(self, reader, |pool| {
-            let query = sqlx::query_as(&sql)
+            let mut query = sqlx::query_as(sql)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str());
+            if let Some(version) = version {
+                query = query.bind(version);
+            }
             let rows: Vec<CollisionsRow> = query.fetch_all(pool).await?;
             Ok(rows
                 .into_iter()
@@ -484,7 +473,7 @@ struct UnitsRow {
     units: i64,
 }
 
-/// A row of [`PG_SELECT_COLLISIONS`] and [`SQLITE_SELECT_COLLISIONS`].
+/// A row of [`SELECT_COLLISIONS`] and [`SELECT_COLLISIONS_OF_VERSION`].
 #[derive(sqlx::FromRow)]
 struct CollisionsRow {
     metric: String,

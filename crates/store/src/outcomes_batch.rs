@@ -8,8 +8,9 @@
 //!    per key);
 //! 3. judge every item in input order ([`judge`], pure): inserted, duplicate (same
 //!    fingerprint) or collision;
-//! 4. write every duplicate, every collision and the per-unit sums (one row per unit and
-//!    metric, the batch's contributions added up; on PostgreSQL appended to
+//! 4. write every duplicate, every collision, the collision counts (one row per campaign,
+//!    version, metric and arm, added to in place) and the per-unit sums (one row per unit
+//!    and metric, the batch's contributions added up; on PostgreSQL appended to
 //!    `unit_metric_deltas`, no row another batch could hold a lock on) in one statement
 //!    each.
 //!
@@ -59,6 +60,25 @@ const PG_INSERT_COLLISIONS: &str = "INSERT INTO outcome_collisions
      (tenant_id, assignment_id, dedupe_key, campaign_id, incoming_payload, received_at_us)
      SELECT $1, u.a, u.k, u.c, u.p, $2
      FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS u(a, k, c, p)";
+
+/// Adds a batch's collisions to the report's counts (migration `0027`), one row per
+/// (campaign, version, metric, arm) in key order ([`collision_counts`]), so concurrent
+/// batches take the rows' locks in one order. Collisions are rare (a client resending changed values), so the
+/// row lock a colliding batch holds until commit is rarely waited on.
+const PG_ADD_COLLISION_COUNTS: &str = "INSERT INTO outcome_collision_counts
+     (tenant_id, campaign_id, version, metric, arm, collisions)
+     SELECT $1, u.c, u.v, u.m, u.arm, u.n
+     FROM unnest($2::text[], $3::int8[], $4::text[], $5::text[], $6::int8[]) AS u(c, v, m, arm, n)
+     ON CONFLICT (tenant_id, campaign_id, version, metric, arm)
+     DO UPDATE SET collisions = outcome_collision_counts.collisions + excluded.collisions";
+
+/// [`PG_ADD_COLLISION_COUNTS`] on SQLite, before its `VALUES` rows.
+const SQLITE_ADD_COLLISION_COUNTS: &str = "INSERT INTO outcome_collision_counts
+     (tenant_id, campaign_id, version, metric, arm, collisions) VALUES";
+
+/// What makes [`SQLITE_ADD_COLLISION_COUNTS`] add to a row already there.
+const SQLITE_ADD_TO_COUNT: &str = "ON CONFLICT (tenant_id, campaign_id, version, metric, arm)
+     DO UPDATE SET collisions = outcome_collision_counts.collisions + excluded.collisions";
 
 /// The per-unit sums of a batch, appended: never a conflict, never a row lock another
 /// batch waits on (`fold_unit_metrics` folds them into `unit_metrics`).
@@ -131,6 +151,8 @@ impl StoreTx {
         self.insert_duplicate_rows(tenant, &judged.duplicates, now_us)
             .await?;
         self.insert_collision_rows(tenant, &judged.collisions, now_us)
+            .await?;
+        self.add_collision_counts(tenant, &collision_counts(&judged.collisions))
             .await?;
         self.bump_unit_rows(tenant, &judged.unit_sums).await?;
         Ok(judged.results)
@@ -325,11 +347,11 @@ impl StoreTx {
         Ok(())
     }
 
-    /// Logs every collision's incoming payload.
+    /// Logs every collision's incoming payload (`(incoming, stored)`).
     async fn insert_collision_rows(
         &mut self,
         tenant: &TenantId,
-        rows: &[&NewOutcome],
+        rows: &[(&NewOutcome, &StoredOutcome)],
         now_us: i64,
     ) -> Result<(), StoreError> {
         if rows.is_empty() {
@@ -337,8 +359,9 @@ impl StoreTx {
         }
         match &mut self.inner {
             TxInner::Postgres(conn) => {
-                let text =
-                    |f: fn(&NewOutcome) -> &str| rows.iter().map(|o| f(o)).collect::<Vec<&str>>();
+                let text = |f: fn(&NewOutcome) -> &str| {
+                    rows.iter().map(|(o, _)| f(o)).collect::<Vec<&str>>()
+                };
                 sqlx::query(PG_INSERT_COLLISIONS)
                     .bind(tenant.as_str())
                     .bind(now_us)
@@ -357,7 +380,7 @@ impl StoreTx {
                         vec!["(?,?,?,?,?,?)"; chunk.len()].join(",")
                     );
                     let mut query = sqlx::query(&sql);
-                    for o in chunk {
+                    for (o, _) in chunk {
                         query = query
                             .bind(tenant.as_str())
                             .bind(o.assignment.assignment_id.as_str())
@@ -365,6 +388,54 @@ impl StoreTx {
                             .bind(o.assignment.campaign_id.as_str())
                             .bind(&o.payload)
                             .bind(now_us);
+                    }
+                    query.execute(&mut **conn).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the batch's collision counts to `outcome_collision_counts`, in one statement.
+    async fn add_collision_counts(
+        &mut self,
+        tenant: &TenantId,
+        counts: &BTreeMap<CountKey, i64>,
+    ) -> Result<(), StoreError> {
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(&CountKey, &i64)> = counts.iter().collect();
+        match &mut self.inner {
+            TxInner::Postgres(conn) => {
+                let text = |f: fn(&CountKey) -> &str| {
+                    rows.iter().map(|(k, _)| f(k)).collect::<Vec<&str>>()
+                };
+                sqlx::query(PG_ADD_COLLISION_COUNTS)
+                    .bind(tenant.as_str())
+                    .bind(text(|k| k.campaign_id.as_str()))
+                    .bind(rows.iter().map(|(k, _)| k.version).collect::<Vec<i64>>())
+                    .bind(text(|k| &k.metric))
+                    .bind(text(|k| &k.arm))
+                    .bind(rows.iter().map(|(_, n)| **n).collect::<Vec<i64>>())
+                    .execute(&mut **conn)
+                    .await?;
+            }
+            TxInner::Sqlite(conn) => {
+                for chunk in rows.chunks(SQLITE_ROWS_PER_STATEMENT) {
+                    let sql = format!(
+                        "{SQLITE_ADD_COLLISION_COUNTS} {} {SQLITE_ADD_TO_COUNT}",
+                        vec!["(?,?,?,?,?,?)"; chunk.len()].join(",")
+                    );
+                    let mut query = sqlx::query(&sql);
+                    for (k, n) in chunk {
+                        query = query
+                            .bind(tenant.as_str())
+                            .bind(k.campaign_id.as_str())
+                            .bind(k.version)
+                            .bind(&k.metric)
+                            .bind(&k.arm)
+                            .bind(**n);
                     }
                     query.execute(&mut **conn).await?;
                 }
@@ -497,6 +568,32 @@ struct UnitKey {
     assignment_id: AssignmentId,
 }
 
+/// A row of `outcome_collision_counts`: what a collision counts against.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct CountKey {
+    campaign_id: CampaignId,
+    version: i64,
+    metric: String,
+    arm: String,
+}
+
+/// A batch's collisions counted per row of `outcome_collision_counts`: the assignment's
+/// campaign version, the STORED outcome's metric and arm (the incoming payload may name
+/// another metric; the report attributes a collision to what it collided with). Pure.
+fn collision_counts(collisions: &[(&NewOutcome, &StoredOutcome)]) -> BTreeMap<CountKey, i64> {
+    let mut counts = BTreeMap::new();
+    for (new, stored) in collisions {
+        let key = CountKey {
+            campaign_id: stored.campaign_id.clone(),
+            version: new.assignment.version,
+            metric: stored.metric.clone(),
+            arm: stored.arm.clone(),
+        };
+        *counts.entry(key).or_insert(0) += 1;
+    }
+    counts
+}
+
 /// What a batch adds to one unit's sums of one metric.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct UnitSums {
@@ -551,7 +648,7 @@ fn n_v(inside: bool, value: f64) -> (i64, f64) {
 struct Judged<'a> {
     results: Vec<OutcomeResult>,
     duplicates: Vec<(&'a NewOutcome, &'a StoredOutcome)>,
-    collisions: Vec<&'a NewOutcome>,
+    collisions: Vec<(&'a NewOutcome, &'a StoredOutcome)>,
     unit_sums: BTreeMap<UnitKey, UnitSums>,
 }
 
@@ -594,7 +691,7 @@ fn judge<'a>(
             judged.duplicates.push((new, row));
             OutcomeResult::Duplicate(row.clone())
         } else {
-            judged.collisions.push(new);
+            judged.collisions.push((new, row));
             OutcomeResult::Collision(row.clone())
         };
         judged.results.push(result);

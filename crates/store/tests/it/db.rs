@@ -153,6 +153,15 @@ impl Raw {
         .unwrap_or_else(|err| panic!("{sql}: {err}"))
     }
 
+    /// The first column of every row, as text.
+    pub async fn texts(&mut self, sql: &str) -> Vec<String> {
+        match self {
+            Raw::Sqlite(c) => sqlx::query_scalar(sql).fetch_all(c).await,
+            Raw::Postgres(c) => sqlx::query_scalar(sql).fetch_all(c).await,
+        }
+        .unwrap_or_else(|err| panic!("{sql}: {err}"))
+    }
+
     /// The first column of every row, as bytes.
     pub async fn blobs(&mut self, sql: &str) -> Vec<Vec<u8>> {
         match self {

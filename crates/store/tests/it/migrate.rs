@@ -62,7 +62,7 @@ async fn a_database_migrated_by_a_newer_build_is_refused_by_name(backend: Backen
 }
 
 /// This build's migration files of a backend: (version, name, SQL), in order.
-fn migration_files(backend: Backend) -> Vec<(i64, String, String)> {
+pub(crate) fn migration_files(backend: Backend) -> Vec<(i64, String, String)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("migrations")
         .join(match backend {

@@ -4,7 +4,7 @@
 //! a prefix with another index was planned through that one. The batch paths' set-based
 //! reads, listed there too, are held to the same rule.
 
-use traqlyte_store::experiments::PG_SELECT_COLLISIONS;
+use traqlyte_store::experiments::{SELECT_COLLISIONS, SELECT_COLLISIONS_OF_VERSION};
 use traqlyte_store::plans::LOOKUPS;
 
 use crate::db::{Backend, Raw, TestDb};
@@ -54,12 +54,12 @@ async fn hot_lookups_use_their_index_on_a_fresh_database() {
     }
 }
 
-/// A report's collision count probes the outcome each collision met by its primary key,
-/// never the campaign's or the tenant's outcomes (a fresh database, the generic plan, the
-/// version condition of `?version=N` too). Not among the point lookups: it aggregates, so
-/// its plan may sort the collisions it counted.
+/// A report's collision counts are read through the primary key of
+/// `outcome_collision_counts` by campaign (and version, for `?version=N`), never from the
+/// collision log, which grows without bound, nor by the tenant alone (a fresh database,
+/// the generic plan). Not among the point lookups: it aggregates, so its plan may sort.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reports_collisions_probe_each_stored_outcome_by_its_key() {
+async fn a_reports_collisions_are_read_from_the_counts_by_their_key() {
     let db = TestDb::create(Backend::Postgres).await;
     db.store().await.migrate().await.expect("migrate");
     let Raw::Postgres(mut conn) = db.raw().await else {
@@ -69,23 +69,26 @@ async fn a_reports_collisions_probe_each_stored_outcome_by_its_key() {
         .execute(&mut conn)
         .await
         .expect("set the plan mode");
-    let version = " AND assignment_id IN (SELECT assignment_id FROM assignments
-                 WHERE tenant_id = $1 AND campaign_id = $2 AND version = 3)";
-    for (n, condition) in ["", version].into_iter().enumerate() {
-        let sql = PG_SELECT_COLLISIONS.replace("{version}", condition);
+    let statements = [
+        (SELECT_COLLISIONS, "NULL, NULL"),
+        (SELECT_COLLISIONS_OF_VERSION, "NULL, NULL, NULL"),
+    ];
+    for (n, (sql, parameters)) in statements.into_iter().enumerate() {
         sqlx::query(&format!("PREPARE collisions_{n} AS {sql}"))
             .execute(&mut conn)
             .await
             .expect("prepare");
         let lines: Vec<String> =
-            sqlx::query_scalar(&format!("EXPLAIN EXECUTE collisions_{n}(NULL, NULL)"))
+            sqlx::query_scalar(&format!("EXPLAIN EXECUTE collisions_{n}({parameters})"))
                 .fetch_all(&mut conn)
                 .await
                 .expect("explain");
         let plan = lines.join("\n");
-        assert!(plan.contains("using outcomes_pkey"), "{plan}");
+        let index = "outcome_collision_counts_pkey";
+        let through = [format!("using {index}"), format!("Index Scan on {index}")];
+        assert!(through.iter().any(|t| plan.contains(t)), "{plan}");
         assert!(
-            !plan.contains("Seq Scan") && !plan.contains("outcomes_by_campaign"),
+            !plan.contains("Seq Scan") && !plan.contains("outcome_collisions "),
             "{plan}"
         );
         assert!(
