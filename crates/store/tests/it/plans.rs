@@ -11,15 +11,7 @@ use crate::db::{Backend, Raw, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_lookups_use_their_index_on_a_fresh_database() {
-    let db = TestDb::create(Backend::Postgres).await;
-    db.store().await.migrate().await.expect("migrate");
-    let Raw::Postgres(mut conn) = db.raw().await else {
-        panic!("a PostgreSQL connection");
-    };
-    sqlx::query("SET plan_cache_mode = force_generic_plan")
-        .execute(&mut conn)
-        .await
-        .expect("set the plan mode");
+    let (_db, mut conn) = fresh_database_with_generic_plans().await;
     for (n, (what, sql, index)) in LOOKUPS.iter().enumerate() {
         let sql = sql.replace("{table}", "events");
         sqlx::query(&format!("PREPARE lookup_{n} AS {sql}"))
@@ -60,15 +52,7 @@ async fn hot_lookups_use_their_index_on_a_fresh_database() {
 /// the generic plan). Not among the point lookups: it aggregates, so its plan may sort.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reports_collisions_are_read_from_the_counts_by_their_key() {
-    let db = TestDb::create(Backend::Postgres).await;
-    db.store().await.migrate().await.expect("migrate");
-    let Raw::Postgres(mut conn) = db.raw().await else {
-        panic!("a PostgreSQL connection");
-    };
-    sqlx::query("SET plan_cache_mode = force_generic_plan")
-        .execute(&mut conn)
-        .await
-        .expect("set the plan mode");
+    let (_db, mut conn) = fresh_database_with_generic_plans().await;
     let statements = [
         (SELECT_COLLISIONS, "NULL, NULL"),
         (SELECT_COLLISIONS_OF_VERSION, "NULL, NULL, NULL"),
@@ -98,4 +82,19 @@ async fn a_reports_collisions_are_read_from_the_counts_by_their_key() {
             "searched by the tenant alone:\n{plan}"
         );
     }
+}
+
+/// A fresh, migrated PostgreSQL database (no table statistics yet) and a connection to it
+/// that plans prepared statements as a pool's do after their fifth run: generically.
+async fn fresh_database_with_generic_plans() -> (TestDb, sqlx::PgConnection) {
+    let db = TestDb::create(Backend::Postgres).await;
+    db.store().await.migrate().await.expect("migrate");
+    let Raw::Postgres(mut conn) = db.raw().await else {
+        panic!("a PostgreSQL connection");
+    };
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut conn)
+        .await
+        .expect("set the plan mode");
+    (db, conn)
 }
