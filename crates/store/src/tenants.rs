@@ -20,7 +20,7 @@ use traqlyte_identity::ContractName;
 
 /// A tenant's name as people type it: 1–128 characters, no control characters, without
 /// surrounding whitespace (trimmed by [`TenantName::parse`]), in Unicode NFC and without
-/// invisible format characters ([`visible_name`]).
+/// invisible characters or spaces other than U+0020.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantName(String);
 
