@@ -19,6 +19,18 @@ fn free_port() -> u16 {
     listener.local_addr().expect("address").port()
 }
 
+/// True when a NATS server answers on `port`: it greets with `INFO` (another process
+/// that took the port would not).
+fn answers_as_nats(port: u16) -> bool {
+    use std::io::Read;
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut greeting = [0u8; 4];
+    stream.read_exact(&mut greeting).is_ok() && &greeting == b"INFO"
+}
+
 /// One `nats-server` process.
 pub struct NatsNode {
     /// `nats://127.0.0.1:PORT`.
@@ -27,49 +39,94 @@ pub struct NatsNode {
     store_dir: PathBuf,
 }
 
+/// A node's place in a cluster: the cluster's name, the route port to try first, and
+/// every node's route URL.
+struct ClusterSeat {
+    cluster: String,
+    route_port: u16,
+    routes: String,
+}
+
+/// How many times a node is started on fresh ports when it exits at once (a port picked
+/// free was taken by another test before `nats-server` bound it).
+const START_ATTEMPTS: usize = 5;
+
 impl NatsNode {
-    fn spawn(name: &str, extra: &[String]) -> NatsNode {
-        let port = free_port();
-        let store_dir = std::env::temp_dir().join(format!(
-            "traqlyte_nats_{}_{name}_{port}",
-            std::process::id()
-        ));
-        let child = Command::new("nats-server")
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-js",
-                "--server_name",
-                name,
-            ])
-            .arg("-sd")
-            .arg(&store_dir)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server (scripts/services.sh installs it)");
-        let node = NatsNode {
-            url: format!("nats://127.0.0.1:{port}"),
-            child,
-            store_dir,
-        };
+    /// Starts `nats-server` named `name`, on fresh ports again when it exits before it
+    /// answers: ports are picked free, then released, then bound by the server, and
+    /// another test can take one in between. A restarted cluster node keeps the other
+    /// nodes' routes and dials them itself; routes are two-way, so the cluster forms.
+    fn spawn(name: &str, seat: Option<&ClusterSeat>) -> NatsNode {
         let deadline = Instant::now() + Duration::from_millis(START_WAIT_MS);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server {name} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        for attempt in 0..START_ATTEMPTS {
+            let port = free_port();
+            let store_dir = std::env::temp_dir().join(format!(
+                "traqlyte_nats_{}_{name}_{port}",
+                std::process::id()
+            ));
+            let mut command = Command::new("nats-server");
+            command
+                .args([
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-js",
+                    "--server_name",
+                    name,
+                ])
+                .arg("-sd")
+                .arg(&store_dir);
+            // A cluster node answers clients before it binds its route port, and exits
+            // if that is taken: it is up once both ports answer as NATS.
+            let route_port = seat.map(|seat| {
+                if attempt == 0 {
+                    seat.route_port
+                } else {
+                    free_port()
+                }
+            });
+            if let (Some(seat), Some(route_port)) = (seat, route_port) {
+                command.args([
+                    "--cluster_name".to_string(),
+                    seat.cluster.clone(),
+                    "--cluster".to_string(),
+                    format!("nats://127.0.0.1:{route_port}"),
+                    "--routes".to_string(),
+                    seat.routes.clone(),
+                ]);
+            }
+            let child = command
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start nats-server (scripts/services.sh installs it)");
+            let mut node = NatsNode {
+                url: format!("nats://127.0.0.1:{port}"),
+                child,
+                store_dir,
+            };
+            loop {
+                if let Ok(Some(status)) = node.child.try_wait() {
+                    eprintln!("nats-server {name} exited at start ({status}); new ports");
+                    break;
+                }
+                if answers_as_nats(port) && route_port.is_none_or(answers_as_nats) {
+                    return node;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "nats-server {name} did not start"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
-        node
+        panic!("nats-server {name} exited at start {START_ATTEMPTS} times");
     }
 
     /// A standalone JetStream server.
     pub fn start() -> NatsNode {
-        NatsNode::spawn("solo", &[])
+        NatsNode::spawn("solo", None)
     }
 
     /// SIGKILL, like a crashed machine.
@@ -106,15 +163,12 @@ impl NatsCluster {
             .iter()
             .enumerate()
             .map(|(i, port)| {
-                let extra = [
-                    "--cluster_name".to_string(),
-                    name.clone(),
-                    "--cluster".to_string(),
-                    format!("nats://127.0.0.1:{port}"),
-                    "--routes".to_string(),
-                    routes.clone(),
-                ];
-                NatsNode::spawn(&format!("n{i}"), &extra)
+                let seat = ClusterSeat {
+                    cluster: name.clone(),
+                    route_port: *port,
+                    routes: routes.clone(),
+                };
+                NatsNode::spawn(&format!("n{i}"), Some(&seat))
             })
             .collect();
         NatsCluster { nodes }
@@ -194,4 +248,27 @@ pub async fn publish_with(
             Err(err) => panic!("publish {msg_id}: {err}"),
         }
     }
+}
+
+/// The harness itself: a node whose first route port is taken (as when another test took
+/// a port picked free) starts on fresh ports instead of failing the test that needs it.
+#[test]
+fn a_node_whose_route_port_is_taken_starts_on_fresh_ports() {
+    let taken = TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let port = taken.local_addr().expect("address").port();
+    let seat = ClusterSeat {
+        cluster: format!("tl_taken{}", std::process::id()),
+        route_port: port,
+        routes: format!("nats://127.0.0.1:{port}"),
+    };
+    let node = NatsNode::spawn("taken", Some(&seat));
+    let client_port: u16 = node
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port in the URL");
+    assert!(answers_as_nats(client_port));
+    // The port stays the other holder's.
+    assert_eq!(taken.local_addr().expect("address").port(), port);
 }
