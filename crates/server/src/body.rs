@@ -141,11 +141,7 @@ pub(crate) async fn take_room(
         .max(config.body_bytes_max)
         .max(config.lineage_body_bytes_max);
     let headers = request.headers();
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let bytes = match declared {
+    let bytes = match declared_length(headers) {
         Some(0) => return next.run(request).await,
         None if !headers.contains_key(axum::http::header::TRANSFER_ENCODING) => {
             return next.run(request).await
@@ -180,12 +176,17 @@ pub(crate) async fn take_room(
     }
 }
 
-/// [`read_limited`] without the decoding: the bytes as sent.
-async fn read_raw(headers: &HeaderMap, body: Body, limit_bytes: usize) -> Result<Bytes, ApiError> {
-    let declared = headers
+/// The body's length as its `Content-Length` declares it, when that is a number.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// [`read_limited`] without the decoding: the bytes as sent.
+async fn read_raw(headers: &HeaderMap, body: Body, limit_bytes: usize) -> Result<Bytes, ApiError> {
+    let declared = declared_length(headers);
     if let Some(length) = declared.filter(|length| *length > limit_bytes as u64) {
         // Once the whole body is read the connection is clean and stays open; an
         // unread rest makes it unusable, so the client is told to close it.

@@ -352,31 +352,33 @@ pub(crate) fn stored_payload(text: &str) -> Result<Value, ApiError> {
 
 /// Identifies one parsed event under `contract`, keeping its payload as compact JSON.
 pub(crate) fn identify(contract: &Contract, value: Value) -> Result<NewEvent, ApiError> {
-    let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
-    let identified = contract.identify_owned(value)?;
-    Ok(NewEvent {
-        identified,
-        payload,
-    })
+    identify_keeping_payload(contract, value).map_err(|refused| refused.0)
 }
 
-/// [`identify`] then [`admit`]; a refusal keeps the document's compact JSON, to judge it
-/// again under another version without a copy of the document on the usual path.
-fn judge(
-    state: &AppState,
+/// [`identify`]; a refusal keeps the document's compact JSON, to judge it again under
+/// another version without a copy of the document on the usual path.
+fn identify_keeping_payload(
     contract: &Contract,
     value: Value,
 ) -> Result<NewEvent, Box<(ApiError, String)>> {
     let payload = serde_json::to_string(&value)
         .map_err(|e| Box::new((ApiError::internal(e), String::new())))?;
-    let identified = match contract.identify_owned(value) {
-        Ok(identified) => identified,
-        Err(err) => return Err(Box::new((err.into(), payload))),
-    };
-    let event = NewEvent {
-        identified,
-        payload,
-    };
+    match contract.identify_owned(value) {
+        Ok(identified) => Ok(NewEvent {
+            identified,
+            payload,
+        }),
+        Err(err) => Err(Box::new((err.into(), payload))),
+    }
+}
+
+/// [`identify_keeping_payload`] then [`admit`].
+fn judge(
+    state: &AppState,
+    contract: &Contract,
+    value: Value,
+) -> Result<NewEvent, Box<(ApiError, String)>> {
+    let event = identify_keeping_payload(contract, value)?;
     match horizon_refusal(state, contract, &event) {
         None => Ok(event),
         Some(err) => Err(Box::new((err, event.payload))),
