@@ -208,7 +208,7 @@ impl StoreTx {
                 .insert_into(EventTable::Live, tenant, contract, events)
                 .await;
         }
-        let (attached, detached) = partitions::partition_days(conn).await?;
+        let (mut attached, detached) = partitions::partition_days(conn).await?;
         let last = attached
             .iter()
             .copied()
@@ -219,33 +219,28 @@ impl StoreTx {
             .copied()
             .filter(|&day| day != partitions::UNTIMED_DAY)
             .min();
-        let mut live: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
-        let mut old: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
         // Old days without a table yet: each gets a detached one before it is written.
         let mut missing: Vec<i32> = Vec::new();
-        for (index, event) in events.iter().enumerate() {
+        for event in events {
             let day = partition_day(contract, event.identified.occurred_at_us);
-            let group = if day == partitions::UNTIMED_DAY || attached.contains(&day) {
-                &mut live
-            } else if day < last {
-                if !detached.contains(&day) {
-                    // A day between attached ones without a table is one maintenance is
-                    // about to attach (it creates them in several transactions, oldest
-                    // first): a detached table of it now would shadow that attached one
-                    // for ever. Refused until maintenance has run.
-                    if oldest.is_some_and(|oldest| day > oldest) {
-                        return Err(StoreError::OutsideHorizon);
-                    }
-                    missing.push(day);
-                }
-                &mut old
-            } else {
+            if day == partitions::UNTIMED_DAY || attached.contains(&day) {
+                continue;
+            }
+            if day >= last {
                 // A day after every partition: a later partition of it would not see a
                 // row stored elsewhere now. Run `partitions maintain` first.
                 return Err(StoreError::OutsideHorizon);
-            };
-            group.0.push(index);
-            group.1.push(event.clone());
+            }
+            if !detached.contains(&day) {
+                // A day between attached ones without a table is one maintenance is about
+                // to attach (it creates them in several transactions, oldest first): a
+                // detached table of it now would shadow that attached one for ever.
+                // Refused until maintenance has run.
+                if oldest.is_some_and(|oldest| day > oldest) {
+                    return Err(StoreError::OutsideHorizon);
+                }
+                missing.push(day);
+            }
         }
         if !missing.is_empty() {
             missing.sort_unstable();
@@ -253,15 +248,29 @@ impl StoreTx {
             let pool = self.ddl_pool.as_ref().ok_or_else(|| {
                 StoreError::Corrupt("a PostgreSQL transaction without its pool".into())
             })?;
-            partitions::create_detached_days(pool, &missing).await?;
-            // This transaction may have written `events_detached` already (a dry run's
-            // earlier batch) with a statement PostgreSQL keeps prepared: such a statement
-            // routes rows by the partitions it knew, and the new day's row would find
-            // none. Locking each new partition here makes this transaction take in the
-            // other connection's attach before its next insert.
+            // A day a maintenance run (with a longer horizon) attached since the listing
+            // above is written to `events`, where its live duplicates will look.
+            attached.extend(partitions::create_detached_days(pool, &missing).await?);
+            // This transaction may have written `events_detached` or `events` already (a
+            // dry run's earlier batch) with a statement PostgreSQL keeps prepared: such a
+            // statement routes rows by the partitions it knew, and the new day's row would
+            // find none. Locking each new partition here makes this transaction take in
+            // the other connection's attach before its next insert.
             if let TxInner::Postgres(conn) = &mut self.inner {
                 partitions::lock_days(conn, &missing).await?;
             }
+        }
+        let mut live: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
+        let mut old: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
+        for (index, event) in events.iter().enumerate() {
+            let day = partition_day(contract, event.identified.occurred_at_us);
+            let group = if day == partitions::UNTIMED_DAY || attached.contains(&day) {
+                &mut live
+            } else {
+                &mut old
+            };
+            group.0.push(index);
+            group.1.push(event.clone());
         }
         let mut outcomes: Vec<Option<EventOutcome>> = vec![None; events.len()];
         for (table, (indices, group)) in [(EventTable::Live, live), (EventTable::Detached, old)] {

@@ -382,10 +382,14 @@ fn busy_on_lock_timeout(err: sqlx::Error) -> StoreError {
 /// readers nor the caller's own `ROW EXCLUSIVE` (`CREATE TABLE … PARTITION OF` would want
 /// `ACCESS EXCLUSIVE`). Maintenance's advisory lock makes it take turns with maintenance
 /// runs; a day that got a partition meanwhile is left alone.
+///
+/// Returns the days of `missing` that are attached now: a maintenance run with a longer
+/// horizon may have attached one between the caller's listing and this lock, and the
+/// caller's rows of that day then belong in `events`.
 pub(crate) async fn create_detached_days(
     pool: &sqlx::PgPool,
     missing: &[i32],
-) -> Result<(), StoreError> {
+) -> Result<Vec<i32>, StoreError> {
     let mut tx = pool.begin().await?;
     let conn: &mut sqlx::PgConnection = &mut tx;
     let listed = lock_and_list(conn).await?;
@@ -412,7 +416,11 @@ pub(crate) async fn create_detached_days(
         }
     }
     tx.commit().await?;
-    Ok(())
+    Ok(missing
+        .iter()
+        .copied()
+        .filter(|day| attached.contains(day))
+        .collect())
 }
 
 /// Takes `ROW EXCLUSIVE` (what an insert takes) on the partitions of `days` in the

@@ -327,6 +327,11 @@ mod postgres_only {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_old_day_attached_while_a_late_event_waits_for_its_table_takes_the_event() {
+        super::an_old_day_attached_while_a_late_event_waits_for_its_table_takes_the_event().await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault() {
         super::a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault().await
     }
@@ -368,6 +373,71 @@ async fn a_late_day_waiting_past_the_lock_timeout_is_busy_not_a_fault() {
     holder.close().await.expect("release");
     let stored = app.post_event(&late).await;
     assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
+}
+
+/// A late event of an old day without a table lists the partitions, then waits for the
+/// lock of partition changes to give its day a detached table; a maintenance run with a
+/// longer horizon holding that lock attaches the same day meanwhile. The event was
+/// refused `outside_horizon` (its detached table was no longer made, and
+/// `events_detached` had no partition for it); it is now stored in the attached day,
+/// where its live duplicate finds it.
+async fn an_old_day_attached_while_a_late_event_waits_for_its_table_takes_the_event() {
+    use sqlx::Connection;
+    let app = spawn_app(Backend::Postgres).await;
+    app.register_checkout_contract().await;
+    let at = traqlyte_store::now_us() - 60 * DAY_US;
+    let day = at.div_euclid(DAY_US) as i32;
+    let mut holder = hold_partition_changes(&app).await;
+    let late = event_at("order_attached_meanwhile", at);
+    let attach_meanwhile = async {
+        // The request has listed the partitions and waits for the lock (5 s at most).
+        let waiting = std::time::Instant::now();
+        loop {
+            let (waiters,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+            )
+            .fetch_one(&mut holder)
+            .await
+            .expect("pg_locks");
+            if waiters > 0 {
+                break;
+            }
+            assert!(
+                waiting.elapsed() < std::time::Duration::from_secs(4),
+                "no waiter"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // What a maintenance run with a 70-day horizon does for that day.
+        let table = format!(
+            "events_p{}",
+            traqlyte_store::partitions::day_text(day).replace('-', "")
+        );
+        for sql in [
+            format!("CREATE TABLE {table} (LIKE events)"),
+            format!(
+                "ALTER TABLE events ATTACH PARTITION {table} FOR VALUES FROM ({day}) TO ({})",
+                day + 1
+            ),
+        ] {
+            sqlx::query(&sql).execute(&mut holder).await.expect(&sql);
+        }
+        holder.close().await.expect("release");
+    };
+    let (stored, ()) = tokio::join!(app.post_event(&late), attach_meanwhile);
+    assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
+    let partitions = app.store.partitions().await.expect("status");
+    let text = traqlyte_store::partitions::day_text(day);
+    let tables: Vec<_> = partitions
+        .iter()
+        .filter(|p| p.from_day.as_deref() == Some(text.as_str()))
+        .collect();
+    assert_eq!(tables.len(), 1, "{tables:?}");
+    assert!(tables[0].attached, "{tables:?}");
+    // A duplicate meets it.
+    let again = app.post_event(&late).await;
+    assert_eq!(again.body["status"], "duplicate", "{}", again.body);
+    assert_eq!(app.checkout_stats().await.0, 1, "one row");
 }
 
 /// 2,500 days of partitions: in one transaction their locks overflow PostgreSQL's shared
