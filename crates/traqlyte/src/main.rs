@@ -314,6 +314,9 @@ fn main() -> Result<std::process::ExitCode> {
         _ => "info,sqlx=warn",
     };
     init_logging(&cli.log_format, default_filter);
+    if prints_for_pipes(&cli.command) {
+        exit_quietly_on_closed_stdout();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -327,6 +330,36 @@ fn main() -> Result<std::process::ExitCode> {
             Ok(std::process::ExitCode::from(2))
         }
         Err(err) => Err(err),
+    }
+}
+
+/// The commands whose output is read by other programs (`traqlyte tenant list | head`),
+/// and that hold no socket a peer can close: the server, the consumer and the load
+/// generators write to sockets and must see a closed one as an error, not die of it.
+fn prints_for_pipes(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Tenant(_)
+            | Command::Key(_)
+            | Command::Source(_)
+            | Command::Partitions(_)
+            | Command::Scan(_)
+            | Command::Contracts(_)
+            | Command::Id(_)
+            | Command::RunId(_)
+            | Command::Migrate(_)
+    )
+}
+
+/// Lets a closed stdout end the process as it ends other Unix tools (SIGPIPE's default
+/// action), instead of `println!` panicking with a backtrace and status 101 when the
+/// reader stops early (`traqlyte tenant list | head -1`). What was written stays
+/// written: each of these commands commits before it prints.
+fn exit_quietly_on_closed_stdout() {
+    // SAFETY: restoring a signal's default action at start, before any other thread
+    // exists, races with nothing; the Rust runtime had set it to "ignore".
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

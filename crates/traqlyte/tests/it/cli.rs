@@ -73,6 +73,30 @@ async fn tenant_create_prints_only_the_new_key_on_both_backends() {
     }
 }
 
+/// A listing whose reader stops early (`traqlyte tenant list | head -0`) ends as other
+/// Unix tools do, by SIGPIPE; it panicked ("failed printing to stdout: Broken pipe",
+/// a backtrace, status 101).
+#[tokio::test]
+async fn a_listing_into_a_closed_pipe_ends_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let db = TestDb::create(Backend::Sqlite).await;
+    let created = traqlyte(&["tenant", "create", "acme", "--database-url", &db.url], "");
+    assert!(created.status.success(), "{created:?}");
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    // No one will read: the first write meets a closed pipe.
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["tenant", "list", "--database-url", &db.url])
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run traqlyte");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // SIGPIPE is 13 on Linux.
+    assert_eq!(output.status.signal(), Some(13), "{output:?}");
+}
+
 /// An empty database URL (an unset `$DB` in `--database-url "$DB"`) is refused: SQLite
 /// would open a private temporary database, acknowledge every write and lose it.
 #[test]
