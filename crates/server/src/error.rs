@@ -335,14 +335,24 @@ impl From<StoreError> for ApiError {
                 "the lineage walk ran longer than the request timeout; ask for less depth",
             ),
             StoreError::Busy => ApiError::store_busy(err.to_string()),
+            // Read-only (a failover's demoted primary, a standby), out of disk or memory,
+            // an I/O error: the database's condition, not a bug of ours; nothing was
+            // written. No `Retry-After`: it clears when an operator or a failover acts.
+            other if other.database_refusing_work() => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the database refuses work for now (read-only, out of disk or memory, or an I/O error); nothing was written, retry later",
+            )
+            .with_cause(other),
             // The database is out of reach (restarting, a network cut): a condition the
             // client may retry, not a bug of ours. A write whose connection failed may
-            // have committed before its answer was lost; resending it is safe, the store
-            // absorbs the duplicate.
+            // have committed before its answer was lost: the store absorbs a resent
+            // event, outcome, assignment or run event; any other change is repeated by a
+            // resend unless it carries an idempotency key.
             other if other.database_unavailable() => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "database_unavailable",
-                "the connection to the database failed under this request; a write may or may not have been stored, and sending it again is safe",
+                "the connection to the database failed under this request; a write may or may not have been stored. Events, outcomes, assignments and run events sent again are stored once; resend any other change with the same X-TL-Idempotency-Key, or check whether it took effect first",
             )
             .with_cause(other),
             other if other.is_busy() => ApiError::store_busy(

@@ -481,8 +481,9 @@ fn answer_item<F: Flush>(
 }
 
 /// Whether writing the batch again (in a transaction, or item by item) could only meet
-/// `err` again or count rows as duplicates of themselves: the database out of reach or
-/// its answer lost ([`StoreError::database_unavailable`]), a wait for a lock or a
+/// `err` again or count rows as duplicates of themselves: the database out of reach,
+/// refusing all work (read-only, out of disk) or its answer lost
+/// ([`StoreError::database_unavailable`]), a wait for a lock, a statement or a
 /// connection given up ([`StoreError::waited_out`]).
 fn futile_to_write_again(err: &StoreError) -> bool {
     err.database_unavailable() || err.waited_out()

@@ -140,6 +140,12 @@ pub enum StoreError {
         "the partitions are being changed by another process; nothing was written, retry shortly"
     )]
     Busy,
+    /// The database takes no writes: a hot standby, a demoted primary after a failover,
+    /// or `default_transaction_read_only` set ([`Store::ping`]'s finding).
+    #[error(
+        "the database takes no writes (a standby, or read-only): point the server at the primary"
+    )]
+    ReadOnly,
     /// Any database error.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -156,8 +162,9 @@ impl StoreError {
     /// retry shortly is the answer: [`StoreError::Busy`]; SQLite's lock held by another
     /// writer past the busy timeout (`SQLITE_BUSY`, `SQLITE_LOCKED` and their extended
     /// codes); PostgreSQL's serialization failure (`40001`), deadlock (`40P01`) and lock
-    /// timeout (`55P03`), each of which rolled the transaction back; every pooled
-    /// connection in use past the acquire timeout.
+    /// timeout (`55P03`) and statement timeout (`57014`, a statement that waited for a
+    /// lock past `statement_timeout`), each of which rolled the transaction back; every
+    /// pooled connection in use past the acquire timeout.
     pub fn is_busy(&self) -> bool {
         const SQLITE_BUSY: i32 = 5;
         const SQLITE_LOCKED: i32 = 6;
@@ -172,7 +179,7 @@ impl StoreError {
                     code.parse::<i32>()
                         .is_ok_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
                 } else {
-                    matches!(code.as_ref(), "40001" | "40P01" | "55P03")
+                    matches!(code.as_ref(), "40001" | "40P01" | "55P03" | "57014")
                 }
             }
             _ => false,
@@ -193,18 +200,52 @@ impl StoreError {
                 self.is_busy()
             }
             StoreError::Database(sqlx::Error::Database(db)) => {
-                db.code().as_deref() == Some("55P03")
+                matches!(db.code().as_deref(), Some("55P03" | "57014"))
             }
             _ => false,
         }
     }
 
-    /// Whether the database is out of reach rather than refusing this work: the
-    /// connection failed under the statement ([`StoreError::outcome_unknown`]), or
-    /// PostgreSQL is shutting down, starting up or in recovery (SQLSTATE class `08`,
-    /// `57P01`–`57P03`: the statement and its transaction did not run, or rolled back).
+    /// Whether the database refused the work for a condition of its own that clears
+    /// without a change to the request: it takes no writes (`25006`: a standby, a
+    /// demoted primary; [`StoreError::ReadOnly`]), it is out of disk, memory or another
+    /// resource (class `53`), or an I/O or system error stopped it (class `58`); on
+    /// SQLite a full disk, an I/O error, or a file it cannot open or write. The statement
+    /// failed, so nothing was written.
+    pub fn database_refusing_work(&self) -> bool {
+        const SQLITE_NOMEM: i32 = 7;
+        const SQLITE_READONLY: i32 = 8;
+        const SQLITE_IOERR: i32 = 10;
+        const SQLITE_FULL: i32 = 13;
+        const SQLITE_CANTOPEN: i32 = 14;
+        let db = match self {
+            StoreError::ReadOnly => return true,
+            StoreError::Database(sqlx::Error::Database(db)) => db,
+            _ => return false,
+        };
+        let Some(code) = db.code() else {
+            return false;
+        };
+        if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+            code.parse::<i32>().is_ok_and(|c| {
+                matches!(
+                    c & 0xff,
+                    SQLITE_NOMEM | SQLITE_READONLY | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN
+                )
+            })
+        } else {
+            code.as_ref() == "25006" || code.starts_with("53") || code.starts_with("58")
+        }
+    }
+
+    /// Whether the database is out of reach or takes no work rather than refusing this
+    /// request's: the connection failed under the statement
+    /// ([`StoreError::outcome_unknown`]), PostgreSQL is shutting down, starting up or in
+    /// recovery (SQLSTATE class `08`, `57P01`–`57P03`: the statement and its transaction
+    /// did not run, or rolled back), or it refuses all work for now
+    /// ([`StoreError::database_refusing_work`]).
     pub fn database_unavailable(&self) -> bool {
-        if self.outcome_unknown() {
+        if self.outcome_unknown() || self.database_refusing_work() {
             return true;
         }
         let StoreError::Database(sqlx::Error::Database(db)) = self else {
@@ -335,13 +376,28 @@ impl Store {
         }
     }
 
-    /// Checks that the database answers.
+    /// Checks that the database answers and takes writes: a PostgreSQL standby (a
+    /// demoted primary after a failover, a replica) or one whose transactions are
+    /// read-only by default answers [`StoreError::ReadOnly`].
     pub async fn ping(&self) -> Result<(), StoreError> {
-        tx::with_pool!(self, reader, |pool| sqlx::query("SELECT 1")
-            .execute(pool)
-            .await
-            .map(|_| ())
-            .map_err(StoreError::from))
+        match &self.backend {
+            Backend::Postgres(pg) => {
+                let read_only: bool = sqlx::query_scalar(
+                    "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+                )
+                .fetch_one(&pg.pool)
+                .await?;
+                if read_only {
+                    return Err(StoreError::ReadOnly);
+                }
+                Ok(())
+            }
+            Backend::Sqlite(_) => tx::with_pool!(self, reader, |pool| sqlx::query("SELECT 1")
+                .execute(pool)
+                .await
+                .map(|_| ())
+                .map_err(StoreError::from)),
+        }
     }
 
     /// Registers a contract in its own transaction; see [`StoreTx::register_contract`].

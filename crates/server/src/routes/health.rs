@@ -47,28 +47,37 @@ pub(crate) struct Stats {
 const HEALTH_PING_MS: u64 = 1_000;
 
 /// `GET /healthz` (readiness): 503 `database_unavailable` when the database does not
-/// answer within [`HEALTH_PING_MS`].
+/// answer within [`HEALTH_PING_MS`], or takes no writes (a PostgreSQL standby, a demoted
+/// primary after a failover, or `default_transaction_read_only` on).
 #[utoipa::path(get, path = "/healthz", tag = "health",
     responses((status = 200, body = Health),
         (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     let bound = std::time::Duration::from_millis(HEALTH_PING_MS);
-    let cause = match tokio::time::timeout(bound, state.store.ping()).await {
+    let (cause, message) = match tokio::time::timeout(bound, state.store.ping()).await {
         Ok(Ok(())) => {
             return Ok(Json(Health {
                 backend: state.store.backend_name(),
                 status: "ok",
             }))
         }
-        Ok(Err(err)) => err.to_string(),
-        Err(_) => format!("no answer within {HEALTH_PING_MS} ms"),
+        // Every write would fail: not ready, though the database answers.
+        Ok(Err(err @ traqlyte_store::StoreError::ReadOnly)) => (
+            err.to_string(),
+            "the database takes no writes (a standby, or read-only)",
+        ),
+        Ok(Err(err)) => (err.to_string(), "the database does not answer"),
+        Err(_) => (
+            format!("no answer within {HEALTH_PING_MS} ms"),
+            "the database does not answer",
+        ),
     };
     tracing::warn!(error = %cause, "health check failed");
     Err(ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "database_unavailable",
-        "the database does not answer",
+        message,
     ))
 }
 
