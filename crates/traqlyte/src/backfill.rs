@@ -20,7 +20,8 @@ use traqlyte_identity::openlineage::{identify_run_event, run_event_contract, RUN
 use traqlyte_identity::{json as strict_json, Contract, ContractName};
 use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
-    DedupeHorizon, EventOutcome, NewEvent, OutsideHorizon, RunEventRow, Store, StoreTx, TenantId,
+    DedupeHorizon, EventOutcome, NewEvent, OutsideHorizon, RunEventRow, Store, StoreError, StoreTx,
+    TenantId,
 };
 
 use crate::partitions::HorizonArgs;
@@ -116,12 +117,6 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         .context("create partitions")?;
     let progress = progress_bar(file.metadata().map(|m| m.len()).unwrap_or(0));
     let mut reader = BufReader::new(progress.wrap_read(file));
-    let begin = || async {
-        let mut tx = store.begin_backfill().await?;
-        // Counted apart from live ingestion in the per-source trend (`GET /ops/duplicates`).
-        tx.set_ingest_source(traqlyte_store::IngestSource::backfill());
-        anyhow::Ok(tx)
-    };
     // A real run opens each batch's transaction only once the batch is read, so the
     // write lock (SQLite's is the whole file's) is never held while input is awaited (a
     // slow pipe). A dry run keeps one transaction for the whole file, rolled back at the
@@ -172,30 +167,36 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             Err(reason) => reject(&mut counts, number, &reason),
         }
         if batch.len() == BATCH_LINES_MAX || batch_bytes >= BATCH_BYTES_MAX {
-            let mut tx = match dry.take() {
-                Some(tx) => tx,
-                None => begin().await?,
-            };
-            store_batch(&mut tx, &tenant, &kind, &mut batch, &mut counts).await?;
+            let rows = take_rows(&kind, &mut batch);
             batch_bytes = 0;
             if args.dry_run {
+                let mut tx = match dry.take() {
+                    Some(tx) => tx,
+                    None => begin(&store).await?,
+                };
+                count(
+                    insert_rows(&mut tx, &tenant, &kind, &rows).await?,
+                    &mut counts,
+                );
                 dry = Some(tx);
             } else {
-                // Each batch is durable on its own: an interrupted backfill is resumed by
-                // running it again (what is stored counts as already present).
-                tx.commit().await?;
+                write_batch(&store, &tenant, &kind, &rows, &mut counts, number).await?;
             }
         }
     }
-    let mut tx = match dry.take() {
-        Some(tx) => tx,
-        None => begin().await?,
-    };
-    store_batch(&mut tx, &tenant, &kind, &mut batch, &mut counts).await?;
+    let rows = take_rows(&kind, &mut batch);
     if args.dry_run {
+        let mut tx = match dry.take() {
+            Some(tx) => tx,
+            None => begin(&store).await?,
+        };
+        count(
+            insert_rows(&mut tx, &tenant, &kind, &rows).await?,
+            &mut counts,
+        );
         tx.rollback().await?;
-    } else {
-        tx.commit().await?;
+    } else if !rows.is_empty() {
+        write_batch(&store, &tenant, &kind, &rows, &mut counts, number).await?;
     }
     progress.finish_and_clear();
     report(&args, &counts);
@@ -312,38 +313,72 @@ fn identify(kind: &Kind, line: &[u8]) -> Result<Item, String> {
     }
 }
 
-async fn store_batch(
-    tx: &mut StoreTx,
-    tenant: &TenantId,
-    kind: &Kind,
-    batch: &mut Vec<Item>,
-    counts: &mut Counts,
-) -> Result<()> {
-    if batch.is_empty() {
-        return Ok(());
+/// Opens a backfill's transaction (rows of any age), counted apart from live ingestion
+/// in the per-source trend (`GET /ops/duplicates`).
+async fn begin(store: &Store) -> Result<StoreTx, StoreError> {
+    let mut tx = store.begin_backfill().await?;
+    tx.set_ingest_source(traqlyte_store::IngestSource::backfill());
+    Ok(tx)
+}
+
+/// A batch's identified lines, of the one kind the file holds.
+enum Rows {
+    Events(Vec<NewEvent>),
+    Runs(Vec<RunEventRow>),
+}
+
+impl Rows {
+    fn is_empty(&self) -> bool {
+        match self {
+            Rows::Events(events) => events.is_empty(),
+            Rows::Runs(runs) => runs.is_empty(),
+        }
     }
-    let outcomes = match kind {
-        Kind::Contract(contract) => {
-            let events: Vec<NewEvent> = batch
-                .drain(..)
+}
+
+/// Empties `batch` into the rows of its kind.
+fn take_rows(kind: &Kind, batch: &mut Vec<Item>) -> Rows {
+    let items = batch.drain(..);
+    match kind {
+        Kind::Contract(_) => Rows::Events(
+            items
                 .filter_map(|item| match item {
                     Item::Event(event) => Some(event),
                     Item::Run(_) => None,
                 })
-                .collect();
-            tx.insert_events(tenant, contract, &events).await?
-        }
-        Kind::RunEvent => {
-            let rows: Vec<RunEventRow> = batch
-                .drain(..)
+                .collect(),
+        ),
+        Kind::RunEvent => Rows::Runs(
+            items
                 .filter_map(|item| match item {
                     Item::Run(row) => Some(row),
                     Item::Event(_) => None,
                 })
-                .collect();
-            tx.insert_run_events(tenant, &rows).await?
+                .collect(),
+        ),
+    }
+}
+
+/// Writes `rows` in `tx` through the live path's dedupe.
+async fn insert_rows(
+    tx: &mut StoreTx,
+    tenant: &TenantId,
+    kind: &Kind,
+    rows: &Rows,
+) -> Result<Vec<EventOutcome>, StoreError> {
+    match (kind, rows) {
+        (_, rows) if rows.is_empty() => Ok(Vec::new()),
+        (Kind::Contract(contract), Rows::Events(events)) => {
+            tx.insert_events(tenant, contract, events).await
         }
-    };
+        (_, Rows::Runs(runs)) => tx.insert_run_events(tenant, runs).await,
+        (Kind::RunEvent, Rows::Events(_)) => Err(StoreError::Corrupt(
+            "contract events in a backfill of run events".into(),
+        )),
+    }
+}
+
+fn count(outcomes: Vec<EventOutcome>, counts: &mut Counts) {
     for outcome in outcomes {
         match outcome {
             EventOutcome::Inserted => counts.inserted += 1,
@@ -351,7 +386,62 @@ async fn store_batch(
             EventOutcome::Collision { .. } => counts.collided += 1,
         }
     }
-    Ok(())
+}
+
+/// How many times a real run writes one batch before it gives up, when the store is
+/// busy (a deadlock, a lock held past its timeout) or out of reach.
+const WRITE_ATTEMPTS_MAX: u32 = 8;
+
+/// Writes `rows` in a transaction of their own, committed before it returns: each batch
+/// is durable on its own, so an interrupted backfill is resumed by running it again
+/// (what is stored counts as already present). A deadlock, a lock or connection waited
+/// out, or a database out of reach is met by writing the batch again after a pause
+/// (doubling from 200 ms, at most 5 s, [`WRITE_ATTEMPTS_MAX`] times): a long backfill
+/// stopped on one deadlock. A batch whose commit's answer was lost and is written again
+/// counts its rows as already present.
+async fn write_batch(
+    store: &Store,
+    tenant: &TenantId,
+    kind: &Kind,
+    rows: &Rows,
+    counts: &mut Counts,
+    last_line: u64,
+) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let written = async {
+            let mut tx = begin(store).await?;
+            let outcomes = insert_rows(&mut tx, tenant, kind, rows).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(outcomes)
+        }
+        .await;
+        match written {
+            Ok(outcomes) => {
+                count(outcomes, counts);
+                return Ok(());
+            }
+            Err(err)
+                if attempt < WRITE_ATTEMPTS_MAX && (err.is_busy() || err.database_unavailable()) =>
+            {
+                let wait = std::time::Duration::from_millis((100u64 << attempt).min(5_000));
+                eprintln!(
+                    "the batch ending at line {last_line} was not stored ({err}); writing it again in {} ms",
+                    wait.as_millis()
+                );
+                tokio::time::sleep(wait).await;
+            }
+            Err(err) => {
+                return Err(anyhow::Error::new(err).context(format!(
+                    "the batch ending at line {last_line} was not stored; the batches before it are \
+                     ({} inserted, {} already present, {} collided). Running the same command again \
+                     resumes: what is stored counts as already present",
+                    counts.inserted, counts.already_present, counts.collided
+                )))
+            }
+        }
+    }
 }
 
 fn reject(counts: &mut Counts, line: u64, reason: &str) {

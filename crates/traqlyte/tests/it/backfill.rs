@@ -113,6 +113,60 @@ fn backfill(app: &TestApp, contract: &str, file: &std::path::Path, dry_run: bool
     summary
 }
 
+/// A deadlock met by a batch (injected: a trigger on `events` that fails the first
+/// insert with SQLSTATE `40P01`, counted by a sequence, which a rollback does not undo)
+/// is met by writing the batch again: the backfill stored every line. It stopped with
+/// "Error: … deadlock" and exit status 1. A store error that writing again cannot cure
+/// stops it with what the batches before stored and how to resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backfill_writes_a_batch_again_after_a_deadlock() {
+    let app = spawn_app(Backend::Postgres).await;
+    app.register_checkout_contract().await;
+    app.execute_sql(
+        "CREATE SEQUENCE injected_faults; \
+         CREATE FUNCTION fail_first_insert() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN \
+           IF nextval('injected_faults') = 1 THEN \
+             RAISE EXCEPTION 'injected deadlock' USING ERRCODE = '40P01'; \
+           END IF; \
+           IF NEW.payload LIKE '%order_refused%' THEN \
+             RAISE EXCEPTION 'injected limit' USING ERRCODE = '54000'; \
+           END IF; \
+           RETURN NEW; \
+         END $$; \
+         CREATE TRIGGER fail_first_insert BEFORE INSERT ON events \
+           FOR EACH ROW EXECUTE FUNCTION fail_first_insert();",
+    )
+    .await;
+    let lines: Vec<String> = (0..3)
+        .map(|i| checkout_event(&format!("order_deadlocked_{i}")).to_string())
+        .collect();
+    let file = Ndjson::new(&lines);
+    let real = backfill(&app, "checkout_completed", &file.0, false);
+    assert_eq!(
+        real,
+        json!({"dry_run": false, "inserted": 3, "already_present": 0, "collided": 0, "rejected": 0})
+    );
+    assert_eq!(app.checkout_stats().await.0, 3);
+
+    let refused = Ndjson::new(&[checkout_event("order_refused").to_string()]);
+    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["backfill", "--tenant", "test tenant", "--contract"])
+        .args(["checkout_completed", "--file"])
+        .arg(&refused.0)
+        .args(["--database-url", app.database_url()])
+        .output()
+        .expect("run traqlyte backfill");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the batch ending at line 1 was not stored")
+            && stderr.contains("Running the same command again resumes"),
+        "{stderr}"
+    );
+    assert_eq!(app.checkout_stats().await.0, 3);
+}
+
 /// A temporary NDJSON file, removed on drop.
 struct Ndjson(std::path::PathBuf);
 
