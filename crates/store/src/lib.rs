@@ -378,14 +378,15 @@ impl Store {
 
     /// Checks that the database answers and takes writes: a PostgreSQL standby (a
     /// demoted primary after a failover, a replica) or one whose transactions are
-    /// read-only by default answers [`StoreError::ReadOnly`].
+    /// read-only by default answers [`StoreError::ReadOnly`]. On PostgreSQL it asks on a
+    /// connection of its own, so a pool kept busy by requests does not fail it.
     pub async fn ping(&self) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Postgres(pg) => {
                 let read_only: bool = sqlx::query_scalar(
                     "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
                 )
-                .fetch_one(&pg.pool)
+                .fetch_one(&pg.health)
                 .await?;
                 if read_only {
                     return Err(StoreError::ReadOnly);

@@ -19,6 +19,12 @@ pub(crate) struct PgStore {
     /// ever behind the very transactions that are waiting for it (a pool of one, or as
     /// many concurrent late batches as connections). Opened on first use.
     pub(crate) ddl: PgPool,
+    /// One connection of its own for readiness checks ([`crate::Store::ping`]): on
+    /// `pool` a burst that kept every connection busy past the check's bound made a
+    /// healthy database look down, taking every replica out of a load balancer at once.
+    /// Opened on first use; renewed every minute, so a session setting changed since
+    /// (`default_transaction_read_only`) is seen.
+    pub(crate) health: PgPool,
     /// How long one statement of a lineage walk may run (`StoreConfig::walk_timeout_ms`).
     pub(crate) walk_timeout_ms: u64,
 }
@@ -67,9 +73,16 @@ impl PgStore {
                 })
             })
             .connect_lazy(&config.database_url)?;
+        let health = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(1))
+            .max_lifetime(Duration::from_secs(60))
+            .connect_lazy(&config.database_url)?;
         Ok(PgStore {
             pool,
             ddl,
+            health,
             walk_timeout_ms: config.walk_timeout_ms,
         })
     }

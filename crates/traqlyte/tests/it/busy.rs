@@ -368,3 +368,63 @@ async fn a_statement_timeout_under_a_lock_is_503_store_busy_for_a_whole_group_co
         assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
     }
 }
+
+/// Readiness asks on a connection of its own: with every pooled connection held by a
+/// request waiting on a lock (a burst, a slow statement), `/healthz` answered `503
+/// database_unavailable` after its 1 s bound although the database was fine, and a load
+/// balancer took every replica out at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readiness_holds_while_every_pooled_connection_is_busy() {
+    let app = spawn_app_with_store(Backend::Postgres, ServerConfig::default(), |store| {
+        store.pool_connections_max = 1;
+    })
+    .await;
+    app.register_checkout_contract().await;
+    let mut holder = sqlx::PgConnection::connect(app.database_url())
+        .await
+        .expect("connect");
+    sqlx::raw_sql("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut holder)
+        .await
+        .expect("lock events");
+    // This request takes the pool's one connection and waits on the lock.
+    let waiting = tokio::spawn(
+        app.client
+            .post(app.url("/events/checkout_completed"))
+            .bearer_auth(&app.key)
+            .json(&checkout_event("held"))
+            .send(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (waiters,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted",
+        )
+        .fetch_one(&mut holder)
+        .await
+        .expect("pg_locks");
+        if waiters > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let health = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("sent");
+    let status = health.status();
+    let body = health.text().await.unwrap_or_default();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .expect("release");
+    let stored = waiting.await.expect("task").expect("answered");
+    assert_eq!(stored.status(), StatusCode::OK);
+}
