@@ -170,15 +170,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             let rows = take_rows(&kind, &mut batch);
             batch_bytes = 0;
             if args.dry_run {
-                let mut tx = match dry.take() {
-                    Some(tx) => tx,
-                    None => begin(&store).await?,
-                };
-                count(
-                    insert_rows(&mut tx, &tenant, &kind, &rows).await?,
-                    &mut counts,
-                );
-                dry = Some(tx);
+                dry_batch(&store, &mut dry, &tenant, &kind, &rows, &mut counts).await?;
             } else {
                 write_batch(&store, &tenant, &kind, &rows, &mut counts, number).await?;
             }
@@ -186,15 +178,10 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     }
     let rows = take_rows(&kind, &mut batch);
     if args.dry_run {
-        let mut tx = match dry.take() {
-            Some(tx) => tx,
-            None => begin(&store).await?,
-        };
-        count(
-            insert_rows(&mut tx, &tenant, &kind, &rows).await?,
-            &mut counts,
-        );
-        tx.rollback().await?;
+        dry_batch(&store, &mut dry, &tenant, &kind, &rows, &mut counts).await?;
+        if let Some(tx) = dry.take() {
+            tx.rollback().await?;
+        }
     } else if !rows.is_empty() {
         write_batch(&store, &tenant, &kind, &rows, &mut counts, number).await?;
     }
@@ -386,6 +373,24 @@ fn count(outcomes: Vec<EventOutcome>, counts: &mut Counts) {
             EventOutcome::Collision { .. } => counts.collided += 1,
         }
     }
+}
+
+/// Writes `rows` in the dry run's one transaction (opened by its first batch), which is
+/// rolled back at the end.
+async fn dry_batch(
+    store: &Store,
+    dry: &mut Option<StoreTx>,
+    tenant: &TenantId,
+    kind: &Kind,
+    rows: &Rows,
+    counts: &mut Counts,
+) -> Result<()> {
+    let tx = match dry {
+        Some(tx) => tx,
+        None => dry.insert(begin(store).await?),
+    };
+    count(insert_rows(tx, tenant, kind, rows).await?, counts);
+    Ok(())
 }
 
 /// How many times a real run writes one batch before it gives up, when the store is

@@ -6,7 +6,10 @@ use reqwest::StatusCode;
 use sqlx::Connection;
 use traqlyte_server::ServerConfig;
 
-use crate::helpers::{checkout_event, spawn_app, spawn_app_with_store, Backend, ServerProcess};
+use crate::helpers::{
+    checkout_event, lock_events, spawn_app, spawn_app_with_store, wait_for_lock_waiter, Backend,
+    ServerProcess,
+};
 
 /// SQLite has one writer per file: a second process (here a console) holding the write
 /// lock past the busy timeout makes the server's write fail with `SQLITE_BUSY`.
@@ -326,13 +329,7 @@ async fn a_statement_timeout_under_a_lock_is_503_store_busy_for_a_whole_group_co
     let warm = post_until_not(&app, &checkout_event("warm"), &["database_unavailable"]).await;
     assert_eq!(warm.body["status"], "inserted", "{}", warm.body);
 
-    let mut holder = sqlx::PgConnection::connect(app.database_url())
-        .await
-        .expect("connect");
-    sqlx::raw_sql("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut holder)
-        .await
-        .expect("lock events");
+    let mut holder = lock_events(&app).await;
     let events: Vec<serde_json::Value> = (0..12)
         .map(|i| checkout_event(&format!("timeout-{i}")))
         .collect();
@@ -380,13 +377,7 @@ async fn readiness_holds_while_every_pooled_connection_is_busy() {
     })
     .await;
     app.register_checkout_contract().await;
-    let mut holder = sqlx::PgConnection::connect(app.database_url())
-        .await
-        .expect("connect");
-    sqlx::raw_sql("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut holder)
-        .await
-        .expect("lock events");
+    let mut holder = lock_events(&app).await;
     // This request takes the pool's one connection and waits on the lock.
     let waiting = tokio::spawn(
         app.client
@@ -395,23 +386,7 @@ async fn readiness_holds_while_every_pooled_connection_is_busy() {
             .json(&checkout_event("held"))
             .send(),
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let (waiters,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted",
-        )
-        .fetch_one(&mut holder)
-        .await
-        .expect("pg_locks");
-        if waiters > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the request never waited"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_for_lock_waiter(&mut holder, "relation = 'events'::regclass").await;
     let health = app
         .client
         .get(app.url("/healthz"))

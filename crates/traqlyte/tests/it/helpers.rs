@@ -615,3 +615,39 @@ pub async fn clear_of_hour_boundary() {
 pub fn tenant_name(text: &str) -> traqlyte_store::TenantName {
     traqlyte_store::TenantName::parse(text).expect("a valid tenant name")
 }
+
+/// Waits (at most 10 s) until a session of `conn`'s database waits for a lock that
+/// `condition` (SQL over `pg_locks`) names: a request has reached the point a test holds
+/// it at.
+pub async fn wait_for_lock_waiter(conn: &mut sqlx::PgConnection, condition: &str) {
+    let sql = format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND {condition}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (waiters,): (i64,) = sqlx::query_as(&sql)
+            .fetch_one(&mut *conn)
+            .await
+            .expect("pg_locks");
+        if waiters > 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no session waited: {condition}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A connection of its own holding `ACCESS EXCLUSIVE` on `events` in an open
+/// transaction (`ROLLBACK` on it releases the lock).
+pub async fn lock_events(app: &TestApp) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut holder = sqlx::PgConnection::connect(app.database_url())
+        .await
+        .expect("connect");
+    sqlx::raw_sql("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut holder)
+        .await
+        .expect("lock events");
+    holder
+}

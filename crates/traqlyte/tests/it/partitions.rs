@@ -391,23 +391,7 @@ async fn an_old_day_attached_while_a_late_event_waits_for_its_table_takes_the_ev
     let late = event_at("order_attached_meanwhile", at);
     let attach_meanwhile = async {
         // The request has listed the partitions and waits for the lock (5 s at most).
-        let waiting = std::time::Instant::now();
-        loop {
-            let (waiters,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
-            )
-            .fetch_one(&mut holder)
-            .await
-            .expect("pg_locks");
-            if waiters > 0 {
-                break;
-            }
-            assert!(
-                waiting.elapsed() < std::time::Duration::from_secs(4),
-                "no waiter"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        crate::helpers::wait_for_lock_waiter(&mut holder, "locktype = 'advisory'").await;
         // What a maintenance run with a 70-day horizon does for that day.
         let table = format!(
             "events_p{}",
