@@ -385,10 +385,12 @@ pub(crate) fn page_cursor<'a, T>(
     parse: impl FnOnce(&'a str) -> Option<T>,
 ) -> Result<Option<T>, ApiError> {
     cursor
-        .map(|text| {
-            parse(text).ok_or_else(|| {
-                ApiError::invalid_parameter("cursor", "cursor is not one this API gave")
-            })
-        })
+        .map(|text| parse(text).ok_or_else(foreign_cursor))
         .transpose()
+}
+
+/// `400 invalid_parameter` naming `cursor`: a cursor the API never gave (garbage, or of
+/// the right shape but naming nothing the listing holds).
+pub(crate) fn foreign_cursor() -> ApiError {
+    ApiError::invalid_parameter("cursor", "cursor is not one this API gave")
 }

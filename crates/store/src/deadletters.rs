@@ -8,8 +8,8 @@
 use crate::tx::with_pool;
 use crate::{Store, StoreError, TenantId};
 
-/// Most dead letters one read returns.
-pub const DEAD_LETTERS_LIST_MAX: u32 = 1_000;
+/// Most dead letters one page of [`Store::dead_letters`] holds.
+pub const DEAD_LETTERS_PAGE_MAX: u32 = 1_000;
 
 /// A message refused by a consumer, to be recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,12 +62,36 @@ const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
      ON CONFLICT DO NOTHING";
 
+/// Where a page of dead letters ended: the last letter's place in their order, newest
+/// first by time recorded, then by stream, then newest in the stream (its primary key
+/// completes the order, so it is total).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterCursor {
+    /// When the last letter was recorded (µs since the epoch).
+    pub received_at_us: i64,
+    /// Its stream.
+    pub stream: String,
+    /// Its sequence in that stream.
+    pub stream_sequence: i64,
+    /// When the broker received it (ns since the epoch).
+    pub published_ns: i64,
+}
+
+/// The letters after the cursor (`$2`…`$5`, all null for the first page) in the order of
+/// [`DeadLetterCursor`]: one statement, so a page is one consistent read.
 const SELECT_DEAD_LETTERS: &str =
     "SELECT stream, stream_sequence, published_ns, subject, reason, detail, raw, received_at_us
      FROM dead_letters
      WHERE tenant_id = $1
-     ORDER BY received_at_us DESC, stream, stream_sequence DESC
-     LIMIT $2";
+       AND (CAST($2 AS BIGINT) IS NULL OR received_at_us < CAST($2 AS BIGINT)
+            OR (received_at_us = CAST($2 AS BIGINT)
+                AND (stream > CAST($3 AS TEXT)
+                     OR (stream = CAST($3 AS TEXT)
+                         AND (stream_sequence < CAST($4 AS BIGINT)
+                              OR (stream_sequence = CAST($4 AS BIGINT)
+                                  AND published_ns < CAST($5 AS BIGINT)))))))
+     ORDER BY received_at_us DESC, stream, stream_sequence DESC, published_ns DESC
+     LIMIT $6";
 
 impl Store {
     /// Records dead letters in one transaction, durable before returning; a letter whose
@@ -103,21 +127,28 @@ impl Store {
         Ok(inserted)
     }
 
-    /// A tenant's dead letters, newest first, at most `limit` (capped at
-    /// [`DEAD_LETTERS_LIST_MAX`]).
+    /// A page of a tenant's dead letters, newest first (see [`DeadLetterCursor`]): at
+    /// most `limit` (capped at [`DEAD_LETTERS_PAGE_MAX`]) of those after `before` (the
+    /// last one of the previous page), and whether more may follow. A letter committing
+    /// after a walk passed its recording time is not listed by that walk.
     pub async fn dead_letters(
         &self,
         tenant: &TenantId,
+        before: Option<&DeadLetterCursor>,
         limit: u32,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        let limit = i64::from(limit.min(DEAD_LETTERS_LIST_MAX));
-        with_pool!(self, reader, |pool| {
-            let rows: Vec<DeadLetter> = sqlx::query_as(SELECT_DEAD_LETTERS)
+    ) -> Result<(Vec<DeadLetter>, bool), StoreError> {
+        let limit = limit.min(DEAD_LETTERS_PAGE_MAX);
+        let rows: Vec<DeadLetter> = with_pool!(self, reader, |pool| {
+            sqlx::query_as(SELECT_DEAD_LETTERS)
                 .bind(tenant.as_str())
-                .bind(limit)
+                .bind(before.map(|c| c.received_at_us))
+                .bind(before.map(|c| c.stream.as_str()))
+                .bind(before.map(|c| c.stream_sequence))
+                .bind(before.map(|c| c.published_ns))
+                .bind(i64::from(limit) + 1)
                 .fetch_all(pool)
-                .await?;
-            Ok(rows)
-        })
+                .await?
+        });
+        Ok(crate::page_of(rows, limit))
     }
 }

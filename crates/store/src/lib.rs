@@ -55,7 +55,7 @@ pub use campaigns::{
     Arm, Arms, Campaign, CampaignCreated, CampaignId, CampaignVersion, MetricDef, MetricKind,
     NewCampaign,
 };
-pub use deadletters::{DeadLetter, NewDeadLetter, DEAD_LETTERS_LIST_MAX};
+pub use deadletters::{DeadLetter, DeadLetterCursor, NewDeadLetter, DEAD_LETTERS_PAGE_MAX};
 pub use events::MINUTE_TALLIES_KEPT_US;
 pub use experiments::{
     Assignment, AssignmentId, DedupeKey, DuplicatesInBucket, MetricArmSums, MetricWindow,
@@ -84,7 +84,7 @@ pub use semantic::{
 };
 pub use sources::{
     BindingInfo, BindingOutcome, BindingTally, MetricBinding, NewRejection, Rejection, Source,
-    SourceId, SourceInfo, SourceName, SourceTally, WriteKey,
+    SourceId, SourceInfo, SourceName, SourceTally, WriteKey, SOURCES_PAGE_MAX,
 };
 pub use supersessions::{SupersedeOutcome, Supersession};
 pub use tenants::{ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
@@ -500,22 +500,30 @@ impl Store {
         row.map(StoredEvent::try_from).transpose()
     }
 
-    /// The most recent collisions of a tenant's contract, newest first: a first page of
-    /// [`Store::collisions_page`], so it stops at its byte budget too.
+    /// A page of the collisions of a tenant's contract, newest first, after `before` (the
+    /// last one of the previous page): a page of [`Store::collisions_page`], so it stops
+    /// at its byte budget too, and its flag (more may follow) is kept: a collision
+    /// committing between that page's two reads pushes the page's oldest rows out, and
+    /// only the flag and the cursor of the last row returned bring them on the next page.
     pub async fn collisions(
         &self,
         tenant: &TenantId,
         contract: &ContractName,
+        before: Option<CollisionCursor>,
         limit: u32,
-    ) -> Result<Vec<CollisionRecord>, StoreError> {
+    ) -> Result<(Vec<CollisionRecord>, bool), StoreError> {
         let query = CollisionsQuery {
             contract: Some(contract.as_str().to_string()),
             since_us: None,
-            before: None,
+            before,
             limit,
         };
-        let (rows, _) = self.collisions_page(tenant, &query).await?;
-        rows.into_iter().map(CollisionRecord::try_from).collect()
+        let (rows, more) = self.collisions_page(tenant, &query).await?;
+        let records = rows
+            .into_iter()
+            .map(CollisionRecord::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((records, more))
     }
 }
 

@@ -13,8 +13,8 @@ use crate::model::random_hex;
 use crate::tx::{with_pool, with_tx};
 use crate::{now_us, CampaignId, Store, StoreError, StoreTx, TenantId};
 
-/// Most sources listed by [`Store::sources`].
-pub const SOURCES_LIST_MAX: i64 = 1_000;
+/// Most sources one page of [`Store::sources_page`] holds.
+pub const SOURCES_PAGE_MAX: u32 = 1_000;
 
 /// Attempts at drawing a fresh write key before the random source is taken as broken.
 const KEY_ATTEMPTS_MAX: usize = 4;
@@ -310,10 +310,17 @@ const INSERT_REJECTION: &str = "INSERT INTO source_rejections
      (tenant_id, source_id, message_index, code, field, reason, payload, received_at_us)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
+/// The name of the source a page of sources goes on after (names are unique per tenant
+/// and never change, and sources are never deleted, so it orders the next page).
+const SELECT_SOURCE_NAME: &str = "SELECT name FROM sources WHERE tenant_id = $1 AND source_id = $2";
+
+/// A source's rejections older than (below) the id `$3`, if given, newest first: one
+/// statement, so a page is one consistent read on either backend.
 const SELECT_REJECTIONS: &str = "SELECT CAST(rejection_id AS BIGINT) AS rejection_id,
        CAST(message_index AS BIGINT) AS message_index, code, field, reason, payload, received_at_us
      FROM source_rejections WHERE tenant_id = $1 AND source_id = $2
-     ORDER BY source_rejections.rejection_id DESC LIMIT $3";
+       AND (CAST($3 AS BIGINT) IS NULL OR rejection_id < CAST($3 AS BIGINT))
+     ORDER BY source_rejections.rejection_id DESC LIMIT $4";
 
 const INSERT_SOURCE_TALLY: &str = "INSERT INTO source_tallies
      (tenant_id, source_id, at_us, inserted, duplicates, collisions, rejected)
@@ -426,17 +433,51 @@ impl Store {
         )))
     }
 
-    /// A tenant's sources with their counts, by name (at most [`SOURCES_LIST_MAX`]).
-    pub async fn sources(&self, tenant: &TenantId) -> Result<Vec<SourceInfo>, StoreError> {
-        let sql = format!("{SELECT_SOURCES} ORDER BY s.name LIMIT $2");
-        with_pool!(self, reader, |pool| {
-            let rows: Vec<SourceRow> = sqlx::query_as(&sql)
+    /// A page of a tenant's sources with their counts, by name: at most `limit` (capped at
+    /// [`SOURCES_PAGE_MAX`]) of those named after the source `after` (the last one of the
+    /// previous page), and whether more may follow. `None` when `after` is no source of
+    /// the tenant. Each page is one statement; a source created meanwhile with a name
+    /// before `after` is listed by the next walk from the start, not by this one.
+    pub async fn sources_page(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SourceId>,
+        limit: u32,
+    ) -> Result<Option<(Vec<SourceInfo>, bool)>, StoreError> {
+        let limit = limit.min(SOURCES_PAGE_MAX);
+        let after_name = match after {
+            None => None,
+            Some(id) => {
+                let name: Option<String> = with_pool!(self, reader, |pool| {
+                    sqlx::query_scalar(SELECT_SOURCE_NAME)
+                        .bind(tenant.as_str())
+                        .bind(id.as_str())
+                        .fetch_optional(pool)
+                        .await?
+                });
+                match name {
+                    Some(name) => Some(name),
+                    None => return Ok(None),
+                }
+            }
+        };
+        let sql = format!(
+            "{SELECT_SOURCES} AND (CAST($2 AS TEXT) IS NULL OR s.name > CAST($2 AS TEXT))
+             ORDER BY s.name LIMIT $3"
+        );
+        let rows: Vec<SourceRow> = with_pool!(self, reader, |pool| {
+            sqlx::query_as(&sql)
                 .bind(tenant.as_str())
-                .bind(SOURCES_LIST_MAX)
+                .bind(after_name.as_deref())
+                .bind(i64::from(limit) + 1)
                 .fetch_all(pool)
-                .await?;
-            Ok(rows.into_iter().map(SourceInfo::from).collect())
-        })
+                .await?
+        });
+        let (rows, more) = crate::page_of(rows, limit);
+        Ok(Some((
+            rows.into_iter().map(SourceInfo::from).collect(),
+            more,
+        )))
     }
 
     /// One of a tenant's sources, by id or by name.
@@ -527,20 +568,27 @@ impl Store {
         })
     }
 
-    /// A source's latest rejections, newest first, at most `limit`.
+    /// A page of a source's rejections, newest first (by id, which rises with each
+    /// one): at most `limit` of those with an id below `before` (the last one of the
+    /// previous page), and whether more may follow. Each page is one statement. On
+    /// PostgreSQL ids are drawn before commit, so a rejection committing after a walk
+    /// passed its id is not listed by that walk.
     pub async fn rejections(
         &self,
         tenant: &TenantId,
         source: &SourceId,
+        before: Option<i64>,
         limit: u32,
-    ) -> Result<Vec<Rejection>, StoreError> {
-        with_pool!(self, reader, |pool| {
+    ) -> Result<(Vec<Rejection>, bool), StoreError> {
+        let rows: Vec<Rejection> = with_pool!(self, reader, |pool| {
             let query = sqlx::query_as(SELECT_REJECTIONS)
                 .bind(tenant.as_str())
                 .bind(source.as_str())
-                .bind(i64::from(limit));
-            Ok(query.fetch_all(pool).await?)
-        })
+                .bind(before)
+                .bind(i64::from(limit) + 1);
+            query.fetch_all(pool).await?
+        });
+        Ok(crate::page_of(rows, limit))
     }
 
     /// Declares a binding. The identical binding again is [`BindingOutcome::Unchanged`];

@@ -6,7 +6,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use traqlyte_identity::format_rfc3339_micros;
-use traqlyte_store::{SourceInfo, SourceName};
+use traqlyte_store::{SourceId, SourceInfo, SourceName, Store, TenantId, SOURCES_PAGE_MAX};
 
 use crate::tenants::{find, open};
 use crate::DbArgs;
@@ -63,13 +63,7 @@ pub(crate) async fn run(command: SourceCommand) -> Result<()> {
         SourceCommand::List { tenant, db } => {
             let store = crate::tenants::open_existing(&db).await?;
             let tenant = find(&store, &tenant).await?;
-            for source in store
-                .sources(&tenant.tenant_id)
-                .await
-                .context("list sources")?
-            {
-                println!("{}", line(&source));
-            }
+            list_all(&store, &tenant.tenant_id).await?;
         }
         SourceCommand::Revoke { tenant, source, db } => {
             let store = open(&db).await?;
@@ -90,6 +84,29 @@ pub(crate) async fn run(command: SourceCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Prints every source of the tenant, a page at a time, each page after the last source
+/// of the one before.
+async fn list_all(store: &Store, tenant: &TenantId) -> Result<()> {
+    let mut after: Option<SourceId> = None;
+    loop {
+        let Some((page, more)) = store
+            .sources_page(tenant, after.as_ref(), SOURCES_PAGE_MAX)
+            .await
+            .context("list sources")?
+        else {
+            // Sources are never deleted, so the last one listed is still there.
+            bail!("the source listed last vanished while listing; list again");
+        };
+        for source in &page {
+            println!("{}", line(source));
+        }
+        match page.last() {
+            Some(last) if more => after = Some(last.source_id.clone()),
+            _ => return Ok(()),
+        }
+    }
 }
 
 fn line(source: &SourceInfo) -> String {

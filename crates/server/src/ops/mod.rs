@@ -401,7 +401,7 @@ pub(crate) async fn collision_page(
     let next_cursor = more
         .then(|| {
             rows.last()
-                .map(|r| format!("{}.{}", r.received_at_us, r.collision_id))
+                .map(|r| format_cursor(r.received_at_us, r.collision_id))
         })
         .flatten();
     Ok(CollisionPage {
@@ -410,7 +410,14 @@ pub(crate) async fn collision_page(
     })
 }
 
-fn parse_cursor(text: &str) -> Option<CollisionCursor> {
+/// The `next_cursor` of a page of collisions ending at this row: `{received_at_us}.{collision_id}`
+/// (also `GET /contracts/{name}/collisions`').
+pub(crate) fn format_cursor(received_at_us: i64, collision_id: i64) -> String {
+    format!("{received_at_us}.{collision_id}")
+}
+
+/// A cursor [`format_cursor`] wrote, or `None`.
+pub(crate) fn parse_cursor(text: &str) -> Option<CollisionCursor> {
     let (at, id) = text.split_once('.')?;
     Some(CollisionCursor {
         received_at_us: at.parse().ok()?,

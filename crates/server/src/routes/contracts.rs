@@ -20,7 +20,10 @@ use crate::body::read_document;
 use crate::idempotency::Work;
 use crate::{ApiError, AppState};
 
-const COLLISIONS_LISTED_MAX: u32 = 100;
+/// Collisions in one page of `GET /contracts/{name}/collisions` when `limit` is not given
+/// (the 100 newest it always answered), and at most (as `GET /ops/collisions`).
+const COLLISIONS_PAGE_DEFAULT: u32 = 100;
+const COLLISIONS_PAGE_MAX: u32 = crate::ops::COLLISIONS_PAGE_MAX;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -70,9 +73,24 @@ fn parse_contracts_cursor(text: &str) -> Option<(&str, u32)> {
 /// The answer of `GET /contracts/{name}/collisions`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct CollisionList<'a> {
-    /// Newest first, 100 at most.
+    /// Newest first (by time received, then id), a page of at most `limit`, and fewer
+    /// when their payloads reach the page's byte budget.
     collisions: Vec<CollisionView<'a>>,
     contract: &'a str,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+/// The query of `GET /contracts/{name}/collisions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct CollisionsQuery {
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
+    /// Collisions per page (1–200, default 100).
+    #[param(minimum = 1, maximum = 200)] // COLLISIONS_PAGE_MAX
+    limit: Option<u32>,
 }
 
 /// `POST /contracts`: 201 when new, 200 when the identical contract exists, 409 when a
@@ -167,21 +185,34 @@ pub(crate) async fn show(
     Ok(Json(contract.to_json()))
 }
 
-/// `GET /contracts/{name}/collisions`: the latest logged collisions, newest first.
+/// `GET /contracts/{name}/collisions`: the logged collisions, newest first, a page of at
+/// most `limit` at a time.
 #[utoipa::path(get, path = "/contracts/{name}/collisions", tag = "contracts", security(("api_key" = [])),
-    params(("name" = String, Path, description = "the contract's name")),
+    params(("name" = String, Path, description = "the contract's name"), CollisionsQuery),
     responses((status = 200, body = CollisionList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn collisions(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(name): Path<String>,
+    Query(query): Query<CollisionsQuery>,
 ) -> Result<Response, ApiError> {
+    let limit =
+        crate::error::page_limit(query.limit, COLLISIONS_PAGE_DEFAULT, COLLISIONS_PAGE_MAX)?;
+    let before = crate::error::page_cursor(query.cursor.as_deref(), crate::ops::parse_cursor)?;
     let contract = load_or_builtin(&state, &tenant, &name, None).await?;
-    let rows = state
+    let (rows, more) = state
         .store
-        .collisions(&tenant, contract.name(), COLLISIONS_LISTED_MAX)
+        .collisions(&tenant, contract.name(), before, limit)
         .await?;
+    // The cursor of the last row answered, even when the page is short: a collision
+    // committed between the page's reads may have pushed older ones out of it.
+    let next_cursor = more
+        .then(|| {
+            rows.last()
+                .map(|r| crate::ops::format_cursor(r.received_at_us, r.collision_id))
+        })
+        .flatten();
     let collisions = rows
         .iter()
         .map(CollisionView::of)
@@ -189,6 +220,7 @@ pub(crate) async fn collisions(
     let answer = CollisionList {
         collisions,
         contract: contract.name().as_str(),
+        next_cursor,
     };
     Ok(Json(answer).into_response())
 }

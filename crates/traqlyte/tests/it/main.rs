@@ -32,6 +32,7 @@ mod openapi;
 mod ops;
 mod outcome_collisions;
 mod outcome_corrections;
+mod paging;
 mod partitions;
 mod request_bodies;
 mod segment;

@@ -256,6 +256,11 @@ async fn collisions_and_rejections_are_described_with_the_fields_and_values_they
 async fn each_limit_is_described_with_the_bounds_the_server_keeps(backend: Backend) {
     let app = spawn_app(backend).await;
     let campaign = crate::experiments::create_published(&app, &seeded_campaign()).await;
+    crate::segment::create_source(&app, "web");
+    let source = app.get("/sources").await.body["sources"][0]["id"]
+        .as_str()
+        .expect("a source")
+        .to_string();
     let doc = app.get("/openapi.json").await.body;
     let mut limited = Vec::new();
     for (path, item) in doc["paths"].as_object().expect("paths") {
@@ -267,7 +272,14 @@ async fn each_limit_is_described_with_the_bounds_the_server_keeps(backend: Backe
                     .as_i64()
                     .unwrap_or_else(|| panic!("{path}: limit has no {name}: {parameter}"))
             };
-            let path = path.replace("{id}", &campaign);
+            let id = if path.starts_with("/sources/") {
+                &source
+            } else {
+                &campaign
+            };
+            let path = path
+                .replace("{id}", id)
+                .replace("{name}", "segment.message");
             for (limit, expected) in [
                 (bound("minimum") - 1, StatusCode::BAD_REQUEST),
                 (bound("minimum"), StatusCode::OK),
@@ -286,7 +298,15 @@ async fn each_limit_is_described_with_the_bounds_the_server_keeps(backend: Backe
     limited.sort_unstable();
     assert_eq!(
         limited,
-        ["/campaigns/{id}/versions", "/contracts", "/ops/collisions"]
+        [
+            "/campaigns/{id}/versions",
+            "/contracts",
+            "/contracts/{name}/collisions",
+            "/deadletters",
+            "/ops/collisions",
+            "/sources",
+            "/sources/{id}/rejections"
+        ]
     );
 }
 

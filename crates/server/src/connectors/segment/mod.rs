@@ -15,7 +15,7 @@ mod config;
 pub(crate) mod ingest;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -25,13 +25,16 @@ use traqlyte_identity::number::RefusedNumber;
 use traqlyte_identity::segment::{identify_message_owned, Envelope, MessageType, SegmentError};
 use traqlyte_identity::{format_rfc3339_micros, IdentityError};
 use traqlyte_store::{now_us, EventOutcome, NewRejection, Rejection, SourceId, SourceInfo};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::body::read_limited;
 use crate::body::typed::{parse_owned, Refusal};
 use crate::{ApiError, AppState};
-use config::{BATCH_BYTES_MAX, BATCH_DEPTH_EXTRA, BATCH_ERRORS_LISTED_MAX, MESSAGE_BYTES_MAX};
+use config::{
+    BATCH_BYTES_MAX, BATCH_DEPTH_EXTRA, BATCH_ERRORS_LISTED_MAX, MESSAGE_BYTES_MAX,
+    REJECTIONS_PAGE_DEFAULT, REJECTIONS_PAGE_MAX, SOURCES_PAGE_DEFAULT,
+};
 
 /// The answer Segment's libraries expect.
 #[derive(Serialize, ToSchema)]
@@ -528,7 +531,33 @@ fn all_rejected(rejections: &[NewRejection]) -> ApiError {
 /// The answer of `GET /sources` (fields in alphabetical order: see `health::Health`).
 #[derive(Serialize, ToSchema)]
 pub(crate) struct SourceList {
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    /// By name, a page of at most `limit`.
     sources: Vec<SourceView>,
+}
+
+/// The query of `GET /sources`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SourcesQuery {
+    /// The previous page's `next_cursor` (the id of the last source it listed).
+    cursor: Option<String>,
+    /// Sources per page (1–1000, default 1000).
+    #[param(minimum = 1, maximum = 1000)] // SOURCES_PAGE_MAX
+    limit: Option<u32>,
+}
+
+/// The query of `GET /sources/{id}/rejections`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct RejectionsQuery {
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
+    /// Rejections per page (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)] // REJECTIONS_PAGE_MAX
+    limit: Option<u32>,
 }
 
 /// A source as answered.
@@ -566,16 +595,34 @@ impl From<SourceInfo> for SourceView {
     }
 }
 
-/// `GET /sources`: the tenant's sources with their counts.
+/// `GET /sources`: the tenant's sources with their counts, by name, a page of at most
+/// `limit` at a time.
 #[utoipa::path(get, path = "/sources", tag = "segment", security(("api_key" = [])),
+    params(SourcesQuery),
     responses((status = 200, body = SourceList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn list_sources(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    Query(query): Query<SourcesQuery>,
 ) -> Result<Json<SourceList>, ApiError> {
-    let sources = state.store.sources(&tenant).await?;
+    let limit = crate::error::page_limit(
+        query.limit,
+        SOURCES_PAGE_DEFAULT,
+        traqlyte_store::SOURCES_PAGE_MAX,
+    )?;
+    let after = crate::error::page_cursor(query.cursor.as_deref(), SourceId::parse)?;
+    // A cursor of the right shape naming no source of the tenant was never given to it.
+    let (sources, more) = state
+        .store
+        .sources_page(&tenant, after.as_ref(), limit)
+        .await?
+        .ok_or_else(crate::error::foreign_cursor)?;
+    let next_cursor = more
+        .then(|| sources.last().map(|s| s.source_id.to_string()))
+        .flatten();
     Ok(Json(SourceList {
+        next_cursor,
         sources: sources.into_iter().map(SourceView::from).collect(),
     }))
 }
@@ -583,7 +630,10 @@ pub(crate) async fn list_sources(
 /// The answer of `GET /sources/{id}/rejections`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RejectionList {
-    /// Newest first, 100 at most.
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    /// Newest first, a page of at most `limit`.
     rejections: Vec<RejectionView>,
     source: String,
 }
@@ -618,16 +668,24 @@ impl From<Rejection> for RejectionView {
     }
 }
 
-/// `GET /sources/{id}/rejections`: the source's latest rejected messages with reasons.
+/// `GET /sources/{id}/rejections`: the source's rejected messages with reasons, newest
+/// first, a page of at most `limit` at a time.
 #[utoipa::path(get, path = "/sources/{id}/rejections", tag = "segment", security(("api_key" = [])),
-    params(("id" = String, Path, description = "the source's id (src_…)")),
+    params(("id" = String, Path, description = "the source's id (src_…)"), RejectionsQuery),
     responses((status = 200, body = RejectionList), (status = "4XX", response = crate::openapi::ErrorEnvelope),
         (status = "5XX", response = crate::openapi::ErrorEnvelope)))]
 pub(crate) async fn rejections(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
+    Query(query): Query<RejectionsQuery>,
 ) -> Result<Json<RejectionList>, ApiError> {
+    let limit =
+        crate::error::page_limit(query.limit, REJECTIONS_PAGE_DEFAULT, REJECTIONS_PAGE_MAX)?;
+    // A `next_cursor` of this route: the id of the last rejection listed (ids start at 1).
+    let before = crate::error::page_cursor(query.cursor.as_deref(), |text| {
+        text.parse::<i64>().ok().filter(|id| *id > 0)
+    })?;
     let missing = || {
         ApiError::not_found(
             "source_not_found",
@@ -644,11 +702,15 @@ pub(crate) async fn rejections(
     {
         return Err(missing());
     }
-    let rows = state
+    let (rows, more) = state
         .store
-        .rejections(&tenant, &source, config::REJECTIONS_LISTED_MAX)
+        .rejections(&tenant, &source, before, limit)
         .await?;
+    let next_cursor = more
+        .then(|| rows.last().map(|r| r.rejection_id.to_string()))
+        .flatten();
     Ok(Json(RejectionList {
+        next_cursor,
         rejections: rows.into_iter().map(RejectionView::from).collect(),
         source: source.to_string(),
     }))
