@@ -75,4 +75,7 @@ command -v python3 >/dev/null || apt_install python3
 command -v chromium >/dev/null || apt_install chromium
 # The JetStream consumer's tests run private nats-server processes.
 command -v nats-server >/dev/null || apt_install nats-server
+# The pooler tests run a private pgbouncer in front of PostgreSQL (never the package's
+# own service).
+command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || apt_install pgbouncer
 echo "services ready: PostgreSQL 127.0.0.1:$PG_PORT" >&2

@@ -146,6 +146,16 @@ pub enum StoreError {
         "the database takes no writes (a standby, or read-only): point the server at the primary"
     )]
     ReadOnly,
+    /// The database URL leads to a connection pooler that shares PostgreSQL sessions
+    /// between its clients (PgBouncer in transaction or statement pooling).
+    #[error(
+        "the database URL leads to a connection pooler that shares PostgreSQL sessions between clients \
+         (PgBouncer's pool_mode = transaction or statement, or a proxy like it): two connections got \
+         the same server session. TraqLyte needs a session per connection (its prepared statements \
+         and its durable-commit setting are per session): connect to PostgreSQL directly, or set \
+         pool_mode = session"
+    )]
+    SharedSessions,
     /// Any database error.
     #[error(transparent)]
     Database(#[from] sqlx::Error),

@@ -31,6 +31,7 @@ pub(crate) struct PgStore {
 
 impl PgStore {
     pub(crate) async fn connect(config: &StoreConfig) -> Result<PgStore, StoreError> {
+        refuse_shared_sessions(&config.database_url).await?;
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_connections_max.max(1))
             .acquire_timeout(Duration::from_millis(config.pool_acquire_timeout_ms.max(1)))
@@ -64,7 +65,9 @@ impl PgStore {
         let ddl = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(0)
-            .acquire_timeout(Duration::from_secs(30))
+            // Well under the request timeout: a connection that cannot be had (a pooler's
+            // queue) ends as `503 store_busy`, logged, not as the request's `408`.
+            .acquire_timeout(Duration::from_secs(5))
             .idle_timeout(Duration::from_secs(60))
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
@@ -86,6 +89,42 @@ impl PgStore {
             walk_timeout_ms: config.walk_timeout_ms,
         })
     }
+}
+
+/// Refuses a connection pooler that runs one client connection's statements on several
+/// PostgreSQL sessions (PgBouncer's `pool_mode = transaction` or `statement`, and proxies
+/// like it): this store's prepared statements and its durable-commit setting
+/// ([`DURABLE_COMMITS`]) belong to a session, and on shared sessions statements met
+/// another client's statements of the same name (a reviewer saw valid API keys answered
+/// `401`, and `500`s). The probe: a first connection runs a statement, which gives its
+/// server session back to such a pooler; a second connection, the first still open, opens
+/// a transaction. Directly or in session pooling the two have sessions of their own; a
+/// pooler that shares sessions hands the second the first's (PgBouncer reuses the most
+/// recently freed one). Simple-protocol statements only, which any pooler passes.
+async fn refuse_shared_sessions(url: &str) -> Result<(), StoreError> {
+    use sqlx::Connection;
+    let mut first = sqlx::PgConnection::connect(url).await?;
+    let first_pid = backend_pid(&mut first).await?;
+    let mut second = sqlx::PgConnection::connect(url).await?;
+    sqlx::raw_sql("BEGIN").execute(&mut second).await?;
+    let second_pid = backend_pid(&mut second).await?;
+    sqlx::raw_sql("ROLLBACK").execute(&mut second).await?;
+    // Closing is courtesy: the pids are known.
+    let _ = second.close().await;
+    let _ = first.close().await;
+    if first_pid == second_pid {
+        return Err(StoreError::SharedSessions);
+    }
+    Ok(())
+}
+
+/// The PostgreSQL session's process id, by the simple query protocol.
+async fn backend_pid(conn: &mut sqlx::PgConnection) -> Result<i32, StoreError> {
+    use sqlx::Row;
+    let row = sqlx::raw_sql("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(row.try_get::<i32, _>(0)?)
 }
 
 /// Turns `synchronous_commit = off` into `on` for the session; leaves any other level.

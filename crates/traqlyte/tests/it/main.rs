@@ -34,6 +34,7 @@ mod outcome_collisions;
 mod outcome_corrections;
 mod paging;
 mod partitions;
+mod pooler;
 mod request_bodies;
 mod segment;
 mod semantic;
