@@ -146,6 +146,9 @@ pub enum StoreError {
         "the database takes no writes (a standby, or read-only): point the server at the primary"
     )]
     ReadOnly,
+    /// A migration failed; the database's error with its hint.
+    #[error("{0}")]
+    MigrationFailed(String),
     /// The database URL leads to a connection pooler that shares PostgreSQL sessions
     /// between its clients (PgBouncer in transaction or statement pooling).
     #[error(

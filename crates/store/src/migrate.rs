@@ -35,6 +35,19 @@ const PG_MIGRATION_LOCK: i64 = 0x0074_7271_6c79_7465; // "trqlyte" in ASCII
 
 const PG_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
 
+const PG_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1)";
+
+/// The PostgreSQL sessions holding the migration lock (an advisory lock on a `bigint`
+/// key is listed as its high and low 32 bits).
+const PG_LOCK_HOLDERS: &str = "SELECT string_agg(pid::text, ',') FROM pg_locks
+     WHERE locktype = 'advisory' AND granted AND objsubid = 1
+       AND classid = ($1 >> 32)::oid AND objid = ($1 & 4294967295)::oid";
+
+/// Checks the client every second for the rest of the transaction, where the server has
+/// the setting (PostgreSQL 14 and later).
+const PG_CHECK_CLIENT: &str = "SELECT set_config('client_connection_check_interval', '1000', true)
+     WHERE EXISTS (SELECT 1 FROM pg_settings WHERE name = 'client_connection_check_interval')";
+
 const SQLITE_LEGACY_EXISTS: &str =
     "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'";
 
@@ -138,10 +151,29 @@ impl crate::Store {
                 Steps::<sqlx::Sqlite>::migrate(&mut **t, migrator, SQLITE_LEGACY_EXISTS).await?
             }
             TxInner::Postgres(t) => {
-                sqlx::query(PG_LOCK)
+                // A migrating process killed part way leaves its session running the
+                // migration until PostgreSQL next writes to it; PostgreSQL 14 and later
+                // can check the client every second instead (a no-op where it cannot).
+                sqlx::query(PG_CHECK_CLIENT).execute(&mut **t).await?;
+                let free: bool = sqlx::query_scalar(PG_TRY_LOCK)
                     .bind(PG_MIGRATION_LOCK)
-                    .execute(&mut **t)
+                    .fetch_one(&mut **t)
                     .await?;
+                if !free {
+                    let holders: Option<String> = sqlx::query_scalar(PG_LOCK_HOLDERS)
+                        .bind(PG_MIGRATION_LOCK)
+                        .fetch_one(&mut **t)
+                        .await?;
+                    tracing::info!(
+                        holder_pids = holders.as_deref().unwrap_or("?"),
+                        "waiting for the migration lock: another session is migrating \
+                         (a process killed while migrating leaves its session running until it ends)"
+                    );
+                    sqlx::query(PG_LOCK)
+                        .bind(PG_MIGRATION_LOCK)
+                        .execute(&mut **t)
+                        .await?;
+                }
                 let migrator = sqlx::migrate!("migrations/postgres");
                 Steps::<sqlx::Postgres>::migrate(&mut **t, migrator, PG_LEGACY_EXISTS).await?
             }
@@ -190,7 +222,10 @@ where
             Self::adopt_legacy(conn, &migrator).await?;
         }
         let before = applied_versions(conn).await?;
-        migrator.run_direct(conn).await.map_err(sqlx::Error::from)?;
+        migrator
+            .run_direct(conn)
+            .await
+            .map_err(|err| with_hint(sqlx::Error::from(err)))?;
         Ok(migrator
             .iter()
             .filter(|m| !before.contains(&m.version))
@@ -238,10 +273,36 @@ where
 async fn applied_versions(conn: &mut impl Migrate) -> Result<HashSet<i64>, StoreError> {
     conn.ensure_migrations_table()
         .await
-        .map_err(sqlx::Error::from)?;
+        .map_err(|err| with_hint(sqlx::Error::from(err)))?;
     let applied = conn
         .list_applied_migrations()
         .await
         .map_err(sqlx::Error::from)?;
     Ok(applied.iter().map(|m| m.version).collect())
+}
+
+/// A failed migration's error, with the database's hint when it gives one ("out of
+/// shared memory" hints at `max_locks_per_transaction`, which the message alone does not
+/// name).
+fn with_hint(err: sqlx::Error) -> StoreError {
+    use sqlx::migrate::MigrateError;
+    // sqlx nests its migration errors (a statement's error inside the migration's).
+    let mut inner = &err;
+    while let sqlx::Error::Migrate(nested) = inner {
+        match &**nested {
+            MigrateError::Execute(cause) | MigrateError::ExecuteMigration(cause, _) => {
+                inner = cause;
+            }
+            _ => break,
+        }
+    }
+    let hint = inner
+        .as_database_error()
+        .and_then(|db| db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        .and_then(|pg| pg.hint())
+        .map(str::to_owned);
+    match hint {
+        Some(hint) => StoreError::MigrationFailed(format!("{err} (hint: {hint})")),
+        None => StoreError::Database(err),
+    }
 }

@@ -637,3 +637,88 @@ async fn a_second_signal_stops_serve_without_waiting_for_requests_in_flight() {
     );
     hung.abort();
 }
+
+/// A migration PostgreSQL refuses with a hint names the hint: "out of shared memory"
+/// (migrations `0010` and `0022` on a database with years of days) says nothing of
+/// `max_locks_per_transaction` without it. Injected: an event trigger that refuses every
+/// DDL statement but the creation of the migrations table, with a hint, so the first
+/// migration fails.
+#[tokio::test]
+async fn a_failed_migration_names_postgresqls_hint() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .expect("connect");
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$ \
+         BEGIN \
+           IF EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() \
+                      WHERE object_identity NOT LIKE '%_sqlx_migrations%') THEN \
+             RAISE EXCEPTION 'injected refusal' USING HINT = 'raise max_locks_per_transaction'; \
+           END IF; \
+         END $$; \
+         CREATE EVENT TRIGGER refuse_ddl ON ddl_command_end EXECUTE FUNCTION refuse_ddl();",
+    )
+    .execute(&mut admin)
+    .await
+    .expect("the event trigger");
+    let output = traqlyte(&["migrate", "--database-url", &db.url], "");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("migration 1") && stderr.contains("hint: raise max_locks_per_transaction"),
+        "{stderr}"
+    );
+    sqlx::raw_sql("DROP EVENT TRIGGER refuse_ddl")
+        .execute(&mut admin)
+        .await
+        .expect("drop the event trigger");
+}
+
+/// A process that finds another session migrating says so, naming the session, instead
+/// of waiting in silence (a `migrate` killed part way leaves its session migrating until
+/// PostgreSQL notices), then migrates once the lock is free.
+#[tokio::test]
+async fn a_migration_waiting_for_another_session_says_which() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let mut holder = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .expect("connect");
+    // The migration lock's key (`migrate.rs`, "trqlyte" in ASCII).
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(0x0074_7271_6c79_7465_i64)
+        .execute(&mut holder)
+        .await
+        .expect("hold the migration lock");
+    let (pid,): (i32,) = sqlx::query_as("SELECT pg_backend_pid()")
+        .fetch_one(&mut holder)
+        .await
+        .expect("pid");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["migrate", "--database-url", &db.url])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn migrate");
+    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let (lines, said) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if line.contains("waiting for the migration lock") {
+                let _ = lines.send(line);
+            }
+        }
+    });
+    let waited = said.recv_timeout(std::time::Duration::from_secs(20));
+    if waited.is_err() {
+        let _ = child.kill();
+    }
+    let waited = waited.expect("migrate said nothing of the lock it waits for");
+    assert!(waited.contains(&pid.to_string()), "{waited}");
+    sqlx::query("SELECT pg_advisory_unlock_all()")
+        .execute(&mut holder)
+        .await
+        .expect("release");
+    let status = child.wait().expect("migrate ended");
+    assert!(status.success());
+}
