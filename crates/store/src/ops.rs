@@ -622,6 +622,33 @@ impl Store {
         Ok(done == 1)
     }
 
+    /// Gives back a claimed delivery that was never posted (the server was stopping
+    /// between the claim and the post), due at once and without the attempt its claim
+    /// counted: restarts must not bring a receiver's backoff or abandonment nearer. Only
+    /// the lease's owner may give it back.
+    pub async fn release_unposted_delivery(
+        &self,
+        delivery: &ClaimedDelivery,
+        owner: &str,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let done = with_pool!(self, writer, |pool| sqlx::query(
+            "UPDATE webhook_deliveries
+             SET attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END,
+                 lease_until_us = 0, lease_owner = NULL, last_error = $3
+             WHERE tenant_id = $1 AND delivery_id = $2 AND lease_owner = $4
+               AND delivered_at_us IS NULL"
+        )
+        .bind(&delivery.tenant_id)
+        .bind(&delivery.delivery_id)
+        .bind(reason)
+        .bind(owner)
+        .execute(pool)
+        .await?
+        .rows_affected());
+        Ok(done == 1)
+    }
+
     /// The URL of a live webhook and the secret its deliveries are signed with; `None`
     /// once it was deleted (its deliveries are then dropped).
     pub async fn webhook_target(

@@ -292,12 +292,7 @@ async fn deliver(
     };
     if *stopping.borrow() {
         store
-            .settle_delivery(
-                delivery,
-                owner,
-                Some(0),
-                Some("not posted: the server was stopping"),
-            )
+            .release_unposted_delivery(delivery, owner, "not posted: the server was stopping")
             .await?;
         return Ok(());
     }

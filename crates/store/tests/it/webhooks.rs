@@ -5,7 +5,36 @@ use crate::db::{on_both_backends, Backend, TestDb};
 on_both_backends!(
     a_tenants_backlog_takes_only_its_turn_of_a_claim,
     leases_and_retries_are_timed_on_the_stores_clock,
+    a_delivery_given_back_unposted_keeps_its_attempts,
 );
+
+/// A delivery claimed by a server that was stopping before it posted is given back as it
+/// was: due at once, its attempt not counted. It was settled with the claim's attempt
+/// kept, so every restart in that window brought the receiver's longer backoff and its
+/// abandonment (15 attempts) nearer without a post ever being made.
+async fn a_delivery_given_back_unposted_keeps_its_attempts(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    db.raw()
+        .await
+        .execute(
+            "INSERT INTO webhook_deliveries VALUES ('tnt_a', 'whk_1.1', 'whk_1', 1, 0, 0, 0, 0, NULL, NULL, NULL)",
+        )
+        .await;
+    for _ in 0..3 {
+        let claimed = store
+            .claim_deliveries("dispatcher-1", 60_000_000, 50)
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].attempts, 1, "{claimed:?}");
+        assert!(store
+            .release_unposted_delivery(&claimed[0], "dispatcher-1", "stopping")
+            .await
+            .expect("release"));
+    }
+}
 
 /// Tenant A has 120 due deliveries (thousands of collisions fanned out to receivers that
 /// never answer would do it), all older than tenant B's one: B's is claimed in the first
