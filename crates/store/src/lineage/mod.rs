@@ -128,8 +128,9 @@ pub struct Walk {
 /// set sorted (PostgreSQL binds [`GraphColumns`]).
 #[derive(Debug, Default)]
 pub(crate) struct GraphRows {
-    /// run id → (job namespace, job name, first event id).
-    pub runs: BTreeMap<String, (String, String, String)>,
+    /// run id → (job namespace, job name, event id, [`run_rank`]) of the run's
+    /// earliest event in the transaction.
+    pub runs: BTreeMap<String, (String, String, String, String)>,
     /// (run id, namespace, name, version or '').
     pub inputs: BTreeSet<(String, String, String, String)>,
     pub outputs: BTreeSet<(String, String, String, String)>,
@@ -148,11 +149,22 @@ impl GraphRows {
     fn add(&mut self, row: &RunEventRow) {
         let id = &row.identity;
         let event_id = row.event.identified.event_id.to_string();
-        self.runs.entry(id.run_id.clone()).or_insert((
-            id.job_namespace.clone(),
-            id.job_name.clone(),
-            event_id,
-        ));
+        let rank = run_rank(row);
+        let earlier = self
+            .runs
+            .get(&id.run_id)
+            .is_none_or(|(_, _, _, kept)| rank < *kept);
+        if earlier {
+            self.runs.insert(
+                id.run_id.clone(),
+                (
+                    id.job_namespace.clone(),
+                    id.job_name.clone(),
+                    event_id,
+                    rank,
+                ),
+            );
+        }
         for (datasets, edges) in [
             (&id.inputs, &mut self.inputs),
             (&id.outputs, &mut self.outputs),
@@ -170,8 +182,25 @@ impl GraphRows {
     }
 }
 
+/// Where a run event ranks among its run's events for naming the run's job: by
+/// `eventTime`, then by event id, as a key that sorts as text (the time offset to an
+/// unsigned 20-digit number). The run's row holds the job of its lowest-ranked stored
+/// event, whatever order the events arrived in.
+pub(crate) fn run_rank(row: &RunEventRow) -> String {
+    let at = row.event.identified.occurred_at_us.unwrap_or(i64::MAX);
+    let offset = i128::from(at) - i128::from(i64::MIN);
+    format!("{offset:020}.{}", row.event.identified.event_id.as_str())
+}
+
 const INSERT_RUNS: &str = "INSERT INTO lineage_runs
-     (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us) VALUES";
+     (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us, first_event_rank) VALUES";
+
+/// A run's row given to an event that ranks earlier ([`run_rank`]); a row stored before
+/// ranks existed (NULL) keeps its job.
+const RUNS_CONFLICT: &str = "ON CONFLICT (tenant_id, run_id) DO UPDATE SET
+     job_namespace = excluded.job_namespace, job_name = excluded.job_name,
+     first_event_id = excluded.first_event_id, first_event_rank = excluded.first_event_rank
+     WHERE excluded.first_event_rank < COALESCE(lineage_runs.first_event_rank, '')";
 
 const INSERT_RUN_INPUTS: &str =
     "INSERT INTO lineage_run_inputs (tenant_id, run_id, namespace, name, version) VALUES";
@@ -473,7 +502,7 @@ async fn write_graph_sqlite(
     let runs: Vec<Vec<GraphParam<'_>>> = graph
         .runs
         .iter()
-        .map(|(run, (namespace, name, event_id))| {
+        .map(|(run, (namespace, name, event_id, rank))| {
             vec![
                 Text(t),
                 Text(run),
@@ -481,20 +510,24 @@ async fn write_graph_sqlite(
                 Text(name),
                 Text(event_id),
                 Int(now),
+                Text(rank),
             ]
         })
         .collect();
-    insert_graph_rows(conn, INSERT_RUNS, &runs).await?;
-    insert_graph_rows(conn, INSERT_RUN_INPUTS, &edge_rows(t, &graph.inputs)).await?;
-    insert_graph_rows(conn, INSERT_RUN_OUTPUTS, &edge_rows(t, &graph.outputs)).await
+    insert_graph_rows(conn, INSERT_RUNS, &runs, RUNS_CONFLICT).await?;
+    let inputs = edge_rows(t, &graph.inputs);
+    insert_graph_rows(conn, INSERT_RUN_INPUTS, &inputs, "ON CONFLICT DO NOTHING").await?;
+    let outputs = edge_rows(t, &graph.outputs);
+    insert_graph_rows(conn, INSERT_RUN_OUTPUTS, &outputs, "ON CONFLICT DO NOTHING").await
 }
 
-/// `head` (`INSERT INTO t (columns) VALUES`) followed by one placeholder tuple per row,
-/// in chunks that stay far below SQLite's parameter limit.
+/// `head` (`INSERT INTO t (columns) VALUES`) followed by one placeholder tuple per row
+/// and `conflict`, in chunks that stay far below SQLite's parameter limit.
 async fn insert_graph_rows(
     conn: &mut sqlx::SqliteConnection,
     head: &str,
     rows: &[Vec<GraphParam<'_>>],
+    conflict: &str,
 ) -> Result<(), StoreError> {
     for chunk in rows.chunks(GRAPH_ROWS_PER_STATEMENT) {
         let mut sql = String::from(head);
@@ -511,7 +544,8 @@ async fn insert_graph_rows(
             sql.push_str(&placeholders.join(", "));
             sql.push(')');
         }
-        sql.push_str(" ON CONFLICT DO NOTHING");
+        sql.push(' ');
+        sql.push_str(conflict);
         let mut query = sqlx::query(&sql);
         for param in chunk.iter().flatten() {
             query = match param {
@@ -528,7 +562,7 @@ async fn insert_graph_rows(
 /// `inputs` and `outputs`, for the statement's `inserted(ev)` (the hex ids of the events
 /// whose rows to write; each row carries the id of the event it comes from, so a repeated
 /// id must not occur among those events). `tenant` and `now` are the placeholders of the
-/// tenant and the time; the fourteen arrays ([`GraphColumns`]) are bound from `$first`
+/// tenant and the time; the fifteen arrays ([`GraphColumns`]) are bound from `$first`
 /// on. The text never changes with a batch's size.
 ///
 /// Each part waits for the one before it (a constant condition on its count, which
@@ -537,12 +571,12 @@ async fn insert_graph_rows(
 /// `WITH` otherwise run in an order PostgreSQL does not promise. Each part sorts its rows
 /// (`ORDER BY`; the join with `inserted` need not keep the arrays' order). So every
 /// statement takes the graph's row locks in one order, runs, inputs, outputs, each
-/// table's rows sorted, and concurrent ones cannot deadlock on them. A `DO NOTHING`
-/// conflict within the statement (a run named by two of its events) skips the second
-/// row.
+/// table's rows sorted, and concurrent ones cannot deadlock on them. A run named by
+/// several of the statement's events gets one row, its earliest event's ([`run_rank`]),
+/// which takes over a stored row of the run that ranks later ([`RUNS_CONFLICT`]).
 pub(crate) fn graph_inserts(tenant: &str, now: &str, first: usize) -> String {
-    let [r_id, r_ns, r_nm, r_ev, i_id, i_ns, i_nm, i_v, i_ev, o_id, o_ns, o_nm, o_v, o_ev] =
-        std::array::from_fn::<String, 14, _>(|i| format!("${}::text[]", first + i));
+    let [r_id, r_ns, r_nm, r_ev, r_rank, i_id, i_ns, i_nm, i_v, i_ev, o_id, o_ns, o_nm, o_v, o_ev] =
+        std::array::from_fn::<String, 15, _>(|i| format!("${}::text[]", first + i));
     let edges = |table: &str, after: &str, [id, ns, nm, v, ev]: [&String; 5]| {
         format!(
             "INSERT INTO {table} (tenant_id, run_id, namespace, name, version)
@@ -564,12 +598,12 @@ pub(crate) fn graph_inserts(tenant: &str, now: &str, first: usize) -> String {
         [&o_id, &o_ns, &o_nm, &o_v, &o_ev],
     );
     format!(
-        "runs AS (INSERT INTO lineage_runs (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us)
-           SELECT DISTINCT ON (r.id) {tenant}, r.id, r.ns, r.nm, r.ev, {now}
-           FROM unnest({r_id}, {r_ns}, {r_nm}, {r_ev}) WITH ORDINALITY AS r(id, ns, nm, ev, n)
+        "runs AS (INSERT INTO lineage_runs (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us, first_event_rank)
+           SELECT DISTINCT ON (r.id) {tenant}, r.id, r.ns, r.nm, r.ev, {now}, r.rank
+           FROM unnest({r_id}, {r_ns}, {r_nm}, {r_ev}, {r_rank}) AS r(id, ns, nm, ev, rank)
            WHERE r.ev IN (SELECT ev FROM inserted)
-           ORDER BY r.id, r.n
-           ON CONFLICT DO NOTHING RETURNING 1),
+           ORDER BY r.id, r.rank
+           {RUNS_CONFLICT} RETURNING 1),
   inputs AS ({inputs}),
   outputs AS ({outputs})"
     )
@@ -586,12 +620,14 @@ SELECT COUNT(*) FROM outputs",
     )
 });
 
-/// The graph rows of run events as the fourteen arrays [`graph_inserts`] reads, each row
+/// The graph rows of run events as the fifteen arrays [`graph_inserts`] reads, each row
 /// with the hex id of the event it comes from: run inputs and outputs (run id,
-/// namespace, name, version or ''), each once, and runs (run id, job namespace, job name)
-/// in the events' order, so the first event of a run is the one its row names.
+/// namespace, name, version or ''), each once, and runs (run id, job namespace, job name,
+/// event id, [`run_rank`]), one per event.
 pub(crate) struct GraphColumns<'a> {
     runs: [Vec<&'a str>; 4],
+    /// Each run row's [`run_rank`].
+    ranks: Vec<String>,
     inputs: [Vec<&'a str>; 5],
     outputs: [Vec<&'a str>; 5],
 }
@@ -600,6 +636,7 @@ impl<'a> GraphColumns<'a> {
     pub(crate) fn new(rows: &[&'a RunEventRow]) -> GraphColumns<'a> {
         let (mut inputs, mut outputs) = (BTreeSet::new(), BTreeSet::new());
         let mut runs = Vec::with_capacity(rows.len());
+        let mut ranks = Vec::with_capacity(rows.len());
         for row in rows {
             let id = &row.identity;
             let ev = row.event.identified.event_id.as_str();
@@ -609,6 +646,7 @@ impl<'a> GraphColumns<'a> {
                 id.job_name.as_str(),
                 ev,
             ]);
+            ranks.push(run_rank(row));
             for (refs, edges) in [(&id.inputs, &mut inputs), (&id.outputs, &mut outputs)] {
                 for d in refs {
                     let version = d.version.as_deref().unwrap_or_default();
@@ -624,17 +662,22 @@ impl<'a> GraphColumns<'a> {
         }
         GraphColumns {
             runs: columns(runs),
+            ranks,
             inputs: columns(inputs),
             outputs: columns(outputs),
         }
     }
 
-    /// Binds the fourteen arrays, in [`graph_inserts`]'s order, after `query`'s parameters.
+    /// Binds the fifteen arrays, in [`graph_inserts`]'s order, after `query`'s parameters.
     pub(crate) fn bind<'q>(
         &'q self,
         mut query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        for column in self.runs.iter().chain(&self.inputs).chain(&self.outputs) {
+        for column in &self.runs {
+            query = query.bind(column);
+        }
+        query = query.bind(&self.ranks);
+        for column in self.inputs.iter().chain(&self.outputs) {
             query = query.bind(column);
         }
         query

@@ -26,6 +26,7 @@ crate::on_both_backends!(
     jobs_and_datasets_are_nodes_once_a_stored_run_names_them,
     integers_beyond_2_to_the_53_in_facets_are_kept_exactly,
     run_events_have_their_own_size_and_depth_limits,
+    a_runs_job_is_its_earliest_events_whatever_the_arrival_order,
 );
 
 /// Recorded event ids of the corpus's complete RunEvents (as in the identity tests).
@@ -281,10 +282,12 @@ async fn jobs_and_datasets_are_nodes_once_a_stored_run_names_them(backend: Backe
             StatusCode::NOT_FOUND
         );
     }
+    let mut impostor = run_event("impostor", 1, &[], &["also_written"]);
+    impostor["eventTime"] = json!("2026-11-29T03:05:00Z");
     let events = [
         run_event("writer", 1, &["read_only"], &["written"]),
         // A later event of run 1 naming another job: the run stays the writer's.
-        run_event("impostor", 1, &[], &["also_written"]),
+        impostor,
     ];
     for event in events {
         let answer = app.post_lineage(event.to_string()).await;
@@ -308,6 +311,36 @@ async fn jobs_and_datasets_are_nodes_once_a_stored_run_names_them(backend: Backe
     assert_eq!(
         (impostor.status, impostor.code()),
         (StatusCode::NOT_FOUND, "node_not_found")
+    );
+}
+
+/// A run's job is the one its earliest event (by `eventTime`, then id) names, whatever
+/// order its events arrive in: it was the first stored event's, so a COMPLETE delivered
+/// before its START (a broker, a client's queue) gave the run, and its edges, another job
+/// (Spark names jobs after outputs its START may not know yet).
+async fn a_runs_job_is_its_earliest_events_whatever_the_arrival_order(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut start = run_event("early_namer", 3, &["src"], &[]);
+    start["eventType"] = json!("START");
+    start["eventTime"] = json!("2026-11-29T03:00:00Z");
+    let mut complete = run_event("early_namer.tgt", 3, &["src"], &["tgt"]);
+    complete["eventTime"] = json!("2026-11-29T03:05:00Z");
+    // COMPLETE first, in another request, then its START.
+    for event in [complete, start] {
+        let answer = app.post_lineage(event.to_string()).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+    let downstream = app.walk("descendants", "dataset:db:src", 5).await;
+    let ids: Vec<&str> = downstream.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["job:ns:early_namer", "dataset:db:tgt"]);
+    let other = app
+        .get("/lineage/descendants?node=job:ns:early_namer.tgt")
+        .await;
+    assert_eq!(
+        (other.status, other.code()),
+        (StatusCode::NOT_FOUND, "node_not_found"),
+        "{}",
+        other.body
     );
 }
 
