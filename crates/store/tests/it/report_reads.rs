@@ -308,7 +308,10 @@ async fn collisions_logged_before_migration_0027_are_counted_by_it(backend: Back
         .await;
 
     let applied = store.migrate().await.expect("migrate");
-    assert_eq!(applied, vec!["0027_outcome_collision_counts".to_string()]);
+    assert_eq!(
+        applied.first().map(String::as_str),
+        Some("0027_outcome_collision_counts")
+    );
     assert_eq!(counted(&db).await, EXPECTED);
     assert_the_report_reads_the_counts(&store, &tenant).await;
 }
