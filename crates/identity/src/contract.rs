@@ -13,6 +13,12 @@ pub const CONTRACT_FIELDS_MAX: usize = 64;
 const TRANSPORT_POINTERS_MAX: usize = 64;
 const PRECISION_MAX: u32 = 15;
 const NAME_BYTES_MAX: usize = 128;
+/// Most tokens a contract's pointer may have: no event nests deeper than 120 levels
+/// (`--json-depth-max` at most), so a longer pointer never matches, and checking such
+/// pointers against each other cost seconds a contract (8,000-token pointers).
+const POINTER_TOKENS_MAX: usize = 120;
+/// Most bytes a contract's pointer may have.
+const POINTER_BYTES_MAX: usize = 4_096;
 
 /// A contract name: 1–128 characters of `[A-Za-z0-9_.-]`, starting with a letter or digit.
 /// The character set keeps names safe in URL paths and unambiguous in hashed input.
@@ -477,6 +483,12 @@ enum Rules {
 /// too: the semantic scan binds a pointer's tokens as PostgreSQL text, which cannot hold
 /// one, so that contract would fail every scan (and on SQLite alone it would pass).
 fn contract_pointer(text: &str) -> Result<Pointer, String> {
+    if text.len() > POINTER_BYTES_MAX {
+        return Err(format!(
+            "a pointer has at most {POINTER_BYTES_MAX} bytes; this one has {}",
+            text.len()
+        ));
+    }
     if text.contains('\0') {
         return Err(format!(
             "pointer {text:?} holds a NUL (\\u0000), which a contract's pointer may not"
@@ -488,6 +500,12 @@ fn contract_pointer(text: &str) -> Result<Pointer, String> {
         ));
     }
     let pointer = Pointer::parse(text)?;
+    if pointer.tokens().len() > POINTER_TOKENS_MAX {
+        return Err(format!(
+            "a pointer has at most {POINTER_TOKENS_MAX} tokens (no event nests deeper); this one has {}",
+            pointer.tokens().len()
+        ));
+    }
     if let Some(token) = pointer.tokens().iter().find(|t| is_unresolvable_index(t)) {
         return Err(format!(
             "pointer {text:?} has the token {token:?}, which never addresses an array item \
@@ -589,8 +607,16 @@ fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Option<Value>, Ide
     Ok(match (value, spec.precision, spec.array) {
         (Value::Number(n), Some(p), _) => Some(Value::Number(canonical::round_decimal(n, p))),
         (Value::Array(items), _, Some(ArrayMode::Set)) => {
-            let mut keyed: Vec<(Vec<u8>, &Value)> =
-                items.iter().map(|v| (canonical::jcs(v), v)).collect();
+            // Each key as long as it is: `jcs` reserves 256 bytes, and a set of 333,000
+            // small items held 90 MB of reservations (a 1 MB event).
+            let mut keyed: Vec<(Vec<u8>, &Value)> = items
+                .iter()
+                .map(|v| {
+                    let mut key = canonical::jcs(v);
+                    key.shrink_to_fit();
+                    (key, v)
+                })
+                .collect();
             keyed.sort_by(|a, b| a.0.cmp(&b.0));
             Some(Value::Array(
                 keyed.into_iter().map(|(_, v)| v.clone()).collect(),

@@ -342,6 +342,40 @@ fn a_pointer_that_can_never_address_an_array_item_is_refused() {
     }
 }
 
+/// A pointer deeper than any event may nest never matches, and 64 fields and 64 transport
+/// pointers of 8,000 tokens each cost seconds to check against each other, at registration
+/// and at every later decoding of the stored contract (each event on it, once evicted).
+#[test]
+fn a_pointer_deeper_than_any_event_or_too_long_is_refused() {
+    let deepest = "/a".repeat(120);
+    let document = json!({"name": "c", "version": 1, "fields": [{"pointer": deepest}]});
+    assert!(Contract::from_json(&document).is_ok());
+    let deeper = "/a".repeat(121);
+    let long_key = format!("/{}", "k".repeat(4_096));
+    for (document, at, rule) in [
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": deeper}]}),
+            "fields[0].pointer",
+            "at most 120 tokens",
+        ),
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": "/k"}],
+                   "transport": [deeper]}),
+            "transport[0]",
+            "at most 120 tokens",
+        ),
+        (
+            json!({"name": "c", "version": 1, "fields": [{"pointer": long_key}]}),
+            "fields[0].pointer",
+            "at most 4096 bytes",
+        ),
+    ] {
+        let err = Contract::from_json(&document).expect_err(at);
+        assert_eq!(err.field, at);
+        assert!(err.to_string().contains(rule), "{err}");
+    }
+}
+
 #[test]
 fn an_nfc_pointer_finds_a_key_sent_decomposed() {
     let contract = contract(json!({

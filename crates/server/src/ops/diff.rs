@@ -7,6 +7,11 @@ use utoipa::ToSchema;
 /// Most changes listed for one collision; a longer diff is cut and marked.
 pub const DIFF_CHANGES_MAX: usize = 200;
 
+/// Most bytes of paths and values one collision's diff lists (past its first change): a
+/// diff repeats its path in every change, and 200 changes under a 450 KB key made one
+/// collision's answer 181 MB.
+pub const DIFF_BYTES_MAX: usize = 64 * 1024;
+
 /// One difference between the stored payload and the incoming one.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct FieldChange {
@@ -25,27 +30,26 @@ pub struct FieldChange {
 }
 
 /// The changes from `stored` to `incoming`, objects by key (sorted), arrays by index,
-/// anything else compared whole; at most [`DIFF_CHANGES_MAX`], and whether it was cut.
+/// anything else compared whole; at most [`DIFF_CHANGES_MAX`] and [`DIFF_BYTES_MAX`],
+/// and whether it was cut.
 pub fn diff(stored: &Value, incoming: &Value) -> (Vec<FieldChange>, bool) {
-    let mut changes = Vec::new();
-    let mut truncated = false;
-    walk(
-        stored,
-        incoming,
-        &mut String::new(),
-        &mut changes,
-        &mut truncated,
-    );
-    (changes, truncated)
+    let mut out = Listed::default();
+    walk(stored, incoming, &mut String::new(), &mut out);
+    (out.changes, out.truncated)
 }
 
-fn walk(
-    stored: &Value,
-    incoming: &Value,
-    path: &mut String,
-    out: &mut Vec<FieldChange>,
-    truncated: &mut bool,
-) {
+/// The changes listed so far, their bytes, and whether one was left out.
+#[derive(Default)]
+struct Listed {
+    changes: Vec<FieldChange>,
+    bytes: usize,
+    truncated: bool,
+}
+
+fn walk(stored: &Value, incoming: &Value, path: &mut String, out: &mut Listed) {
+    if out.truncated {
+        return;
+    }
     match (stored, incoming) {
         (Value::Object(a), Value::Object(b)) => {
             let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
@@ -55,13 +59,7 @@ fn walk(
                 let len = path.len();
                 path.push('/');
                 path.push_str(&escape(key));
-                child(
-                    a.get(key.as_str()),
-                    b.get(key.as_str()),
-                    path,
-                    out,
-                    truncated,
-                );
+                child(a.get(key.as_str()), b.get(key.as_str()), path, out);
                 path.truncate(len);
             }
         }
@@ -70,48 +68,60 @@ fn walk(
                 let len = path.len();
                 path.push('/');
                 path.push_str(&index.to_string());
-                child(a.get(index), b.get(index), path, out, truncated);
+                child(a.get(index), b.get(index), path, out);
                 path.truncate(len);
             }
         }
         (a, b) if a == b => {}
-        (a, b) => push(out, truncated, "changed", path, Some(a), Some(b)),
+        (a, b) => push(out, "changed", path, Some(a), Some(b)),
     }
 }
 
-fn child(
-    stored: Option<&Value>,
-    incoming: Option<&Value>,
-    path: &mut String,
-    out: &mut Vec<FieldChange>,
-    truncated: &mut bool,
-) {
+fn child(stored: Option<&Value>, incoming: Option<&Value>, path: &mut String, out: &mut Listed) {
     match (stored, incoming) {
-        (Some(a), Some(b)) => walk(a, b, path, out, truncated),
-        (Some(a), None) => push(out, truncated, "removed", path, Some(a), None),
-        (None, Some(b)) => push(out, truncated, "added", path, None, Some(b)),
+        (Some(a), Some(b)) => walk(a, b, path, out),
+        (Some(a), None) => push(out, "removed", path, Some(a), None),
+        (None, Some(b)) => push(out, "added", path, None, Some(b)),
         (None, None) => {}
     }
 }
 
 fn push(
-    out: &mut Vec<FieldChange>,
-    truncated: &mut bool,
+    out: &mut Listed,
     change: &'static str,
     path: &str,
     stored: Option<&Value>,
     incoming: Option<&Value>,
 ) {
-    if out.len() >= DIFF_CHANGES_MAX {
-        *truncated = true;
+    let bytes = path.len() + stored.map_or(0, text_bytes) + incoming.map_or(0, text_bytes);
+    let over = out.bytes.saturating_add(bytes) > DIFF_BYTES_MAX && !out.changes.is_empty();
+    if out.changes.len() >= DIFF_CHANGES_MAX || over {
+        out.truncated = true;
         return;
     }
-    out.push(FieldChange {
+    out.bytes = out.bytes.saturating_add(bytes);
+    out.changes.push(FieldChange {
         change,
         incoming: incoming.cloned(),
         path: path.to_string(),
         stored: stored.cloned(),
     });
+}
+
+/// About the bytes `value` takes as JSON text (strings and keys by length, other
+/// scalars a few bytes), without writing it.
+fn text_bytes(value: &Value) -> usize {
+    match value {
+        Value::String(text) => text.len() + 2,
+        Value::Array(items) => items.iter().map(text_bytes).sum::<usize>() + items.len() + 2,
+        Value::Object(map) => {
+            map.iter()
+                .map(|(key, item)| key.len() + 4 + text_bytes(item))
+                .sum::<usize>()
+                + 2
+        }
+        _ => 8,
+    }
 }
 
 /// RFC 6901: `~` is `~0`, `/` is `~1`.
@@ -185,5 +195,24 @@ mod tests {
         let (changes, truncated) = diff(&Value::Object(stored), &json!({}));
         assert_eq!(changes.len(), DIFF_CHANGES_MAX);
         assert!(truncated);
+    }
+
+    /// Every change repeats its path: 201 changes under a 450 KB key listed 181 MB for
+    /// one collision. The diff now stops at its byte budget (its first change is always
+    /// listed, whatever its size).
+    #[test]
+    fn a_diff_stops_at_its_byte_budget() {
+        let key = "~".repeat(450_000);
+        let stored = json!({ key.clone(): vec![0; 201] });
+        let incoming = json!({ key: vec![1; 201] });
+        let (changes, truncated) = diff(&stored, &incoming);
+        assert_eq!(changes.len(), 1, "the first change, 900 KB of path, alone");
+        assert!(truncated);
+        let small_stored = json!({"list": vec![0; 50]});
+        let small_incoming = json!({"list": vec![1; 50]});
+        let (changes, truncated) = diff(&small_stored, &small_incoming);
+        assert_eq!((changes.len(), truncated), (50, false));
+        let listed: usize = changes.iter().map(|c| c.path.len()).sum();
+        assert!(listed < DIFF_BYTES_MAX);
     }
 }

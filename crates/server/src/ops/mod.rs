@@ -327,7 +327,8 @@ pub struct CollisionView {
     /// Stored → incoming, by JSON pointer.
     #[schema(value_type = Vec<FieldChange>)]
     pub diff: Vec<DiffEntry>,
-    /// The diff was cut at `ops::diff::DIFF_CHANGES_MAX` changes.
+    /// The diff was cut at `ops::diff::DIFF_CHANGES_MAX` changes or, past its first,
+    /// `ops::diff::DIFF_BYTES_MAX` bytes of paths and values.
     pub diff_truncated: bool,
     /// The shared id.
     pub event_id: String,
