@@ -355,6 +355,15 @@ impl From<StoreError> for ApiError {
                 "the connection to the database failed under this request; a write may or may not have been stored. Events, outcomes, assignments and run events sent again are stored once; resend any other change with the same X-TL-Idempotency-Key, or check whether it took effect first",
             )
             .with_cause(other),
+            // Stopped at PostgreSQL's `statement_timeout`: a lock waited for, or a
+            // statement slower than the operator allows. Nothing was written; no
+            // `Retry-After`, since the same request may meet it every time.
+            other if other.statement_timed_out() => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "statement_timeout",
+                "the database stopped a statement of this request at its statement_timeout (a lock held by another session, or a statement slower than it allows); nothing was written",
+            )
+            .with_cause(other),
             other if other.is_busy() => ApiError::store_busy(
                 "the database is busy or unreachable (a lock held by another writer, every connection in use, or no connection to be had); nothing was written, retry shortly",
             )

@@ -147,8 +147,14 @@ pub enum StoreError {
     )]
     ReadOnly,
     /// A migration failed; the database's error with its hint.
-    #[error("{0}")]
-    MigrationFailed(String),
+    #[error("{message}")]
+    MigrationFailed {
+        /// The error and the hint.
+        message: String,
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
     /// The database URL leads to a connection pooler that shares PostgreSQL sessions
     /// between its clients (PgBouncer in transaction or statement pooling).
     #[error(
@@ -175,9 +181,8 @@ impl StoreError {
     /// retry shortly is the answer: [`StoreError::Busy`]; SQLite's lock held by another
     /// writer past the busy timeout (`SQLITE_BUSY`, `SQLITE_LOCKED` and their extended
     /// codes); PostgreSQL's serialization failure (`40001`), deadlock (`40P01`) and lock
-    /// timeout (`55P03`) and statement timeout (`57014`, a statement that waited for a
-    /// lock past `statement_timeout`), each of which rolled the transaction back; every
-    /// pooled connection in use past the acquire timeout.
+    /// timeout (`55P03`), each of which rolled the transaction back; every pooled
+    /// connection in use past the acquire timeout.
     pub fn is_busy(&self) -> bool {
         const SQLITE_BUSY: i32 = 5;
         const SQLITE_LOCKED: i32 = 6;
@@ -192,18 +197,19 @@ impl StoreError {
                     code.parse::<i32>()
                         .is_ok_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
                 } else {
-                    matches!(code.as_ref(), "40001" | "40P01" | "55P03" | "57014")
+                    matches!(code.as_ref(), "40001" | "40P01" | "55P03")
                 }
             }
             _ => false,
         }
     }
 
-    /// Whether the store waited as long as it may for a lock or a connection and gave
-    /// up (SQLite's busy timeout, PostgreSQL's lock timeout, every pooled connection in
-    /// use or the database unreachable past the acquire timeout): work retried at once
-    /// would wait as long again. A deadlock or a serialization failure is busy too, but
-    /// not this: retried at once it usually succeeds.
+    /// Whether the store waited as long as it may for a lock, a connection or a
+    /// statement and gave up (SQLite's busy timeout, PostgreSQL's lock timeout and
+    /// statement timeout, every pooled connection in use or the database unreachable past
+    /// the acquire timeout): work retried at once would wait as long again. A deadlock or
+    /// a serialization failure is busy, but not this: retried at once it usually
+    /// succeeds.
     pub fn waited_out(&self) -> bool {
         match self {
             StoreError::Busy | StoreError::Database(sqlx::Error::PoolTimedOut) => true,
@@ -219,14 +225,27 @@ impl StoreError {
         }
     }
 
+    /// Whether a statement was stopped at PostgreSQL's `statement_timeout` (`57014`: a
+    /// lock waited for, or a statement slower than an operator allows; also one cancelled
+    /// by `pg_cancel_backend`). Nothing was written. Not [`StoreError::is_busy`]: the
+    /// same request may meet it every time, so no client is told to retry in a second.
+    pub fn statement_timed_out(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(sqlx::Error::Database(db))
+                if db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some()
+                    && db.code().as_deref() == Some("57014")
+        )
+    }
+
     /// Whether the database refused the work for a condition of its own that clears
     /// without a change to the request: it takes no writes (`25006`: a standby, a
-    /// demoted primary; [`StoreError::ReadOnly`]), it is out of disk, memory or another
-    /// resource (class `53`), or an I/O or system error stopped it (class `58`); on
-    /// SQLite a full disk, an I/O error, or a file it cannot open or write. The statement
-    /// failed, so nothing was written.
+    /// demoted primary; [`StoreError::ReadOnly`]), its disk is full (`53100`), it has no
+    /// connection slot left (`53300`), or an I/O error stopped it (`58030`); on SQLite a
+    /// full disk, an I/O error, or a file it cannot open or write. The statement failed,
+    /// so nothing was written. Not the rest of classes `53` and `58` (out of memory, a
+    /// configured limit): those can follow the request itself, every time.
     pub fn database_refusing_work(&self) -> bool {
-        const SQLITE_NOMEM: i32 = 7;
         const SQLITE_READONLY: i32 = 8;
         const SQLITE_IOERR: i32 = 10;
         const SQLITE_FULL: i32 = 13;
@@ -243,11 +262,11 @@ impl StoreError {
             code.parse::<i32>().is_ok_and(|c| {
                 matches!(
                     c & 0xff,
-                    SQLITE_NOMEM | SQLITE_READONLY | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN
+                    SQLITE_READONLY | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN
                 )
             })
         } else {
-            code.as_ref() == "25006" || code.starts_with("53") || code.starts_with("58")
+            matches!(code.as_ref(), "25006" | "53100" | "53300" | "58030")
         }
     }
 

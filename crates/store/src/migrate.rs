@@ -302,7 +302,10 @@ fn with_hint(err: sqlx::Error) -> StoreError {
         .and_then(|pg| pg.hint())
         .map(str::to_owned);
     match hint {
-        Some(hint) => StoreError::MigrationFailed(format!("{err} (hint: {hint})")),
+        Some(hint) => StoreError::MigrationFailed {
+            message: format!("{err} (hint: {hint})"),
+            source: err,
+        },
         None => StoreError::Database(err),
     }
 }

@@ -22,8 +22,8 @@ pub(crate) struct PgStore {
     /// One connection of its own for readiness checks ([`crate::Store::ping`]): on
     /// `pool` a burst that kept every connection busy past the check's bound made a
     /// healthy database look down, taking every replica out of a load balancer at once.
-    /// Opened on first use; renewed every minute, so a session setting changed since
-    /// (`default_transaction_read_only`) is seen.
+    /// Opened on first use and kept (renewing it would fail readiness on a cluster at
+    /// `max_connections` while the API's pool still works).
     pub(crate) health: PgPool,
     /// How long one statement of a lineage walk may run (`StoreConfig::walk_timeout_ms`).
     pub(crate) walk_timeout_ms: u64,
@@ -31,7 +31,16 @@ pub(crate) struct PgStore {
 
 impl PgStore {
     pub(crate) async fn connect(config: &StoreConfig) -> Result<PgStore, StoreError> {
-        refuse_shared_sessions(&config.database_url).await?;
+        // Best effort, within the acquire timeout: a database out of reach, starting or
+        // out of connection slots gives no verdict, and the pool below answers for it
+        // (with its own bound and retries).
+        let bound = Duration::from_millis(config.pool_acquire_timeout_ms.max(1));
+        match tokio::time::timeout(bound, refuse_shared_sessions(&config.database_url)).await {
+            Ok(Err(StoreError::SharedSessions)) => return Err(StoreError::SharedSessions),
+            Ok(Err(err)) => tracing::debug!(error = %err, "pooler check gave no verdict"),
+            Err(_) => tracing::debug!("pooler check gave no verdict within the acquire timeout"),
+            Ok(Ok(())) => {}
+        }
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_connections_max.max(1))
             .acquire_timeout(Duration::from_millis(config.pool_acquire_timeout_ms.max(1)))
@@ -80,7 +89,8 @@ impl PgStore {
             .max_connections(1)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(1))
-            .max_lifetime(Duration::from_secs(60))
+            .max_lifetime(None)
+            .idle_timeout(None)
             .connect_lazy(&config.database_url)?;
         Ok(PgStore {
             pool,
@@ -100,7 +110,8 @@ impl PgStore {
 /// server session back to such a pooler; a second connection, the first still open, opens
 /// a transaction. Directly or in session pooling the two have sessions of their own; a
 /// pooler that shares sessions hands the second the first's (PgBouncer reuses the most
-/// recently freed one). Simple-protocol statements only, which any pooler passes.
+/// recently freed one). Simple-protocol statements only, which any pooler passes. Best
+/// effort: a pooler that gives the second connection another freed session passes.
 async fn refuse_shared_sessions(url: &str) -> Result<(), StoreError> {
     use sqlx::Connection;
     let mut first = sqlx::PgConnection::connect(url).await?;

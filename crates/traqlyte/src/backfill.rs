@@ -506,13 +506,16 @@ fn report(args: &BackfillArgs, counts: &Counts) {
             rejected: counts.rejected,
         };
         match serde_json::to_string(&summary) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => outln!("{text}"),
             Err(err) => eprintln!("summary not serialisable: {err}"),
         }
     } else {
-        println!(
+        outln!(
             "{verb} {}, already present {}, collided {}, rejected {} ({mode})",
-            counts.inserted, counts.already_present, counts.collided, counts.rejected
+            counts.inserted,
+            counts.already_present,
+            counts.collided,
+            counts.rejected
         );
     }
 }

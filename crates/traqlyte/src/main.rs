@@ -9,6 +9,13 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `println!` for a command's output, through [`write_out`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
+
 mod backfill;
 mod consume;
 mod partitions;
@@ -314,9 +321,6 @@ fn main() -> Result<std::process::ExitCode> {
         _ => "info,sqlx=warn",
     };
     init_logging(&cli.log_format, default_filter);
-    if prints_for_pipes(&cli.command) {
-        exit_quietly_on_closed_stdout();
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -333,33 +337,34 @@ fn main() -> Result<std::process::ExitCode> {
     }
 }
 
-/// The commands whose output is read by other programs (`traqlyte tenant list | head`),
-/// and that hold no socket a peer can close: the server, the consumer and the load
-/// generators write to sockets and must see a closed one as an error, not die of it.
-fn prints_for_pipes(command: &Command) -> bool {
-    matches!(
-        command,
-        Command::Tenant(_)
-            | Command::Key(_)
-            | Command::Source(_)
-            | Command::Partitions(_)
-            | Command::Scan(_)
-            | Command::Contracts(_)
-            | Command::Id(_)
-            | Command::RunId(_)
-            | Command::Migrate(_)
-    )
-}
-
-/// Lets a closed stdout end the process as it ends other Unix tools (SIGPIPE's default
-/// action), instead of `println!` panicking with a backtrace and status 101 when the
-/// reader stops early (`traqlyte tenant list | head -1`). What was written stays
-/// written: each of these commands commits before it prints.
-fn exit_quietly_on_closed_stdout() {
-    // SAFETY: restoring a signal's default action at start, before any other thread
-    // exists, races with nothing; the Rust runtime had set it to "ignore".
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+/// Writes one line of a command's output to stdout. A reader that stopped early
+/// (`traqlyte tenant list | head -1`) ends the process as it ends other Unix tools, by
+/// SIGPIPE's default action, where `println!` panicked with a backtrace and status 101.
+/// Only here: SIGPIPE stays ignored for the rest of the process, so a socket a peer
+/// closed (the database's, a client's) is an error to handle, never a silent death. What
+/// a command wrote stays written: each commits before it prints.
+pub(crate) fn write_out(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = out
+        .write_fmt(line)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match written {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {
+            // SAFETY: the default action of SIGPIPE, then SIGPIPE itself: the process
+            // ends here as a Unix tool writing into a closed pipe does.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::raise(libc::SIGPIPE);
+            }
+            std::process::exit(141);
+        }
+        Err(err) => {
+            eprintln!("error: writing to stdout: {err}");
+            std::process::exit(1);
+        }
     }
 }
 
@@ -377,7 +382,8 @@ async fn run(command: Command) -> Result<()> {
         Command::Key(command) => tenants::run_key(command).await,
         Command::Source(command) => sources::run(command).await,
         Command::Contracts(ContractsCommand::Show { contract, source }) => {
-            print!("{}", resolve_contract(&contract, &source).await?.describe());
+            let text = resolve_contract(&contract, &source).await?.describe();
+            outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
             Ok(())
         }
         Command::Id(args) => identify(args).await,
@@ -387,7 +393,7 @@ async fn run(command: Command) -> Result<()> {
                 .rsplit_once(':')
                 .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
                 .context("--job must be {namespace}:{name}")?;
-            println!("{}", run_id_for_slot(namespace, name, &args.slot));
+            outln!("{}", run_id_for_slot(namespace, name, &args.slot));
             Ok(())
         }
         Command::Fire(args) => fire::run(args).await,
@@ -581,12 +587,12 @@ async fn identify(args: IdArgs) -> Result<()> {
     } else {
         contract.identify(&event).context("identify the event")?
     };
-    println!(
+    outln!(
         "canonical: {}",
         String::from_utf8_lossy(&identified.identity_bytes)
     );
-    println!("event_id: {}", identified.event_id);
-    println!("fingerprint: {}", identified.fingerprint);
+    outln!("event_id: {}", identified.event_id);
+    outln!("fingerprint: {}", identified.fingerprint);
     Ok(())
 }
 

@@ -97,7 +97,7 @@ pub(crate) async fn run(command: PartitionsCommand) -> Result<()> {
             let store = crate::tenants::open_existing(&db).await?;
             let partitions = store.partitions().await.context("list partitions")?;
             if json {
-                println!("{}", serde_json::to_string(&partitions)?);
+                outln!("{}", serde_json::to_string(&partitions)?);
             } else {
                 print_table(store.backend_name(), &partitions);
             }
@@ -124,9 +124,9 @@ pub(crate) async fn run(command: PartitionsCommand) -> Result<()> {
                     created: days(&done.create),
                     detached: days(&done.detach),
                 };
-                println!("{}", serde_json::to_string(&done)?);
+                outln!("{}", serde_json::to_string(&done)?);
             } else {
-                println!(
+                outln!(
                     "created {} partitions {:?}, detached {} {:?}",
                     done.create.len(),
                     days(&done.create),
@@ -141,15 +141,19 @@ pub(crate) async fn run(command: PartitionsCommand) -> Result<()> {
 
 fn print_table(backend: &str, partitions: &[PartitionInfo]) {
     if partitions.is_empty() {
-        println!("{backend}: one events table, no partitions");
+        outln!("{backend}: one events table, no partitions");
         return;
     }
-    println!(
+    outln!(
         "{:<26} {:<10} {:<10} {:>12} {:>14}  state",
-        "table", "from", "to", "rows", "index bytes"
+        "table",
+        "from",
+        "to",
+        "rows",
+        "index bytes"
     );
     for p in partitions {
-        println!(
+        outln!(
             "{:<26} {:<10} {:<10} {:>12} {:>14}  {}",
             p.table,
             p.from_day.as_deref().unwrap_or("-"),

@@ -89,9 +89,10 @@ pub(crate) async fn run(command: ScanCommand) -> Result<()> {
         .await
         .context("store the scan's result")?;
     if args.json {
-        println!("{}", serde_json::to_string(&scan)?);
+        outln!("{}", serde_json::to_string(&scan)?);
     } else {
-        print!("{}", describe(&scan));
+        let text = describe(&scan);
+        outln!("{}", text.strip_suffix('\n').unwrap_or(&text));
     }
     Ok(())
 }

@@ -58,7 +58,7 @@ pub(crate) async fn run(command: SourceCommand) -> Result<()> {
                 .await
                 .context("create the source")?;
             tracing::info!(tenant = %tenant.tenant_id, source = %source.source_id, "source created");
-            println!("{}", key.expose());
+            outln!("{}", key.expose());
         }
         SourceCommand::List { tenant, db } => {
             let store = crate::tenants::open_existing(&db).await?;
@@ -80,7 +80,7 @@ pub(crate) async fn run(command: SourceCommand) -> Result<()> {
                 );
             };
             tracing::info!(tenant = %tenant.tenant_id, source = %revoked.source_id, "source revoked");
-            println!("{}", line(&revoked));
+            outln!("{}", line(&revoked));
         }
     }
     Ok(())
@@ -100,7 +100,7 @@ async fn list_all(store: &Store, tenant: &TenantId) -> Result<()> {
             bail!("the source listed last vanished while listing; list again");
         };
         for source in &page {
-            println!("{}", line(source));
+            outln!("{}", line(source));
         }
         match page.last() {
             Some(last) if more => after = Some(last.source_id.clone()),

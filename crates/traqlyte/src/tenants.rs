@@ -76,12 +76,12 @@ pub(crate) async fn run_tenant(command: TenantCommand) -> Result<()> {
                 .await
                 .context("create the tenant")?;
             tracing::info!(tenant = %tenant, name = %name, "tenant created");
-            println!("{}", key.expose());
+            outln!("{}", key.expose());
         }
         TenantCommand::List { db } => {
             let store = open_existing(&db).await?;
             for tenant in store.tenants().await.context("list tenants")? {
-                println!(
+                outln!(
                     "{}\t{}\t{}\t{}",
                     tenant.tenant_id,
                     tenant.name,
@@ -105,7 +105,7 @@ pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
                 .await
                 .context("create the key")?;
             tracing::info!(tenant = %tenant.tenant_id, prefix = %describe_prefix(&info), "key created");
-            println!("{}", key.expose());
+            outln!("{}", key.expose());
         }
         KeyCommand::List { tenant, db } => {
             let store = open_existing(&db).await?;
@@ -115,7 +115,7 @@ pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
                 .await
                 .context("list keys")?;
             for key in keys {
-                println!(
+                outln!(
                     "{}\t{}\t{}",
                     describe_prefix(&key),
                     format_rfc3339_micros(key.created_at_us),
@@ -148,7 +148,7 @@ pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
                 );
             };
             tracing::info!(tenant = %tenant.tenant_id, prefix = %describe_prefix(&key), "key revoked");
-            println!("{}\t{}", describe_prefix(&key), describe_state(&key));
+            outln!("{}\t{}", describe_prefix(&key), describe_state(&key));
         }
     }
     Ok(())

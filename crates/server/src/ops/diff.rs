@@ -212,7 +212,17 @@ mod tests {
         let small_incoming = json!({"list": vec![1; 50]});
         let (changes, truncated) = diff(&small_stored, &small_incoming);
         assert_eq!((changes.len(), truncated), (50, false));
-        let listed: usize = changes.iter().map(|c| c.path.len()).sum();
-        assert!(listed < DIFF_BYTES_MAX);
+        // 150 changes under 1 KB keys: fewer than the 200 a diff may list, more than its
+        // 64 KiB hold.
+        let wide = |v: i32| -> Value {
+            Value::Object(
+                (0..150)
+                    .map(|i| (format!("{i:03}{}", "k".repeat(1_021)), json!(v)))
+                    .collect(),
+            )
+        };
+        let (changes, truncated) = diff(&wide(0), &wide(1));
+        assert!(truncated);
+        assert!((60..=64).contains(&changes.len()), "{}", changes.len());
     }
 }

@@ -12,8 +12,11 @@ use crate::auth::Tenant;
 use crate::{ApiError, AppState};
 
 /// Dead letters in one page when `limit` is not given (the 100 newest it always
-/// answered), and at most: each holds a broker message of up to its `max_payload`
-/// (1 MiB by default) twice (base64 and text), so a page stays near 250 MB at worst.
+/// answered), and at most (the store reads at most its own, larger cap): each holds a
+/// broker message of up to its `max_payload` (1 MiB by default) twice, base64 and text,
+/// and the text escapes each control byte in 6, so a page of messages of control bytes
+/// could reach about 730 MB. A byte budget like the collision listings' would bound it
+/// (not done: dead letters are rare and read by operators).
 const DEAD_LETTERS_PAGE_DEFAULT: u32 = 100;
 const DEAD_LETTERS_PAGE_MAX: u32 = 100;
 

@@ -196,11 +196,22 @@ const INSERT_RUNS: &str = "INSERT INTO lineage_runs
      (tenant_id, run_id, job_namespace, job_name, first_event_id, first_seen_us, first_event_rank) VALUES";
 
 /// A run's row given to an event that ranks earlier ([`run_rank`]); a row stored before
-/// ranks existed (NULL) keeps its job.
+/// ranks existed (NULL) keeps its job. Ranks compare as bytes: SQLite's default, and on
+/// PostgreSQL `COLLATE "C"` ([`PG_RUNS_CONFLICT`]) whatever the database's collation. On PostgreSQL `DO UPDATE` locks the
+/// stored row of every run a later event names until the transaction ends, even when
+/// it changes nothing; an `UPDATE` apart from a `DO NOTHING` insert would lock only the
+/// rows it changes, but its statement's snapshot misses a row another transaction
+/// committed meanwhile, and the run would keep the job of whichever came first.
 const RUNS_CONFLICT: &str = "ON CONFLICT (tenant_id, run_id) DO UPDATE SET
      job_namespace = excluded.job_namespace, job_name = excluded.job_name,
      first_event_id = excluded.first_event_id, first_event_rank = excluded.first_event_rank
      WHERE excluded.first_event_rank < COALESCE(lineage_runs.first_event_rank, '')";
+
+/// [`RUNS_CONFLICT`] on PostgreSQL, ranks compared as bytes.
+const PG_RUNS_CONFLICT: &str = "ON CONFLICT (tenant_id, run_id) DO UPDATE SET
+     job_namespace = excluded.job_namespace, job_name = excluded.job_name,
+     first_event_id = excluded.first_event_id, first_event_rank = excluded.first_event_rank
+     WHERE excluded.first_event_rank COLLATE \"C\" < COALESCE(lineage_runs.first_event_rank, '') COLLATE \"C\"";
 
 const INSERT_RUN_INPUTS: &str =
     "INSERT INTO lineage_run_inputs (tenant_id, run_id, namespace, name, version) VALUES";
@@ -573,7 +584,7 @@ async fn insert_graph_rows(
 /// statement takes the graph's row locks in one order, runs, inputs, outputs, each
 /// table's rows sorted, and concurrent ones cannot deadlock on them. A run named by
 /// several of the statement's events gets one row, its earliest event's ([`run_rank`]),
-/// which takes over a stored row of the run that ranks later ([`RUNS_CONFLICT`]).
+/// which takes over a stored row of the run that ranks later ([`PG_RUNS_CONFLICT`]).
 pub(crate) fn graph_inserts(tenant: &str, now: &str, first: usize) -> String {
     let [r_id, r_ns, r_nm, r_ev, r_rank, i_id, i_ns, i_nm, i_v, i_ev, o_id, o_ns, o_nm, o_v, o_ev] =
         std::array::from_fn::<String, 15, _>(|i| format!("${}::text[]", first + i));
@@ -602,8 +613,8 @@ pub(crate) fn graph_inserts(tenant: &str, now: &str, first: usize) -> String {
            SELECT DISTINCT ON (r.id) {tenant}, r.id, r.ns, r.nm, r.ev, {now}, r.rank
            FROM unnest({r_id}, {r_ns}, {r_nm}, {r_ev}, {r_rank}) AS r(id, ns, nm, ev, rank)
            WHERE r.ev IN (SELECT ev FROM inserted)
-           ORDER BY r.id, r.rank
-           {RUNS_CONFLICT} RETURNING 1),
+           ORDER BY r.id, r.rank COLLATE \"C\"
+           {PG_RUNS_CONFLICT} RETURNING 1),
   inputs AS ({inputs}),
   outputs AS ({outputs})"
     )

@@ -12,6 +12,7 @@ use crate::helpers::{checkout_event, spawn_app, Backend, TestApp};
 crate::on_both_backends!(
     a_backfill_reconciles_against_stored_events_and_a_second_run_inserts_nothing,
     a_backfill_of_run_events_matches_the_live_ones_and_adds_no_graph_rows,
+    a_run_in_one_batch_is_its_earliest_events_whatever_the_line_order,
     a_backfill_stores_events_older_than_the_horizon_once_and_matches_detached_ones,
     a_line_of_exactly_the_limit_is_stored_and_no_line_after_a_long_one_is_lost,
     a_dry_run_over_several_batches_meets_the_old_days_its_later_batches_bring,
@@ -299,6 +300,29 @@ async fn a_backfill_of_run_events_matches_the_live_ones_and_adds_no_graph_rows(b
         json!({"dry_run": false, "inserted": 0, "already_present": 1, "collided": 0, "rejected": 0})
     );
     assert_eq!(app.get("/lineage/stats").await.body, before);
+}
+
+/// One batch holding a run's COMPLETE before its START, each naming another job: the
+/// run's row is its earliest event's within a statement too (the batch's own ordering,
+/// not only a stored row taken over).
+async fn a_run_in_one_batch_is_its_earliest_events_whatever_the_line_order(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut start = crate::lineage::run_event("early", 7, &["src"], &[]);
+    start["eventType"] = json!("START");
+    start["eventTime"] = json!("2026-11-29T03:00:00Z");
+    let mut complete = crate::lineage::run_event("early.tgt", 7, &["src"], &["tgt"]);
+    complete["eventTime"] = json!("2026-11-29T03:05:00Z");
+    let file = Ndjson::new(&[complete.to_string(), start.to_string()]);
+    let summary = backfill(&app, "openlineage.run_event", &file.0, false);
+    assert_eq!(summary["inserted"], 2, "{summary}");
+    let walk = app
+        .get("/lineage/descendants?node=dataset:db:src&depth=5")
+        .await;
+    let ids: Vec<&str> = walk.body["nodes"]
+        .as_array()
+        .map(|nodes| nodes.iter().filter_map(|n| n["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, ["job:ns:early", "dataset:db:tgt"], "{}", walk.body);
 }
 
 async fn a_backfill_stores_events_older_than_the_horizon_once_and_matches_detached_ones(
