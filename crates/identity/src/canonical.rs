@@ -28,6 +28,11 @@ pub fn normalize_wide(value: &Value, at: &str) -> Result<Value, IdentityError> {
     Ok(owned)
 }
 
+/// [`normalize_wide`] without copying: rewrites only the strings and objects that need it.
+pub fn normalize_wide_in_place(value: &mut Value, at: &str) -> Result<(), IdentityError> {
+    normalize_with(value, at, true)
+}
+
 /// [`normalize`] without copying: rewrites only the strings and objects that need it.
 pub fn normalize_in_place(value: &mut Value, at: &str) -> Result<(), IdentityError> {
     normalize_with(value, at, false)

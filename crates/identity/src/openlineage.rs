@@ -203,17 +203,25 @@ pub fn builtin_contract(name: &str) -> Option<&'static Contract> {
 
 /// Validates, projects and identifies an OpenLineage RunEvent.
 pub fn identify_run_event(event: &Value) -> Result<IdentifiedRunEvent, OpenLineageError> {
-    let Value::Object(raw) = event else {
+    identify_run_event_owned(event.clone())
+}
+
+/// [`identify_run_event`] of an event the caller is done with: normalised where it is,
+/// without a copy (a RunEvent of deeply nested facets holds dozens of times its bytes as
+/// a parsed tree, and a second tree doubled that).
+pub fn identify_run_event_owned(event: Value) -> Result<IdentifiedRunEvent, OpenLineageError> {
+    let Value::Object(raw) = &event else {
         return Err(OpenLineageError::WrongType {
             field: String::new(),
             expected: "a JSON object (an OpenLineage RunEvent)",
-            found: type_name(event),
+            found: type_name(&event),
         });
     };
     check_kind(raw)?;
     // Integers beyond ±2^53 are facet data (Iceberg snapshot ids, byte counts): kept as
     // sent, and written exactly in the canonical bytes (`canonical::normalize_wide`).
-    let mut content = canonical::normalize_wide(event, "")?;
+    let mut content = event;
+    canonical::normalize_wide_in_place(&mut content, "")?;
     let event_time = required_str(&content, &["eventTime"])?;
     let event_time = utc_timestamp(&event_time)?;
     required_str(&content, &["producer"])?;

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use traqlyte_identity::openlineage::{identify_run_event, run_event_contract, RUN_EVENT_CONTRACT};
+use traqlyte_identity::openlineage::{
+    identify_run_event_owned, run_event_contract, RUN_EVENT_CONTRACT,
+};
 use traqlyte_identity::{json as strict_json, Contract, ContractName};
 use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
@@ -288,7 +290,7 @@ fn identify(kind: &Kind, line: &[u8]) -> Result<Item, String> {
             }))
         }
         Kind::RunEvent => {
-            let projected = identify_run_event(&value).map_err(|e| e.to_string())?;
+            let projected = identify_run_event_owned(value).map_err(|e| e.to_string())?;
             Ok(Item::Run(RunEventRow {
                 event: NewEvent {
                     identified: projected.identified,
