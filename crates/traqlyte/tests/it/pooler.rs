@@ -54,9 +54,16 @@ impl Bouncer {
             } else {
                 "pgbouncer"
             };
+            // `setpriv` execs pgbouncer in its own process (`runuser` forks, and killing
+            // it left pgbouncer running), so dropping the child ends the pooler.
             let mut command = if is_root() {
-                let mut command = Command::new("runuser");
-                command.args(["-u", "postgres", "--", program]);
+                let mut command = Command::new("setpriv");
+                command.args([
+                    "--reuid=postgres",
+                    "--regid=postgres",
+                    "--init-groups",
+                    program,
+                ]);
                 command
             } else {
                 Command::new(program)
