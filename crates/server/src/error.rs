@@ -387,6 +387,15 @@ pub(crate) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u
     }
 }
 
+/// The `next_cursor` of a page: `cursor` of its last row when more rows may follow.
+pub(crate) fn next_cursor<T>(
+    more: bool,
+    rows: &[T],
+    cursor: impl FnOnce(&T) -> String,
+) -> Option<String> {
+    rows.last().filter(|_| more).map(cursor)
+}
+
 /// The `cursor` of a paged listing read by `parse` (`None` when absent), or
 /// `400 invalid_parameter` naming `cursor` for one the API never gave.
 pub(crate) fn page_cursor<'a, T>(

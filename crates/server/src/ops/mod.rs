@@ -399,12 +399,9 @@ pub(crate) async fn collision_page(
     query: &CollisionsQuery,
 ) -> Result<CollisionPage, ApiError> {
     let (rows, more) = state.store.collisions_page(tenant, query).await?;
-    let next_cursor = more
-        .then(|| {
-            rows.last()
-                .map(|r| format_cursor(r.received_at_us, r.collision_id))
-        })
-        .flatten();
+    let next_cursor = crate::error::next_cursor(more, &rows, |r| {
+        format_cursor(r.received_at_us, r.collision_id)
+    });
     Ok(CollisionPage {
         collisions: rows.iter().map(collision_view).collect(),
         next_cursor,

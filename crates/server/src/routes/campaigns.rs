@@ -149,9 +149,7 @@ pub(crate) async fn versions(
         .store
         .campaign_versions_page(&tenant, &id, after, limit)
         .await?;
-    let next_cursor = more
-        .then(|| versions.last().map(|v| v.version.to_string()))
-        .flatten();
+    let next_cursor = crate::error::next_cursor(more, &versions, |v| v.version.to_string());
     Ok(Json(VersionList {
         campaign_id: id,
         versions: versions.iter().map(version_json).collect(),

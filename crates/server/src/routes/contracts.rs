@@ -156,9 +156,8 @@ pub(crate) async fn list(
     let limit = crate::error::page_limit(query.limit, CONTRACTS_PAGE_MAX, CONTRACTS_PAGE_MAX)?;
     let after = crate::error::page_cursor(query.cursor.as_deref(), parse_contracts_cursor)?;
     let (page, more) = state.store.contracts_page(&tenant, after, limit).await?;
-    let next_cursor = more
-        .then(|| page.last().map(|c| format!("{}:{}", c.name(), c.version())))
-        .flatten();
+    let next_cursor =
+        crate::error::next_cursor(more, &page, |c| format!("{}:{}", c.name(), c.version()));
     let contracts = page.iter().map(Contract::to_json).collect();
     let builtin = traqlyte_identity::builtin_contracts()
         .map(Contract::to_json)
@@ -207,12 +206,9 @@ pub(crate) async fn collisions(
         .await?;
     // The cursor of the last row answered, even when the page is short: a collision
     // committed between the page's reads may have pushed older ones out of it.
-    let next_cursor = more
-        .then(|| {
-            rows.last()
-                .map(|r| crate::ops::format_cursor(r.received_at_us, r.collision_id))
-        })
-        .flatten();
+    let next_cursor = crate::error::next_cursor(more, &rows, |r| {
+        crate::ops::format_cursor(r.received_at_us, r.collision_id)
+    });
     let collisions = rows
         .iter()
         .map(CollisionView::of)

@@ -146,7 +146,7 @@ pub(crate) async fn list(
         .store
         .dead_letters(&tenant, before.as_ref(), limit)
         .await?;
-    let next_cursor = more.then(|| letters.last().map(cursor_of)).flatten();
+    let next_cursor = crate::error::next_cursor(more, &letters, cursor_of);
     let dead_letters = letters.into_iter().map(DeadLetterView::of).collect();
     Ok(Json(DeadLetterList {
         dead_letters,

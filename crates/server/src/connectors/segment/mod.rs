@@ -618,9 +618,7 @@ pub(crate) async fn list_sources(
         .sources_page(&tenant, after.as_ref(), limit)
         .await?
         .ok_or_else(crate::error::foreign_cursor)?;
-    let next_cursor = more
-        .then(|| sources.last().map(|s| s.source_id.to_string()))
-        .flatten();
+    let next_cursor = crate::error::next_cursor(more, &sources, |s| s.source_id.to_string());
     Ok(Json(SourceList {
         next_cursor,
         sources: sources.into_iter().map(SourceView::from).collect(),
@@ -706,9 +704,7 @@ pub(crate) async fn rejections(
         .store
         .rejections(&tenant, &source, before, limit)
         .await?;
-    let next_cursor = more
-        .then(|| rows.last().map(|r| r.rejection_id.to_string()))
-        .flatten();
+    let next_cursor = crate::error::next_cursor(more, &rows, |r| r.rejection_id.to_string());
     Ok(Json(RejectionList {
         next_cursor,
         rejections: rows.into_iter().map(RejectionView::from).collect(),
