@@ -55,6 +55,13 @@ pub enum ParseError {
         /// Which rule the number breaks.
         fault: NumberFault,
     },
+    /// The parsed tree grew past the room its [`Meter`] could get (`used` estimated
+    /// bytes when it stopped; see [`Meter`]).
+    #[error("the parsed document takes more than the {used} bytes of memory there is room for")]
+    OutOfRoom {
+        /// Estimated bytes of the tree when the parse stopped.
+        used: usize,
+    },
     /// Any other syntax error, as reported by the parser.
     #[error("malformed JSON: {0}")]
     Syntax(String),
@@ -69,6 +76,7 @@ impl ParseError {
             ParseError::TooDeep { .. } => "too_deep",
             ParseError::DuplicateKey { .. } => "duplicate_key",
             ParseError::NumberOutOfRange { .. } => "number_out_of_range",
+            ParseError::OutOfRoom { .. } => "out_of_room",
             ParseError::Syntax(_) => "malformed_json",
         }
     }
@@ -94,10 +102,98 @@ fn number_message(field: &str, literal: &str, fault: NumberFault) -> String {
     }
 }
 
+/// The memory a parse may build, in estimated bytes of its `serde_json` tree: a parsed
+/// document takes from about 2 to about 100 times its text (an object of one short key is
+/// a B-tree leaf of some 640 bytes), so a server bounding the memory of bodies in flight
+/// must count the tree, not the text, and must count it as it grows.
+///
+/// The estimate follows `serde_json`'s layout on a 64-bit target: an array's buffer holds
+/// a 32-byte slot per item (counted as its capacity grows), a string its bytes, an object
+/// its B-tree's nodes (`object_entry_bytes`) and its keys' bytes. A test measures it
+/// against the allocator: never below the real tree, at most 2.5 times it. Past what was
+/// granted, the parse asks `more` for what it needs, wanting [`METER_STEP_BYTES`] at
+/// least; when it grants less than the need, the parse stops with
+/// [`ParseError::OutOfRoom`] and the partial tree is dropped.
+pub struct Meter<'m> {
+    used: Cell<usize>,
+    granted: Cell<usize>,
+    more: Option<RefCell<&'m mut dyn FnMut(usize, usize) -> usize>>,
+}
+
+/// The least a [`Meter`] asks for at once past its grant, so a growing tree asks rarely.
+pub const METER_STEP_BYTES: usize = 64 * 1024;
+
+/// Estimated bytes an object's entry adds to its B-tree, given the entries before it
+/// ([`Meter`]): the first takes a leaf (632 bytes for up to 11 entries of a 24-byte key
+/// and a 32-byte value); the twelfth splits it (a second leaf and a root of 728 bytes);
+/// each one after counts a share of further leaves and inner nodes, which a tree built
+/// by inserting in ascending order (JSON objects written sorted) fills least: about 125
+/// bytes an entry, counted 160.
+fn object_entry_bytes(entries_before: usize) -> usize {
+    match entries_before {
+        0 => 640,
+        1..=10 => 0,
+        11 => 1_400,
+        _ => 160,
+    }
+}
+
+/// Bytes of one `serde_json::Value` slot in an array's buffer.
+const VALUE_SLOT_BYTES: usize = std::mem::size_of::<Value>();
+
+impl<'m> Meter<'m> {
+    /// A meter granted `granted` bytes, asking `more(needed, wanted)` for further ones: it
+    /// answers how many it grants, `needed` or more (up to `wanted`), or 0.
+    pub fn new(granted: usize, more: &'m mut dyn FnMut(usize, usize) -> usize) -> Meter<'m> {
+        Meter {
+            used: Cell::new(0),
+            granted: Cell::new(granted),
+            more: Some(RefCell::new(more)),
+        }
+    }
+
+    /// A meter that never stops a parse.
+    pub fn unbounded() -> Meter<'static> {
+        Meter {
+            used: Cell::new(0),
+            granted: Cell::new(usize::MAX),
+            more: None,
+        }
+    }
+
+    /// Estimated bytes of the tree built so far.
+    pub fn used(&self) -> usize {
+        self.used.get()
+    }
+
+    /// Counts `bytes` more of the tree; false when they are past the grant and `more`
+    /// refused them.
+    fn charge(&self, bytes: usize) -> bool {
+        let used = self.used.get().saturating_add(bytes);
+        self.used.set(used);
+        let granted = self.granted.get();
+        if used <= granted {
+            return true;
+        }
+        let needed = used - granted;
+        let Some(more) = &self.more else {
+            return false;
+        };
+        let given = (more.borrow_mut())(needed, needed.max(METER_STEP_BYTES));
+        self.granted.set(granted.saturating_add(given));
+        given >= needed
+    }
+}
+
 /// Parses `bytes` as one JSON value nested at most `depth_max` levels (clamped to
 /// [`DEPTH_MAX_CEILING`]). A scalar has depth 0; `{"a":[1]}` has depth 2.
 pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
-    parse_judging_numbers(bytes, depth_max, first_refused)
+    parse_in(bytes, depth_max, &Meter::unbounded())
+}
+
+/// [`parse`], its tree counted by `meter`.
+pub fn parse_in(bytes: &[u8], depth_max: usize, meter: &Meter) -> Result<Value, ParseError> {
+    parse_judging_numbers(bytes, depth_max, first_refused, meter)
 }
 
 /// [`parse`] that also takes every integer a 64-bit integer holds
@@ -106,10 +202,20 @@ pub fn parse(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
 /// number). Such an integer is kept exactly in the value; the canonical form must then be
 /// taken with [`crate::canonical::normalize_wide`].
 pub fn parse_wide_integers(bytes: &[u8], depth_max: usize) -> Result<Value, ParseError> {
+    parse_wide_integers_in(bytes, depth_max, &Meter::unbounded())
+}
+
+/// [`parse_wide_integers`], its tree counted by `meter`.
+pub fn parse_wide_integers_in(
+    bytes: &[u8],
+    depth_max: usize,
+    meter: &Meter,
+) -> Result<Value, ParseError> {
     parse_judging_numbers(
         bytes,
         depth_max,
         crate::number::first_refused_beyond_wide_integers,
+        meter,
     )
 }
 
@@ -120,8 +226,9 @@ fn parse_judging_numbers(
     bytes: &[u8],
     depth_max: usize,
     scan: fn(&str) -> Option<RefusedNumber>,
+    meter: &Meter,
 ) -> Result<Value, ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, scan)?;
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, scan, meter)?;
     match suspect_number.then(|| scan(text)).flatten() {
         Some(refused) => Err(refused_number_error(refused)),
         None => Ok(value),
@@ -138,7 +245,17 @@ pub fn parse_reporting_numbers(
     depth_max: usize,
     item_depth: usize,
 ) -> Result<(Value, Vec<RefusedNumber>), ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, first_refused)?;
+    parse_reporting_numbers_in(bytes, depth_max, item_depth, &Meter::unbounded())
+}
+
+/// [`parse_reporting_numbers`], its tree counted by `meter`.
+pub fn parse_reporting_numbers_in(
+    bytes: &[u8],
+    depth_max: usize,
+    item_depth: usize,
+    meter: &Meter,
+) -> Result<(Value, Vec<RefusedNumber>), ParseError> {
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, first_refused, meter)?;
     let refused = if suspect_number {
         first_refused_per_item(text, item_depth)
     } else {
@@ -149,11 +266,12 @@ pub fn parse_reporting_numbers(
 
 /// Parses without judging numbers; also returns the text and whether any number needs
 /// the exactness scan.
-fn parse_any_numbers(
-    bytes: &[u8],
+fn parse_any_numbers<'t>(
+    bytes: &'t [u8],
     depth_max: usize,
     scan: fn(&str) -> Option<RefusedNumber>,
-) -> Result<(Value, &str, bool), ParseError> {
+    meter: &Meter,
+) -> Result<(Value, &'t str, bool), ParseError> {
     let text = std::str::from_utf8(bytes).map_err(|err| ParseError::InvalidUtf8 {
         offset: err.valid_up_to(),
     })?;
@@ -169,6 +287,7 @@ fn parse_any_numbers(
         depth_max,
         failure: &failure,
         suspect_number: &suspect_number,
+        meter,
     };
     let result = seed.deserialize(&mut deserializer).and_then(|value| {
         deserializer.end()?;
@@ -281,16 +400,17 @@ fn offset_of(text: &str, line: usize, column: usize) -> usize {
     line_start + column.saturating_sub(1)
 }
 
-struct ValueSeed<'f> {
+struct ValueSeed<'f, 'm> {
     depth: usize,
     depth_max: usize,
     failure: &'f RefCell<Option<ParseError>>,
     /// Set when a float or an integer beyond ±(2^53−1) was read.
     suspect_number: &'f Cell<bool>,
+    meter: &'f Meter<'m>,
 }
 
-impl<'f> ValueSeed<'f> {
-    fn nested<E: de::Error>(&self) -> Result<ValueSeed<'f>, E> {
+impl<'f, 'm> ValueSeed<'f, 'm> {
+    fn nested<E: de::Error>(&self) -> Result<ValueSeed<'f, 'm>, E> {
         if self.depth >= self.depth_max {
             return Err(self.fail(ParseError::TooDeep {
                 depth_max: self.depth_max,
@@ -301,7 +421,19 @@ impl<'f> ValueSeed<'f> {
             depth_max: self.depth_max,
             failure: self.failure,
             suspect_number: self.suspect_number,
+            meter: self.meter,
         })
+    }
+
+    /// Counts `bytes` more of the tree ([`Meter`]), or stops the parse.
+    fn charge<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
+        if self.meter.charge(bytes) {
+            Ok(())
+        } else {
+            Err(self.fail(ParseError::OutOfRoom {
+                used: self.meter.used(),
+            }))
+        }
     }
 
     fn fail<E: de::Error>(&self, error: ParseError) -> E {
@@ -311,7 +443,7 @@ impl<'f> ValueSeed<'f> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_, '_> {
     type Value = Value;
 
     fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
@@ -319,7 +451,7 @@ impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for ValueSeed<'_> {
+impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
     type Value = Value;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -351,11 +483,13 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             .ok_or_else(|| self.fail(ParseError::NonFiniteNumber { line: 0, column: 0 }))
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.charge(v.len())?;
         Ok(Value::String(v.to_owned()))
     }
 
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        self.charge(v.capacity())?;
         Ok(Value::String(v))
     }
 
@@ -366,7 +500,11 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
         while let Some(item) = seq.next_element_seed(self.nested()?)? {
+            let capacity = items.capacity();
             items.push(item);
+            if items.capacity() != capacity {
+                self.charge((items.capacity() - capacity) * VALUE_SLOT_BYTES)?;
+            }
         }
         Ok(Value::Array(items))
     }
@@ -374,6 +512,7 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
+            self.charge(object_entry_bytes(object.len()) + key.capacity())?;
             let value = map.next_value_seed(self.nested()?)?;
             // One search of the map per key, not one to check and one to insert.
             match object.entry(key) {

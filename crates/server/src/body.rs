@@ -128,7 +128,8 @@ fn budget_kib(config: &crate::ServerConfig) -> usize {
 /// the request timeout (5 s at most) for room, then `503 server_busy` (with
 /// `Retry-After`, and `Connection: close` as every 503: the body is unread). Counted at
 /// its `Content-Length`, or at the largest body any route takes when it sends none or is
-/// compressed (it may inflate to that).
+/// compressed (it may inflate to that). As it is parsed, the body's tree takes room of its
+/// own ([`parse_in_room`]).
 pub(crate) async fn take_room(
     axum::extract::State(state): axum::extract::State<crate::AppState>,
     request: axum::extract::Request,
@@ -155,24 +156,161 @@ pub(crate) async fn take_room(
     let kib = u32::try_from(bytes.div_ceil(1024).max(1))
         .unwrap_or(u32::MAX)
         .min(all);
-    let wait = std::time::Duration::from_millis((config.request_timeout_ms / 2).clamp(1, 5_000));
-    // Room at once (the usual case) sets no timer.
-    let room = match state.bodies.clone().try_acquire_many_owned(kib) {
-        Ok(room) => Ok(Ok(room)),
-        Err(_) => tokio::time::timeout(wait, state.bodies.clone().acquire_many_owned(kib)).await,
-    };
-    match room {
-        Ok(Ok(room)) => {
-            let response = next.run(request).await;
-            drop(room);
-            response
+    let wait = room_wait(config);
+    match take(&state.bodies, kib, wait).await {
+        Some(room) => {
+            let held = Room {
+                bodies: state.bodies.clone(),
+                kib_free_to_take: all - kib,
+                wait,
+                _body: room,
+                tree: Vec::new(),
+                tree_kib: 0,
+            };
+            ROOM.scope(std::cell::RefCell::new(held), next.run(request))
+                .await
         }
-        _ => ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "server_busy",
-            "the server is reading or handling as many request bodies as it holds at once; nothing was read or written, retry shortly",
-        )
-        .into_response(),
+        None => busy().into_response(),
+    }
+}
+
+tokio::task_local! {
+    /// The room the request being handled holds ([`take_room`]), which its parsed body
+    /// adds to ([`parse_in_room`]); released when its answer is made.
+    static ROOM: std::cell::RefCell<Room>;
+}
+
+/// Room a request holds for its body and the body's parsed tree.
+struct Room {
+    bodies: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Most KiB the request may still take: the whole room less what it holds, so a
+    /// request never waits for room it holds itself.
+    kib_free_to_take: u32,
+    wait: std::time::Duration,
+    /// The room for the body's bytes.
+    _body: tokio::sync::OwnedSemaphorePermit,
+    /// The room for the parsed tree, `tree_kib` in all.
+    tree: Vec<tokio::sync::OwnedSemaphorePermit>,
+    tree_kib: u32,
+}
+
+/// How long a request waits for room: half the request timeout, 5 s at most.
+fn room_wait(config: &crate::ServerConfig) -> std::time::Duration {
+    std::time::Duration::from_millis((config.request_timeout_ms / 2).clamp(1, 5_000))
+}
+
+/// `kib` of the room, at once when free (the usual case, which sets no timer), else
+/// within `wait`.
+async fn take(
+    bodies: &std::sync::Arc<tokio::sync::Semaphore>,
+    kib: u32,
+    wait: std::time::Duration,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    match bodies.clone().try_acquire_many_owned(kib) {
+        Ok(room) => Some(room),
+        Err(_) => tokio::time::timeout(wait, bodies.clone().acquire_many_owned(kib))
+            .await
+            .ok()?
+            .ok(),
+    }
+}
+
+/// Whole KiB holding `bytes`.
+fn kib_of(bytes: usize) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+}
+
+/// `503 server_busy`: no room for a body came within the wait.
+pub(crate) fn busy() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "server_busy",
+        "the server is reading or handling as many request bodies as it holds at once; nothing was written, retry shortly",
+    )
+}
+
+/// Parses `bytes` with `parse`, its tree taking room beside the room its request took for
+/// the bytes, as the tree grows ([`json::Meter`]): a tree takes from about 2 to about 100
+/// times its text, so counting bytes alone let a few dozen dense bodies of a few MB hold
+/// many GB. Room that is not free at once stops the parse; it is then waited for as
+/// [`take_room`] waits (twice what the tree had reached) and the body parsed again.
+/// No room within the wait: `503 server_busy`, nothing written; a tree larger than the
+/// whole room: `413 body_too_large`. Outside a request that took room (a test calling a
+/// reader directly) the parse is not bounded.
+///
+/// The outer error is the room's, the inner result the parse's.
+pub(crate) async fn parse_in_room<T>(
+    bytes: &[u8],
+    parse: impl Fn(&[u8], &json::Meter) -> Result<T, json::ParseError>,
+) -> Result<Result<T, json::ParseError>, ApiError> {
+    if ROOM.try_with(|_| ()).is_err() {
+        return Ok(parse(bytes, &json::Meter::unbounded()));
+    }
+    loop {
+        // The meter lives in this block only: it is not `Send`, and the wait below is an
+        // await point of the handler's future.
+        let parsed = {
+            let granted = ROOM.with(|room| room.borrow().tree_kib as usize * 1024);
+            let mut more = |needed: usize, wanted: usize| {
+                ROOM.with(|room| room.borrow_mut().take_now(needed, wanted))
+            };
+            parse(bytes, &json::Meter::new(granted, &mut more))
+        };
+        let used = match parsed {
+            Err(json::ParseError::OutOfRoom { used }) => used,
+            other => return Ok(other),
+        };
+        // The partial tree is gone: its room is given back before waiting (requests
+        // waiting for room hold none for a tree, so they cannot hold each other up), then
+        // twice what it reached is waited for, at most what the request may take.
+        let (bodies, wait, most) = ROOM.with(|room| {
+            let mut room = room.borrow_mut();
+            room.release_tree();
+            (room.bodies.clone(), room.wait, room.kib_free_to_take)
+        });
+        if kib_of(used) > most {
+            return Err(ApiError::new(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!(
+                    "the body parses into more memory than the server holds for request bodies (more than {used} bytes; --bodies-in-flight-bytes-max); send it in smaller parts"
+                ),
+            ));
+        }
+        let kib = kib_of(used.saturating_mul(2)).min(most);
+        let permit = take(&bodies, kib, wait).await.ok_or_else(busy)?;
+        ROOM.with(|room| room.borrow_mut().hold(permit, kib));
+    }
+}
+
+impl Room {
+    /// Takes room for the tree at once: `wanted` bytes if free, else `needed`; the bytes
+    /// taken (0: none).
+    fn take_now(&mut self, needed: usize, wanted: usize) -> usize {
+        let (needed, wanted) = (kib_of(needed), kib_of(wanted).min(self.kib_free_to_take));
+        for kib in [wanted, needed] {
+            if kib < needed || kib > self.kib_free_to_take {
+                continue;
+            }
+            if let Ok(permit) = self.bodies.clone().try_acquire_many_owned(kib) {
+                self.hold(permit, kib);
+                return kib as usize * 1024;
+            }
+        }
+        0
+    }
+
+    /// Keeps `permit`, `kib` of room for the tree, until the answer is made.
+    fn hold(&mut self, permit: tokio::sync::OwnedSemaphorePermit, kib: u32) {
+        self.kib_free_to_take -= kib;
+        self.tree_kib += kib;
+        self.tree.push(permit);
+    }
+
+    /// Gives back the room held for the tree.
+    fn release_tree(&mut self) {
+        self.tree.clear();
+        self.kib_free_to_take += std::mem::take(&mut self.tree_kib);
     }
 }
 
@@ -290,7 +428,7 @@ pub async fn read_json(
     limit_bytes: usize,
     depth_max: usize,
 ) -> Result<Value, ApiError> {
-    read_json_with(headers, body, limit_bytes, depth_max, json::parse).await
+    read_json_with(headers, body, limit_bytes, depth_max, json::parse_in).await
 }
 
 /// [`read_json`] judged by `parse` (which numbers it takes).
@@ -299,10 +437,10 @@ async fn read_json_with(
     body: Body,
     limit_bytes: usize,
     depth_max: usize,
-    parse: fn(&[u8], usize) -> Result<Value, json::ParseError>,
+    parse: fn(&[u8], usize, &json::Meter) -> Result<Value, json::ParseError>,
 ) -> Result<Value, ApiError> {
-    let bytes = read_limited(headers, body, limit_bytes).await?;
-    Ok(parse(&not_blank(bytes)?, depth_max)?)
+    let bytes = not_blank(read_limited(headers, body, limit_bytes).await?)?;
+    Ok(parse_in_room(&bytes, |bytes, meter| parse(bytes, depth_max, meter)).await??)
 }
 
 /// Refuses a body of only whitespace with `400 empty_body`.
@@ -347,7 +485,7 @@ pub async fn read_run_event(
         body,
         config.lineage_body_bytes_max,
         config.lineage_json_depth_max,
-        json::parse_wide_integers,
+        json::parse_wide_integers_in,
     )
     .await
 }
@@ -364,7 +502,11 @@ pub async fn read_batch(
 ) -> Result<Vec<Result<Value, ApiError>>, ApiError> {
     let config = &state.config;
     let bytes = not_blank(read_limited(headers, body, config.batch_bytes_max).await?)?;
-    let (value, refused) = json::parse_reporting_numbers(&bytes, config.json_depth_max + 1, 1)?;
+    let depth_max = config.json_depth_max + 1;
+    let (value, refused) = parse_in_room(&bytes, |bytes, meter| {
+        json::parse_reporting_numbers_in(bytes, depth_max, 1, meter)
+    })
+    .await??;
     let Value::Array(items) = value else {
         return Err(ApiError::unprocessable(
             "not_an_array",

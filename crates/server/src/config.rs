@@ -37,11 +37,13 @@ pub struct ServerConfig {
     /// How often the semantic-duplicate scan runs over the latest version of every
     /// contract of every tenant (`None`: never; docs/semantic-scan.md).
     pub semantic_scan_every_ms: Option<u64>,
-    /// Most request-body bytes being read or handled at once, summed over every request
-    /// (each counted at its `Content-Length`, or at the largest body a route takes when it
-    /// sends none or is compressed): past it a request waits for room, then is answered
-    /// `503 server_busy`. A parsed body takes several times its bytes, so this bounds the
-    /// server's memory under many large concurrent batches or slowly sent bodies.
+    /// Most memory of request bodies being read or handled at once, summed over every
+    /// request: each body's bytes (its `Content-Length`, or the largest body a route takes
+    /// when it sends none or is compressed) and, as it is parsed, its JSON tree's
+    /// estimated bytes (`traqlyte_identity::json::Meter`, 2 to 100 times the text). Past
+    /// it a request waits for room, then is answered `503 server_busy`; a body whose tree
+    /// alone exceeds it is `413 body_too_large`. This bounds the server's memory under
+    /// many large concurrent batches, dense bodies or slowly sent bodies.
     pub bodies_in_flight_bytes_max: usize,
     /// A request (body reading and handling) taking longer than this is answered 408 and
     /// its work abandoned (an open transaction rolls back).

@@ -279,6 +279,8 @@ impl From<ParseError> for ApiError {
             ParseError::NumberOutOfRange { field, .. } => {
                 ApiError::unprocessable(err.code(), err.to_string()).with_field(field.clone())
             }
+            // Only a parse given room stops for it, and that one waits for room first.
+            ParseError::OutOfRoom { .. } => crate::body::busy(),
             _ => ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string()),
         }
     }

@@ -79,8 +79,9 @@ pub struct DeadLetterCursor {
 
 /// The letters after the cursor (`$2`…`$5`, all null for the first page) in the order of
 /// [`DeadLetterCursor`]: one statement, so a page is one consistent read.
-const SELECT_DEAD_LETTERS: &str =
-    "SELECT stream, stream_sequence, published_ns, subject, reason, detail, raw, received_at_us
+/// A tenant's dead letters after a cursor (`$2`–`$5`, all `NULL` for the first page),
+/// newest first, at most `$6`; `{columns}` names what is read.
+const SELECT_DEAD_LETTERS: &str = "SELECT {columns}
      FROM dead_letters
      WHERE tenant_id = $1
        AND (CAST($2 AS BIGINT) IS NULL OR received_at_us < CAST($2 AS BIGINT)
@@ -92,6 +93,18 @@ const SELECT_DEAD_LETTERS: &str =
                                   AND published_ns < CAST($5 AS BIGINT)))))))
      ORDER BY received_at_us DESC, stream, stream_sequence DESC, published_ns DESC
      LIMIT $6";
+
+const DEAD_LETTER_COLUMNS: &str =
+    "stream, stream_sequence, published_ns, subject, reason, detail, raw, received_at_us";
+
+const DEAD_LETTER_SIZES: &str = "CAST(octet_length(raw) AS BIGINT)";
+
+/// Most raw bytes one page of dead letters loads: a page stops at the letter that reaches
+/// it (always holding at least one), and its cursor goes on from there. A letter is a
+/// broker message of up to its `max_payload` (1 MiB by default), answered twice (base64,
+/// and text that may escape a byte in 6): a page of 1,000 such letters would have been
+/// several GB.
+pub const DEAD_LETTERS_PAGE_BYTES_MAX: i64 = 4 * 1024 * 1024;
 
 impl Store {
     /// Records dead letters in one transaction, durable before returning; a letter whose
@@ -129,7 +142,8 @@ impl Store {
 
     /// A page of a tenant's dead letters, newest first (see [`DeadLetterCursor`]): at
     /// most `limit` (capped at [`DEAD_LETTERS_PAGE_MAX`]) of those after `before` (the
-    /// last one of the previous page), and whether more may follow. A letter committing
+    /// last one of the previous page) and, past the first, no more than
+    /// [`DEAD_LETTERS_PAGE_BYTES_MAX`] of raw bytes; and whether more may follow. A letter committing
     /// after a walk passed its recording time is not listed by that walk.
     pub async fn dead_letters(
         &self,
@@ -138,8 +152,9 @@ impl Store {
         limit: u32,
     ) -> Result<(Vec<DeadLetter>, bool), StoreError> {
         let limit = limit.min(DEAD_LETTERS_PAGE_MAX);
-        let rows: Vec<DeadLetter> = with_pool!(self, reader, |pool| {
-            sqlx::query_as(SELECT_DEAD_LETTERS)
+        let sql = SELECT_DEAD_LETTERS.replace("{columns}", DEAD_LETTER_SIZES);
+        let sizes: Vec<i64> = with_pool!(self, reader, |pool| {
+            sqlx::query_scalar(&sql)
                 .bind(tenant.as_str())
                 .bind(before.map(|c| c.received_at_us))
                 .bind(before.map(|c| c.stream.as_str()))
@@ -149,6 +164,26 @@ impl Store {
                 .fetch_all(pool)
                 .await?
         });
-        Ok(crate::page_of(rows, limit))
+        let fit = crate::page_within_bytes(
+            sizes.iter().take(limit as usize).copied(),
+            DEAD_LETTERS_PAGE_BYTES_MAX,
+        );
+        // Letters are never updated: the second read finds the same ones, unless one was
+        // recorded between the reads (it then takes a place, and the last one follows).
+        let taken = u32::try_from(fit).unwrap_or(limit);
+        let sql = SELECT_DEAD_LETTERS.replace("{columns}", DEAD_LETTER_COLUMNS);
+        let rows: Vec<DeadLetter> = with_pool!(self, reader, |pool| {
+            sqlx::query_as(&sql)
+                .bind(tenant.as_str())
+                .bind(before.map(|c| c.received_at_us))
+                .bind(before.map(|c| c.stream.as_str()))
+                .bind(before.map(|c| c.stream_sequence))
+                .bind(before.map(|c| c.published_ns))
+                .bind(i64::from(taken) + 1)
+                .fetch_all(pool)
+                .await?
+        });
+        let (rows, more) = crate::page_of(rows, taken);
+        Ok((rows, more || sizes.len() > fit))
     }
 }

@@ -55,7 +55,9 @@ pub use campaigns::{
     Arm, Arms, Campaign, CampaignCreated, CampaignId, CampaignVersion, MetricDef, MetricKind,
     NewCampaign,
 };
-pub use deadletters::{DeadLetter, DeadLetterCursor, NewDeadLetter, DEAD_LETTERS_PAGE_MAX};
+pub use deadletters::{
+    DeadLetter, DeadLetterCursor, NewDeadLetter, DEAD_LETTERS_PAGE_BYTES_MAX, DEAD_LETTERS_PAGE_MAX,
+};
 pub use events::MINUTE_TALLIES_KEPT_US;
 pub use experiments::{
     Assignment, AssignmentId, DedupeKey, DuplicatesInBucket, MetricArmSums, MetricWindow,
@@ -565,6 +567,21 @@ pub(crate) fn page_of<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     (rows, more)
+}
+
+/// How many of the leading entries whose sizes are `sizes` fit in `budget` bytes: at
+/// least one when there is one, then every entry that keeps the sum within the budget.
+pub(crate) fn page_within_bytes(sizes: impl Iterator<Item = i64>, budget: i64) -> usize {
+    let mut total = 0i64;
+    let mut taken = 0;
+    for size in sizes {
+        total = total.saturating_add(size);
+        if taken > 0 && total > budget {
+            break;
+        }
+        taken += 1;
+    }
+    taken
 }
 
 fn parse_definition(text: &str) -> Result<Contract, StoreError> {

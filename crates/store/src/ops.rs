@@ -225,21 +225,6 @@ pub struct CollisionEntry {
     pub received_at_us: i64,
 }
 
-/// How many of the leading entries whose sizes are `sizes` fit in `budget` bytes: at
-/// least one when there is one, then every entry that keeps the sum within the budget.
-fn page_within_bytes(sizes: impl Iterator<Item = i64>, budget: i64) -> usize {
-    let mut total = 0i64;
-    let mut taken = 0;
-    for size in sizes {
-        total = total.saturating_add(size);
-        if taken > 0 && total > budget {
-            break;
-        }
-        taken += 1;
-    }
-    taken
-}
-
 const COLLISION_COLUMNS: &str = "collision_id, contract_name AS contract,
        CAST(contract_version AS BIGINT) AS contract_version, event_id, stored_fingerprint,
        incoming_fingerprint, stored_payload, incoming_payload, source, received_at_us";
@@ -401,7 +386,7 @@ impl Store {
         .bind(i64::from(query.limit))
         .fetch_all(pool)
         .await?);
-        let taken = page_within_bytes(sizes.iter().map(|s| s.2), COLLISIONS_PAGE_BYTES_MAX);
+        let taken = crate::page_within_bytes(sizes.iter().map(|s| s.2), COLLISIONS_PAGE_BYTES_MAX);
         let more = taken < sizes.len() || sizes.len() == query.limit as usize;
         let (Some(newest), Some(oldest)) = (
             sizes.first(),
@@ -748,7 +733,7 @@ mod tests {
 
     #[test]
     fn a_page_stops_at_its_byte_budget_but_holds_one_entry_at_least() {
-        let page = |sizes: &[i64]| page_within_bytes(sizes.iter().copied(), 10);
+        let page = |sizes: &[i64]| crate::page_within_bytes(sizes.iter().copied(), 10);
         assert_eq!(page(&[]), 0);
         assert_eq!(page(&[3, 3, 3]), 3);
         assert_eq!(page(&[3, 3, 4, 1]), 3, "the sum may reach the budget");

@@ -3,6 +3,7 @@
 //! checked both here and by an independent Python implementation.
 
 mod fixtures;
+mod meter;
 mod openlineage;
 mod properties;
 mod rules;

@@ -22,7 +22,7 @@ pub fn corpus_dir() -> PathBuf {
 }
 
 /// Every corpus event file, sorted by name.
-fn corpus_files() -> Vec<PathBuf> {
+pub fn corpus_files() -> Vec<PathBuf> {
     let dir = corpus_dir().join("events");
     let entries = std::fs::read_dir(&dir)
         .unwrap_or_else(|err| panic!("the OpenLineage corpus must be at {}: {err}", dir.display()));

@@ -422,7 +422,11 @@ async fn parse_publish(
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok((None, None));
     }
-    let value = traqlyte_identity::json::parse(&bytes, state.config.json_depth_max)?;
+    let depth_max = state.config.json_depth_max;
+    let value = crate::body::parse_in_room(&bytes, |bytes, meter| {
+        traqlyte_identity::json::parse_in(bytes, depth_max, meter)
+    })
+    .await??;
     let body: PublishBody = parse(&value).map_err(|r| r.unprocessable("invalid_campaign"))?;
     let note = body.note.map(VersionNote::into_string);
     let Some(given) = body.arms else {

@@ -12,11 +12,11 @@ use crate::auth::Tenant;
 use crate::{ApiError, AppState};
 
 /// Dead letters in one page when `limit` is not given (the 100 newest it always
-/// answered), and at most (the store reads at most its own, larger cap): each holds a
-/// broker message of up to its `max_payload` (1 MiB by default) twice, base64 and text,
-/// and the text escapes each control byte in 6, so a page of messages of control bytes
-/// could reach about 730 MB. A byte budget like the collision listings' would bound it
-/// (not done: dead letters are rare and read by operators).
+/// answered), and at most (the store reads at most its own, larger cap). A page also
+/// stops at the store's byte budget ([`traqlyte_store::DEAD_LETTERS_PAGE_BYTES_MAX`] of
+/// raw bytes, at least one letter): each letter is answered twice, base64 and text, and
+/// the text escapes each control byte in 6, so 100 letters of 1 MiB could have made an
+/// answer of about 730 MB.
 const DEAD_LETTERS_PAGE_DEFAULT: u32 = 100;
 const DEAD_LETTERS_PAGE_MAX: u32 = 100;
 
@@ -54,7 +54,7 @@ pub(crate) struct DeadLetterView {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct DeadLetterList {
     /// Newest first (by time recorded, then stream, then newest in the stream), a page
-    /// of at most `limit`.
+    /// of at most `limit`, fewer when their raw bytes reach 4 MiB (at least one).
     dead_letters: Vec<DeadLetterView>,
     /// Pass as `cursor` for the next page; absent on the last one.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -3,6 +3,7 @@
 //! the client waits out, never a `500`.
 
 use reqwest::StatusCode;
+use serde_json::json;
 use sqlx::Connection;
 use traqlyte_server::ServerConfig;
 
@@ -136,25 +137,27 @@ async fn sqlite_writes_work_again_after_a_commit_failed_on_a_full_disk() {
 async fn bodies_past_the_room_in_flight_are_503_server_busy() {
     use tokio::io::AsyncWriteExt;
     let config = ServerConfig {
-        bodies_in_flight_bytes_max: 64 * 1024,
+        bodies_in_flight_bytes_max: 256 * 1024,
         request_timeout_ms: 2_000,
         ..ServerConfig::default()
     };
     let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
     app.register_checkout_contract().await;
     let host = app.address.trim_start_matches("http://").to_string();
-    // 60 KB announced, a little sent: it holds 59 of the 64 KiB of room.
+    // 250 KB announced, a little sent: it holds 245 of the 256 KiB of room.
     let mut slow = tokio::net::TcpStream::connect(&host)
         .await
         .expect("connect");
     let head = format!(
-        "POST /events/checkout_completed/batch HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n[",
+        "POST /events/checkout_completed/batch HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 250000\r\n\r\n[",
         app.key
     );
     slow.write_all(head.as_bytes()).await.expect("send");
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
-    let big = vec![checkout_event("busy-big"); 40];
+    let big = vec![checkout_event("busy-big"); 80];
+    let bytes = serde_json::to_vec(&big).expect("JSON").len();
+    assert!(bytes > 12 * 1024, "{bytes} bytes: more than the room left");
     let post_big = || {
         app.client
             .post(app.url("/events/checkout_completed/batch"))
@@ -191,6 +194,83 @@ async fn bodies_past_the_room_in_flight_are_503_server_busy() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// A parsed body takes room beside its bytes, as its tree grows: a dense batch (objects
+/// of one key nested three deep, 20 bytes an item and some 1.3 KB parsed) whose bytes fit
+/// the room left beside a slow client, but whose tree does not, waits for room and is
+/// answered `503 server_busy`, nothing stored; once the slow client is gone it is served;
+/// one whose tree is larger than the whole room is `413 body_too_large`. Before, only
+/// bytes were counted, and a few dozen such bodies of a few MB held many GB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
+    use tokio::io::AsyncWriteExt;
+    let config = ServerConfig {
+        bodies_in_flight_bytes_max: 4 * 1024 * 1024,
+        request_timeout_ms: 2_000,
+        ..ServerConfig::default()
+    };
+    let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
+    app.register_checkout_contract().await;
+    let host = app.address.trim_start_matches("http://").to_string();
+    // 3.8 MB announced, a little sent: all but about 300 KiB of the room held.
+    let mut slow = tokio::net::TcpStream::connect(&host)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /events/checkout_completed/batch HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 3800000\r\n\r\n[",
+        app.key
+    );
+    slow.write_all(head.as_bytes()).await.expect("send");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    let dense = |items: usize| format!("[{}]", vec![r#"{"a":{"b":{"c":{}}}}"#; items].join(","));
+    let post = |body: String| {
+        app.client
+            .post(app.url("/events/checkout_completed/batch"))
+            .bearer_auth(&app.key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    assert!(
+        dense(1_000).len() < 32 * 1024,
+        "its bytes fit the room left"
+    );
+    let started = std::time::Instant::now();
+    let refused = post(dense(1_000)).await.expect("sent");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    let body: serde_json::Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "server_busy", "{body}");
+    // A light request fits beside the slow one, parsed tree and all.
+    let small = app.post_event(&checkout_event("tree-small")).await;
+    assert_eq!(small.status, StatusCode::OK, "{}", small.body);
+
+    // Once the slow client is gone, the dense batch has room.
+    drop(slow);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let again = post(dense(1_000)).await.expect("sent");
+        let status = again.status();
+        if status != StatusCode::SERVICE_UNAVAILABLE || std::time::Instant::now() > deadline {
+            let body: serde_json::Value = again.json().await.expect("JSON");
+            // Every item is refused by the contract (not an event of it), none stored.
+            assert_eq!(status, StatusCode::OK, "{body}");
+            assert_eq!(
+                (&body["inserted"], &body["rejected"]),
+                (&json!(0), &json!(1_000))
+            );
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // A body whose tree alone is larger than the room: never served.
+    let too_dense = post(dense(4_000)).await.expect("sent");
+    assert_eq!(too_dense.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: serde_json::Value = too_dense.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "body_too_large", "{body}");
+    assert_eq!(app.checkout_stats().await, (1, 0, 0));
 }
 
 /// Sets `setting` for new sessions of the app's PostgreSQL database (`None` resets it)

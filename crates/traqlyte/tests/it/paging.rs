@@ -16,6 +16,7 @@ crate::on_both_backends!(
     sources_are_listed_in_pages_and_the_cli_prints_every_one,
     rejections_are_listed_in_pages_newest_first,
     dead_letters_are_listed_in_pages_newest_first_with_ties_in_a_total_order,
+    a_page_of_dead_letters_stops_at_its_byte_budget,
     a_contracts_collisions_are_listed_in_pages_newest_first,
 );
 
@@ -258,6 +259,52 @@ async fn dead_letters_are_listed_in_pages_newest_first_with_ties_in_a_total_orde
         ],
     )
     .await;
+}
+
+/// Six dead letters of 1 MiB each: a page holds the four that fit its 4 MiB budget
+/// (`DEAD_LETTERS_PAGE_BYTES_MAX`), however large `limit`, and its cursor goes on to the
+/// other two. Before, one page held them all (each answered twice: base64 and text).
+async fn a_page_of_dead_letters_stops_at_its_byte_budget(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let tenant = app.tenant().await;
+    let letters: Vec<NewDeadLetter> = (1..=6)
+        .map(|sequence| NewDeadLetter {
+            stream: "BIG".to_string(),
+            stream_sequence: sequence,
+            published_ns: 1,
+            subject: "traqlyte.nope".to_string(),
+            reason: "unknown_contract".to_string(),
+            detail: format!("letter {sequence}"),
+            raw: vec![b'x'; 1024 * 1024],
+        })
+        .collect();
+    app.store
+        .insert_dead_letters(&tenant, &letters)
+        .await
+        .expect("dead letters");
+    assert_eq!(traqlyte_store::DEAD_LETTERS_PAGE_BYTES_MAX, 4 * 1024 * 1024);
+    let first = app.get("/deadletters?limit=100").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let listed = |page: &Value| texts(page["dead_letters"].as_array().expect("a list"), "detail");
+    assert_eq!(
+        listed(&first.body),
+        ["letter 6", "letter 5", "letter 4", "letter 3"]
+    );
+    let cursor = first.body["next_cursor"].as_str().expect("a next page");
+    let second = app
+        .send(
+            app.client
+                .get(app.url("/deadletters"))
+                .query(&[("limit", "100"), ("cursor", cursor)])
+                .bearer_auth(&app.key),
+        )
+        .await;
+    assert_eq!(listed(&second.body), ["letter 2", "letter 1"]);
+    assert!(
+        second.body.get("next_cursor").is_none(),
+        "{}",
+        second.body["next_cursor"]
+    );
 }
 
 /// 130 collisions of one contract, logged by one batch (one arrival time: their ids

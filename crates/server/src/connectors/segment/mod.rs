@@ -378,18 +378,25 @@ async fn read_authenticated(
     } else {
         None
     };
-    let mut bytes = read_limited(headers, body, BATCH_BYTES_MAX)
+    let bytes = read_limited(headers, body, BATCH_BYTES_MAX)
         .await
         .map_err(|err| {
             err.with_status_if(StatusCode::PAYLOAD_TOO_LARGE, StatusCode::BAD_REQUEST)
         })?;
-    let mut parsed = parse_body(state, &bytes, parse);
+    let in_room = |bytes: Bytes| async move {
+        crate::body::parse_in_room(&bytes, |bytes, meter| {
+            parse_body(state, bytes, parse, meter)
+        })
+        .await
+        .map_err(|err| err.with_status_if(StatusCode::PAYLOAD_TOO_LARGE, StatusCode::BAD_REQUEST))
+        .map(|parsed| (bytes, parsed))
+    };
+    let (mut bytes, mut parsed) = in_room(bytes).await?;
     // A lone surrogate escape (`JSON.stringify` of a string cut inside an emoji) is read
     // as U+FFFD rather than refusing the request, and with it the whole batch.
     if let Err(json::ParseError::Syntax(_)) = parsed {
         if let Some(fixed) = json::replace_lone_surrogate_escapes(&bytes) {
-            bytes = Bytes::from(fixed);
-            parsed = parse_body(state, &bytes, parse);
+            (bytes, parsed) = in_room(Bytes::from(fixed)).await?;
         }
     }
     let (value, numbers) = parsed.map_err(|err| {
@@ -412,12 +419,13 @@ fn parse_body(
     state: &AppState,
     bytes: &[u8],
     parse: Parse,
+    meter: &json::Meter,
 ) -> Result<(Value, Vec<RefusedNumber>), traqlyte_identity::json::ParseError> {
     let depth_max = state.config.json_depth_max + BATCH_DEPTH_EXTRA;
     match parse {
-        Parse::Single => Ok((json::parse(bytes, depth_max)?, Vec::new())),
+        Parse::Single => Ok((json::parse_in(bytes, depth_max, meter)?, Vec::new())),
         // An item is `/batch/{index}`.
-        Parse::Batch => json::parse_reporting_numbers(bytes, depth_max, 2),
+        Parse::Batch => json::parse_reporting_numbers_in(bytes, depth_max, 2, meter),
     }
 }
 
@@ -461,8 +469,8 @@ fn batch_rejections(
     if refused.is_empty() {
         return Vec::new();
     }
-    // The body parsed and read as a batch the first time: it does again.
-    let mut received = parse_body(state, bytes, Parse::Batch)
+    // The body parsed and read as a batch the first time, in its room: it does again.
+    let mut received = parse_body(state, bytes, Parse::Batch, &json::Meter::unbounded())
         .ok()
         .and_then(|(value, _)| BatchBody::from_value(value).ok())
         .map(|body| body.batch)
