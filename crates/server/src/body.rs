@@ -113,9 +113,59 @@ fn inflate(compressed: &[u8], limit_bytes: usize) -> Result<Bytes, ApiError> {
     }
 }
 
-/// The room for request bodies in flight: one permit a KiB.
-pub(crate) fn budget(config: &crate::ServerConfig) -> tokio::sync::Semaphore {
-    tokio::sync::Semaphore::new(budget_kib(config))
+/// The room for request bodies in flight, one permit a KiB
+/// ([`crate::ServerConfig::bodies_in_flight_bytes_max`]), and the share of it each
+/// credential may hold: a request takes its KiB from its credential's share, then from the
+/// room. A share is keyed by the request's `Authorization` header as sent (a hash of it
+/// picks one of [`CREDENTIAL_SHARES`] slots; unverified, but every route that takes a
+/// credential from that header refuses a wrong one before reading the body); requests
+/// without one (Segment's calls that carry `writeKey` in the body, read before it is
+/// checked) share one slot of their own, an eighth of the room. So neither one client's
+/// slow or dense bodies nor anonymous ones can take the room every tenant writes through.
+pub(crate) struct Rooms {
+    all: std::sync::Arc<tokio::sync::Semaphore>,
+    all_kib: u32,
+    shares: Vec<std::sync::Arc<tokio::sync::Semaphore>>,
+    share_kib: u32,
+    anonymous: std::sync::Arc<tokio::sync::Semaphore>,
+    anonymous_kib: u32,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+/// Slots of credential shares ([`Rooms`]): two credentials whose headers hash to one slot
+/// share it.
+pub(crate) const CREDENTIAL_SHARES: usize = 256;
+
+impl Rooms {
+    pub(crate) fn new(config: &crate::ServerConfig) -> Rooms {
+        let all_kib = u32::try_from(budget_kib(config)).unwrap_or(u32::MAX);
+        let share_kib = all_kib.div_ceil(4);
+        let anonymous_kib = all_kib.div_ceil(8);
+        let semaphore = |kib: u32| std::sync::Arc::new(tokio::sync::Semaphore::new(kib as usize));
+        Rooms {
+            all: semaphore(all_kib),
+            all_kib,
+            shares: (0..CREDENTIAL_SHARES)
+                .map(|_| semaphore(share_kib))
+                .collect(),
+            share_kib,
+            anonymous: semaphore(anonymous_kib),
+            anonymous_kib,
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    /// The share of the credential `headers` carry, and its size in KiB.
+    fn share(&self, headers: &HeaderMap) -> (std::sync::Arc<tokio::sync::Semaphore>, u32) {
+        use std::hash::BuildHasher;
+        match headers.get(axum::http::header::AUTHORIZATION) {
+            Some(value) => {
+                let slot = self.hasher.hash_one(value.as_bytes()) as usize % self.shares.len();
+                (self.shares[slot].clone(), self.share_kib)
+            }
+            None => (self.anonymous.clone(), self.anonymous_kib),
+        }
+    }
 }
 
 fn budget_kib(config: &crate::ServerConfig) -> usize {
@@ -123,24 +173,34 @@ fn budget_kib(config: &crate::ServerConfig) -> usize {
     kib.min(tokio::sync::Semaphore::MAX_PERMITS)
 }
 
-/// Middleware: a request with a body takes room for it from [`AppState::bodies`] for as
-/// long as it is read and handled (its parsed form lives as long), waiting at most half
-/// the request timeout (5 s at most) for room, then `503 server_busy` (with
-/// `Retry-After`, and `Connection: close` as every 503: the body is unread). Counted at
-/// its `Content-Length`, or at the largest body any route takes when it sends none or is
-/// compressed (it may inflate to that). As it is parsed, the body's tree takes room of its
-/// own ([`parse_in_room`]).
+/// The largest body the route of `path` reads (what a body without a `Content-Length`,
+/// or a compressed one, may come to).
+fn route_bytes_max(config: &crate::ServerConfig, path: &str) -> usize {
+    if path.starts_with("/v1/") {
+        crate::connectors::segment::BODY_BYTES_MAX
+    } else if path == "/api/v1/lineage" {
+        config.lineage_body_bytes_max
+    } else if path.ends_with("/batch") {
+        config.batch_bytes_max
+    } else {
+        config.body_bytes_max
+    }
+}
+
+/// Middleware: a request with a body takes room for it ([`Rooms`]: from its credential's
+/// share, then from the room every request shares) for as long as it is read and handled
+/// (its parsed form lives as long), waiting at most half the request timeout (5 s at most)
+/// for room, then `503 server_busy` (with `Retry-After`, and `Connection: close` as every
+/// 503: the body is unread). Counted at its `Content-Length`, or at the largest body its
+/// route takes when it sends none or is compressed (it may inflate to that). As it is
+/// parsed, the body's tree takes room of its own ([`parse_in_room`]).
 pub(crate) async fn take_room(
     axum::extract::State(state): axum::extract::State<crate::AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let config = &state.config;
-    let largest = config
-        .batch_bytes_max
-        .max(config.body_bytes_max)
-        .max(config.lineage_body_bytes_max);
+    let largest = route_bytes_max(&state.config, request.uri().path());
     let headers = request.headers();
     let bytes = match declared_length(headers) {
         Some(0) => return next.run(request).await,
@@ -152,26 +212,29 @@ pub(crate) async fn take_room(
         }
         _ => largest,
     };
-    let all = u32::try_from(budget_kib(config)).unwrap_or(u32::MAX);
-    let kib = u32::try_from(bytes.div_ceil(1024).max(1))
-        .unwrap_or(u32::MAX)
-        .min(all);
-    let wait = room_wait(config);
-    match take(&state.bodies, kib, wait).await {
-        Some(room) => {
-            let held = Room {
-                bodies: state.bodies.clone(),
-                kib_free_to_take: all - kib,
-                wait,
-                _body: room,
-                tree: Vec::new(),
-                tree_kib: 0,
-            };
-            ROOM.scope(std::cell::RefCell::new(held), next.run(request))
-                .await
-        }
-        None => busy().into_response(),
-    }
+    let rooms = &state.bodies;
+    let (share, share_kib) = rooms.share(headers);
+    let kib = kib_of(bytes.max(1)).min(share_kib);
+    let wait = room_wait(&state.config);
+    let deadline = tokio::time::Instant::now() + wait;
+    let Some(of_share) = take(&share, kib, wait).await else {
+        return busy().into_response();
+    };
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let Some(of_all) = take(&rooms.all, kib, left).await else {
+        return busy().into_response();
+    };
+    let held = Room {
+        all: rooms.all.clone(),
+        share,
+        kib_free_to_take: share_kib.min(rooms.all_kib) - kib,
+        wait,
+        _body: [of_share, of_all],
+        tree: Vec::new(),
+        tree_kib: 0,
+    };
+    ROOM.scope(std::cell::RefCell::new(held), next.run(request))
+        .await
 }
 
 tokio::task_local! {
@@ -180,17 +243,19 @@ tokio::task_local! {
     static ROOM: std::cell::RefCell<Room>;
 }
 
-/// Room a request holds for its body and the body's parsed tree.
+/// Room a request holds for its body and the body's parsed tree, each KiB of it from the
+/// credential's share and from the room every request shares ([`Rooms`]).
 struct Room {
-    bodies: std::sync::Arc<tokio::sync::Semaphore>,
-    /// Most KiB the request may still take: the whole room less what it holds, so a
-    /// request never waits for room it holds itself.
+    all: std::sync::Arc<tokio::sync::Semaphore>,
+    share: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Most KiB the request may still take: its share less what it holds, so a request
+    /// never waits for room it holds itself.
     kib_free_to_take: u32,
     wait: std::time::Duration,
     /// The room for the body's bytes.
-    _body: tokio::sync::OwnedSemaphorePermit,
+    _body: [tokio::sync::OwnedSemaphorePermit; 2],
     /// The room for the parsed tree, `tree_kib` in all.
-    tree: Vec<tokio::sync::OwnedSemaphorePermit>,
+    tree: Vec<[tokio::sync::OwnedSemaphorePermit; 2]>,
     tree_kib: u32,
 }
 
@@ -235,7 +300,7 @@ pub(crate) fn busy() -> ApiError {
 /// many GB. Room that is not free at once stops the parse; it is then waited for as
 /// [`take_room`] waits (twice what the tree had reached) and the body parsed again.
 /// No room within the wait: `503 server_busy`, nothing written; a tree larger than the
-/// whole room: `413 body_too_large`. Outside a request that took room (a test calling a
+/// request's credential may hold (a quarter of the room, [`Rooms`]): `413 body_too_large`. Outside a request that took room (a test calling a
 /// reader directly) the parse is not bounded.
 ///
 /// The outer error is the room's, the inner result the parse's.
@@ -263,23 +328,32 @@ pub(crate) async fn parse_in_room<T>(
         // The partial tree is gone: its room is given back before waiting (requests
         // waiting for room hold none for a tree, so they cannot hold each other up), then
         // twice what it reached is waited for, at most what the request may take.
-        let (bodies, wait, most) = ROOM.with(|room| {
+        let (share, all, wait, most) = ROOM.with(|room| {
             let mut room = room.borrow_mut();
             room.release_tree();
-            (room.bodies.clone(), room.wait, room.kib_free_to_take)
+            let room = &*room;
+            (
+                room.share.clone(),
+                room.all.clone(),
+                room.wait,
+                room.kib_free_to_take,
+            )
         });
         if kib_of(used) > most {
             return Err(ApiError::new(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 format!(
-                    "the body parses into more memory than the server holds for request bodies (more than {used} bytes; --bodies-in-flight-bytes-max); send it in smaller parts"
+                    "the body parses into more memory than one client may hold of the room for request bodies (more than {used} bytes; a quarter of --bodies-in-flight-bytes-max); send it in smaller parts"
                 ),
             ));
         }
         let kib = kib_of(used.saturating_mul(2)).min(most);
-        let permit = take(&bodies, kib, wait).await.ok_or_else(busy)?;
-        ROOM.with(|room| room.borrow_mut().hold(permit, kib));
+        let deadline = tokio::time::Instant::now() + wait;
+        let of_share = take(&share, kib, wait).await.ok_or_else(busy)?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let of_all = take(&all, kib, left).await.ok_or_else(busy)?;
+        ROOM.with(|room| room.borrow_mut().hold([of_share, of_all], kib));
     }
 }
 
@@ -292,8 +366,11 @@ impl Room {
             if kib < needed || kib > self.kib_free_to_take {
                 continue;
             }
-            if let Ok(permit) = self.bodies.clone().try_acquire_many_owned(kib) {
-                self.hold(permit, kib);
+            let Ok(of_share) = self.share.clone().try_acquire_many_owned(kib) else {
+                continue;
+            };
+            if let Ok(of_all) = self.all.clone().try_acquire_many_owned(kib) {
+                self.hold([of_share, of_all], kib);
                 return kib as usize * 1024;
             }
         }
@@ -301,7 +378,7 @@ impl Room {
     }
 
     /// Keeps `permit`, `kib` of room for the tree, until the answer is made.
-    fn hold(&mut self, permit: tokio::sync::OwnedSemaphorePermit, kib: u32) {
+    fn hold(&mut self, permit: [tokio::sync::OwnedSemaphorePermit; 2], kib: u32) {
         self.kib_free_to_take -= kib;
         self.tree_kib += kib;
         self.tree.push(permit);

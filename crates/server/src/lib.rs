@@ -53,8 +53,9 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// The queues that coalesce single requests into shared commits (or none, when off).
     pub group_commit: GroupCommit,
-    /// Room for request bodies in flight, in KiB ([`ServerConfig::bodies_in_flight_bytes_max`]).
-    pub bodies: Arc<tokio::sync::Semaphore>,
+    /// Room for request bodies in flight ([`ServerConfig::bodies_in_flight_bytes_max`]),
+    /// and each credential's share of it.
+    pub(crate) bodies: Arc<body::Rooms>,
 }
 
 /// The whole API as a router.
@@ -97,7 +98,7 @@ pub async fn serve(
     let group_commit = GroupCommit::start(&store, config.group_commit, config.late_events);
     let state = AppState {
         store,
-        bodies: Arc::new(body::budget(&config)),
+        bodies: Arc::new(body::Rooms::new(&config)),
         config: Arc::new(config),
         group_commit,
     };

@@ -6,10 +6,12 @@
 //! (`record_idempotency`), in one route layer (`track_latency`) and in the NATS
 //! consumer (its lag). Each call records a whole batch, never an event at a time.
 //!
-//! **Cardinality is bounded:** each family group (`events`, `outcomes`, `idempotency`)
-//! admits at most [`LABEL_SETS_MAX`] distinct label sets for the process's life; later
-//! new sets are counted under the value `other` in every label (and
-//! `traqlyte_metrics_label_overflow_total{group}` counts them). Route latency is labelled
+//! **Cardinality is bounded:** each family group (`events`, `outcomes`, `idempotency`,
+//! `nats`) admits at most [`LABEL_SETS_MAX`] distinct label sets for the process's life,
+//! of which one tenant takes at most [`TENANT_LABEL_SETS_MAX`]; later new sets are counted
+//! under the value `other` in every label but `tenant` (one fallback set per tenant; the
+//! `nats` group has no tenant label), and `traqlyte_metrics_label_overflow_total{group}`
+//! counts them. Route latency is labelled
 //! by the matched route template (a fixed set), method and status code; batch sizes by a
 //! fixed `kind`.
 //!
@@ -37,6 +39,10 @@ use crate::{ApiError, AppState};
 /// Most distinct label sets a family group admits (see the module docs).
 pub const LABEL_SETS_MAX: usize = 1_000;
 
+/// Most of a group's label sets one tenant takes (see the module docs): a tenant with
+/// thousands of contracts cannot spend every tenant's budget.
+pub const TENANT_LABEL_SETS_MAX: usize = 100;
+
 /// Who may read `GET /metrics` and whether metrics are recorded at all.
 #[derive(Debug, Clone)]
 pub struct MetricsConfig {
@@ -61,7 +67,35 @@ impl Default for MetricsConfig {
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 static ENABLED: AtomicBool = AtomicBool::new(false);
-static BUDGET: OnceLock<Mutex<HashMap<&'static str, HashSet<u64>>>> = OnceLock::new();
+static BUDGET: OnceLock<Mutex<HashMap<&'static str, Budget>>> = OnceLock::new();
+
+/// The label sets a group admitted, and how many of them each tenant took.
+#[derive(Default)]
+struct Budget {
+    sets: HashSet<u64>,
+    per_tenant: HashMap<String, usize>,
+}
+
+impl Budget {
+    /// Whether the set hashed `hash` is counted under its own labels: seen before, or new
+    /// within the group's budget and its tenant's share of it.
+    fn admit(&mut self, hash: u64, tenant: Option<&str>) -> bool {
+        if self.sets.contains(&hash) {
+            return true;
+        }
+        if self.sets.len() >= LABEL_SETS_MAX {
+            return false;
+        }
+        if let Some(tenant) = tenant {
+            let taken = self.per_tenant.get(tenant).copied().unwrap_or(0);
+            if taken >= TENANT_LABEL_SETS_MAX {
+                return false;
+            }
+            *self.per_tenant.entry(tenant.to_string()).or_default() += 1;
+        }
+        self.sets.insert(hash)
+    }
+}
 
 /// Latency buckets, seconds.
 const LATENCY_BUCKETS_S: &[f64] = &[
@@ -127,17 +161,19 @@ fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// The labels as given, or `other` in each when the group's budget is spent.
+/// The labels as given, or, past the group's budget or the tenant's share of it, `other`
+/// in each but `tenant` (a group whose first label is `tenant`: the tenant stays visible,
+/// one fallback set per tenant, bounded by the tenants an operator creates).
 fn bounded(group: &'static str, names: &[&'static str], values: &[&str]) -> Vec<Label> {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     values.hash(&mut hasher);
     let hash = hasher.finish();
+    let tenant = (names.first() == Some(&"tenant"))
+        .then(|| values.first().copied())
+        .flatten();
     let budget = BUDGET.get_or_init(|| Mutex::new(HashMap::new()));
     let admitted = match budget.lock() {
-        Ok(mut seen) => {
-            let set = seen.entry(group).or_default();
-            set.contains(&hash) || (set.len() < LABEL_SETS_MAX && set.insert(hash))
-        }
+        Ok(mut seen) => seen.entry(group).or_default().admit(hash, tenant),
         Err(_) => false,
     };
     if !admitted {
@@ -147,9 +183,10 @@ fn bounded(group: &'static str, names: &[&'static str], values: &[&str]) -> Vec<
         .iter()
         .zip(values)
         .map(|(name, value)| {
+            let kept = admitted || (*name == "tenant" && tenant.is_some());
             Label::new(
                 *name,
-                if admitted {
+                if kept {
                     (*value).to_string()
                 } else {
                     "other".into()

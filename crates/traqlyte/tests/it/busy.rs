@@ -127,37 +127,68 @@ async fn sqlite_writes_work_again_after_a_commit_failed_on_a_full_disk() {
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
-/// Request bodies in flight share one room (`--bodies-in-flight-bytes-max`): a body
-/// being sent slowly holds its `Content-Length` of it, a request that finds no room
-/// waits up to half the request timeout and is then answered `503 server_busy` (with
-/// `Retry-After` and `Connection: close`) without its body being read, and a request that
-/// fits is served meanwhile. Many large batches or slow bodies cannot grow the server's
-/// memory past the room (200 batches of 5 MB held 1.7 GB before).
+/// A slow client: a request head announcing a body of `length` bytes (or chunked, when
+/// `None`) and one byte of it, then nothing. It holds its room until dropped.
+async fn slow_body(
+    app: &crate::helpers::TestApp,
+    path: &str,
+    authorization: Option<&str>,
+    length: Option<usize>,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let host = app.address.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&host)
+        .await
+        .expect("connect");
+    let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    let (framing, first) = match length {
+        Some(length) => (format!("Content-Length: {length}"), "["),
+        None => ("Transfer-Encoding: chunked".to_string(), "1\r\n[\r\n"),
+    };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\n{framing}\r\n\r\n{first}"
+    );
+    slow.write_all(head.as_bytes()).await.expect("send");
+    slow
+}
+
+/// A new API key of the app's tenant, as an `Authorization` header value.
+async fn another_key(app: &crate::helpers::TestApp) -> String {
+    let tenant = app.tenant().await;
+    let (key, _) = app.store.create_api_key(&tenant).await.expect("a key");
+    format!("Bearer {}", key.expose())
+}
+
+/// Request bodies in flight share one room (`--bodies-in-flight-bytes-max`), of which one
+/// credential holds at most a quarter: a body being sent slowly holds its
+/// `Content-Length` of its credential's share, a request that finds no room waits up to
+/// half the request timeout and is then answered `503 server_busy` (with `Retry-After` and
+/// `Connection: close`) without its body being read, and a request that fits is served
+/// meanwhile. Many large batches or slow bodies cannot grow the server's memory past the
+/// room (200 batches of 5 MB held 1.7 GB before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bodies_past_the_room_in_flight_are_503_server_busy() {
-    use tokio::io::AsyncWriteExt;
     let config = ServerConfig {
-        bodies_in_flight_bytes_max: 256 * 1024,
+        bodies_in_flight_bytes_max: 1024 * 1024,
         request_timeout_ms: 2_000,
         ..ServerConfig::default()
     };
     let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
     app.register_checkout_contract().await;
-    let host = app.address.trim_start_matches("http://").to_string();
-    // 250 KB announced, a little sent: it holds 245 of the 256 KiB of room.
-    let mut slow = tokio::net::TcpStream::connect(&host)
-        .await
-        .expect("connect");
-    let head = format!(
-        "POST /events/checkout_completed/batch HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 250000\r\n\r\n[",
-        app.key
-    );
-    slow.write_all(head.as_bytes()).await.expect("send");
+    // 250 KB announced, a little sent: it holds 245 of its credential's 256 KiB.
+    let bearer = format!("Bearer {}", app.key);
+    let slow = slow_body(
+        &app,
+        "/events/checkout_completed/batch",
+        Some(&bearer),
+        Some(250_000),
+    )
+    .await;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
     let big = vec![checkout_event("busy-big"); 80];
     let bytes = serde_json::to_vec(&big).expect("JSON").len();
-    assert!(bytes > 12 * 1024, "{bytes} bytes: more than the room left");
+    assert!(bytes > 12 * 1024, "{bytes} bytes: more than the share left");
     let post_big = || {
         app.client
             .post(app.url("/events/checkout_completed/batch"))
@@ -196,15 +227,62 @@ async fn bodies_past_the_room_in_flight_are_503_server_busy() {
     }
 }
 
+/// Slow bodies of one credential, and of clients sending none (Segment's calls with the
+/// `writeKey` in the body, read before it is checked), hold at most their share of the
+/// room (a quarter, and an eighth for all such clients together), so another tenant's
+/// writes go on. Before, one chunked `/v1/batch` with no credential was counted at the
+/// largest body of any route (8 MiB) and about 33 of them held the whole default room:
+/// every tenant's writes were `503` for as long as they trickled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() {
+    let config = ServerConfig {
+        bodies_in_flight_bytes_max: 1024 * 1024,
+        request_timeout_ms: 4_000,
+        ..ServerConfig::default()
+    };
+    let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
+    app.register_checkout_contract().await;
+    let other = another_key(&app).await;
+    let bearer = format!("Bearer {}", app.key);
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        slow.push(slow_body(&app, "/v1/batch", None, None).await);
+        slow.push(slow_body(&app, "/api/v1/lineage", Some(&bearer), Some(8 << 20)).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Another credential writes at once.
+    let batch = vec![checkout_event("other-key"); 40];
+    let started = std::time::Instant::now();
+    let answer = app
+        .client
+        .post(app.url("/events/checkout_completed/batch"))
+        .header("authorization", &other)
+        .json(&batch)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert!(started.elapsed() < std::time::Duration::from_millis(900));
+    // The slow credential finds its share taken.
+    let refused = app.post_event(&checkout_event("same-key")).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.body
+    );
+    drop(slow);
+}
+
 /// A parsed body takes room beside its bytes, as its tree grows: a dense batch (objects
 /// of one key nested three deep, 20 bytes an item and some 1.3 KB parsed) whose bytes fit
-/// the room left beside a slow client, but whose tree does not, waits for room and is
-/// answered `503 server_busy`, nothing stored; once the slow client is gone it is served;
-/// one whose tree is larger than the whole room is `413 body_too_large`. Before, only
-/// bytes were counted, and a few dozen such bodies of a few MB held many GB.
+/// the room left by slow clients, but whose tree does not, waits for room and is answered
+/// `503 server_busy`, nothing stored; once the slow clients are gone it is served; one
+/// whose tree is larger than a credential's share of the room (a quarter) is
+/// `413 body_too_large`.
+/// Before, only bytes were counted, and a few dozen such bodies of a few MB held many GB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
-    use tokio::io::AsyncWriteExt;
     let config = ServerConfig {
         bodies_in_flight_bytes_max: 4 * 1024 * 1024,
         request_timeout_ms: 2_000,
@@ -212,16 +290,13 @@ async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
     };
     let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
     app.register_checkout_contract().await;
-    let host = app.address.trim_start_matches("http://").to_string();
-    // 3.8 MB announced, a little sent: all but about 300 KiB of the room held.
-    let mut slow = tokio::net::TcpStream::connect(&host)
-        .await
-        .expect("connect");
-    let head = format!(
-        "POST /events/checkout_completed/batch HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 3800000\r\n\r\n[",
-        app.key
-    );
-    slow.write_all(head.as_bytes()).await.expect("send");
+    // Four credentials' slow bodies hold all of the room but 64 KiB (a share is 1 MiB).
+    let mut slow = Vec::new();
+    for length in [1 << 20, 1 << 20, 1 << 20, (1 << 20) - (64 << 10)] {
+        let key = another_key(&app).await;
+        let path = "/events/checkout_completed/batch";
+        slow.push(slow_body(&app, path, Some(&key), Some(length)).await);
+    }
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
     let dense = |items: usize| format!("[{}]", vec![r#"{"a":{"b":{"c":{}}}}"#; items].join(","));
@@ -233,25 +308,22 @@ async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
             .body(body)
             .send()
     };
-    assert!(
-        dense(1_000).len() < 32 * 1024,
-        "its bytes fit the room left"
-    );
+    assert!(dense(500).len() < 32 * 1024, "its bytes fit the room left");
     let started = std::time::Instant::now();
-    let refused = post(dense(1_000)).await.expect("sent");
+    let refused = post(dense(500)).await.expect("sent");
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(started.elapsed() >= std::time::Duration::from_millis(900));
     let body: serde_json::Value = refused.json().await.expect("JSON");
     assert_eq!(body["error"]["code"], "server_busy", "{body}");
-    // A light request fits beside the slow one, parsed tree and all.
+    // A light request fits beside the slow ones, parsed tree and all.
     let small = app.post_event(&checkout_event("tree-small")).await;
     assert_eq!(small.status, StatusCode::OK, "{}", small.body);
 
-    // Once the slow client is gone, the dense batch has room.
+    // Once the slow clients are gone, the dense batch has room.
     drop(slow);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        let again = post(dense(1_000)).await.expect("sent");
+        let again = post(dense(500)).await.expect("sent");
         let status = again.status();
         if status != StatusCode::SERVICE_UNAVAILABLE || std::time::Instant::now() > deadline {
             let body: serde_json::Value = again.json().await.expect("JSON");
@@ -259,14 +331,14 @@ async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
             assert_eq!(status, StatusCode::OK, "{body}");
             assert_eq!(
                 (&body["inserted"], &body["rejected"]),
-                (&json!(0), &json!(1_000))
+                (&json!(0), &json!(500))
             );
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    // A body whose tree alone is larger than the room: never served.
-    let too_dense = post(dense(4_000)).await.expect("sent");
+    // A body whose tree alone is larger than a credential's share: never served.
+    let too_dense = post(dense(1_500)).await.expect("sent");
     assert_eq!(too_dense.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let body: serde_json::Value = too_dense.json().await.expect("JSON");
     assert_eq!(body["error"]["code"], "body_too_large", "{body}");

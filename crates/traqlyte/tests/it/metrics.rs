@@ -16,6 +16,78 @@ use traqlyte_server::ServerConfig;
 use crate::helpers::{checkout_event, spawn_app, spawn_app_with, Backend, ServerProcess, TestApp};
 use crate::on_both_backends;
 
+/// One tenant takes at most `TENANT_LABEL_SETS_MAX` (100) of a group's label sets: its
+/// 101st contract is counted as `{tenant="<its id>",contract="other",source="other"}`, the
+/// tenant still named, and another tenant's contract after it keeps its own series. Before,
+/// the 1,000 sets of a group were first come, first served: one tenant registering 1,000
+/// contracts turned every later series of every tenant into `other/other/other`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_tenant_takes_at_most_its_share_of_the_label_sets() {
+    let mut app = spawn_app(Backend::Sqlite).await;
+    let server = ServerProcess::start(app.database_url(), &[]);
+    app.address = server.address.clone();
+    let noisy = tenant_id(&app).await;
+    let share = traqlyte_server::metrics::TENANT_LABEL_SETS_MAX;
+    for n in 0..=share {
+        let name = format!("spam{n}");
+        let contract = json!({"name": name, "version": 1, "fields": [{"pointer": "/id"}]});
+        assert_eq!(
+            app.post_json("/contracts", &contract).await.status,
+            StatusCode::CREATED
+        );
+        let stored = app
+            .post_json(&format!("/events/{name}"), &json!({"id": n}))
+            .await;
+        assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    }
+    let victim_key = app.other_tenant_key().await;
+    let contract = json!({"name": "checkout", "version": 1, "fields": [{"pointer": "/id"}]});
+    for (path, body) in [
+        ("/contracts", contract),
+        ("/events/checkout", json!({"id": 1})),
+    ] {
+        let answer = app
+            .send(
+                app.client
+                    .post(app.url(path))
+                    .bearer_auth(&victim_key)
+                    .json(&body),
+            )
+            .await;
+        assert!(answer.status.is_success(), "{path}: {}", answer.body);
+    }
+    let samples = scrape_at(&app, &server.address).await;
+    let inserted =
+        |labels: &[(&str, &str)]| value_of(&samples, "traqlyte_events_inserted_total", labels);
+    for n in 0..share {
+        let contract = format!("spam{n}");
+        assert_eq!(
+            inserted(&[("tenant", &noisy), ("contract", &contract)]),
+            1.0,
+            "{contract}"
+        );
+    }
+    let past_share = format!("spam{share}");
+    assert_eq!(inserted(&[("contract", &past_share)]), 0.0);
+    assert_eq!(
+        inserted(&[
+            ("tenant", &noisy),
+            ("contract", "other"),
+            ("source", "other")
+        ]),
+        1.0
+    );
+    assert_eq!(inserted(&[("contract", "checkout")]), 1.0);
+    assert_eq!(
+        value_of(
+            &samples,
+            "traqlyte_metrics_label_overflow_total",
+            &[("group", "events")]
+        ),
+        1.0
+    );
+}
+
 on_both_backends!(
     the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition_format,
     a_metrics_token_is_required_when_set,

@@ -36,6 +36,9 @@ use config::{
     REJECTIONS_PAGE_DEFAULT, REJECTIONS_PAGE_MAX, SOURCES_PAGE_DEFAULT,
 };
 
+/// The largest body any `/v1/*` call reads (Segment's 500 KB a batch request).
+pub(crate) const BODY_BYTES_MAX: usize = BATCH_BYTES_MAX;
+
 /// The answer Segment's libraries expect.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Success {
