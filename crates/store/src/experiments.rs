@@ -136,8 +136,8 @@ const SELECT_UNITS_BY_VERSION: &str =
 const SELECT_DUPLICATES_OVER_TIME: &str = "SELECT bucket_start_us, arm, duplicates FROM (
          SELECT (arrived_at_us / $3) * $3 AS bucket_start_us, arm, COUNT(*) AS duplicates
          FROM outcome_duplicates WHERE tenant_id = $1 AND campaign_id = $2{version}
-         GROUP BY bucket_start_us, arm ORDER BY bucket_start_us DESC, arm DESC LIMIT $4
-     ) newest ORDER BY bucket_start_us, arm";
+         GROUP BY bucket_start_us, arm ORDER BY bucket_start_us DESC, arm{bytes} DESC LIMIT $4
+     ) newest ORDER BY bucket_start_us, arm{bytes}";
 
 /// Logged outcome collisions of a campaign per (metric, arm), summed over its versions:
 /// one read of `outcome_collision_counts` by its primary key's prefix, kept in step by the
@@ -228,7 +228,8 @@ impl Store {
         bucket_us: i64,
         rows_max: i64,
     ) -> Result<Vec<DuplicatesInBucket>, StoreError> {
-        let sql = SELECT_DUPLICATES_OVER_TIME.replace("{version}", &of_version(version));
+        let sql = self
+            .in_byte_order(&SELECT_DUPLICATES_OVER_TIME.replace("{version}", &of_version(version)));
         with_pool!(self, reader, |pool| {
             let query = sqlx::query_as(&sql)
                 .bind(tenant.as_str())

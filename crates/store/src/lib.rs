@@ -402,6 +402,19 @@ impl Store {
         }
     }
 
+    /// `sql` with each `{bytes}` (after a text expression in an `ORDER BY`) made to order
+    /// by the text's bytes, code point order, on both backends: PostgreSQL's
+    /// `COLLATE "C"`, whatever the database's collation; nothing on SQLite, whose `BINARY`
+    /// default is that order. A listing of names mixing cases or accents then reads the
+    /// same on both (a database created with a linguistic collation sorted them otherwise).
+    pub(crate) fn in_byte_order(&self, sql: &str) -> String {
+        let clause = match self.backend {
+            Backend::Sqlite(_) => "",
+            Backend::Postgres(_) => " COLLATE \"C\"",
+        };
+        sql.replace("{bytes}", clause)
+    }
+
     /// The statement written for this store's backend, where the two differ.
     pub(crate) fn by_backend(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
         match self.backend {

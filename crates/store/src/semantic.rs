@@ -119,7 +119,7 @@ const DELETE_OLDER_SCANS: &str = "DELETE FROM semantic_scans
 
 const SELECT_SCANS: &str = "SELECT report FROM semantic_scans
      WHERE tenant_id = $1 AND (CAST($2 AS TEXT) IS NULL OR contract_name = CAST($2 AS TEXT))
-     ORDER BY contract_name, contract_version, scanned_at_us";
+     ORDER BY contract_name{bytes}, contract_version, scanned_at_us";
 
 impl Store {
     /// Scans the scope's events, field by field, reporting progress before each field and
@@ -204,8 +204,9 @@ impl Store {
         tenant: &TenantId,
         contract: Option<&str>,
     ) -> Result<Vec<SemanticScan>, StoreError> {
+        let sql = self.in_byte_order(SELECT_SCANS);
         let reports: Vec<String> = with_pool!(self, reader, |pool| {
-            let query = sqlx::query_scalar(SELECT_SCANS)
+            let query = sqlx::query_scalar(&sql)
                 .bind(tenant.as_str())
                 .bind(contract);
             query.fetch_all(pool).await?
@@ -260,8 +261,9 @@ impl Store {
         removed.sort_by(|a, b| a.removal_order(b));
         let rows: Vec<GroupRow> = match &self.backend {
             Backend::Postgres(pg) => {
+                let nul_marker = crate::model::random_hex(16);
                 let run = |safe: bool| {
-                    let sql = pg_field_sql(removed.len(), safe);
+                    let sql = pg_field_sql(removed.len(), safe, &nul_marker);
                     let removed = &removed;
                     async move {
                         let mut query = sqlx::query_as(&sql)
@@ -342,13 +344,17 @@ fn outer_sql(inner: &str) -> String {
 }
 
 /// PostgreSQL: `removed` pointers bound as `text[]` paths from `$5` on. A payload may
-/// hold a NUL (`\u0000` in its JSON text), which `jsonb` refuses: it is read as U+FFFD,
-/// the same for every row, so the grouping is unchanged and the scan never fails on it.
+/// hold a NUL (`\u0000` in its JSON text), which `jsonb` refuses: it is read as U+FFFD
+/// followed by `nul_marker` (hex digits drawn at random for the scan), the same for every
+/// row, so payloads equal but for their NULs group together and the scan never fails on
+/// them; no payload holds the marker, so none holding U+FFFD itself is taken for one
+/// holding a NUL (they were, when a NUL was read as U+FFFD alone).
 /// `safe`: through `traqlyte_jsonb_remove` (migration `0025`), which leaves a payload
 /// as it is where a path names a key inside an array (`#-` fails the statement there),
 /// at the cost of a subtransaction a call; the scan uses it only after `#-` failed.
-fn pg_field_sql(removed: usize, safe: bool) -> String {
-    let document = "CAST(replace(payload, '\\u0000', '\\ufffd') AS JSONB)";
+fn pg_field_sql(removed: usize, safe: bool, nul_marker: &str) -> String {
+    debug_assert!(nul_marker.bytes().all(|b| b.is_ascii_hexdigit()));
+    let document = format!("CAST(replace(payload, '\\u0000', '\\ufffd{nul_marker}') AS JSONB)");
     let removal = if safe {
         (0..removed).fold(document.to_string(), |doc, i| {
             format!("traqlyte_jsonb_remove({doc}, CAST(${} AS TEXT[]))", i + 5)

@@ -659,7 +659,8 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &CampaignId,
     ) -> Result<Vec<BindingInfo>, StoreError> {
-        let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY metric, event");
+        let select = format!("SELECT {BINDING_COLUMNS} FROM metric_bindings WHERE tenant_id = $1 AND campaign_id = $2 ORDER BY metric{{bytes}}, event{{bytes}}");
+        let select = self.in_byte_order(&select);
         let (bindings, counts) = with_pool!(self, reader, |pool| {
             let bindings: Vec<MetricBinding> = sqlx::query_as(&select)
                 .bind(tenant.as_str())

@@ -50,6 +50,30 @@ fn unique_name(prefix: &str) -> String {
 }
 
 impl TestDb {
+    /// A fresh PostgreSQL database created with `options` after its name (e.g. a
+    /// collation: `TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'`).
+    pub async fn create_postgres_with(options: &str) -> TestDb {
+        let name = unique_name("traqlyte_it");
+        let admin = pg_admin_url();
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|err| {
+                panic!("PostgreSQL must be reachable at {admin} for these tests: {err}")
+            });
+        sqlx::query(&format!("CREATE DATABASE {name} {options}"))
+            .execute(&mut conn)
+            .await
+            .expect("create test database");
+        let base = admin
+            .rsplit_once('/')
+            .map(|(base, _)| base.to_string())
+            .unwrap_or(admin);
+        TestDb {
+            url: format!("{base}/{name}"),
+            cleanup: Cleanup::PgDatabase(name),
+        }
+    }
+
     pub async fn create(backend: Backend) -> TestDb {
         match backend {
             Backend::Sqlite => {
@@ -59,27 +83,7 @@ impl TestDb {
                     cleanup: Cleanup::File(path),
                 }
             }
-            Backend::Postgres => {
-                let name = unique_name("traqlyte_it");
-                let admin = pg_admin_url();
-                let mut conn = sqlx::PgConnection::connect(&admin)
-                    .await
-                    .unwrap_or_else(|err| {
-                        panic!("PostgreSQL must be reachable at {admin} for these tests: {err}")
-                    });
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&mut conn)
-                    .await
-                    .expect("create test database");
-                let base = admin
-                    .rsplit_once('/')
-                    .map(|(base, _)| base.to_string())
-                    .unwrap_or(admin);
-                TestDb {
-                    url: format!("{base}/{name}"),
-                    cleanup: Cleanup::PgDatabase(name),
-                }
-            }
+            Backend::Postgres => TestDb::create_postgres_with("").await,
         }
     }
 }
@@ -144,10 +148,18 @@ pub async fn spawn_app_with(backend: Backend, config: ServerConfig) -> TestApp {
 /// [`spawn_app_with`], the store's configuration first changed by `tune`.
 pub async fn spawn_app_with_store(
     backend: Backend,
+    config: ServerConfig,
+    tune: impl FnOnce(&mut StoreConfig),
+) -> TestApp {
+    spawn_app_on(TestDb::create(backend).await, config, tune).await
+}
+
+/// A server over `db`, with a tenant and its key.
+pub async fn spawn_app_on(
+    db: TestDb,
     mut config: ServerConfig,
     tune: impl FnOnce(&mut StoreConfig),
 ) -> TestApp {
-    let db = TestDb::create(backend).await;
     let mut store_config = StoreConfig::new(&db.url);
     tune(&mut store_config);
     let store = Store::connect(&store_config).await.expect("connect");

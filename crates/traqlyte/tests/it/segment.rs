@@ -827,6 +827,36 @@ async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: 
     assert_eq!(twin.status, StatusCode::OK, "{}", twin.body);
 }
 
+/// On a PostgreSQL database of a linguistic collation (ICU `en-US`, which sorts `click`
+/// before `Click` and `événement` before `Zap`), a campaign's bindings are listed in the
+/// order SQLite gives, the texts' code points: `Click, Zap, click, événement`. They
+/// followed the database's collation, so one campaign read differently on the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bindings_are_listed_in_code_point_order_whatever_the_databases_collation() {
+    let db = crate::helpers::TestDb::create_postgres_with(
+        "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'",
+    )
+    .await;
+    let app =
+        crate::helpers::spawn_app_on(db, traqlyte_server::ServerConfig::default(), |_| {}).await;
+    let (campaign, _) = campaign_with_units(&app, &[]).await;
+    let path = format!("/campaigns/{campaign}/bindings");
+    for event in ["événement", "click", "Zap", "Click"] {
+        let answer = app
+            .post_json(&path, &json!({"metric": "purchase", "event": event}))
+            .await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+    let listed = app.get(&path).await;
+    let events: Vec<&str> = listed.body["bindings"]
+        .as_array()
+        .expect("bindings")
+        .iter()
+        .map(|b| b["event"].as_str().expect("an event"))
+        .collect();
+    assert_eq!(events, ["Click", "Zap", "click", "événement"]);
+}
+
 /// A campaign with a conversion and a sum metric, published, with `units` assigned.
 pub(crate) async fn campaign_with_units(
     app: &TestApp,

@@ -15,6 +15,7 @@ crate::on_both_backends!(
     the_scan_names_an_emit_time_in_the_identity_with_its_group_count,
     a_sound_contract_has_no_semantic_duplicates,
     payloads_holding_nul_are_scanned_like_any_other,
+    a_nul_and_a_replacement_character_are_not_taken_for_one_another,
     serve_runs_the_scan_periodically_and_shows_it_per_tenant,
     array_elements_are_removed_later_index_first,
     a_tenant_whose_contracts_cannot_be_read_does_not_stop_the_scan_of_the_others,
@@ -196,6 +197,24 @@ async fn a_sound_contract_has_no_semantic_duplicates(backend: Backend) {
 }
 
 /// Event payloads keep NUL (`routes/text.rs`), which PostgreSQL's `jsonb` refuses: the
+/// Two events of one user and page, emitted at two times, whose `referrer` holds a NUL in
+/// one and U+FFFD in the other: their content differs, so the scan names no suspect.
+/// PostgreSQL read a NUL as U+FFFD for the grouping and named `/emitted_at` for them.
+async fn a_nul_and_a_replacement_character_are_not_taken_for_one_another(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let answer = app.post_json("/contracts", &page_view_contract(1)).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    for (attempt, referrer) in [(1, "a\u{0}b"), (2, "a\u{fffd}b")] {
+        let mut view = page_view("u1", "/nul", attempt);
+        view["referrer"] = json!(referrer);
+        let answer = app.post_json("/events/page_view?version=1", &view).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    let scan = scan_cli(&app, 1, &[]);
+    assert_eq!(scan["events"], 2, "{scan}");
+    assert_eq!(scan["findings"], json!([]), "{scan}");
+}
+
 /// scan reads it as U+FFFD rather than failing on the contract.
 async fn payloads_holding_nul_are_scanned_like_any_other(backend: Backend) {
     let app = spawn_app(backend).await;
