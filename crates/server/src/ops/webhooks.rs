@@ -178,9 +178,13 @@ fn signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Option<Stri
 /// timeout, and a moment to record them.
 pub(crate) const STOP_GRACE: Duration = Duration::from_millis(WEBHOOK_TIMEOUT_MS + 2_000);
 
-/// Polls the outbox until `stopping` turns true; a round in flight is finished (posted
-/// and recorded) first, so a stopping server leaves no delivery posted but unrecorded,
-/// which its lease would post again after a restart.
+/// Polls the outbox until `stopping` turns true, each poll claiming as many deliveries as
+/// [`DELIVERIES_PER_CLAIM_MAX`] leaves beside the posts still in flight: a post waits for
+/// no other, so a receiver that never answers holds only its own deliveries (each up to
+/// the timeout), never the polls after it, and other tenants' collisions go out on the
+/// next poll. Before stopping, the posts in flight are finished (posted and recorded), so
+/// a stopping server leaves no delivery posted but unrecorded, which its lease would post
+/// again after a restart.
 pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Receiver<bool>) {
     let mut owner_bytes = [0u8; 8];
     if getrandom::getrandom(&mut owner_bytes).is_err() {
@@ -205,16 +209,23 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
     };
     let mut ticker = tokio::time::interval(Duration::from_millis(DISPATCH_EVERY_MS));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut posts = tokio::task::JoinSet::new();
     loop {
-        // Stopping wins over an overdue tick: no round starts once the server stops.
+        // Stopping wins over an overdue tick: no poll starts once the server stops.
         tokio::select! {
             biased;
-            _ = stopping.wait_for(|stop| *stop) => return,
+            _ = stopping.wait_for(|stop| *stop) => break,
             _ = ticker.tick() => {}
+        }
+        while posts.try_join_next().is_some() {}
+        let in_flight = u32::try_from(posts.len()).unwrap_or(u32::MAX);
+        let room = DELIVERIES_PER_CLAIM_MAX.saturating_sub(in_flight);
+        if room == 0 {
+            continue;
         }
         let claimed = match state
             .store
-            .claim_deliveries(&owner, DELIVERY_LEASE_MS * 1_000, DELIVERIES_PER_CLAIM_MAX)
+            .claim_deliveries(&owner, DELIVERY_LEASE_MS * 1_000, room)
             .await
         {
             Ok(claimed) => claimed,
@@ -223,10 +234,6 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
                 continue;
             }
         };
-        // All of a claim at once: one slow or unreachable receiver then holds a round up
-        // for one timeout, not one timeout per delivery queued behind it (50 × 10 s would
-        // outlive the lease, and other tenants' collisions would wait that long).
-        let mut posts = tokio::task::JoinSet::new();
         for delivery in claimed {
             let (state, client, owner) = (state.clone(), client.clone(), owner.clone());
             let stopping = stopping.clone();
@@ -236,8 +243,8 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
                 }
             });
         }
-        while posts.join_next().await.is_some() {}
     }
+    while posts.join_next().await.is_some() {}
 }
 
 /// Posts one delivery and records its result. A delivery whose post has not begun when

@@ -29,6 +29,7 @@ on_both_backends!(
     collisions_are_listed_newest_first_with_their_field_diffs_and_paginated,
     a_webhook_receives_each_collision_once,
     unreachable_receivers_do_not_hold_back_a_working_one,
+    a_receiver_that_never_answers_does_not_delay_later_collisions,
     a_webhook_url_is_measured_as_stored,
     the_ops_page_in_chromium_shows_the_numbers_of_the_json,
     a_stopping_server_finishes_and_records_its_webhook_round,
@@ -526,6 +527,40 @@ async fn unreachable_receivers_do_not_hold_back_a_working_one(backend: Backend) 
         closed.load(std::sync::atomic::Ordering::Relaxed),
         0,
         "the working receiver waited for an unreachable one's timeout"
+    );
+}
+
+/// A post waits for no other: while a receiver that never answers holds its delivery up to
+/// the 10 s timeout, a collision logged after it reaches a working receiver on the next
+/// poll. The dispatcher waited for every post of a round before its next poll, so one
+/// tenant's hanging receiver delayed every tenant's alerts by the timeout, poll after poll.
+async fn a_receiver_that_never_answers_does_not_delay_later_collisions(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let (hole, closed) = black_hole().await;
+    let created = app
+        .post_json("/ops/webhooks", &json!({"url": format!("{hole}/hook")}))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    collide(&app, "into-the-hole", "other", 129.99).await;
+    // Two polls: the hole's delivery is posted and hangs.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (url, (_, seen)) = receiver().await;
+    let created = app.post_json("/ops/webhooks", &json!({"url": url})).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    collide(&app, "after-the-hole", "other", 129.99).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().expect("lock").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the working receiver got nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        closed.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the later collision waited for the hanging post's timeout"
     );
 }
 
