@@ -155,18 +155,39 @@ impl Rooms {
         }
     }
 
-    /// The share of the credential `headers` carry, and its size in KiB.
-    fn share(&self, headers: &HeaderMap) -> (std::sync::Arc<tokio::sync::Semaphore>, u32) {
+    /// The share of the credential a request to `path` presents, and its size in KiB:
+    /// the key itself, however the header spells it (`Bearer K`, `bearer  K`: one share),
+    /// and Segment's write key of a Basic header on `/v1/*`. A request presenting none
+    /// its route takes (no header, another scheme, a malformed one) is anonymous: the
+    /// routes that take a header credential refuse it before reading the body, and
+    /// `/v1/*` reads the body to find `writeKey` there.
+    fn share(
+        &self,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> (std::sync::Arc<tokio::sync::Semaphore>, u32) {
         use std::hash::BuildHasher;
-        match headers.get(axum::http::header::AUTHORIZATION) {
-            Some(value) => {
-                let slot = self.hasher.hash_one(value.as_bytes()) as usize % self.shares.len();
+        let credential = if path.starts_with("/v1/") {
+            crate::connectors::segment::auth::presented_write_key(headers)
+        } else {
+            crate::auth::bearer_key(headers)
+                .ok()
+                .map(|key| key.expose().to_string())
+        };
+        match credential {
+            Some(credential) => {
+                let slot = self.hasher.hash_one(credential) as usize % self.shares.len();
                 (self.shares[slot].clone(), self.share_kib)
             }
             None => (self.anonymous.clone(), self.anonymous_kib),
         }
     }
 }
+
+/// Room a body of known length takes at once, for each of its bytes: the bytes and a
+/// tree of up to 5 times them (a batch of flat events parses into about 4 times its
+/// text; the rest of a denser tree is taken as it is parsed).
+const BODY_AND_TREE_PER_BYTE: usize = 6;
 
 fn budget_kib(config: &crate::ServerConfig) -> usize {
     let kib = config.bodies_in_flight_bytes_max.div_ceil(1024).max(1);
@@ -202,18 +223,28 @@ pub(crate) async fn take_room(
     use axum::response::IntoResponse;
     let largest = route_bytes_max(&state.config, request.uri().path());
     let headers = request.headers();
-    let bytes = match declared_length(headers) {
+    let (bytes, known_length) = match declared_length(headers) {
         Some(0) => return next.run(request).await,
         None if !headers.contains_key(axum::http::header::TRANSFER_ENCODING) => {
             return next.run(request).await
         }
-        Some(length) if !headers.contains_key(CONTENT_ENCODING) => {
-            usize::try_from(length).map_or(largest, |length| length.min(largest))
-        }
-        _ => largest,
+        Some(length) if !headers.contains_key(CONTENT_ENCODING) => (
+            usize::try_from(length).map_or(largest, |length| length.min(largest)),
+            true,
+        ),
+        _ => (largest, false),
+    };
+    // A body of known length takes room for its likely tree too, so requests that fit
+    // are admitted whole and seldom wait halfway (a request waiting for more room holds
+    // what it has, and requests holding each other up end in 503s). One sent without a
+    // length, or compressed, is counted at its route's largest, which usually covers it.
+    let bytes = if known_length {
+        bytes.saturating_mul(BODY_AND_TREE_PER_BYTE)
+    } else {
+        bytes
     };
     let rooms = &state.bodies;
-    let (share, share_kib) = rooms.share(headers);
+    let (share, share_kib) = rooms.share(request.uri().path(), headers);
     let kib = kib_of(bytes.max(1)).min(share_kib);
     let wait = room_wait(&state.config);
     let deadline = tokio::time::Instant::now() + wait;
@@ -230,6 +261,7 @@ pub(crate) async fn take_room(
         kib_free_to_take: share_kib.min(rooms.all_kib) - kib,
         wait,
         _body: [of_share, of_all],
+        body_kib: kib,
         tree: Vec::new(),
         tree_kib: 0,
     };
@@ -252,8 +284,10 @@ struct Room {
     /// never waits for room it holds itself.
     kib_free_to_take: u32,
     wait: std::time::Duration,
-    /// The room for the body's bytes.
+    /// The room taken for the body (`body_kib`): its bytes, and what they leave of it
+    /// for its tree.
     _body: [tokio::sync::OwnedSemaphorePermit; 2],
+    body_kib: u32,
     /// The room for the parsed tree, `tree_kib` in all.
     tree: Vec<[tokio::sync::OwnedSemaphorePermit; 2]>,
     tree_kib: u32,
@@ -315,7 +349,7 @@ pub(crate) async fn parse_in_room<T>(
         // The meter lives in this block only: it is not `Send`, and the wait below is an
         // await point of the handler's future.
         let parsed = {
-            let granted = ROOM.with(|room| room.borrow().tree_kib as usize * 1024);
+            let granted = ROOM.with(|room| room.borrow().for_tree(bytes.len()));
             let mut more = |needed: usize, wanted: usize| {
                 ROOM.with(|room| room.borrow_mut().take_now(needed, wanted))
             };
@@ -328,33 +362,47 @@ pub(crate) async fn parse_in_room<T>(
         // The partial tree is gone: its room is given back before waiting (requests
         // waiting for room hold none for a tree, so they cannot hold each other up), then
         // twice what it reached is waited for, at most what the request may take.
-        let (share, all, wait, most) = ROOM.with(|room| {
+        let (share, all, wait, most, slack) = ROOM.with(|room| {
             let mut room = room.borrow_mut();
             room.release_tree();
+            let slack = room.for_tree(bytes.len());
             let room = &*room;
             (
                 room.share.clone(),
                 room.all.clone(),
                 room.wait,
                 room.kib_free_to_take,
+                slack,
             )
         });
-        if kib_of(used) > most {
+        if used > slack.saturating_add(most as usize * 1024) {
             return Err(ApiError::new(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 format!(
-                    "the body parses into more memory than one client may hold of the room for request bodies (more than {used} bytes; a quarter of --bodies-in-flight-bytes-max); send it in smaller parts"
+                    "the body parses into more memory than one client may hold of the room for request bodies (more than {used} bytes; its share of --bodies-in-flight-bytes-max); send it in smaller parts"
                 ),
             ));
         }
-        let kib = kib_of(used.saturating_mul(2)).min(most);
+        let kib = kib_of(used.saturating_mul(2).saturating_sub(slack)).clamp(1, most);
         let deadline = tokio::time::Instant::now() + wait;
         let of_share = take(&share, kib, wait).await.ok_or_else(busy)?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let of_all = take(&all, kib, left).await.ok_or_else(busy)?;
         ROOM.with(|room| room.borrow_mut().hold([of_share, of_all], kib));
     }
+}
+
+/// [`parse_in_room`] for a parse whose tree `parse` drops before returning (it keeps only
+/// what it derives, such as a canonical form): the room the tree took is given back
+/// after it, for the handler's own parse of the same body.
+pub(crate) async fn parse_transient<T>(
+    bytes: &[u8],
+    parse: impl Fn(&[u8], &json::Meter) -> Result<T, json::ParseError>,
+) -> Result<Result<T, json::ParseError>, ApiError> {
+    let parsed = parse_in_room(bytes, parse).await;
+    let _ = ROOM.try_with(|room| room.borrow_mut().release_tree());
+    parsed
 }
 
 impl Room {
@@ -382,6 +430,12 @@ impl Room {
         self.kib_free_to_take -= kib;
         self.tree_kib += kib;
         self.tree.push(permit);
+    }
+
+    /// Bytes the tree of a body of `bytes` may take: what the body's room leaves, and
+    /// the room taken for the tree.
+    fn for_tree(&self, bytes: usize) -> usize {
+        (self.body_kib as usize * 1024).saturating_sub(bytes) + self.tree_kib as usize * 1024
     }
 
     /// Gives back the room held for the tree.

@@ -2,8 +2,10 @@
 
 /// The default of [`ServerConfig::lineage_body_bytes_max`]: 8 MiB.
 pub const LINEAGE_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
-/// The default of [`ServerConfig::bodies_in_flight_bytes_max`]: 256 MiB.
-pub const BODIES_IN_FLIGHT_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// The default of [`ServerConfig::bodies_in_flight_bytes_max`]: 1 GiB (it counts parsed
+/// trees too, several times their bodies: 256 MiB of bytes, the earlier default, held
+/// over 1 GiB of trees of flat events).
+pub const BODIES_IN_FLIGHT_BYTES_MAX: usize = 1024 * 1024 * 1024;
 /// The default of [`ServerConfig::lineage_json_depth_max`].
 pub const LINEAGE_JSON_DEPTH_MAX: usize = 64;
 
@@ -38,11 +40,12 @@ pub struct ServerConfig {
     /// contract of every tenant (`None`: never; docs/semantic-scan.md).
     pub semantic_scan_every_ms: Option<u64>,
     /// Most memory of request bodies being read or handled at once, summed over every
-    /// request: each body's bytes (its `Content-Length`, or the largest body a route takes
-    /// when it sends none or is compressed) and, as it is parsed, its JSON tree's
-    /// estimated bytes (`traqlyte_identity::json::Meter`, 2 to 100 times the text). Past
-    /// it a request waits for room, then is answered `503 server_busy`; a body whose tree
-    /// alone exceeds it is `413 body_too_large`. This bounds the server's memory under
+    /// request: each body's bytes (its `Content-Length`, or the largest body its route
+    /// takes when it sends none or is compressed) and its JSON tree's estimated bytes
+    /// (`traqlyte_identity::json::Meter`, 2 to 100 times the text), of which one
+    /// credential takes at most a quarter (`body::Rooms`). Past it a request waits for
+    /// room, then is answered `503 server_busy`; a body whose tree alone exceeds its
+    /// share is `413 body_too_large`. This bounds the server's memory under
     /// many large concurrent batches, dense bodies or slowly sent bodies.
     pub bodies_in_flight_bytes_max: usize,
     /// A request (body reading and handling) taking longer than this is answered 408 and

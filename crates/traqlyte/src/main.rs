@@ -167,12 +167,13 @@ struct ServeArgs {
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_ms: u64,
     /// Most memory of request bodies read or handled at once, over every request: each
-    /// body's bytes (its Content-Length, or the largest body a route takes when it has
-    /// none or is compressed) and, as it is parsed, its JSON tree (2 to 100 times its
-    /// bytes, estimated). Past it a request waits up to half the request timeout (5 s at
-    /// most) for room, then is answered 503 server_busy; a body whose tree alone exceeds
-    /// it is 413 body_too_large. Bounds memory under many large batches, dense bodies or
-    /// slowly sent bodies.
+    /// body's bytes (its Content-Length, or the largest body its route takes when it has
+    /// none or is compressed) and its JSON tree (2 to 100 times its bytes, estimated; 6
+    /// times a body of known length is taken at once). One credential takes at most a
+    /// quarter, requests without one an eighth together. Past it a request waits up to
+    /// half the request timeout (5 s at most) for room, then is answered 503
+    /// server_busy; a body whose tree alone exceeds its share is 413 body_too_large.
+    /// Bounds memory under many large batches, dense bodies or slowly sent bodies.
     #[arg(long, default_value_t = traqlyte_server::BODIES_IN_FLIGHT_BYTES_MAX,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
     bodies_in_flight_bytes_max: usize,

@@ -77,7 +77,19 @@ async fn protect(state: AppState, request: Request, next: Next) -> Result<Respon
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
-    let checksum = request_checksum(parts.method.as_str(), target, &bytes);
+    // The canonical form's tree takes room while it lives (its room is given back once
+    // the form is written), as the handler's parse does: unbounded, it let bodies sent
+    // with a key take twice the memory the room allows.
+    let canonical = crate::body::parse_transient(&bytes, |bytes, meter| {
+        json::parse_in(bytes, json::DEPTH_MAX_CEILING, meter).map(|value| canonical::jcs(&value))
+    })
+    .await
+    .map_err(IntoResponse::into_response)?;
+    let checksum = checksum_of(
+        parts.method.as_str(),
+        target,
+        canonical.as_deref().unwrap_or(&bytes),
+    );
     let (owner, mut reservation) = claim(&state, &tenant, &key, &checksum).await?;
     let slot = Arc::new(Mutex::new(None));
     parts.extensions.insert(WorkSlot(slot.clone()));
@@ -300,15 +312,20 @@ fn key_from(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
 /// retry look like a different request. Strings are hashed as sent, not in NFC: the
 /// handlers keep a unit id or a name byte for byte, so two spellings are two requests.
 pub fn request_checksum(method: &str, target: &str, body: &[u8]) -> String {
+    let canonical = json::parse(body, json::DEPTH_MAX_CEILING)
+        .ok()
+        .map(|value| canonical::jcs(&value));
+    checksum_of(method, target, canonical.as_deref().unwrap_or(body))
+}
+
+/// [`request_checksum`] of a body already in its canonical form (or raw, not JSON).
+fn checksum_of(method: &str, target: &str, canonical: &[u8]) -> String {
     let mut hasher = Sha256::new();
     hasher.update(method.as_bytes());
     hasher.update(b"\n");
     hasher.update(target.as_bytes());
     hasher.update(b"\n");
-    let canonical = json::parse(body, json::DEPTH_MAX_CEILING)
-        .ok()
-        .map(|value| canonical::jcs(&value));
-    hasher.update(canonical.as_deref().unwrap_or(body));
+    hasher.update(canonical);
     hasher
         .finalize()
         .iter()

@@ -210,6 +210,9 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
     let mut ticker = tokio::time::interval(Duration::from_millis(DISPATCH_EVERY_MS));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut posts = tokio::task::JoinSet::new();
+    // The deliveries being posted: a claim may return one again if its post outlived the
+    // lease (the same owner claims it), and it must not go out twice.
+    let mut in_flight = std::collections::HashSet::new();
     loop {
         // Stopping wins over an overdue tick: no poll starts once the server stops.
         tokio::select! {
@@ -217,9 +220,13 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
             _ = stopping.wait_for(|stop| *stop) => break,
             _ = ticker.tick() => {}
         }
-        while posts.try_join_next().is_some() {}
-        let in_flight = u32::try_from(posts.len()).unwrap_or(u32::MAX);
-        let room = DELIVERIES_PER_CLAIM_MAX.saturating_sub(in_flight);
+        while let Some(done) = posts.try_join_next() {
+            if let Ok(delivery_id) = done {
+                in_flight.remove(&delivery_id);
+            }
+        }
+        let posting = u32::try_from(posts.len()).unwrap_or(u32::MAX);
+        let room = DELIVERIES_PER_CLAIM_MAX.saturating_sub(posting);
         if room == 0 {
             continue;
         }
@@ -235,12 +242,16 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
             }
         };
         for delivery in claimed {
+            if !in_flight.insert(delivery.delivery_id.clone()) {
+                continue;
+            }
             let (state, client, owner) = (state.clone(), client.clone(), owner.clone());
             let stopping = stopping.clone();
             posts.spawn(async move {
                 if let Err(err) = deliver(&state, &client, &owner, &delivery, &stopping).await {
                     tracing::warn!(error = %err, delivery = %delivery.delivery_id, "webhook delivery not recorded; its lease will run out");
                 }
+                delivery.delivery_id
             });
         }
     }

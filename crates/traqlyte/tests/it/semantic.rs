@@ -196,7 +196,6 @@ async fn a_sound_contract_has_no_semantic_duplicates(backend: Backend) {
     assert_eq!(scan["findings"], json!([]), "{scan}");
 }
 
-/// Event payloads keep NUL (`routes/text.rs`), which PostgreSQL's `jsonb` refuses: the
 /// Two events of one user and page, emitted at two times, whose `referrer` holds a NUL in
 /// one and U+FFFD in the other: their content differs, so the scan names no suspect.
 /// PostgreSQL read a NUL as U+FFFD for the grouping and named `/emitted_at` for them.
@@ -215,7 +214,8 @@ async fn a_nul_and_a_replacement_character_are_not_taken_for_one_another(backend
     assert_eq!(scan["findings"], json!([]), "{scan}");
 }
 
-/// scan reads it as U+FFFD rather than failing on the contract.
+/// Event payloads keep NUL (`routes/text.rs`), which PostgreSQL's `jsonb` refuses: the
+/// scan reads it (as U+FFFD and a marker) rather than failing on the contract.
 async fn payloads_holding_nul_are_scanned_like_any_other(backend: Backend) {
     let app = spawn_app(backend).await;
     assert_eq!(feed(&app, 1).await, 10);

@@ -57,6 +57,11 @@ fn unknown() -> ApiError {
     ApiError::unauthorized("unknown or revoked write key")
 }
 
+/// The write key of a Basic `Authorization` header, when it holds one (unchecked).
+pub(crate) fn presented_write_key(headers: &HeaderMap) -> Option<String> {
+    header_key(headers).ok().flatten()
+}
+
 /// The user name of a Basic `Authorization` header; `None` without one.
 fn header_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(encoded) = basic_credentials(headers) else {

@@ -9,7 +9,7 @@
 //! `200 {"success": true}` only after the commit. Also the tenant's views: `GET /sources`,
 //! `GET /sources/{id}/rejections`, and the bindings of a campaign (`bindings`).
 
-mod auth;
+pub(crate) mod auth;
 pub(crate) mod bindings;
 mod config;
 pub(crate) mod ingest;
