@@ -260,7 +260,7 @@ pub(crate) async fn take_room(
         share,
         kib_free_to_take: share_kib.min(rooms.all_kib) - kib,
         wait,
-        _body: [of_share, of_all],
+        body: [of_share, of_all],
         body_kib: kib,
         tree: Vec::new(),
         tree_kib: 0,
@@ -286,7 +286,7 @@ struct Room {
     wait: std::time::Duration,
     /// The room taken for the body (`body_kib`): its bytes, and what they leave of it
     /// for its tree.
-    _body: [tokio::sync::OwnedSemaphorePermit; 2],
+    body: [tokio::sync::OwnedSemaphorePermit; 2],
     body_kib: u32,
     /// The room for the parsed tree, `tree_kib` in all.
     tree: Vec<[tokio::sync::OwnedSemaphorePermit; 2]>,
@@ -331,8 +331,9 @@ pub(crate) fn busy() -> ApiError {
 /// Parses `bytes` with `parse`, its tree taking room beside the room its request took for
 /// the bytes, as the tree grows ([`json::Meter`]): a tree takes from about 2 to about 100
 /// times its text, so counting bytes alone let a few dozen dense bodies of a few MB hold
-/// many GB. Room that is not free at once stops the parse; it is then waited for as
-/// [`take_room`] waits (twice what the tree had reached) and the body parsed again.
+/// many GB. Room that is not free at once stops the parse; the room held for the tree,
+/// and the body's room beyond its bytes, are given back, and twice what the tree had
+/// reached is waited for as [`take_room`] waits, then the body parsed again.
 /// No room within the wait: `503 server_busy`, nothing written; a tree larger than the
 /// request's credential may hold (a quarter of the room, [`Rooms`]): `413 body_too_large`. Outside a request that took room (a test calling a
 /// reader directly) the parse is not bounded.
@@ -365,6 +366,7 @@ pub(crate) async fn parse_in_room<T>(
         let (share, all, wait, most, slack) = ROOM.with(|room| {
             let mut room = room.borrow_mut();
             room.release_tree();
+            room.release_slack(bytes.len());
             let slack = room.for_tree(bytes.len());
             let room = &*room;
             (
@@ -436,6 +438,22 @@ impl Room {
     /// the room taken for the tree.
     fn for_tree(&self, bytes: usize) -> usize {
         (self.body_kib as usize * 1024).saturating_sub(bytes) + self.tree_kib as usize * 1024
+    }
+
+    /// Gives back what the body's room holds beyond the body's `bytes` (what it took for a
+    /// likely tree): a request about to wait for room holds only what it really has, so
+    /// requests of one credential waiting for more cannot hold each other up.
+    fn release_slack(&mut self, bytes: usize) {
+        let kept = kib_of(bytes.max(1)).min(self.body_kib);
+        let slack = (self.body_kib - kept) as usize;
+        if slack == 0 {
+            return;
+        }
+        for permit in &mut self.body {
+            drop(permit.split(slack));
+        }
+        self.body_kib = kept;
+        self.kib_free_to_take += slack as u32;
     }
 
     /// Gives back the room held for the tree.

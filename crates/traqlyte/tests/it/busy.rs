@@ -290,6 +290,38 @@ async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() 
     drop(slow);
 }
 
+/// Sixteen batches of one key sent at once, each parsing into some 17 times its text
+/// (objects of arrays of 500 zeros): more than the room a body of known length takes at
+/// once (6 times its bytes), so each needs more as it is parsed. All are served. Before,
+/// a request waiting for more held its body's whole room, the admitted ones waited on
+/// each other, and most were answered `503 server_busy` after the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dense_batches_of_one_key_sent_at_once_are_all_served() {
+    let config = ServerConfig {
+        bodies_in_flight_bytes_max: 16 * 1024 * 1024,
+        ..ServerConfig::default()
+    };
+    let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
+    app.register_checkout_contract().await;
+    let item = format!(r#"{{"a":[{}]}}"#, vec!["0"; 500].join(","));
+    let body = format!("[{}]", vec![item; 60].join(","));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let request = app
+            .client
+            .post(app.url("/events/checkout_completed/batch"))
+            .bearer_auth(&app.key)
+            .header("content-type", "application/json")
+            .body(body.clone());
+        tasks.spawn(async move { request.send().await.map(|r| r.status()) });
+    }
+    let mut statuses = Vec::new();
+    while let Some(answer) = tasks.join_next().await {
+        statuses.push(answer.expect("task").expect("an answer"));
+    }
+    assert_eq!(statuses, vec![StatusCode::OK; 16]);
+}
+
 /// A parsed body takes room beside its bytes, as its tree grows: a dense batch (objects
 /// of one key nested three deep, 20 bytes an item and some 1.3 KB parsed) whose bytes fit
 /// the room left by slow clients, but whose tree does not, waits for room and is answered
