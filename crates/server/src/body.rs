@@ -116,11 +116,11 @@ fn inflate(compressed: &[u8], limit_bytes: usize) -> Result<Bytes, ApiError> {
 /// The room for request bodies in flight, one permit a KiB
 /// ([`crate::ServerConfig::bodies_in_flight_bytes_max`]), and the share of it each
 /// credential may hold: a request takes its KiB from its credential's share, then from the
-/// room. A share is keyed by the request's `Authorization` header as sent (a hash of it
-/// picks one of [`CREDENTIAL_SHARES`] slots; unverified, but every route that takes a
-/// credential from that header refuses a wrong one before reading the body); requests
-/// without one (Segment's calls that carry `writeKey` in the body, read before it is
-/// checked) share one slot of their own, an eighth of the room. So neither one client's
+/// room. A share is keyed by the credential the request presents ([`Rooms::share`]: a
+/// hash of it picks one of [`CREDENTIAL_SHARES`] slots; unverified, but every route that
+/// takes a credential from a header refuses a wrong one before reading the body);
+/// requests presenting none (Segment's calls that carry `writeKey` in the body, read
+/// before it is checked) share one slot of their own, an eighth of the room. So neither one client's
 /// slow or dense bodies nor anonymous ones can take the room every tenant writes through.
 pub(crate) struct Rooms {
     all: std::sync::Arc<tokio::sync::Semaphore>,
@@ -198,7 +198,7 @@ fn budget_kib(config: &crate::ServerConfig) -> usize {
 /// or a compressed one, may come to).
 fn route_bytes_max(config: &crate::ServerConfig, path: &str) -> usize {
     if path.starts_with("/v1/") {
-        crate::connectors::segment::BODY_BYTES_MAX
+        crate::connectors::segment::config::BATCH_BYTES_MAX
     } else if path == "/api/v1/lineage" {
         config.lineage_body_bytes_max
     } else if path.ends_with("/batch") {
@@ -247,12 +247,7 @@ pub(crate) async fn take_room(
     let (share, share_kib) = rooms.share(request.uri().path(), headers);
     let kib = kib_of(bytes.max(1)).min(share_kib);
     let wait = room_wait(&state.config);
-    let deadline = tokio::time::Instant::now() + wait;
-    let Some(of_share) = take(&share, kib, wait).await else {
-        return busy().into_response();
-    };
-    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    let Some(of_all) = take(&rooms.all, kib, left).await else {
+    let Some(body) = take_both(&share, &rooms.all, kib, wait).await else {
         return busy().into_response();
     };
     let held = Room {
@@ -260,7 +255,7 @@ pub(crate) async fn take_room(
         share,
         kib_free_to_take: share_kib.min(rooms.all_kib) - kib,
         wait,
-        body: [of_share, of_all],
+        body,
         body_kib: kib,
         tree: Vec::new(),
         tree_kib: 0,
@@ -314,6 +309,20 @@ async fn take(
     }
 }
 
+/// `kib` of a credential's `share`, then of the room every request shares (`all`), both
+/// within one `wait`.
+async fn take_both(
+    share: &std::sync::Arc<tokio::sync::Semaphore>,
+    all: &std::sync::Arc<tokio::sync::Semaphore>,
+    kib: u32,
+    wait: std::time::Duration,
+) -> Option<[tokio::sync::OwnedSemaphorePermit; 2]> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let of_share = take(share, kib, wait).await?;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    Some([of_share, take(all, kib, left).await?])
+}
+
 /// Whole KiB holding `bytes`.
 fn kib_of(bytes: usize) -> u32 {
     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
@@ -335,8 +344,9 @@ pub(crate) fn busy() -> ApiError {
 /// and the body's room beyond its bytes, are given back, and twice what the tree had
 /// reached is waited for as [`take_room`] waits, then the body parsed again.
 /// No room within the wait: `503 server_busy`, nothing written; a tree larger than the
-/// request's credential may hold (a quarter of the room, [`Rooms`]): `413 body_too_large`. Outside a request that took room (a test calling a
-/// reader directly) the parse is not bounded.
+/// request's credential may hold (its share of the room, [`Rooms`]):
+/// `413 body_too_large`. Outside a request that took room (a test calling a reader
+/// directly) the parse is not bounded.
 ///
 /// The outer error is the room's, the inner result the parse's.
 pub(crate) async fn parse_in_room<T>(
@@ -387,11 +397,8 @@ pub(crate) async fn parse_in_room<T>(
             ));
         }
         let kib = kib_of(used.saturating_mul(2).saturating_sub(slack)).clamp(1, most);
-        let deadline = tokio::time::Instant::now() + wait;
-        let of_share = take(&share, kib, wait).await.ok_or_else(busy)?;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let of_all = take(&all, kib, left).await.ok_or_else(busy)?;
-        ROOM.with(|room| room.borrow_mut().hold([of_share, of_all], kib));
+        let permits = take_both(&share, &all, kib, wait).await.ok_or_else(busy)?;
+        ROOM.with(|room| room.borrow_mut().hold(permits, kib));
     }
 }
 

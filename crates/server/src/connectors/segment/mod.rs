@@ -11,7 +11,7 @@
 
 pub(crate) mod auth;
 pub(crate) mod bindings;
-mod config;
+pub(crate) mod config;
 pub(crate) mod ingest;
 
 use axum::body::{Body, Bytes};
@@ -35,9 +35,6 @@ use config::{
     BATCH_BYTES_MAX, BATCH_DEPTH_EXTRA, BATCH_ERRORS_LISTED_MAX, MESSAGE_BYTES_MAX,
     REJECTIONS_PAGE_DEFAULT, REJECTIONS_PAGE_MAX, SOURCES_PAGE_DEFAULT,
 };
-
-/// The largest body any `/v1/*` call reads (Segment's 500 KB a batch request).
-pub(crate) const BODY_BYTES_MAX: usize = BATCH_BYTES_MAX;
 
 /// The answer Segment's libraries expect.
 #[derive(Serialize, ToSchema)]
