@@ -132,7 +132,7 @@ pub enum StoreError {
     /// outside the dedupe horizon (or too far ahead). Nothing was written.
     #[error("the event's occurrence time lies outside the dedupe horizon: no live partition holds its day; load it with `traqlyte backfill`")]
     OutsideHorizon,
-    /// A read ran longer than its bound (a lineage walk's level on PostgreSQL).
+    /// A read ran longer than its bound (a lineage walk's level).
     #[error("the query ran longer than its time bound and was stopped")]
     QueryTimeout,
     /// Another process held the lock of partition changes for longer than the wait
@@ -321,8 +321,9 @@ pub struct StoreConfig {
     pub pool_connections_max: u32,
     /// How long a SQLite writer waits for another process's lock before failing.
     pub sqlite_busy_timeout_ms: u64,
-    /// How long one statement of a lineage walk may run on PostgreSQL before it is
-    /// stopped ([`StoreError::QueryTimeout`]); `serve` sets its request timeout.
+    /// How long one statement of a lineage walk may run before it is stopped
+    /// ([`StoreError::QueryTimeout`]; PostgreSQL's `statement_timeout`, SQLite's progress
+    /// handler); `serve` sets its request timeout.
     pub walk_timeout_ms: u64,
     /// How long a request waits for a pooled connection (every one in use, or the
     /// database unreachable) before it is refused as busy (`503 store_busy`). It must be

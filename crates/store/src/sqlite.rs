@@ -15,6 +15,8 @@ use crate::{StoreConfig, StoreError};
 pub(crate) struct SqliteStore {
     pub(crate) writer: SqlitePool,
     pub(crate) reader: SqlitePool,
+    /// How long one statement of a lineage walk may run (`StoreConfig::walk_timeout_ms`).
+    pub(crate) walk_timeout_ms: u64,
 }
 
 /// The options a SQLite URL (or bare path) opens with, and whether it is in memory.
@@ -126,7 +128,11 @@ impl SqliteStore {
                 .connect_with(options)
                 .await?
         };
-        Ok(SqliteStore { writer, reader })
+        Ok(SqliteStore {
+            writer,
+            reader,
+            walk_timeout_ms: config.walk_timeout_ms,
+        })
     }
 }
 

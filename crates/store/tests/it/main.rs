@@ -5,6 +5,7 @@
 mod at_once;
 mod db;
 mod durability;
+mod lineage_walks;
 mod migrate;
 mod partitions;
 mod placeholders;
