@@ -80,8 +80,13 @@ pub async fn serve(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let Some(partitions_ready) =
-        partitions_at_start(&store, &config.dedupe_horizon, stopping.clone()).await
+    let Some(partitions_ready) = partitions_at_start(
+        &store,
+        &config.dedupe_horizon,
+        Partitions::Own,
+        stopping.clone(),
+    )
+    .await
     else {
         tracing::info!("stopped before serving");
         return Ok(());
@@ -106,7 +111,12 @@ pub async fn serve(
         tokio::spawn(purge_idempotency_keys(state.clone())),
         tokio::spawn(roll_up_tallies(state.clone())),
         tokio::spawn(fold_unit_metrics(state.clone())),
-        tokio::spawn(maintain_partitions(state.clone(), partitions_ready)),
+        tokio::spawn(maintain_partitions(
+            state.store.clone(),
+            state.config.dedupe_horizon,
+            Partitions::Own,
+            partitions_ready,
+        )),
         tokio::spawn(sync_clock(state.store.clone())),
     ];
     if let Some(every_ms) = state.config.semantic_scan_every_ms {
@@ -160,14 +170,50 @@ pub async fn serve(
 /// or a lock timeout costs nothing (partitions are created days ahead).
 const PARTITIONS_MAINTAIN_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// What a process does with the time partitions (PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Partitions {
+    /// `serve`: it owns the dedupe horizon, so it creates the coming days' partitions
+    /// and detaches those that left the horizon.
+    Own,
+    /// A process that writes events but does not own the horizon (`traqlyte consume
+    /// nats`): it creates the partitions it needs and never detaches (a consumer with a
+    /// shorter horizon must not detach days `serve` still admits).
+    Create,
+}
+
 async fn maintain_partitions_once(
     store: &Store,
     horizon: &traqlyte_store::DedupeHorizon,
+    role: Partitions,
 ) -> Result<(), traqlyte_store::StoreError> {
-    store
-        .maintain_partitions(horizon, traqlyte_store::now_us())
-        .await
-        .map(|_| ())
+    let now = traqlyte_store::now_us();
+    match role {
+        Partitions::Own => store.maintain_partitions(horizon, now).await,
+        Partitions::Create => store.create_partitions(horizon, now).await,
+    }
+    .map(|_| ())
+}
+
+/// For a process that writes events without a `serve` beside it to maintain the
+/// partitions (`traqlyte consume nats`): the partitions of `horizon` and the days ahead
+/// exist before it takes its first event (waiting as `serve` does at start), and a task
+/// keeps creating the coming days' as the days pass; it never detaches. Without it a
+/// deployment that only consumes ran out of partitions a few days after the last
+/// `serve` ran, and every message became a dead letter `outside_horizon`.
+/// `None` when the stop signal came first; the task otherwise, to abort when done.
+pub async fn keep_partitions_created(
+    store: Store,
+    horizon: traqlyte_store::DedupeHorizon,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let ready = partitions_at_start(&store, &horizon, Partitions::Create, stopping).await?;
+    Some(tokio::spawn(maintain_partitions(
+        store,
+        horizon,
+        Partitions::Create,
+        ready,
+    )))
 }
 
 /// The partitions of the horizon exist before the first event arrives; whether this
@@ -182,12 +228,13 @@ async fn maintain_partitions_once(
 async fn partitions_at_start(
     store: &Store,
     horizon: &traqlyte_store::DedupeHorizon,
+    role: Partitions,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Option<bool> {
     let deadline = std::time::Instant::now() + PARTITIONS_START_WAIT;
     let waiting = async {
         loop {
-            let err = match maintain_partitions_once(store, horizon).await {
+            let err = match maintain_partitions_once(store, horizon, role).await {
                 Ok(()) => return true,
                 Err(err) => err,
             };
@@ -210,10 +257,15 @@ async fn partitions_at_start(
 /// cannot create it.
 const PARTITIONS_START_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Creates the coming days' partitions and detaches those that left the dedupe horizon,
-/// periodically (PostgreSQL; a no-op on SQLite). Several servers take turns under an
-/// advisory lock.
-async fn maintain_partitions(state: AppState, mut succeeded: bool) {
+/// Creates the coming days' partitions and, for `serve` ([`Partitions::Own`]), detaches
+/// those that left the dedupe horizon, periodically (PostgreSQL; a no-op on SQLite).
+/// Several processes take turns under an advisory lock.
+async fn maintain_partitions(
+    store: Store,
+    horizon: traqlyte_store::DedupeHorizon,
+    role: Partitions,
+    mut succeeded: bool,
+) {
     loop {
         let wait = if succeeded {
             PARTITIONS_MAINTAIN_EVERY
@@ -221,8 +273,7 @@ async fn maintain_partitions(state: AppState, mut succeeded: bool) {
             PARTITIONS_RETRY_AFTER
         };
         tokio::time::sleep(wait).await;
-        succeeded = match maintain_partitions_once(&state.store, &state.config.dedupe_horizon).await
-        {
+        succeeded = match maintain_partitions_once(&store, &horizon, role).await {
             Ok(()) => true,
             Err(err) => {
                 tracing::warn!(error = %err, "partition maintenance failed; retrying in a minute");

@@ -173,9 +173,37 @@ pub(crate) async fn run(
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), database = %crate::database_shown(&args.db.database_url), applied = ?applied, "database ready");
     let clock = tokio::spawn(traqlyte_server::sync_clock(store.clone()));
-    let result = nats::run(store, config, shutdown)
-        .await
-        .context("consume NATS JetStream");
+    // The stop signal is watched from now on: a consumer still waiting for its
+    // partitions at start stops at once.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let partitions = traqlyte_server::keep_partitions_created(
+        store.clone(),
+        config.dedupe_horizon,
+        stopping.clone(),
+    )
+    .await;
+    let result = match partitions {
+        None => {
+            tracing::info!("stopped before consuming");
+            Ok(())
+        }
+        Some(_) => {
+            let mut stopping = stopping;
+            let shutdown = async move {
+                let _ = stopping.wait_for(|stop| *stop).await;
+            };
+            nats::run(store, config, shutdown)
+                .await
+                .context("consume NATS JetStream")
+        }
+    };
+    if let Some(partitions) = partitions {
+        partitions.abort();
+    }
     clock.abort();
     result
 }

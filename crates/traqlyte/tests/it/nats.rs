@@ -962,16 +962,23 @@ mod postgres_only {
     /// backfill, and its batch-mates are stored; Nak'd, the batch would come back for ever.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn an_event_whose_day_has_no_partition_is_dead_lettered_and_the_rest_stored() {
+        crate::helpers::clear_of_hour_boundary().await;
         let (app, nats, js) = setup(Backend::Postgres).await;
+        let mut consumer =
+            ConsumerProcess::start_logged(&app, &nats.url, &["--dedupe-horizon-days", "30"]);
+        consumer.wait_until_consuming().await;
+        // The consumer created the partitions of its horizon; the old day's is gone again
+        // (a `serve` of a shorter horizon detached it, say).
+        let old_at = traqlyte_store::now_us() - 20 * 86_400_000_000;
+        let old_day =
+            traqlyte_store::partitions::day_text(old_at.div_euclid(86_400_000_000) as i32);
+        app.execute_sql(&format!("DROP TABLE events_p{}", old_day.replace('-', "")))
+            .await;
         publish_orders(&js, 3, 0).await;
         let mut old = checkout_event("order-old");
-        old["occurred_at"] = serde_json::json!(traqlyte_identity::format_rfc3339_micros(
-            traqlyte_store::now_us() - 20 * 86_400_000_000
-        ));
+        old["occurred_at"] = serde_json::json!(traqlyte_identity::format_rfc3339_micros(old_at));
         let old = serde_json::to_vec(&old).expect("JSON");
         publish(&js, "traqlyte.checkout_completed", &old, "old").await;
-        let _consumer =
-            ConsumerProcess::start(&app, &nats.url, &["--dedupe-horizon-days", "30"], &[]);
         wait_for(&app, "the recent ones stored", |(stored, _)| stored == 3).await;
         wait_until_drained(&js).await;
         let answer = app.get("/deadletters").await;
@@ -984,8 +991,8 @@ mod postgres_only {
         assert_eq!(counts(&app).await, (3, 0));
     }
 
-    /// `--late-events reconcile` with maintenance behind (no partition for tomorrow yet,
-    /// as a deployment that only consumes leaves it): the batch's backfill transaction
+    /// `--late-events reconcile` with maintenance behind (no partition for tomorrow yet:
+    /// dropped after the consumer made them at start): the batch's backfill transaction
     /// fails on tomorrow's event, and written one by one the late event is still
     /// reconciled (not dead-lettered as if it had no partition), tomorrow's a dead letter.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -993,6 +1000,9 @@ mod postgres_only {
         const DAY_US: i64 = 86_400_000_000;
         crate::helpers::clear_of_hour_boundary().await;
         let (app, nats, js) = setup(Backend::Postgres).await;
+        let late = ["--late-events", "reconcile"];
+        let mut consumer = ConsumerProcess::start_logged(&app, &nats.url, &late);
+        consumer.wait_until_consuming().await;
         let now = traqlyte_store::now_us();
         let today = now.div_euclid(DAY_US) as i32;
         let drop: Vec<String> = (1..=traqlyte_store::partitions::PARTITIONS_AHEAD_DAYS)
@@ -1011,8 +1021,6 @@ mod postgres_only {
             let body = serde_json::to_vec(event).expect("JSON");
             publish(&js, "traqlyte.checkout_completed", &body, id).await;
         }
-        let late = ["--late-events", "reconcile"];
-        let _consumer = ConsumerProcess::start(&app, &nats.url, &late, &[]);
         wait_for(&app, "the late one stored", |(stored, _)| stored == 1).await;
         wait_until_drained(&js).await;
         let letters = wait_for_letters(&app, 1).await;
@@ -1024,6 +1032,46 @@ mod postgres_only {
             Some(true)
         );
         assert_eq!(counts(&app).await, (1, 0));
+    }
+
+    /// A deployment that only consumes, with no `serve` to maintain the partitions: the
+    /// days since the last maintenance have none (here yesterday's, today's and those
+    /// ahead are gone). The consumer creates them before its first message, so the
+    /// events are stored, not dead letters `outside_horizon`; and it detaches nothing,
+    /// even with a horizon shorter than the one they were maintained with (14 days).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_consumer_without_serve_creates_the_partitions_it_needs_and_detaches_none() {
+        const DAY_US: i64 = 86_400_000_000;
+        crate::helpers::clear_of_hour_boundary().await;
+        let (app, nats, js) = setup(Backend::Postgres).await;
+        let attached = |partitions: Vec<traqlyte_store::partitions::PartitionInfo>| {
+            let mut days: Vec<String> = partitions
+                .into_iter()
+                .filter(|p| p.attached)
+                .filter_map(|p| p.from_day)
+                .collect();
+            days.sort();
+            days
+        };
+        let before = attached(app.store.partitions().await.expect("status"));
+        let today = traqlyte_store::now_us().div_euclid(DAY_US) as i32;
+        let gone: Vec<String> = (today - 1
+            ..=today + traqlyte_store::partitions::PARTITIONS_AHEAD_DAYS)
+            .map(|day| {
+                let day = traqlyte_store::partitions::day_text(day);
+                format!("DROP TABLE events_p{}", day.replace('-', ""))
+            })
+            .collect();
+        app.execute_sql(&gone.join(";")).await;
+        publish_orders(&js, 3, 0).await;
+        let _consumer =
+            ConsumerProcess::start(&app, &nats.url, &["--dedupe-horizon-days", "3"], &[]);
+        wait_for(&app, "all stored", |(stored, _)| stored == 3).await;
+        wait_until_drained(&js).await;
+        assert_no_dead_letters(&app).await;
+        assert_eq!(counts(&app).await, (3, 0));
+        let after = attached(app.store.partitions().await.expect("status"));
+        assert_eq!(after, before, "the attached days");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
