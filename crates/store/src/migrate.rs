@@ -142,6 +142,7 @@ impl crate::Store {
         // backfill) and fails past the busy timeout, keeping a server from starting.
         if self.migrated_already().await? {
             self.fill_outcome_ids().await?;
+            self.normalize_bindings_logged().await?;
             return Ok(Vec::new());
         }
         let mut tx = self.begin().await?;
@@ -186,7 +187,20 @@ impl crate::Store {
         if filled > 0 {
             tracing::info!(filled, "outcome ids filled in");
         }
+        self.normalize_bindings_logged().await?;
         Ok(applied)
+    }
+
+    /// [`Store::normalize_bindings`], saying what it changed.
+    async fn normalize_bindings_logged(&self) -> Result<(), StoreError> {
+        let normalized = self.normalize_bindings().await?;
+        if normalized > 0 {
+            tracing::warn!(
+                normalized,
+                "metric bindings stored by an older build in another Unicode form than NFC were put in NFC; they match tracked events from now on (messages before matched none)"
+            );
+        }
+        Ok(())
     }
 }
 

@@ -812,6 +812,102 @@ impl StoreTx {
     }
 }
 
+/// Every stored binding: what [`Store::normalize_bindings`] reads.
+const SELECT_ALL_BINDINGS: &str = "SELECT tenant_id, campaign_id, metric, event, value_pointer,
+       key_pointer, created_at_us FROM metric_bindings";
+
+const UPDATE_BINDING_POINTERS: &str =
+    "UPDATE metric_bindings SET value_pointer = $5, key_pointer = $6
+     WHERE tenant_id = $1 AND campaign_id = $2 AND metric = $3 AND event = $4";
+
+const DELETE_BINDING: &str = "DELETE FROM metric_bindings
+     WHERE tenant_id = $1 AND campaign_id = $2 AND metric = $3 AND event = $4";
+
+const MOVE_BINDING_TALLIES: &str = "UPDATE binding_tallies SET event = $5
+     WHERE tenant_id = $1 AND campaign_id = $2 AND metric = $3 AND event = $4";
+
+/// A stored binding row, tenant first ([`SELECT_ALL_BINDINGS`]).
+type BindingRow = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+impl Store {
+    /// Puts bindings stored before they were normalised (builds before bindings were
+    /// stored in NFC) in NFC: such a binding's event name never equals an identified
+    /// message's (messages are put in NFC), so it matched nothing, after an upgrade as
+    /// before it. A binding whose NFC form is stored already (declared again after the
+    /// upgrade) gives way to it; its tallies follow. Idempotent and cheap (bindings are
+    /// few): run at every start, after the migrations, so a database upgraded by a build
+    /// without this step is put right too. The number of bindings changed.
+    pub(crate) async fn normalize_bindings(&self) -> Result<u64, StoreError> {
+        use traqlyte_identity::canonical::nfc;
+        let rows: Vec<BindingRow> = with_pool!(self, writer, |pool| {
+            sqlx::query_as(SELECT_ALL_BINDINGS).fetch_all(pool).await?
+        });
+        let nfc_of = |pointer: &Option<String>| pointer.as_deref().map(nfc);
+        let changed: Vec<&BindingRow> = rows
+            .iter()
+            .filter(|(_, _, _, event, value, key, _)| {
+                nfc(event) != *event || nfc_of(value) != *value || nfc_of(key) != *key
+            })
+            .collect();
+        if changed.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.begin().await?;
+        for (tenant, campaign, metric, event, value, key, created) in &changed {
+            let (to_event, to_value, to_key) = (nfc(event), nfc_of(value), nfc_of(key));
+            with_tx!(tx, |conn| {
+                if to_event == *event {
+                    sqlx::query(UPDATE_BINDING_POINTERS)
+                        .bind(tenant)
+                        .bind(campaign)
+                        .bind(metric)
+                        .bind(event)
+                        .bind(&to_value)
+                        .bind(&to_key)
+                        .execute(&mut *conn)
+                        .await?;
+                } else {
+                    sqlx::query(INSERT_BINDING)
+                        .bind(tenant)
+                        .bind(campaign)
+                        .bind(metric)
+                        .bind(&to_event)
+                        .bind(&to_value)
+                        .bind(&to_key)
+                        .bind(created)
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query(DELETE_BINDING)
+                        .bind(tenant)
+                        .bind(campaign)
+                        .bind(metric)
+                        .bind(event)
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query(MOVE_BINDING_TALLIES)
+                        .bind(tenant)
+                        .bind(campaign)
+                        .bind(metric)
+                        .bind(event)
+                        .bind(&to_event)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+            });
+        }
+        tx.commit().await?;
+        Ok(changed.len() as u64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

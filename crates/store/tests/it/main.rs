@@ -3,6 +3,7 @@
 //! the HTTP API on both backends by `crates/traqlyte/tests/it`.
 
 mod at_once;
+mod bindings;
 mod db;
 mod durability;
 mod lineage_walks;
