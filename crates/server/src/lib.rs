@@ -109,6 +109,7 @@ pub async fn serve(
     };
     let mut tasks = vec![
         tokio::spawn(purge_idempotency_keys(state.clone())),
+        tokio::spawn(purge_webhook_deliveries(state.store.clone())),
         tokio::spawn(roll_up_tallies(state.clone())),
         tokio::spawn(fold_unit_metrics(state.clone())),
         tokio::spawn(maintain_partitions(
@@ -499,6 +500,30 @@ pub async fn sync_clock(store: Store) {
         ticker.tick().await;
         if let Err(err) = store.sync_clock().await {
             tracing::warn!(error = %err, "reading the database's clock failed; keeping the last offset");
+        }
+    }
+}
+
+/// How long a posted or abandoned webhook delivery is kept: a week, for an operator
+/// reading `webhook_deliveries` after an incident; no route reads them.
+pub const WEBHOOK_DELIVERIES_KEPT: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 3_600);
+
+/// How often posted deliveries older than [`WEBHOOK_DELIVERIES_KEPT`] are deleted.
+const WEBHOOK_DELIVERIES_PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(3_600);
+
+/// Deletes posted and abandoned webhook deliveries older than [`WEBHOOK_DELIVERIES_KEPT`],
+/// every hour (the first run at start): the table gained a row per collision per webhook
+/// and was never pruned. Several servers may run it at once: each delete is idempotent.
+async fn purge_webhook_deliveries(store: Store) {
+    let kept_us = i64::try_from(WEBHOOK_DELIVERIES_KEPT.as_micros()).unwrap_or(i64::MAX);
+    let mut ticker = tokio::time::interval(WEBHOOK_DELIVERIES_PURGE_EVERY);
+    loop {
+        ticker.tick().await;
+        match store.purge_webhook_deliveries(kept_us).await {
+            Ok(0) => {}
+            Ok(purged) => tracing::info!(purged, "posted webhook deliveries purged"),
+            Err(err) => tracing::warn!(error = %err, "webhook delivery purge failed"),
         }
     }
 }

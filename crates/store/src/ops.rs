@@ -270,6 +270,9 @@ pub(crate) const INSERT_COLLISION_RETURNING: &str = "INSERT INTO event_collision
 
 /// A collision's deliveries, one per live webhook of its tenant, due at once (`$3`, the
 /// time of logging on the store's clock, which also orders a tenant's deliveries).
+/// Most deliveries one statement of [`Store::purge_webhook_deliveries`] deletes.
+pub const DELIVERIES_PURGED_AT_ONCE: i64 = 10_000;
+
 const INSERT_DELIVERIES: &str = "INSERT INTO webhook_deliveries
      (tenant_id, delivery_id, webhook_id, collision_id, created_at_us, next_attempt_at_us)
      SELECT tenant_id, webhook_id || '.' || CAST(CAST($2 AS BIGINT) AS TEXT), webhook_id, $2, $3, $3
@@ -651,6 +654,31 @@ impl Store {
             .fetch_optional(pool)
             .await?
         }))
+    }
+
+    /// Deletes deliveries posted or abandoned (`delivered_at_us` set: never claimed
+    /// again) before `older_than_us` ago on the store's clock, all tenants, in
+    /// statements of at most [`DELIVERIES_PURGED_AT_ONCE`] rows so no transaction holds
+    /// many locks; returns how many. Deliveries still due are never touched.
+    pub async fn purge_webhook_deliveries(&self, older_than_us: i64) -> Result<u64, StoreError> {
+        let before = self.clock_us().await?.saturating_sub(older_than_us);
+        let mut purged = 0;
+        loop {
+            let done = with_pool!(self, writer, |pool| sqlx::query(
+                "DELETE FROM webhook_deliveries WHERE (tenant_id, delivery_id) IN (
+                   SELECT tenant_id, delivery_id FROM webhook_deliveries
+                   WHERE delivered_at_us IS NOT NULL AND delivered_at_us < $1 LIMIT $2)"
+            )
+            .bind(before)
+            .bind(DELIVERIES_PURGED_AT_ONCE)
+            .execute(pool)
+            .await?
+            .rows_affected());
+            purged += done;
+            if done < DELIVERIES_PURGED_AT_ONCE as u64 {
+                return Ok(purged);
+            }
+        }
     }
 
     /// Deliveries not yet delivered, all tenants (for the dispatcher's gauge and tests).

@@ -6,7 +6,63 @@ on_both_backends!(
     a_tenants_backlog_takes_only_its_turn_of_a_claim,
     leases_and_retries_are_timed_on_the_stores_clock,
     a_delivery_given_back_unposted_keeps_its_attempts,
+    posted_deliveries_older_than_the_retention_are_purged_and_due_ones_kept,
 );
+
+/// Posted and abandoned deliveries (`delivered_at_us` set) older than the retention are
+/// deleted, in statements of bounded size; recent ones and those still due, however old,
+/// are kept. The table gained a row per collision per webhook and was never pruned.
+async fn posted_deliveries_older_than_the_retention_are_purged_and_due_ones_kept(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    const DAY_US: i64 = 86_400_000_000;
+    let now = traqlyte_store::now_us();
+    let old_posted = traqlyte_store::ops::DELIVERIES_PURGED_AT_ONCE + 5;
+    // (delivery number, created, delivered): old posted ones (more than one statement's
+    // worth), one posted yesterday, one old one still due.
+    let mut rows: Vec<String> = (1..=old_posted)
+        .map(|n| {
+            format!(
+                "('tnt_a', 'whk_1.{n}', 'whk_1', {n}, 0, 1, 0, 0, NULL, {}, NULL)",
+                now - 30 * DAY_US
+            )
+        })
+        .collect();
+    rows.push(format!(
+        "('tnt_a', 'whk_1.recent', 'whk_1', 0, 0, 1, 0, 0, NULL, {}, NULL)",
+        now - DAY_US
+    ));
+    rows.push(format!(
+        "('tnt_b', 'whk_2.due', 'whk_2', 0, {}, 3, {now}, 0, NULL, NULL, 'refused')",
+        now - 30 * DAY_US
+    ));
+    let mut raw = db.raw().await;
+    raw.execute(&format!(
+        "INSERT INTO webhook_deliveries VALUES {}",
+        rows.join(", ")
+    ))
+    .await;
+    let week_us = 7 * DAY_US;
+    let purged = store
+        .purge_webhook_deliveries(week_us)
+        .await
+        .expect("purge");
+    assert_eq!(purged, old_posted as u64);
+    assert_eq!(
+        raw.texts("SELECT delivery_id FROM webhook_deliveries ORDER BY delivery_id")
+            .await,
+        ["whk_1.recent", "whk_2.due"]
+    );
+    assert_eq!(
+        store
+            .purge_webhook_deliveries(week_us)
+            .await
+            .expect("purge"),
+        0
+    );
+    assert_eq!(store.pending_deliveries().await.expect("pending"), 1);
+}
 
 /// A delivery claimed by a server that was stopping before it posted is given back as it
 /// was: due at once, its attempt not counted. It was settled with the claim's attempt

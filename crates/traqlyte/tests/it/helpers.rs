@@ -449,6 +449,28 @@ impl TestApp {
         }
     }
 
+    /// The one integer `sql` answers, read on the app's database over a connection of
+    /// its own.
+    pub async fn integer_sql(&self, sql: &str) -> i64 {
+        use sqlx::Connection;
+        let url = self.database_url();
+        if url.starts_with("postgres") {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+            sqlx::query_scalar(sql)
+                .fetch_one(&mut conn)
+                .await
+                .expect(sql)
+        } else {
+            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
+                .await
+                .expect("connect");
+            sqlx::query_scalar(sql)
+                .fetch_one(&mut conn)
+                .await
+                .expect(sql)
+        }
+    }
+
     /// The tenant of the app's key.
     pub async fn tenant(&self) -> traqlyte_store::TenantId {
         self.store

@@ -33,7 +33,43 @@ on_both_backends!(
     a_webhook_url_is_measured_as_stored,
     the_ops_page_in_chromium_shows_the_numbers_of_the_json,
     a_stopping_server_finishes_and_records_its_webhook_round,
+    a_starting_server_purges_posted_deliveries_older_than_a_week,
 );
+
+/// `serve` deletes posted and abandoned webhook deliveries a week old (at start, then
+/// every hour); a recent one and one still due stay. They were never deleted.
+async fn a_starting_server_purges_posted_deliveries_older_than_a_week(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let day_us: i64 = 86_400_000_000;
+    let now = traqlyte_store::now_us();
+    let (old, recent) = (now - 8 * day_us, now - 6 * day_us);
+    app.execute_sql(&format!(
+        "INSERT INTO webhook_deliveries VALUES
+           ('tnt_a', 'whk_1.1', 'whk_1', 1, {old}, 1, 0, 0, NULL, {old}, NULL),
+           ('tnt_a', 'whk_1.2', 'whk_1', 2, {old}, 15, 0, 0, NULL, {old}, 'abandoned'),
+           ('tnt_a', 'whk_1.3', 'whk_1', 3, {recent}, 1, 0, 0, NULL, {recent}, NULL),
+           ('tnt_a', 'whk_1.4', 'whk_1', 4, {old}, 2, {now}, 0, NULL, NULL, 'refused')"
+    ))
+    .await;
+    let count = "SELECT COUNT(*) FROM webhook_deliveries";
+    assert_eq!(app.integer_sql(count).await, 4);
+    let _server = ServerProcess::start(app.database_url(), &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app.integer_sql(count).await != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the old posted deliveries stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        app.integer_sql(
+            "SELECT COUNT(*) FROM webhook_deliveries WHERE delivery_id IN ('whk_1.3', 'whk_1.4')"
+        )
+        .await,
+        2
+    );
+}
 
 const HOUR_US: i64 = 3_600_000_000;
 
