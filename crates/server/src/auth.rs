@@ -131,7 +131,7 @@ fn presented_key(parts: &Parts) -> Result<ApiKey, ApiError> {
 /// The API key of an `Authorization: Bearer` header (its shape only, not whether it
 /// works), or the `401` saying what is wrong with the header.
 pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Result<ApiKey, ApiError> {
-    let header = headers.get(AUTHORIZATION).ok_or_else(|| {
+    let header = one_authorization(headers)?.ok_or_else(|| {
         ApiError::unauthorized(
             "missing Authorization header; send `Authorization: Bearer <api key>`",
         )
@@ -139,14 +139,68 @@ pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Result<ApiKey, ApiE
     let text = header
         .to_str()
         .map_err(|_| ApiError::unauthorized("Authorization header is not ASCII"))?;
-    let token = text
-        .strip_prefix("Bearer ")
-        .or_else(|| text.strip_prefix("bearer "))
+    let token = credentials_of(text, "Bearer")
         .ok_or_else(|| ApiError::unauthorized("Authorization must use the Bearer scheme"))?;
-    ApiKey::parse(token.trim()).ok_or_else(unknown_key)
+    ApiKey::parse(token).ok_or_else(unknown_key)
+}
+
+/// The request's one `Authorization` header, `None` without one; several are refused
+/// (`401`): which one a server obeys would otherwise depend on their order, and a header
+/// a proxy added would be ignored without a word.
+pub(crate) fn one_authorization(
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<&axum::http::HeaderValue>, ApiError> {
+    let mut all = headers.get_all(AUTHORIZATION).iter();
+    let first = all.next();
+    if all.next().is_some() {
+        return Err(ApiError::unauthorized(
+            "send one Authorization header, not several",
+        ));
+    }
+    Ok(first)
+}
+
+/// The credentials of an `Authorization` value of `scheme`: the scheme's name in any
+/// case (RFC 9110, section 11.1), then blanks (spaces or tabs), then the credentials,
+/// without blanks around them; `None` for another scheme or none.
+pub(crate) fn credentials_of<'v>(value: &'v str, scheme: &str) -> Option<&'v str> {
+    let (name, rest) = value.split_once([' ', '\t'])?;
+    name.eq_ignore_ascii_case(scheme)
+        .then(|| rest.trim_matches([' ', '\t']))
 }
 
 /// 401 for a key that does not exist or was revoked.
 pub(crate) fn unknown_key() -> ApiError {
     ApiError::unauthorized("unknown or revoked API key")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scheme_is_named_in_any_case_and_followed_by_blanks() {
+        for value in [
+            "Bearer k",
+            "bearer k",
+            "BEARER k",
+            "Bearer\tk",
+            "Bearer   k  ",
+        ] {
+            assert_eq!(credentials_of(value, "Bearer"), Some("k"), "{value:?}");
+        }
+        for value in ["Bearerk", "Basic k", "Bearer", "", " Bearer k"] {
+            assert_eq!(credentials_of(value, "Bearer"), None, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn several_authorization_headers_are_refused() {
+        let mut headers = axum::http::HeaderMap::new();
+        assert!(matches!(one_authorization(&headers), Ok(None)));
+        headers.append(AUTHORIZATION, "Bearer a".parse().expect("value"));
+        assert!(matches!(one_authorization(&headers), Ok(Some(_))));
+        headers.append(AUTHORIZATION, "Bearer b".parse().expect("value"));
+        assert!(one_authorization(&headers).is_err());
+    }
 }

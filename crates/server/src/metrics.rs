@@ -26,7 +26,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -485,14 +485,9 @@ fn admit(
     dedicated: bool,
 ) -> Result<(), ApiError> {
     if let Some(expected) = config.token.as_deref().filter(|t| !t.is_empty()) {
-        let given = headers
-            .get(AUTHORIZATION)
+        let given = crate::auth::one_authorization(headers)?
             .and_then(|v| v.to_str().ok())
-            .and_then(|t| {
-                t.strip_prefix("Bearer ")
-                    .or_else(|| t.strip_prefix("bearer "))
-            })
-            .map(str::trim);
+            .and_then(|t| crate::auth::credentials_of(t, "Bearer"));
         return match given {
             Some(token) if crate::routes::admin::same_secret(token, expected) => Ok(()),
             _ => Err(ApiError::unauthorized(
@@ -581,9 +576,15 @@ mod tests {
         };
         let mut headers = HeaderMap::new();
         assert!(admit(&config, &headers, peer("127.0.0.1"), false).is_err());
-        headers.insert(AUTHORIZATION, "Bearer s3cret".parse().expect("header"));
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            "Bearer s3cret".parse().expect("header"),
+        );
         assert!(admit(&config, &headers, peer("10.0.0.7"), false).is_ok());
-        headers.insert(AUTHORIZATION, "Bearer nope".parse().expect("header"));
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            "Bearer nope".parse().expect("header"),
+        );
         assert!(admit(&config, &headers, peer("127.0.0.1"), true).is_err());
     }
 }

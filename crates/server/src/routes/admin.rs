@@ -13,7 +13,7 @@
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::header::{AUTHORIZATION, CACHE_CONTROL};
+use axum::http::header::CACHE_CONTROL;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -228,7 +228,7 @@ fn admit(configured: Option<&str>, request: &Request) -> Result<(), ApiError> {
             "the admin routes are disabled; start the server with --admin-token-file",
         ));
     };
-    let header = request.headers().get(AUTHORIZATION).ok_or_else(|| {
+    let header = crate::auth::one_authorization(request.headers())?.ok_or_else(|| {
         ApiError::unauthorized(
             "missing Authorization header; send `Authorization: Bearer <admin token>`",
         )
@@ -236,11 +236,7 @@ fn admit(configured: Option<&str>, request: &Request) -> Result<(), ApiError> {
     let token = header
         .to_str()
         .ok()
-        .and_then(|t| {
-            t.strip_prefix("Bearer ")
-                .or_else(|| t.strip_prefix("bearer "))
-        })
-        .map(str::trim)
+        .and_then(|t| crate::auth::credentials_of(t, "Bearer"))
         .ok_or_else(|| ApiError::unauthorized("Authorization must be `Bearer <admin token>`"))?;
     if !same_secret(token, expected) {
         // The admin token can never have a tenant key's shape (refused at start), so this

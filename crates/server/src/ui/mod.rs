@@ -292,7 +292,7 @@ async fn login(
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, UiError> {
-    if !same_origin(&headers) {
+    if !same_origin(&headers) || cross_site(&headers) {
         return Err(UiError(ApiError::new(
             StatusCode::FORBIDDEN,
             "cross_origin",

@@ -97,6 +97,33 @@ async fn several_keys_of_one_tenant_all_work(backend: Backend) {
     for key in [&app.key, &second, &third] {
         assert_eq!(stats_status(&app, &app.address, key).await, StatusCode::OK);
     }
+    // The scheme's name in any case, then blanks (RFC 9110): the same key; two
+    // Authorization headers: refused, whichever comes first.
+    let stats = format!("{}/stats", app.address);
+    for header in [
+        format!("BEARER {second}"),
+        format!("bearer\t{second}"),
+        format!("Bearer  {second} "),
+    ] {
+        let answer = app
+            .send(
+                app.client
+                    .get(&stats)
+                    .header("authorization", header.as_str()),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{header:?}: {}", answer.body);
+    }
+    let twice = app
+        .send(
+            app.client
+                .get(&stats)
+                .header("authorization", format!("Bearer {second}"))
+                .header("authorization", format!("Bearer {third}")),
+        )
+        .await;
+    assert_eq!(twice.status, StatusCode::UNAUTHORIZED, "{}", twice.body);
+    assert_eq!(twice.code(), "unauthorized");
     let listed = admin(&app, Method::GET, "/admin/tenants", None).await;
     assert_eq!(
         listed.body["tenants"][0]["active_keys"],

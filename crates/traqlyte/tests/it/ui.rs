@@ -630,6 +630,14 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
     };
     let forged = post_link("http://evil.example").send().await.expect("post");
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    // The browser says another site's page posted it: refused, whatever its Origin says
+    // (as logging out is).
+    let forged = post_link(&own_origin)
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     let continued = post_link(&own_origin).send().await.expect("post");
     assert_eq!(continued.status(), StatusCode::SEE_OTHER);
     assert_eq!(location(&continued), "/ui/campaigns");

@@ -64,6 +64,7 @@ pub(crate) fn presented_write_key(headers: &HeaderMap) -> Option<String> {
 
 /// The user name of a Basic `Authorization` header; `None` without one.
 fn header_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    crate::auth::one_authorization(headers)?;
     let Some(encoded) = basic_credentials(headers) else {
         return Ok(None);
     };
