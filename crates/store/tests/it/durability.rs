@@ -18,6 +18,15 @@ async fn the_store_commits_durably_on_a_database_set_to_asynchronous_commits() {
         let level = store.synchronous_commit().await.expect("read the level");
         assert_eq!(level.as_deref(), Some(sessions_level), "{database_level}");
     }
+    // No JIT, whatever the server's default (`on`): it compiled thousands of functions
+    // for one read of the partitioned events table.
+    let jit = db
+        .store()
+        .await
+        .session_setting("jit")
+        .await
+        .expect("read jit");
+    assert_eq!(jit.as_deref(), Some("off"));
     let sqlite = TestDb::create(Backend::Sqlite).await;
     let level = sqlite
         .store()
