@@ -61,7 +61,9 @@ pub(crate) struct BackfillArgs {
     /// their ids (a reload of an export, a move from SQLite to PostgreSQL).
     #[arg(long)]
     version: Option<u32>,
-    /// The file: one JSON event a line (NDJSON); blank lines are skipped.
+    /// The file: one JSON event a line (NDJSON); blank lines are skipped. `-` reads
+    /// standard input; a gzip file (or stream: its first bytes tell) is inflated as it is
+    /// read, as Segment's and most archives' exports are written.
     #[arg(long)]
     file: PathBuf,
     /// Count what would happen, write nothing.
@@ -103,8 +105,14 @@ enum Item {
 /// Runs the command.
 pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     // The file first: a wrong path touches no database (no migration, no partitions).
-    let file =
-        std::fs::File::open(&args.file).with_context(|| format!("open {}", args.file.display()))?;
+    let (input, input_bytes): (Box<dyn Read>, u64) = if args.file.as_os_str() == "-" {
+        (Box::new(std::io::stdin()), 0)
+    } else {
+        let file = std::fs::File::open(&args.file)
+            .with_context(|| format!("open {}", args.file.display()))?;
+        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        (Box::new(file), bytes)
+    };
     let store = crate::tenants::open(&args.db).await?;
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
     let kind = kind(&store, &tenant, &args.contract, args.version).await?;
@@ -117,8 +125,9 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         .create_partitions(&horizon, traqlyte_store::now_us())
         .await
         .context("create partitions")?;
-    let progress = progress_bar(file.metadata().map(|m| m.len()).unwrap_or(0));
-    let mut reader = BufReader::new(progress.wrap_read(file));
+    let progress = progress_bar(input_bytes);
+    let mut reader = inflated(BufReader::new(progress.wrap_read(input)))
+        .with_context(|| format!("read {}", args.file.display()))?;
     // A real run opens each batch's transaction only once the batch is read, so the
     // write lock (SQLite's is the whole file's) is never held while input is awaited (a
     // slow pipe). A dry run keeps one transaction for the whole file, rolled back at the
@@ -150,7 +159,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         }
         number += 1;
         if content_len(&line) > line_max {
-            reject(&mut counts, number, &too_long);
+            reject(&progress, &mut counts, number, &too_long);
             // Only a line cut short by the limit has a rest to skip: a whole line's
             // newline is already read, and skipping would swallow the next line.
             if line.last() != Some(&b'\n') {
@@ -166,7 +175,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
                 batch.push(item);
                 batch_bytes += line.len();
             }
-            Err(reason) => reject(&mut counts, number, &reason),
+            Err(reason) => reject(&progress, &mut counts, number, &reason),
         }
         if batch.len() == BATCH_LINES_MAX || batch_bytes >= BATCH_BYTES_MAX {
             let rows = take_rows(&kind, &mut batch);
@@ -433,7 +442,7 @@ async fn write_batch(
                 if attempt < WRITE_ATTEMPTS_MAX && (err.is_busy() || err.database_unavailable()) =>
             {
                 let wait = std::time::Duration::from_millis((100u64 << attempt).min(5_000));
-                eprintln!(
+                errln!(
                     "the batch ending at line {last_line} was not stored ({err}); writing it again in {} ms",
                     wait.as_millis()
                 );
@@ -451,11 +460,25 @@ async fn write_batch(
     }
 }
 
-fn reject(counts: &mut Counts, line: u64, reason: &str) {
+fn reject(progress: &ProgressBar, counts: &mut Counts, line: u64, reason: &str) {
     counts.rejected += 1;
     if counts.rejected <= REJECTIONS_SHOWN_MAX as u64 {
-        eprintln!("line {line}: rejected: {reason}");
+        // Above the progress bar on a terminal, not written over it.
+        progress.suspend(|| errln!("line {line}: rejected: {reason}"));
     }
+}
+
+/// `reader`, inflated when it holds gzip (its first two bytes, `1f 8b`; several members
+/// one after the other, as `cat a.gz b.gz` makes, are read as one stream). Read as it
+/// goes: a file of many gigabytes takes no more memory than a plain one.
+fn inflated<R: BufRead + 'static>(mut reader: R) -> std::io::Result<Box<dyn BufRead>> {
+    const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+    let gzip = reader.fill_buf()?.starts_with(&GZIP_MAGIC);
+    Ok(if gzip {
+        Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(reader)))
+    } else {
+        Box::new(reader)
+    })
 }
 
 /// The bytes of `line` without its line ending (`\n` or `\r\n`).
@@ -509,7 +532,7 @@ fn report(args: &BackfillArgs, counts: &Counts) {
         };
         match serde_json::to_string(&summary) {
             Ok(text) => outln!("{text}"),
-            Err(err) => eprintln!("summary not serialisable: {err}"),
+            Err(err) => errln!("summary not serialisable: {err}"),
         }
     } else {
         outln!(

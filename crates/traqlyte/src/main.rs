@@ -16,6 +16,16 @@ macro_rules! outln {
     };
 }
 
+/// `eprintln!` that never stops the command: a diagnostic that cannot be written (stderr
+/// closed, as `traqlyte backfill … 2>&1 | head` leaves it) is dropped, and the work
+/// goes on (`eprintln!` panicked there, ending a backfill after its first batch).
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 mod backfill;
 mod consume;
 mod partitions;
@@ -333,7 +343,7 @@ fn main() -> Result<std::process::ExitCode> {
         // A command that finished its work but not all of it (a backfill with rejected
         // lines): its report is printed; the status tells a script.
         Err(err) if err.is::<backfill::LinesRejected>() => {
-            eprintln!("{err}");
+            errln!("{err}");
             Ok(std::process::ExitCode::from(2))
         }
         Err(err) => Err(err),
@@ -365,7 +375,7 @@ pub(crate) fn write_out(line: std::fmt::Arguments<'_>) {
             std::process::exit(141);
         }
         Err(err) => {
-            eprintln!("error: writing to stdout: {err}");
+            errln!("error: writing to stdout: {err}");
             std::process::exit(1);
         }
     }

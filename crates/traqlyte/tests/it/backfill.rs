@@ -17,7 +17,74 @@ crate::on_both_backends!(
     a_line_of_exactly_the_limit_is_stored_and_no_line_after_a_long_one_is_lost,
     a_dry_run_over_several_batches_meets_the_old_days_its_later_batches_bring,
     a_backfill_under_an_older_version_meets_the_events_stored_under_it,
+    a_gzip_file_and_standard_input_with_stderr_closed_are_backfilled_whole,
 );
+
+/// An archive as exports write it (gzip) is inflated as it is read; `--file -` reads
+/// standard input; and a closed stderr (`… 2>&1 | head`) loses the diagnostics, not the
+/// import. Before, the gzip file's bytes were read as lines (every line rejected, exit 2,
+/// nothing stored), `-` was a file name, and the first rejection written to a closed
+/// stderr panicked the process after its first batch.
+async fn a_gzip_file_and_standard_input_with_stderr_closed_are_backfilled_whole(backend: Backend) {
+    use std::io::Write;
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    // Three batches of 1,000 lines, 30 of them invalid (more than the 20 named).
+    let lines: Vec<String> = (0..3_000)
+        .map(|i| {
+            if i % 100 == 7 {
+                "{\"merchant_id\": ".to_string()
+            } else {
+                checkout_event(&format!("order_{i}")).to_string()
+            }
+        })
+        .collect();
+    let plain = Ndjson::new(&lines);
+    let gzip = Ndjson(plain.0.with_extension("ndjson.gz"));
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder
+        .write_all(&std::fs::read(&plain.0).expect("read"))
+        .expect("compress");
+    std::fs::write(&gzip.0, encoder.finish().expect("compress")).expect("write");
+
+    let from_gzip = backfill(&app, "checkout_completed", &gzip.0, false);
+    assert_eq!(
+        from_gzip,
+        json!({"dry_run": false, "inserted": 2_970, "already_present": 0, "collided": 0, "rejected": 30})
+    );
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args([
+            "backfill",
+            "--tenant",
+            "test tenant",
+            "--contract",
+            "checkout_completed",
+        ])
+        .args([
+            "--file",
+            "-",
+            "--json",
+            "--database-url",
+            app.database_url(),
+        ])
+        .stdin(std::process::Stdio::from(
+            std::fs::File::open(&plain.0).expect("open"),
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run traqlyte backfill");
+    drop(child.stderr.take());
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("summary");
+    assert_eq!(
+        summary,
+        json!({"dry_run": false, "inserted": 0, "already_present": 2_970, "collided": 0, "rejected": 30})
+    );
+    assert_eq!(app.checkout_stats().await.0, 2_970);
+}
 
 /// `--version N` identifies the lines under that version, as `?version=N` does live:
 /// events stored under an older version keep their ids when reloaded (an export loaded
