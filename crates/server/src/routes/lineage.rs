@@ -61,16 +61,33 @@ pub(crate) async fn post_event(
         // The payload first, then the event identified in place: one parsed tree at a
         // time (a copy doubled the peak of a large nested event).
         let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;
-        let projected = identify_run_event_owned(value).map_err(bad_event)?;
+        // A parsed document refused by the RunEvent's rules or the horizon is counted
+        // rejected, as `POST /events/{contract}` counts one its contract refuses.
+        let rejected = |err: ApiError| {
+            crate::metrics::record_events(
+                tenant,
+                run_event_contract().name().as_str(),
+                &traqlyte_store::IngestSource::http(),
+                &[],
+                &[],
+                1,
+            );
+            err
+        };
+        let projected = identify_run_event_owned(value)
+            .map_err(bad_event)
+            .map_err(rejected)?;
         let event = NewEvent {
             identified: projected.identified,
             payload,
         };
         // 400 like every invalid RunEvent; the field is `eventTime`.
-        let event = admit(&state, run_event_contract(), event).map_err(|err| {
-            err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
-                .with_field("eventTime")
-        })?;
+        let event = admit(&state, run_event_contract(), event)
+            .map_err(|err| {
+                err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
+                    .with_field("eventTime")
+            })
+            .map_err(rejected)?;
         let row = RunEventRow {
             event,
             identity: projected.identity,

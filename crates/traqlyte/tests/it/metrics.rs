@@ -332,6 +332,15 @@ async fn the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition
     )
     .await;
     assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+    // OpenLineage: one RunEvent stored, one its rules refuse (no run id): counted
+    // received and rejected, as the contract's refusals are.
+    let run = crate::lineage::run_event("metrics_job", 1, &["in"], &["out"]);
+    let stored = app.post_raw("/api/v1/lineage", run.to_string()).await;
+    assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
+    let mut no_run_id = crate::lineage::run_event("metrics_job", 2, &["in"], &["out"]);
+    no_run_id["run"] = json!({});
+    let refused = app.post_raw("/api/v1/lineage", no_run_id.to_string()).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
     // Any token is a method to HTTP: made-up ones share one label instead of adding
     // series that never go away.
     for method in ["ZZONE", "ZZTWO"] {
@@ -371,6 +380,15 @@ async fn the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition
     assert_eq!(segment_count("traqlyte_events_received_total"), 4.0);
     assert_eq!(segment_count("traqlyte_events_rejected_total"), 3.0);
     assert_eq!(segment_count("traqlyte_events_inserted_total"), 1.0);
+    let lineage_labels = [
+        ("tenant", tenant.as_str()),
+        ("contract", "openlineage.run_event"),
+        ("source", "http"),
+    ];
+    let lineage_count = |name: &str| value_of(&samples, name, &lineage_labels);
+    assert_eq!(lineage_count("traqlyte_events_received_total"), 2.0);
+    assert_eq!(lineage_count("traqlyte_events_inserted_total"), 1.0);
+    assert_eq!(lineage_count("traqlyte_events_rejected_total"), 1.0);
     let labels = [
         ("tenant", tenant.as_str()),
         ("contract", "checkout_completed"),
