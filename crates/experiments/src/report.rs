@@ -840,10 +840,11 @@ fn value_interval(kind: MetricKind, units: u64, s: &WindowSums) -> Option<(f64, 
     normal_interval(centre, variance)
 }
 
-/// `centre ± z·√variance` at 95%, when finite.
+/// `centre ± z·√variance` at 95%, when finite and of some width: a zero-width interval
+/// (an arm at 0 % or 100 %, a constant one) would claim a certainty the data cannot give.
 fn normal_interval(centre: f64, variance: f64) -> Option<(f64, f64)> {
     let half = Z_95 * variance.sqrt();
-    half.is_finite().then_some((centre - half, centre + half))
+    (half.is_finite() && half > 0.0).then_some((centre - half, centre + half))
 }
 
 fn per_unit_moments(units: u64, sum: f64, sum_sq: f64) -> Option<(f64, f64)> {

@@ -27,6 +27,9 @@ mod srm;
 
 pub use dedupe::{delta_by_count, delta_by_value, predicted_naive_lift};
 pub use error::{Arm, StatsError};
-pub use lift::{estimate_lift, mean_lift, proportion_lift, ConfidenceLevel, Lift, Proportion};
+pub use lift::{
+    estimate_lift, mean_lift, proportion_lift, ConfidenceLevel, Lift, Proportion,
+    NORMAL_APPROXIMATION_MIN,
+};
 pub use moments::{Moments, TOTALS_RELATIVE_TOLERANCE};
 pub use srm::{srm, Srm, SRM_P_VALUE_THRESHOLD};

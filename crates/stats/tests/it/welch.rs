@@ -195,6 +195,24 @@ fn zero_control_mean_has_no_relative_lift_but_still_a_welch_test() {
     assert_close(got.p_value(), 0.07048399691021992);
 }
 
+/// A negative control mean (refunds) has no relative lift either: −1 → −3 read as a
+/// "+200 % lift" for a metric that went down. The test is the same as for the values
+/// shifted by +1: t = −2 / sqrt(2/3), df = 4.
+#[test]
+fn negative_control_mean_has_no_relative_lift_but_still_a_welch_test() {
+    let got = mean_lift(
+        &pushed(&[-2.0, -1.0, 0.0]),
+        &pushed(&[-4.0, -3.0, -2.0]),
+        level(0.95),
+    )
+    .unwrap();
+    assert_eq!(got.estimate(), None);
+    assert_eq!(got.ci(), None);
+    assert_close(got.statistic(), -2.0 / (2.0_f64 / 3.0).sqrt());
+    assert_close(got.df(), 4.0);
+    assert_close(got.p_value(), 0.07048399691021992);
+}
+
 #[test]
 fn constant_arms_have_an_estimate_but_no_test_or_interval() {
     let got = mean_lift(&pushed(&[2.0; 4]), &pushed(&[3.0; 6]), level(0.95)).unwrap();
