@@ -470,6 +470,64 @@ impl Room {
     }
 }
 
+/// `request` with its body tracked: the flag turns true once the body has been read to
+/// its end. `None` (the request as it was) when it declares no body (no
+/// `Content-Length`, or 0, and no `Transfer-Encoding`).
+pub(crate) fn tracked(
+    request: axum::extract::Request,
+) -> (
+    axum::extract::Request,
+    Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+) {
+    let headers = request.headers();
+    let declares_body = match declared_length(headers) {
+        Some(length) => length > 0,
+        None => headers.contains_key(axum::http::header::TRANSFER_ENCODING),
+    };
+    if !declares_body {
+        return (request, None);
+    }
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = read.clone();
+    let request = request.map(|inner| Body::new(Tracked { inner, read: flag }));
+    (request, Some(read))
+}
+
+/// A request body that says when it has been read to its end ([`tracked`]).
+struct Tracked {
+    inner: Body,
+    read: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        let ended = match &polled {
+            std::task::Poll::Ready(None) => true,
+            std::task::Poll::Ready(Some(Ok(_))) => http_body::Body::is_end_stream(&self.inner),
+            _ => false,
+        };
+        if ended {
+            self.read.store(true, std::sync::atomic::Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::Body::size_hint(&self.inner)
+    }
+}
+
 /// The body's length as its `Content-Length` declares it, when that is a number.
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers

@@ -314,10 +314,22 @@ async fn not_found(request: Request) -> ApiError {
 async fn json_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let (request, body_read) = crate::body::tracked(request);
     let mut response = next.run(request).await;
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
+    }
+    // An error answered before the request's body was read to its end (a key refused, a
+    // route not found, a malformed header): hyper closes the connection after it, the
+    // body's rest being unread. Said so, a keep-alive client sends its next request on a
+    // new connection instead of into the closed one ("server disconnected", which
+    // clients do not retry for a POST).
+    if body_read.is_some_and(|read| !read.load(std::sync::atomic::Ordering::Acquire)) {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            HeaderValue::from_static("close"),
+        );
     }
     if status == StatusCode::UNAUTHORIZED && is_tracking_path(&path) {
         // The tracking routes take HTTP Basic (the write key as user name), not Bearer.

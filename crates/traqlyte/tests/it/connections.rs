@@ -17,7 +17,57 @@ crate::on_both_backends!(
     at_the_connection_cap_new_connections_wait_until_one_closes,
     requests_hyper_refuses_are_answered_in_the_json_error_shape,
     a_client_that_pipelines_and_never_reads_is_closed_after_the_idle_timeout,
+    an_error_answered_before_the_body_is_read_says_the_connection_closes,
 );
+
+/// The head of the response to `request` sent on `stream` (the body, if any, not read).
+async fn response_head(stream: &mut TcpStream, request: &[u8]) -> String {
+    stream.write_all(request).await.expect("write the request");
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(CLOSED_WITHIN, stream.read(&mut buf))
+            .await
+            .expect("a response in time")
+            .expect("read");
+        assert!(n > 0, "closed before answering: {received:?}");
+        received.extend_from_slice(&buf[..n]);
+        if let Some((head, _)) = split_head(&received) {
+            return head;
+        }
+    }
+}
+
+/// A request refused before its body is read (here a wrong key, the body still on its
+/// way) leaves the connection unusable: hyper closes it after the answer. The answer
+/// says `Connection: close`, so a keep-alive client sends its next request on a new
+/// connection instead of into the closed one ("server disconnected", a POST not
+/// retried). An error after the body was read keeps the connection.
+async fn an_error_answered_before_the_body_is_read_says_the_connection_closes(backend: Backend) {
+    let app = app(backend, |_| {}).await;
+    let mut stream = connect(&app).await;
+    let head = response_head(
+        &mut stream,
+        b"POST /events/checkout_completed HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer tlk_wrong\r\nContent-Length: 20\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status_of(&head), 401, "{head}");
+    assert_eq!(
+        header(&head, "connection").as_deref(),
+        Some("close"),
+        "{head}"
+    );
+
+    // The body read to its end, then refused (malformed JSON): the connection stays.
+    let mut stream = connect(&app).await;
+    let request = format!(
+        "POST /contracts HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\nContent-Length: 5\r\n\r\n{{bad}}",
+        app.key
+    );
+    let head = response_head(&mut stream, request.as_bytes()).await;
+    assert_eq!(status_of(&head), 400, "{head}");
+    assert_eq!(header(&head, "connection"), None, "{head}");
+}
 
 /// Long enough that a test never waits for it; short enough to notice a mistake.
 const LONG_MS: u64 = 60_000;
