@@ -20,10 +20,75 @@ use crate::routes::{admin, campaigns, contracts, events, health, lineage, supers
 pub(crate) fn document() -> &'static str {
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT.get_or_init(|| {
-        ApiDoc::openapi()
-            .to_json()
-            .expect("the OpenAPI document serialises")
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serialises");
+        for_generated_clients(&mut doc);
+        serde_json::to_string(&doc).expect("the document serialises")
     })
+}
+
+/// What generated clients need that the handlers' annotations do not say (a review
+/// generated Python and TypeScript clients from the document):
+/// - a free-form object (an event, a RunEvent, a Segment message, a contract) takes any
+///   property: `additionalProperties: true`, without which openapi-typescript types it
+///   `Record<string, never>` and no event can be sent;
+/// - the error envelope is one named schema (`ErrorEnvelope`), not one inline copy a
+///   generator turns into a class per operation, and its answer declares the
+///   `Retry-After` and `WWW-Authenticate` headers some errors carry;
+/// - `POST /campaigns/{id}/publish` takes no body as well (an empty body publishes the
+///   current arms), and the lineage routes' node parameters are required (without one
+///   the answer is `400 missing_parameter`).
+fn for_generated_clients(doc: &mut serde_json::Value) {
+    use serde_json::{json, Value};
+    fn open_objects(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                let free_form = map.get("type") == Some(&json!("object"))
+                    && !map.contains_key("properties")
+                    && !map.contains_key("additionalProperties");
+                if free_form {
+                    map.insert("additionalProperties".into(), Value::Bool(true));
+                }
+                map.values_mut().for_each(open_objects);
+            }
+            Value::Array(items) => items.iter_mut().for_each(open_objects),
+            _ => {}
+        }
+    }
+    open_objects(doc);
+    let envelope = &mut doc["components"]["responses"]["ErrorEnvelope"];
+    if let Some(schema) = envelope
+        .pointer_mut("/content/application~1json/schema")
+        .map(Value::take)
+    {
+        envelope["content"]["application/json"]["schema"] =
+            json!({"$ref": "#/components/schemas/ErrorEnvelope"});
+        envelope["headers"] = json!({
+            "Retry-After": {
+                "description": "seconds to wait before retrying: on `503` answers whose cause clears within a moment (`server_busy`, `store_busy`, `contract_changing`, `request_timeout` on `/v1/*`)",
+                "schema": {"type": "integer", "minimum": 0}
+            },
+            "WWW-Authenticate": {
+                "description": "on `401`: `Bearer realm=\"traqlyte\"` (`Basic realm=\"traqlyte\"` on `/v1/*`)",
+                "schema": {"type": "string"}
+            }
+        });
+        doc["components"]["schemas"]["ErrorEnvelope"] = schema;
+    }
+    if let Some(body) = doc.pointer_mut("/paths/~1campaigns~1{id}~1publish/post/requestBody") {
+        body["required"] = Value::Bool(false);
+    }
+    for (path, name) in [
+        ("/paths/~1lineage~1ancestors/get/parameters", "node"),
+        ("/paths/~1lineage~1descendants/get/parameters", "node"),
+        ("/paths/~1api~1v1~1lineage/get/parameters", "nodeId"),
+    ] {
+        if let Some(Value::Array(parameters)) = doc.pointer_mut(path) {
+            parameters
+                .iter_mut()
+                .filter(|p| p["name"] == json!(name))
+                .for_each(|p| p["required"] = Value::Bool(true));
+        }
+    }
 }
 
 /// `GET /openapi.json`.
@@ -59,7 +124,7 @@ pub(crate) struct IdempotencyHeaders {
         required = false,
         min_length = 1,
         max_length = 255,
-        pattern = "^[!-~]+$"
+        pattern = "^[ -~]+$"
     )]
     traqlyte: Option<String>,
     /// Optional: the standard name of `X-TL-Idempotency-Key`. Send either; sending both
@@ -70,7 +135,7 @@ pub(crate) struct IdempotencyHeaders {
         required = false,
         min_length = 1,
         max_length = 255,
-        pattern = "^[!-~]+$"
+        pattern = "^[ -~]+$"
     )]
     standard: Option<String>,
 }
@@ -257,6 +322,33 @@ mod tests {
     fn the_document_is_openapi_3_1() {
         let doc: serde_json::Value = serde_json::from_str(document()).expect("JSON");
         assert!(doc["openapi"].as_str().unwrap().starts_with("3.1."));
+    }
+
+    #[test]
+    fn free_form_objects_take_any_property_and_the_envelope_is_one_named_schema() {
+        let doc: serde_json::Value = serde_json::from_str(document()).expect("JSON");
+        let event = &doc["paths"]["/events/{contract}"]["post"]["requestBody"]["content"]
+            ["application/json"]["schema"];
+        assert_eq!(event["additionalProperties"], true, "{event}");
+        let envelope = &doc["components"]["responses"]["ErrorEnvelope"];
+        assert_eq!(
+            envelope["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ErrorEnvelope"
+        );
+        assert!(envelope["headers"]["Retry-After"].is_object(), "{envelope}");
+        assert_eq!(
+            doc["components"]["schemas"]["ErrorEnvelope"]["required"][0],
+            "error"
+        );
+        let publish = &doc["paths"]["/campaigns/{id}/publish"]["post"]["requestBody"];
+        assert_eq!(publish["required"], false);
+        let node = &doc["paths"]["/lineage/ancestors"]["get"]["parameters"][0];
+        assert_eq!(
+            (&node["name"], &node["required"]),
+            (&serde_json::json!("node"), &serde_json::json!(true))
+        );
+        let node_id = &doc["paths"]["/api/v1/lineage"]["get"]["parameters"][0];
+        assert_eq!(node_id["required"], true, "{node_id}");
     }
 
     #[test]
