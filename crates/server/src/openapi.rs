@@ -26,6 +26,32 @@ pub(crate) fn document() -> &'static str {
     })
 }
 
+/// Every time property (`…_at`, `since`, `until`: RFC 3339 strings, docs/api.md's
+/// conventions) declared `format: date-time`, so generated clients read them as times.
+fn times_as_date_time(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                for (name, schema) in properties.iter_mut() {
+                    let time = name.ends_with("_at") || name == "since" || name == "until";
+                    let text = matches!(schema.get("type"), Some(Value::String(t)) if t == "string")
+                        || schema
+                            .get("type")
+                            .and_then(Value::as_array)
+                            .is_some_and(|types| types.contains(&Value::from("string")));
+                    if time && text {
+                        schema["format"] = Value::from("date-time");
+                    }
+                }
+            }
+            map.values_mut().for_each(times_as_date_time);
+        }
+        Value::Array(items) => items.iter_mut().for_each(times_as_date_time),
+        _ => {}
+    }
+}
+
 /// What generated clients need that the handlers' annotations do not say (a review
 /// generated Python and TypeScript clients from the document):
 /// - a free-form object (an event, a RunEvent, a Segment message, a contract) takes any
@@ -55,6 +81,7 @@ fn for_generated_clients(doc: &mut serde_json::Value) {
         }
     }
     open_objects(doc);
+    times_as_date_time(doc);
     let envelope = &mut doc["components"]["responses"]["ErrorEnvelope"];
     if let Some(schema) = envelope
         .pointer_mut("/content/application~1json/schema")
@@ -349,6 +376,12 @@ mod tests {
         );
         let node_id = &doc["paths"]["/api/v1/lineage"]["get"]["parameters"][0];
         assert_eq!(node_id["required"], true, "{node_id}");
+        let text = document();
+        assert!(
+            !text.contains("\"received_at\":{\"type\":\"string\"}"),
+            "a time without its format"
+        );
+        assert!(text.contains("\"format\":\"date-time\""));
     }
 
     #[test]
