@@ -2,7 +2,7 @@
 //! never equals an identified message's (messages are put in NFC), so they matched
 //! nothing, and an upgrade left them dead. Every start now puts them in NFC.
 
-use traqlyte_store::{CampaignId, TenantName};
+use traqlyte_store::CampaignId;
 
 use crate::db::{on_both_backends, Backend, TestDb};
 
@@ -14,12 +14,7 @@ const COMPOSED: &str = "Caf\u{e9} Order";
 
 async fn bindings_stored_decomposed_by_an_older_build_are_put_in_nfc_at_start(backend: Backend) {
     let db = TestDb::create(backend).await;
-    let store = db.store().await;
-    store.migrate().await.expect("migrate");
-    let (tenant, _) = store
-        .create_tenant(&TenantName::parse("t").expect("name"))
-        .await
-        .expect("tenant");
+    let (store, tenant) = db.store_with_tenant().await;
     let t = tenant.as_str();
     let mut raw = db.raw().await;
     // Campaign 1: one binding, stored decomposed, its pointer too, with a tally row.

@@ -116,6 +116,15 @@ impl TestDb {
             .expect("connect store")
     }
 
+    /// A migrated store over this database and the id of its one tenant, `t`.
+    pub async fn store_with_tenant(&self) -> (Store, traqlyte_store::TenantId) {
+        let store = self.store().await;
+        store.migrate().await.expect("migrate");
+        let name = traqlyte_store::TenantName::parse("t").expect("name");
+        let (tenant, _) = store.create_tenant(&name).await.expect("tenant");
+        (store, tenant)
+    }
+
     /// A raw connection, outside the store.
     pub async fn raw(&self) -> Raw {
         match &self.path {

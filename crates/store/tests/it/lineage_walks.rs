@@ -3,7 +3,7 @@
 //! can scan far more rows than it returns (a job of many runs reading one dataset is one
 //! neighbour found through every run), and a walk is client-controlled.
 
-use traqlyte_store::{Direction, NodeKind, NodeRef, Store, StoreConfig, StoreError, TenantName};
+use traqlyte_store::{Direction, NodeKind, NodeRef, Store, StoreConfig, StoreError};
 use traqlyte_store::{TenantId, WalkLimits};
 
 use crate::db::{on_both_backends, Backend, TestDb};
@@ -16,12 +16,7 @@ const RUNS: i64 = 200_000;
 
 async fn a_walk_level_past_its_time_bound_is_stopped_and_the_reader_serves_on(backend: Backend) {
     let db = TestDb::create(backend).await;
-    let store = db.store().await;
-    store.migrate().await.expect("migrate");
-    let (tenant, _) = store
-        .create_tenant(&TenantName::parse("t").expect("name"))
-        .await
-        .expect("tenant");
+    let (store, tenant) = db.store_with_tenant().await;
     let series = match backend {
         Backend::Sqlite => {
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < RUNS)"

@@ -24,18 +24,24 @@ crate::on_both_backends!(
 async fn response_head(stream: &mut TcpStream, request: &[u8]) -> String {
     stream.write_all(request).await.expect("write the request");
     let mut received = Vec::new();
-    let mut buf = [0u8; 4096];
     loop {
-        let n = tokio::time::timeout(CLOSED_WITHIN, stream.read(&mut buf))
-            .await
-            .expect("a response in time")
-            .expect("read");
-        assert!(n > 0, "closed before answering: {received:?}");
-        received.extend_from_slice(&buf[..n]);
-        if let Some((head, _)) = split_head(&received) {
+        if let Some((head, _)) = read_more(stream, &mut received).await {
             return head;
         }
     }
+}
+
+/// Reads what `stream` has next onto `received` (in time, never its end) and splits it
+/// once its head is whole.
+async fn read_more(stream: &mut TcpStream, received: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(CLOSED_WITHIN, stream.read(&mut buf))
+        .await
+        .expect("a response in time")
+        .expect("read");
+    assert!(n > 0, "closed before answering: {received:?}");
+    received.extend_from_slice(&buf[..n]);
+    split_head(received)
 }
 
 /// A request refused before its body is read (here a wrong key, the body still on its
@@ -106,15 +112,8 @@ async fn get_healthz(stream: &mut TcpStream) -> u16 {
         .await
         .expect("write the request");
     let mut received = Vec::new();
-    let mut buf = [0u8; 4096];
     loop {
-        let n = tokio::time::timeout(CLOSED_WITHIN, stream.read(&mut buf))
-            .await
-            .expect("a response in time")
-            .expect("read");
-        assert!(n > 0, "closed before answering: {received:?}");
-        received.extend_from_slice(&buf[..n]);
-        if let Some((head, body)) = split_head(&received) {
+        if let Some((head, body)) = read_more(stream, &mut received).await {
             let length = header(&head, "content-length")
                 .and_then(|v| v.parse::<usize>().ok())
                 .expect("a content-length");
