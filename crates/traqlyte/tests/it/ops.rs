@@ -52,7 +52,8 @@ async fn a_starting_server_purges_posted_deliveries_older_than_a_week(backend: B
     ))
     .await;
     let count = "SELECT COUNT(*) FROM webhook_deliveries";
-    assert_eq!(app.integer_sql(count).await, 4);
+    // A server started after the rows were written purges at its start (the test's own
+    // server may purge them first, if its first run comes after the insert).
     let _server = ServerProcess::start(app.database_url(), &[]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while app.integer_sql(count).await != 2 {
