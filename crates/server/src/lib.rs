@@ -75,11 +75,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     // The stop signal is watched from now on: a server still waiting for its partitions
     // at start stops at once instead of serving first.
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    });
+    let stopping = stop_signal(shutdown);
     let Some(partitions_ready) = partitions_at_start(
         &store,
         &config.dedupe_horizon,
@@ -165,6 +161,18 @@ pub async fn serve(
         task.abort();
     }
     served
+}
+
+/// `true` once `shutdown` completes, watched from now on by whoever holds a copy.
+pub fn stop_signal(
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::sync::watch::Receiver<bool> {
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    stopping
 }
 
 /// How often the partitions are maintained: far more often than a day, so a missed run

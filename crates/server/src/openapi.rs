@@ -26,29 +26,50 @@ pub(crate) fn document() -> &'static str {
     })
 }
 
-/// Every time property (`…_at`, `since`, `until`: RFC 3339 strings, docs/api.md's
-/// conventions) declared `format: date-time`, so generated clients read them as times.
-fn times_as_date_time(value: &mut serde_json::Value) {
-    use serde_json::Value;
+/// Calls `edit` on every JSON object of `value`, outermost first.
+fn each_object(
+    value: &mut serde_json::Value,
+    edit: &mut impl FnMut(&mut serde_json::Map<String, serde_json::Value>),
+) {
     match value {
-        Value::Object(map) => {
-            if let Some(Value::Object(properties)) = map.get_mut("properties") {
-                for (name, schema) in properties.iter_mut() {
-                    let time = name.ends_with("_at") || name == "since" || name == "until";
-                    let text = matches!(schema.get("type"), Some(Value::String(t)) if t == "string")
-                        || schema
-                            .get("type")
-                            .and_then(Value::as_array)
-                            .is_some_and(|types| types.contains(&Value::from("string")));
-                    if time && text {
-                        schema["format"] = Value::from("date-time");
-                    }
-                }
-            }
-            map.values_mut().for_each(times_as_date_time);
+        serde_json::Value::Object(map) => {
+            edit(map);
+            map.values_mut().for_each(|v| each_object(v, edit));
         }
-        Value::Array(items) => items.iter_mut().for_each(times_as_date_time),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| each_object(v, edit)),
         _ => {}
+    }
+}
+
+/// A free-form object schema (an event, a RunEvent, a Segment message, a contract)
+/// declared to take any property.
+fn open_object(schema: &mut serde_json::Map<String, serde_json::Value>) {
+    let free_form = schema.get("type") == Some(&serde_json::json!("object"))
+        && !schema.contains_key("properties")
+        && !schema.contains_key("additionalProperties");
+    if free_form {
+        schema.insert("additionalProperties".into(), serde_json::Value::Bool(true));
+    }
+}
+
+/// Every time property of `schema` (`…_at`, `since`, `until`: RFC 3339 strings,
+/// docs/api.md's conventions) declared `format: date-time`, so generated clients read
+/// them as times.
+fn times_as_date_time(schema: &mut serde_json::Map<String, serde_json::Value>) {
+    use serde_json::Value;
+    let Some(Value::Object(properties)) = schema.get_mut("properties") else {
+        return;
+    };
+    for (name, property) in properties.iter_mut() {
+        let time = name.ends_with("_at") || name == "since" || name == "until";
+        let text = matches!(property.get("type"), Some(Value::String(t)) if t == "string")
+            || property
+                .get("type")
+                .and_then(Value::as_array)
+                .is_some_and(|types| types.contains(&Value::from("string")));
+        if time && text {
+            property["format"] = Value::from("date-time");
+        }
     }
 }
 
@@ -65,23 +86,10 @@ fn times_as_date_time(value: &mut serde_json::Value) {
 ///   the answer is `400 missing_parameter`).
 fn for_generated_clients(doc: &mut serde_json::Value) {
     use serde_json::{json, Value};
-    fn open_objects(value: &mut Value) {
-        match value {
-            Value::Object(map) => {
-                let free_form = map.get("type") == Some(&json!("object"))
-                    && !map.contains_key("properties")
-                    && !map.contains_key("additionalProperties");
-                if free_form {
-                    map.insert("additionalProperties".into(), Value::Bool(true));
-                }
-                map.values_mut().for_each(open_objects);
-            }
-            Value::Array(items) => items.iter_mut().for_each(open_objects),
-            _ => {}
-        }
-    }
-    open_objects(doc);
-    times_as_date_time(doc);
+    each_object(doc, &mut |schema| {
+        open_object(schema);
+        times_as_date_time(schema);
+    });
     let envelope = &mut doc["components"]["responses"]["ErrorEnvelope"];
     if let Some(schema) = envelope
         .pointer_mut("/content/application~1json/schema")

@@ -63,14 +63,8 @@ impl PgStore {
             // `synchronous_commit` on (or a stronger or local level): a database or role
             // set to `off` would acknowledge commits a crash of PostgreSQL loses. Such a
             // setting is overridden for this process's sessions; any other is kept.
-            // And no JIT ([`NO_JIT`]).
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    sqlx::query(NO_JIT).execute(&mut *conn).await?;
-                    sqlx::query(DURABLE_COMMITS).execute(conn).await?;
-                    Ok(())
-                })
-            })
+            // And no JIT ([`session_settings`]).
+            .after_connect(|conn, _meta| Box::pin(session_settings(conn)))
             .connect(&config.database_url)
             .await?;
         let ddl = PgPoolOptions::new()
@@ -80,13 +74,7 @@ impl PgStore {
             // queue) ends as `503 store_busy`, logged, not as the request's `408`.
             .acquire_timeout(Duration::from_secs(5))
             .idle_timeout(Duration::from_secs(60))
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    sqlx::query(NO_JIT).execute(&mut *conn).await?;
-                    sqlx::query(DURABLE_COMMITS).execute(conn).await?;
-                    Ok(())
-                })
-            })
+            .after_connect(|conn, _meta| Box::pin(session_settings(conn)))
             .connect_lazy(&config.database_url)?;
         let health = PgPoolOptions::new()
             .max_connections(1)
@@ -152,6 +140,14 @@ const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'on', fal
 /// second backfill run 2 min 33 s with JIT, 9.6 s without; a live batch of 1,000 old
 /// retries with `--late-events reconcile` 16 s against 0.2 s).
 const NO_JIT: &str = "SET jit = off";
+
+/// What every session of the store's pools sets when it connects: [`NO_JIT`] and
+/// [`DURABLE_COMMITS`].
+async fn session_settings(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query(NO_JIT).execute(&mut *conn).await?;
+    sqlx::query(DURABLE_COMMITS).execute(conn).await?;
+    Ok(())
+}
 
 impl crate::Store {
     /// The `synchronous_commit` level this process's PostgreSQL sessions commit with

@@ -175,35 +175,25 @@ pub(crate) async fn run(
     let clock = tokio::spawn(traqlyte_server::sync_clock(store.clone()));
     // The stop signal is watched from now on: a consumer still waiting for its
     // partitions at start stops at once.
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    });
-    let partitions = traqlyte_server::keep_partitions_created(
+    let mut stopping = traqlyte_server::stop_signal(shutdown);
+    let Some(partitions) = traqlyte_server::keep_partitions_created(
         store.clone(),
         config.dedupe_horizon,
         stopping.clone(),
     )
-    .await;
-    let result = match partitions {
-        None => {
-            tracing::info!("stopped before consuming");
-            Ok(())
-        }
-        Some(_) => {
-            let mut stopping = stopping;
-            let shutdown = async move {
-                let _ = stopping.wait_for(|stop| *stop).await;
-            };
-            nats::run(store, config, shutdown)
-                .await
-                .context("consume NATS JetStream")
-        }
+    .await
+    else {
+        tracing::info!("stopped before consuming");
+        clock.abort();
+        return Ok(());
     };
-    if let Some(partitions) = partitions {
-        partitions.abort();
-    }
+    let shutdown = async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    };
+    let result = nats::run(store, config, shutdown)
+        .await
+        .context("consume NATS JetStream");
+    partitions.abort();
     clock.abort();
     result
 }
