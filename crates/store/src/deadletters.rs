@@ -77,13 +77,18 @@ pub struct DeadLetterCursor {
     pub published_ns: i64,
 }
 
-/// The letters after the cursor (`$2`…`$5`, all null for the first page) in the order of
-/// [`DeadLetterCursor`]: one statement, so a page is one consistent read.
-/// A tenant's dead letters after a cursor (`$2`–`$5`, all `NULL` for the first page),
-/// newest first, at most `$6`; `{columns}` names what is read.
-const SELECT_DEAD_LETTERS: &str = "SELECT {columns}
+/// A tenant's dead letters after a cursor (`$2`–`$5`, all `NULL` for the first page) in
+/// the order of [`DeadLetterCursor`], newest first, at most `$6`; `{columns}` names what is
+/// read. One statement, so a page is one consistent read.
+///
+/// The bound on `received_at_us` alone repeats the cursor's first column so that the
+/// index range starts at the cursor: PostgreSQL derives no range from the `OR` below, and
+/// read a page 500,000 letters deep by filtering out every newer one (63 ms a page, against
+/// 0.08 ms with the bound, on either plan; `plans::KEYSET_PAGES`).
+pub(crate) const SELECT_DEAD_LETTERS: &str = "SELECT {columns}
      FROM dead_letters
      WHERE tenant_id = $1
+       AND received_at_us <= COALESCE(CAST($2 AS BIGINT), 9223372036854775807)
        AND (CAST($2 AS BIGINT) IS NULL OR received_at_us < CAST($2 AS BIGINT)
             OR (received_at_us = CAST($2 AS BIGINT)
                 AND (stream > CAST($3 AS TEXT)

@@ -10,6 +10,59 @@
 //! probe the same index per id, never scan the table. A statement written for either
 //! event table (`{table}`) is checked on the live one, `events`.
 
+use std::sync::LazyLock;
+
+/// The keyset pages of the logs that grow without bound, `(what, statement, the index, the
+/// cursor's column)`: each must start its index range at the cursor (the column in the
+/// index condition), in the generic plan too, so a page deep in a log of millions costs
+/// what the first does. Their `{columns}` are read as `*`; a collision page is listed for
+/// the whole log and for one contract.
+pub static KEYSET_PAGES: LazyLock<Vec<(&str, String, &str, &str)>> = LazyLock::new(|| {
+    use crate::ops::{contract_filter, SELECT_COLLISIONS_BETWEEN, SELECT_COLLISIONS_PAGE_SIZES};
+    let collisions = |sql: &str, by_contract: bool, n: u8| {
+        sql.replace("{columns}", "*")
+            .replace("{contract}", contract_filter(by_contract, n))
+    };
+    vec![
+        (
+            "a page of dead letters",
+            crate::deadletters::SELECT_DEAD_LETTERS.replace("{columns}", "*"),
+            "dead_letters_by_tenant_time",
+            "received_at_us",
+        ),
+        (
+            "a page of the collision log",
+            collisions(SELECT_COLLISIONS_PAGE_SIZES, false, 2),
+            "event_collisions_by_tenant",
+            "received_at_us",
+        ),
+        (
+            "a page of a contract's collisions",
+            collisions(SELECT_COLLISIONS_PAGE_SIZES, true, 2),
+            "event_collisions_by_contract",
+            "received_at_us",
+        ),
+        (
+            "a page of the collision log, with its payloads",
+            collisions(SELECT_COLLISIONS_BETWEEN, false, 6),
+            "event_collisions_by_tenant",
+            "received_at_us",
+        ),
+        (
+            "a page of a contract's collisions, with their payloads",
+            collisions(SELECT_COLLISIONS_BETWEEN, true, 6),
+            "event_collisions_by_contract",
+            "received_at_us",
+        ),
+        (
+            "a page of a source's rejections",
+            crate::sources::SELECT_REJECTIONS.to_string(),
+            "source_rejections_pkey",
+            "rejection_id",
+        ),
+    ]
+});
+
 /// `(what, statement, the index that must answer it)`.
 pub const LOOKUPS: &[(&str, &str, &str)] = &[
     (

@@ -315,10 +315,12 @@ const INSERT_REJECTION: &str = "INSERT INTO source_rejections
 const SELECT_SOURCE_NAME: &str = "SELECT name FROM sources WHERE tenant_id = $1 AND source_id = $2";
 
 /// A source's rejections older than (below) the id `$3`, if given, newest first: one
-/// statement, so a page is one consistent read on either backend.
-const SELECT_REJECTIONS: &str = "SELECT CAST(rejection_id AS BIGINT) AS rejection_id,
+/// statement, so a page is one consistent read on either backend. The bound without `OR`
+/// starts the index range at the cursor in a generic plan too (`plans::KEYSET_PAGES`).
+pub(crate) const SELECT_REJECTIONS: &str = "SELECT CAST(rejection_id AS BIGINT) AS rejection_id,
        CAST(message_index AS BIGINT) AS message_index, code, field, reason, payload, received_at_us
      FROM source_rejections WHERE tenant_id = $1 AND source_id = $2
+       AND rejection_id <= COALESCE(CAST($3 AS BIGINT), 9223372036854775807)
        AND (CAST($3 AS BIGINT) IS NULL OR rejection_id < CAST($3 AS BIGINT))
      ORDER BY source_rejections.rejection_id DESC LIMIT $4";
 
