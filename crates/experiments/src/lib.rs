@@ -21,7 +21,7 @@ pub use campaign::{
     Arm, Arms, ArmsError, Campaign, CampaignVersion, MetricArmSums, MetricDef, MetricKind, Metrics,
     MetricsError, NewCampaign, WindowSums,
 };
-pub use outcome::{outcome_fingerprint, outcome_id};
+pub use outcome::{outcome_fingerprint, outcome_id, untimed_outcome_fingerprint};
 pub use report::Report;
 pub use values::{
     ArmKey, AssignmentId, CampaignId, CampaignKey, CampaignName, DedupeKey, MetricName, OccurredAt,

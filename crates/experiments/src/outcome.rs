@@ -17,6 +17,16 @@ pub fn outcome_fingerprint(metric: &str, value: Option<f64>, occurred_at_us: i64
     sha256_hex(&canonical::jcs(&document))
 }
 
+/// SHA-256 (hex) of the RFC 8785 bytes of `{"metric","value"}`: the fingerprint of a fact
+/// that carries no time of its own (a Segment message without a client `timestamp`,
+/// whose only time is its delivery's), so that every re-send of it is a retry, not a
+/// collision. Never equal to an [`outcome_fingerprint`] (a document without the time
+/// key); frozen beside it in `tests/it/fixtures.rs`.
+pub fn untimed_outcome_fingerprint(metric: &str, value: Option<f64>) -> String {
+    let document = json!({"metric": metric, "value": value});
+    sha256_hex(&canonical::jcs(&document))
+}
+
 /// The id of a stored outcome: `out_` and the first 32 hex digits of SHA-256 of
 /// `tenant ‖ "\n" ‖ campaign ‖ "\n" ‖ assignment ‖ "\n" ‖ dedupe_key`. A function of the
 /// outcome's identity only (never of its payload or arrival), so every delivery of it,

@@ -5,7 +5,9 @@
 
 use traqlyte_experiments::bucketing::{assignment_id, bucket};
 use traqlyte_experiments::CampaignId;
-use traqlyte_experiments::{outcome_fingerprint, outcome_id, Arm, AssignmentId, DedupeKey};
+use traqlyte_experiments::{
+    outcome_fingerprint, outcome_id, untimed_outcome_fingerprint, Arm, AssignmentId, DedupeKey,
+};
 
 #[test]
 fn outcome_ids_are_frozen() {
@@ -72,6 +74,11 @@ fn outcome_fingerprints_are_frozen() {
             "{metric}"
         );
     }
+    // A fact without a time of its own (a Segment message without `timestamp`).
+    assert_eq!(
+        untimed_outcome_fingerprint("revenue", Some(129.99)),
+        "b9fb29b2107f6482f93e885f96a3f2d8802024c2aa120937f41514e59eb7786b"
+    );
 }
 
 #[test]

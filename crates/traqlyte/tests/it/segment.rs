@@ -35,6 +35,7 @@ crate::on_both_backends!(
     the_official_python_client_retrying_through_a_lossy_proxy_stores_each_event_once,
     the_official_browser_library_on_another_origin_retrying_through_a_lossy_proxy_stores_each_message_once,
     colons_in_event_names_and_business_keys_never_merge_two_facts,
+    a_bound_fact_falls_in_its_window_at_the_corrected_time_and_a_timeless_one_resent_is_a_duplicate,
 );
 
 /// `traqlyte ARGS --database-url URL`.
@@ -1023,6 +1024,61 @@ async fn bound_track_events_become_outcomes_once_and_unassigned_units_are_counte
             (Some(28), Some(2), Some(0)),
             "{binding}"
         );
+    }
+}
+
+/// A bound fact is windowed at its clock-skew-corrected time: a phone whose clock runs ten
+/// minutes behind converts just after its assignment, and the conversion counts
+/// (at the client's own `timestamp` it fell before the assignment and was left out). A
+/// fact sent without any `timestamp` and re-sent later in another request, under a new
+/// `messageId`, is a duplicate outcome: its only time was its delivery's, which was in its
+/// fingerprint, so the re-send was a collision.
+async fn a_bound_fact_falls_in_its_window_at_the_corrected_time_and_a_timeless_one_resent_is_a_duplicate(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let units: Vec<String> = (0..2).map(|i| format!("user-{i}")).collect();
+    let (campaign, arms) = campaign_with_units(&app, &units).await;
+    bind(&app, &campaign).await;
+    let at = |us: i64| traqlyte_identity::format_rfc3339_micros(us);
+    let behind_us = 600_000_000;
+    let now = traqlyte_store::now_us();
+    let mut skewed = track("m-skewed", "user-0", "order-0", 10.0);
+    // Converted and sent at once (the server's `now`, after the assignment), stamped by
+    // a clock ten minutes behind.
+    skewed["timestamp"] = json!(at(now - behind_us));
+    skewed["sentAt"] = json!(at(now - behind_us));
+    let mut timeless = track("m-timeless", "user-1", "order-1", 20.0);
+    timeless.as_object_mut().map(|m| m.remove("timestamp"));
+    timeless.as_object_mut().map(|m| m.remove("sentAt"));
+    for body in [
+        json!({"batch": [skewed]}),
+        json!({"batch": [timeless.clone()]}),
+    ] {
+        let answer = post_v1(&app, "/v1/batch", Some(&key), &body).await;
+        assert_eq!(answer.body, json!({"success": true}));
+    }
+    // The re-send comes a moment later, in a request of its own, with a new messageId.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    timeless["messageId"] = json!("m-timeless-again");
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &json!({"batch": [timeless]})).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    let orders = [("user-0".to_string(), 10.0), ("user-1".to_string(), 20.0)];
+    assert_eq!(
+        report_figures(&app, &campaign).await,
+        expected_figures(&arms, &orders)
+    );
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    for arm in report.body["arms"].as_array().expect("arms") {
+        for metric in ["purchase", "revenue"] {
+            let figures = &arm["metrics"][metric];
+            assert_eq!(
+                figures["collisions"].as_u64(),
+                Some(0),
+                "{metric}: {figures}"
+            );
+        }
     }
 }
 

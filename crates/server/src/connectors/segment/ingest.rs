@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
-use traqlyte_experiments::{outcome_fingerprint, CampaignId, DedupeKey, OutcomeValue, UnitId};
+use traqlyte_experiments::{
+    outcome_fingerprint, untimed_outcome_fingerprint, CampaignId, DedupeKey, OutcomeValue, UnitId,
+};
 use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
 use traqlyte_store::{
@@ -224,7 +226,10 @@ struct Fact {
     dedupe_key: DedupeKey,
     metric: String,
     value: Option<f64>,
+    /// The message's event time, clock-skew-corrected: where the fact falls in a window.
     occurred_at_us: i64,
+    /// The client's own `timestamp`, the one time every re-send repeats: the fingerprint's.
+    client_at_us: Option<i64>,
     window_us: i64,
     payload: String,
 }
@@ -261,17 +266,18 @@ impl Fact {
             escape_colons(&binding.metric)
         );
         let dedupe_key = bounded_dedupe_key(&source.source_id, dedupe_key)?;
-        // The client's own timestamp is the one time every re-send of the message
-        // repeats (the corrected one moves with each sentAt and receivedAt), so a re-sent
-        // fact is a duplicate outcome, not a collision.
-        let occurred_at_us = message
-            .original_timestamp_us
-            .or(message.identified.occurred_at_us)?;
+        // The fact falls in a window at the corrected time (a device clock minutes behind
+        // would put a conversion before its assignment), but only the client's own
+        // timestamp, which every re-send repeats, is in its fingerprint: the corrected one
+        // moves with each sentAt and receivedAt, and a re-sent fact is a duplicate outcome,
+        // not a collision. Without a client timestamp the fact has no time of its own.
+        let occurred_at_us = message.identified.occurred_at_us?;
         Some(Fact {
             dedupe_key,
             metric: binding.metric.clone(),
             value,
             occurred_at_us,
+            client_at_us: message.original_timestamp_us,
             window_us: i64::from(definition.window_hours) * 3_600_000_000,
             payload: event.payload.clone(),
         })
@@ -280,7 +286,10 @@ impl Fact {
     fn into_outcome(self, assignment: traqlyte_store::Assignment) -> NewOutcome {
         NewOutcome {
             assignment,
-            fingerprint: outcome_fingerprint(&self.metric, self.value, self.occurred_at_us),
+            fingerprint: match self.client_at_us {
+                Some(at) => outcome_fingerprint(&self.metric, self.value, at),
+                None => untimed_outcome_fingerprint(&self.metric, self.value),
+            },
             dedupe_key: self.dedupe_key,
             metric: self.metric,
             value: self.value,

@@ -445,17 +445,20 @@ fn collision(
     message: &traqlyte_identity::segment::SegmentMessage,
     stored_fingerprint: &traqlyte_identity::Fingerprint,
 ) -> ApiError {
-    ApiError::new(
-        StatusCode::CONFLICT,
-        "collision",
-        "a different message is stored under this messageId for this source; nothing was overwritten and this payload was logged (GET /contracts/segment.message/collisions). Give every message its own messageId",
-    )
-    .with_field("messageId")
-    .with_event_collision(
-        &message.identified.event_id,
-        stored_fingerprint,
-        &message.identified.fingerprint,
-    )
+    // A message without a messageId is identified by its content (docs/segment.md): say
+    // so, rather than name an id it does not have.
+    let reason = if message.payload.get("messageId").is_some() {
+        "a different message is stored under this messageId for this source; nothing was overwritten and this payload was logged (GET /contracts/segment.message/collisions). Give every message its own messageId"
+    } else {
+        "this message has no messageId, and a message stored for this source has the same type, event, userId, anonymousId, properties, traits and timestamp but differs in other fields (a timestamp is compared as written: spell it the same way on every retry); nothing was overwritten and this payload was logged (GET /contracts/segment.message/collisions). Give every message its own messageId"
+    };
+    ApiError::new(StatusCode::CONFLICT, "collision", reason)
+        .with_field("messageId")
+        .with_event_collision(
+            &message.identified.event_id,
+            stored_fingerprint,
+            &message.identified.fingerprint,
+        )
 }
 
 /// The rejections of a batch's `refused` messages, each recorded as received. The
