@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_stats::{
-    delta_by_value, estimate_lift, mean_lift, predicted_naive_lift, proportion_lift, srm,
-    ConfidenceLevel, Lift, Moments, Proportion,
+    delta_by_value, estimate_lift, mean_lift, predicted_naive_lift, proportion_lift,
+    srm_within_groups, ConfidenceLevel, Lift, Moments, Proportion,
 };
 
 use crate::{
@@ -427,7 +427,7 @@ impl Report {
         let campaign = input.campaign;
         let units = units_per_arm(campaign, input.units_by_version);
         let assigned_under = assigned_per_version(input.units_by_version);
-        let srm = srm_report(campaign, input.versions, &assigned_under, &units);
+        let srm = srm_report(campaign, input.versions, input.units_by_version);
         let control = &campaign.arms.control().key;
         let mut arms = Vec::with_capacity(campaign.arms.len());
         let mut verdicts = Vec::new();
@@ -584,29 +584,50 @@ fn weights_changed(
 }
 
 /// Chi-square of observed units against the weights of the version each unit was
-/// assigned under (a mixture when weights changed between versions).
+/// assigned under: each version's units tested against its own weights, the statistics
+/// summed ([`srm_within_groups`]), so a mismatch inside one version is not diluted by the
+/// others' units or cancelled by an opposite one. The expected units per arm shown beside
+/// it are the versions' expectations added up.
 fn srm_report(
     campaign: &Campaign,
     versions: &[CampaignVersion],
-    assigned_under: &HashMap<i64, i64>,
-    units: &HashMap<String, u64>,
+    by_version: &[UnitsByVersion],
 ) -> SrmReport {
-    let mut expected: HashMap<&str, f64> = HashMap::new();
-    for version in versions {
-        let assigned = assigned_under.get(&version.version).copied().unwrap_or(0);
-        let total_weight: f64 = version.arms.iter().map(|a| f64::from(a.weight)).sum();
-        for arm in version.arms.iter() {
-            *expected.entry(arm.key.as_str()).or_default() +=
-                assigned as f64 * f64::from(arm.weight) / total_weight;
-        }
+    let mut observed: HashMap<(i64, &str), u64> = HashMap::new();
+    for row in by_version {
+        *observed.entry((row.version, row.arm.as_str())).or_default() +=
+            u64::try_from(row.units).unwrap_or(0);
     }
-    let observed: Vec<u64> = campaign.arms.iter().map(|a| units[&a.key]).collect();
+    let mut expected: HashMap<&str, f64> = HashMap::new();
+    let mut groups: Vec<(Vec<u64>, Vec<f64>)> = Vec::with_capacity(versions.len());
+    for version in versions {
+        let counts: Vec<u64> = version
+            .arms
+            .iter()
+            .map(|a| {
+                let key = (version.version, a.key.as_str());
+                observed.get(&key).copied().unwrap_or(0)
+            })
+            .collect();
+        let weights: Vec<f64> = version.arms.iter().map(|a| f64::from(a.weight)).collect();
+        let assigned: u64 = counts.iter().sum();
+        let total_weight: f64 = weights.iter().sum();
+        for (arm, weight) in version.arms.iter().zip(&weights) {
+            *expected.entry(arm.key.as_str()).or_default() +=
+                assigned as f64 * weight / total_weight;
+        }
+        groups.push((counts, weights));
+    }
     let expected_units: Vec<f64> = campaign
         .arms
         .iter()
         .map(|a| expected.get(a.key.as_str()).copied().unwrap_or(0.0))
         .collect();
-    match srm(&observed, &expected_units) {
+    let groups: Vec<(&[u64], &[f64])> = groups
+        .iter()
+        .map(|(o, w)| (o.as_slice(), w.as_slice()))
+        .collect();
+    match srm_within_groups(&groups) {
         Ok(result) => SrmReport {
             chi_square: Some(result.chi_square()),
             df: Some(result.df()),
@@ -741,10 +762,11 @@ impl Side {
                 .map(|e| format!("{:+.1}%", e * 100.0))
                 .unwrap_or_else(|| "n/a".into())
         };
-        let p = |l: &Lift| {
-            l.p_value()
-                .map(|p| format!("p = {p:.3}"))
-                .unwrap_or_else(|| "p n/a".into())
+        // As the page's tables write it: four decimals, never "p = 0.0000".
+        let p = |l: &Lift| match l.p_value() {
+            Some(p) if p < 0.0001 => "p < 0.0001".to_string(),
+            Some(p) => format!("p = {p:.4}"),
+            None => "p n/a".into(),
         };
         let message = match (naive.is_significant(), lift.is_significant()) {
             (true, false) => format!(

@@ -94,3 +94,37 @@ pub fn srm(observed_units: &[u64], weights: &[f64]) -> Result<Srm, StatsError> {
         flagged: p_value < SRM_P_VALUE_THRESHOLD,
     })
 }
+
+/// Tests several groups of units at once, each against its own weights (a campaign's
+/// versions: its units assigned under each version, against that version's weights): the
+/// sum of the groups' Pearson statistics, on the sum of their degrees of freedom, the
+/// groups being independent. Groups without units take no part.
+///
+/// Pooling the groups' units per arm instead hides a mismatch inside one group (a version
+/// that lost a fifth of one arm's units after a reweighting read p = 0.94 pooled, 2e-14
+/// alone) and two mismatches that cancel out, and is conservative whenever the weights
+/// differ between groups.
+///
+/// # Errors
+/// As [`srm`] for any group with units, and [`StatsError::NoUnits`] when no group has any.
+pub fn srm_within_groups(groups: &[(&[u64], &[f64])]) -> Result<Srm, StatsError> {
+    let (mut chi_square, mut df) = (0.0, 0u64);
+    for (observed, weights) in groups {
+        if observed.iter().all(|&o| o == 0) {
+            continue;
+        }
+        let group = srm(observed, weights)?;
+        chi_square += group.chi_square;
+        df += group.df;
+    }
+    if df == 0 {
+        return Err(StatsError::NoUnits);
+    }
+    let p_value = dist::chi_square_sf(chi_square, df as f64).unwrap_or(1.0);
+    Ok(Srm {
+        chi_square,
+        df,
+        p_value,
+        flagged: p_value < SRM_P_VALUE_THRESHOLD,
+    })
+}

@@ -274,3 +274,45 @@ fn a_duplicate_rate_by_value_over_a_sum_near_zero_is_absent_not_infinite() {
     let control = &report.arm("control").expect("arm").metrics["purchase"].event_time;
     assert_eq!(control.delta_value, Some(10.0 / 30.0));
 }
+
+/// The sample-ratio check tests each version's units against that version's weights and
+/// adds the statistics up: two versions at 50/50, one 600/400 and the other 400/600, pool
+/// to an even 1,000/1,000 that hid both mismatches (χ² = 0); each has χ² = 40, together
+/// 80 on 2 degrees of freedom, flagged.
+#[test]
+fn a_sample_ratio_mismatch_inside_each_version_is_not_cancelled_by_pooling_the_versions() {
+    let campaign = campaign();
+    let version = |version: i64| CampaignVersion {
+        campaign_id: campaign.id.clone(),
+        version,
+        arms: campaign.arms.clone(),
+        metrics: campaign.metrics.clone(),
+        salt: "s".into(),
+        note: None,
+        published_at_us: 0,
+    };
+    let row = |version: i64, arm: &str, units: i64| UnitsByVersion {
+        version,
+        arm: arm.to_string(),
+        units,
+    };
+    let units = [
+        row(1, "control", 600),
+        row(1, "treatment", 400),
+        row(2, "control", 400),
+        row(2, "treatment", 600),
+    ];
+    let report = Report::compute(ReportInput {
+        campaign: &campaign,
+        versions: &[version(1), version(2)],
+        units_by_version: &units,
+        sums: &HashMap::new(),
+        duplicates_over_time: &[],
+        corrected_outcomes: 0,
+        collisions: &HashMap::new(),
+    });
+    assert_eq!(report.srm.chi_square, Some(80.0));
+    assert_eq!(report.srm.df, Some(2));
+    assert!(report.srm.flagged, "{:?}", report.srm);
+    assert_eq!(report.srm.expected_units, vec![1000.0, 1000.0]);
+}

@@ -1,4 +1,4 @@
-use traqlyte_stats::{srm, StatsError, SRM_P_VALUE_THRESHOLD};
+use traqlyte_stats::{srm, srm_within_groups, StatsError, SRM_P_VALUE_THRESHOLD};
 
 use crate::assert_close;
 
@@ -124,4 +124,24 @@ fn srm_serialises_its_four_fields() {
         got,
         serde_json::json!({"chi_square": 0.0, "df": 1, "p_value": 1.0, "flagged": false})
     );
+}
+
+#[test]
+fn groups_tested_together_sum_their_statistics_and_a_mismatch_cannot_cancel_out() {
+    // Two versions at 50/50, one short of treatment and one of control: pooled per arm
+    // they read 100/100 (χ² = 0); each alone has χ² = 4, together χ² = 8 on 2 degrees of
+    // freedom, whose upper tail is exp(−8/2) exactly.
+    let even = [1.0, 1.0];
+    let got = srm_within_groups(&[(&[60, 40], &even), (&[40, 60], &even)]).unwrap();
+    assert_eq!(got.chi_square(), 8.0);
+    assert_eq!(got.df(), 2);
+    assert_close(Some(got.p_value()), (-4.0f64).exp());
+    // A group without units takes no part; one group alone is `srm`.
+    let alone = srm_within_groups(&[(&[60, 40], &even), (&[0, 0], &[1.0, 9.0])]).unwrap();
+    assert_eq!(alone, srm(&[60, 40], &even).unwrap());
+    assert!(matches!(
+        srm_within_groups(&[(&[0, 0], &even)]),
+        Err(StatsError::NoUnits)
+    ));
+    assert!(matches!(srm_within_groups(&[]), Err(StatsError::NoUnits)));
 }
