@@ -616,10 +616,14 @@ async fn report(args: ReportArgs) -> Result<()> {
     let (mut report_s, mut scan_s) = (Vec::new(), Vec::new());
     for round in 0..args.rounds.max(1) {
         let started = Instant::now();
-        let built =
-            traqlyte_server::experiments::report::build(&bench.store, &tenant, &campaign.id)
-                .await
-                .map_err(|e| anyhow::anyhow!("report: {}", e.message()))?;
+        let built = traqlyte_server::experiments::report::build_of(
+            &bench.store,
+            &tenant,
+            &campaign.id,
+            None,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("report: {}", e.message()))?;
         report_s.push(started.elapsed().as_secs_f64());
         let started = Instant::now();
         let scanned = bench.store.bench_plain_scan(&tenant, &campaign.id).await?;

@@ -20,7 +20,7 @@ const DUPLICATE_BUCKETS_MAX: i64 = 2_000;
 pub(crate) struct ReportParams {
     /// Only the units assigned under this published version (after a reweighting, the
     /// whole campaign's figures pool units of versions whose weights differ).
-    version: Option<i64>,
+    pub(crate) version: Option<i64>,
 }
 
 /// `GET /campaigns/{id}/report`.
@@ -40,17 +40,9 @@ pub(crate) async fn get_report(
     ))
 }
 
-/// The report of a campaign (also rendered by the web page).
-pub async fn build(
-    store: &Store,
-    tenant: &TenantId,
-    campaign_id: &CampaignId,
-) -> Result<Report, ApiError> {
-    build_of(store, tenant, campaign_id, None).await
-}
-
-/// The report of a campaign, or with `version` of the units assigned under that version.
-async fn build_of(
+/// The report of a campaign, or with `version` of the units assigned under that version
+/// (also rendered by the web page).
+pub async fn build_of(
     store: &Store,
     tenant: &TenantId,
     campaign_id: &CampaignId,

@@ -60,14 +60,46 @@ impl Format {
     /// The text for a number.
     pub(crate) fn number(self, x: f64) -> String {
         match self {
-            Format::SignedPercent => format!("{:+.2}%", x * 100.0),
-            Format::Percent => format!("{:.2}%", x * 100.0),
+            Format::SignedPercent => format!("{}%", fixed_or_significant(x * 100.0, 2, true)),
+            Format::Percent => format!("{}%", fixed_or_significant(x * 100.0, 2, false)),
             Format::PValue if x < 0.0001 => "< 0.0001".to_string(),
             Format::PValue => format!("{x:.4}"),
-            Format::Decimal => format!("{x:.4}"),
+            Format::Decimal => fixed_or_significant(x, 4, false),
             Format::EventsPerUnit => format!("{x:.2} events/unit"),
             Format::Count => group_thousands(&format!("{x:.0}")),
         }
+    }
+}
+
+/// `x` with `decimals` decimals (and its sign, `+` too, when `signed`), the thousands of
+/// its integer part separated by commas, unless those decimals would show a number that
+/// is not zero as zero: then with three significant digits (`0.000152`), or in scientific
+/// notation below 10⁻¹² (`1.50e-15`). A lift of +0.00094 % or a value per unit of 1.5e-7
+/// read "+0.00%" and "0.0000" beside a significant p-value.
+fn fixed_or_significant(x: f64, decimals: usize, signed: bool) -> String {
+    let shown_as_zero = x != 0.0 && x.abs() < 0.5 * 10f64.powi(-(decimals as i32));
+    let places = if shown_as_zero {
+        // The first significant digit's place after the point, and two more.
+        (-x.abs().log10()).ceil() as usize + 2
+    } else {
+        decimals
+    };
+    if places > 12 {
+        return if signed {
+            format!("{x:+.2e}")
+        } else {
+            format!("{x:.2e}")
+        };
+    }
+    let text = if signed {
+        format!("{x:+.places$}")
+    } else {
+        format!("{x:.places$}")
+    };
+    let (sign, unsigned) = text.split_at(usize::from(text.starts_with(['+', '-'])));
+    match unsigned.split_once('.') {
+        Some((whole, fraction)) => format!("{sign}{}.{fraction}", group_thousands(whole)),
+        None => format!("{sign}{}", group_thousands(unsigned)),
     }
 }
 
@@ -263,6 +295,18 @@ mod tests {
             (Format::Count, Some(999.0), "999"),
             (Format::Count, Some(-1000.0), "-1,000"),
             (Format::Count, Some(149.5001), "150"),
+            // A figure that is not zero never reads as zero, and large ones are grouped.
+            (Format::SignedPercent, Some(9.4e-6), "+0.000940%"),
+            (Format::SignedPercent, Some(-0.00004), "-0.00400%"),
+            (Format::SignedPercent, Some(0.0), "+0.00%"),
+            (Format::SignedPercent, Some(123.456), "+12,345.60%"),
+            (Format::Percent, Some(0.00001234), "0.00123%"),
+            (Format::Decimal, Some(1.5e-7), "0.000000150"),
+            (Format::Decimal, Some(-0.00003), "-0.0000300"),
+            (Format::Decimal, Some(1.5e-15), "1.50e-15"),
+            (Format::SignedPercent, Some(1.5e-15), "+1.50e-13%"),
+            (Format::Decimal, Some(1_234_567.25), "1,234,567.2500"),
+            (Format::Decimal, Some(-12345.5), "-12,345.5000"),
             (Format::Decimal, None, MISSING),
             (Format::Decimal, Some(f64::NAN), MISSING),
         ];

@@ -27,7 +27,7 @@ use pages::LinkAsk;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, HOST, LOCATION, ORIGIN,
-    REFERRER_POLICY, SET_COOKIE, X_FRAME_OPTIONS,
+    REFERRER_POLICY, SET_COOKIE, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -408,7 +408,7 @@ async fn index(State(state): State<AppState>, session: UiSession) -> Result<Resp
 
 /// `GET /ui/campaigns/{id}`: the report of `GET /campaigns/{id}/report`, as a page.
 #[utoipa::path(get, path = "/ui/campaigns/{id}", tag = "ui",
-    params(("id" = String, Path, description = "the campaign's id")),
+    params(("id" = String, Path, description = "the campaign's id"), crate::experiments::report::ReportParams),
     responses((status = 200, description = "the campaign's report as a page", content_type = "text/html", body = String),
         (status = 303, description = "no session: to the login form"), (status = "4XX", description = "an HTML error page"),
         (status = "5XX", description = "an HTML error page")))]
@@ -416,9 +416,12 @@ async fn campaign_page(
     State(state): State<AppState>,
     session: UiSession,
     Path(id): Path<String>,
+    Query(params): Query<crate::experiments::report::ReportParams>,
 ) -> Result<Response, UiError> {
     let id = crate::experiments::known_campaign_id(&id, "id")?;
-    let report = crate::experiments::report::build(&state.store, &session.tenant, &id).await?;
+    let report =
+        crate::experiments::report::build_of(&state.store, &session.tenant, &id, params.version)
+            .await?;
     Ok(html_response(
         StatusCode::OK,
         pages::report(&report, &session.tenant_name),
@@ -562,6 +565,7 @@ pub(crate) fn html_response(status: StatusCode, body: String) -> Response {
         ),
     );
     headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     // `same-origin`, not `no-referrer`: with the latter browsers send `Origin: null` on
     // form posts, which `same_origin` must refuse.
     headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));

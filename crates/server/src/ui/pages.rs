@@ -173,6 +173,10 @@ pub(crate) fn report(report: &Report, tenant: &str) -> String {
         p.meta {
             "key " code { (report.key) } " · id " code { (report.campaign_id) } " · "
             (report.versions) " published version(s) · "
+            @if let Some(version) = report.version {
+                b data-field="version" data-value=(version) { "only units assigned under version " (version) }
+                " (" a href=(format!("/ui/campaigns/{}", report.campaign_id)) { "whole campaign" } ") · "
+            }
             (Format::Percent.number(report.confidence_level)) " confidence intervals · control arm "
             b { (control) } " · "
             span data-field="corrected_outcomes" { (report.corrected_outcomes) }
@@ -232,6 +236,9 @@ fn srm(srm: &SrmReport, report: &Report) -> Markup {
                 "Sample ratio "
                 @if srm.flagged {
                     span.badge.bad data-field="srm.flagged" data-value="true" { "sample ratio mismatch" }
+                } @else if srm.p_value.is_none() {
+                    // No test was possible (no units yet): neither a mismatch nor its absence.
+                    span.badge data-field="srm.flagged" data-value="false" { "not tested yet" }
                 } @else {
                     span.badge.good data-field="srm.flagged" data-value="false" { "no mismatch" }
                 }

@@ -22,6 +22,7 @@ on_both_backends!(
     the_naive_vs_deduplicated_tables_fit_a_laptop_and_a_phone_without_sideways_scrolling,
     a_login_link_whose_session_could_not_be_stored_still_works,
     a_link_into_another_tenant_asks_before_replacing_a_session,
+    the_campaign_page_shows_one_versions_report_when_asked_as_the_api_does,
 );
 
 const HOSTILE_NAME: &str = "Checkout <script>alert(1)</script> & \"friends\"";
@@ -236,6 +237,38 @@ fn layout_of(dom: &str) -> Value {
 
 /// The HTML of a UI page as the server sends it, fetched with a session started by a
 /// single-use login link.
+/// `?version=N` on the campaign page restricts it to the units assigned under that version,
+/// as `GET /campaigns/{id}/report?version=N` does (the reweighting verdict points there);
+/// the page says so. It was read as the whole campaign's report.
+async fn the_campaign_page_shows_one_versions_report_when_asked_as_the_api_does(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let campaign = campaign_with_data(&app).await;
+    crate::experiments::reweight(&app, &campaign, 3).await;
+    for unit in 0..12 {
+        crate::experiments::assign(&app, &campaign, &format!("late-{unit}")).await;
+    }
+    for version in [1, 2] {
+        let path = format!("/campaigns/{campaign}/report?version={version}");
+        let report = app.get(&path).await;
+        assert_eq!(report.status, StatusCode::OK, "{}", report.body);
+        let html = page_with_session(&app, &format!("/ui{path}").replace("/report", "")).await;
+        assert!(
+            html.contains(&format!("data-field=\"version\" data-value=\"{version}\"")),
+            "version {version} not named"
+        );
+        for arm in report.body["arms"].as_array().expect("arms") {
+            let cell = format!(
+                "data-arm=\"{}\" data-field=\"units\" data-value=\"{}\"",
+                arm["key"].as_str().expect("key"),
+                arm["units"]
+            );
+            assert!(html.contains(&cell), "version {version}: no {cell}");
+        }
+    }
+    let whole = page_with_session(&app, &format!("/ui/campaigns/{campaign}")).await;
+    assert!(!whole.contains("data-field=\"version\""));
+}
+
 pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
     let client = without_redirects();
     let token = app.post_json("/ui/tokens", &json!({})).await;
@@ -482,6 +515,7 @@ async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(bac
         .to_str()
         .unwrap_or("");
     assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert_eq!(form.headers()["x-content-type-options"], "nosniff");
     assert!(form
         .text()
         .await
