@@ -175,6 +175,58 @@ pub(crate) struct IdempotencyHeaders {
     standard: Option<String>,
 }
 
+/// The values of the answers' `status` fields, as schemas only: the handlers write the
+/// words as `&'static str`, and these enums give generated clients the closed set
+/// (`#[schema(value_type = …)]` on each field) instead of a bare string.
+#[allow(dead_code)] // Never built: read by utoipa for the document only.
+mod statuses {
+    use utoipa::ToSchema;
+
+    /// A single event or run event: stored now, or a retry of one stored before.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "lowercase")]
+    pub(crate) enum StoredStatus {
+        Inserted,
+        Duplicate,
+    }
+
+    /// An item of an event or outcome batch.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "lowercase")]
+    pub(crate) enum ItemStatus {
+        Inserted,
+        Duplicate,
+        Collision,
+        Rejected,
+    }
+
+    /// An item of an assignment batch.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "lowercase")]
+    pub(crate) enum AssignmentStatus {
+        Assigned,
+        Rejected,
+    }
+
+    /// A correction: stored (`201`) or the content already current (`200`).
+    #[derive(ToSchema)]
+    #[schema(rename_all = "lowercase")]
+    pub(crate) enum CorrectionStatus {
+        Superseded,
+        Unchanged,
+    }
+
+    /// `/healthz` and `/livez` when they answer `200`.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "lowercase")]
+    pub(crate) enum Ok {
+        Ok,
+    }
+}
+
+pub(crate) use statuses::Ok as OkStatus;
+pub(crate) use statuses::{AssignmentStatus, CorrectionStatus, ItemStatus, StoredStatus};
+
 /// Adds the two bearer schemes: tenants' API keys and the operator's admin token.
 struct Security;
 
@@ -390,6 +442,40 @@ mod tests {
             "a time without its format"
         );
         assert!(text.contains("\"format\":\"date-time\""));
+    }
+
+    #[test]
+    fn status_fields_name_their_closed_set_of_words() {
+        let doc: serde_json::Value = serde_json::from_str(document()).expect("JSON");
+        let schemas = &doc["components"]["schemas"];
+        for (schema, words) in [
+            ("StoredStatus", vec!["inserted", "duplicate"]),
+            (
+                "ItemStatus",
+                vec!["inserted", "duplicate", "collision", "rejected"],
+            ),
+            ("AssignmentStatus", vec!["assigned", "rejected"]),
+            ("CorrectionStatus", vec!["superseded", "unchanged"]),
+        ] {
+            assert_eq!(
+                schemas[schema]["enum"],
+                serde_json::json!(words),
+                "{schema}"
+            );
+        }
+        for (holder, status) in [
+            ("EventAck", "StoredStatus"),
+            ("LineageAck", "StoredStatus"),
+            ("ItemResult", "ItemStatus"),
+            ("OutcomeItem", "ItemStatus"),
+            ("AssignmentItem", "AssignmentStatus"),
+        ] {
+            let field = &schemas[holder]["properties"]["status"];
+            let named = field
+                .to_string()
+                .contains(&format!("#/components/schemas/{status}"));
+            assert!(named, "{holder}.status: {field}");
+        }
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub(crate) struct AssignmentItem {
     error: Option<crate::error::ErrorBody>,
     index: usize,
     /// `assigned` or `rejected`.
+    #[schema(value_type = crate::openapi::AssignmentStatus)]
     status: &'static str,
 }
 

@@ -104,6 +104,7 @@ pub(crate) struct CorrectionAck {
     #[schema(value_type = String)]
     outcome_id: OutcomeId,
     /// `superseded` (201) or `unchanged` (200: the value already is the current one).
+    #[schema(value_type = crate::openapi::CorrectionStatus)]
     status: &'static str,
 }
 

@@ -108,6 +108,7 @@ pub(crate) struct OutcomeItem {
     #[schema(required = false, value_type = OutcomeView)]
     outcome: Option<OutcomeView>,
     /// `inserted`, `duplicate`, `collision` or `rejected`.
+    #[schema(value_type = crate::openapi::ItemStatus)]
     status: &'static str,
 }
 

@@ -27,6 +27,7 @@ use crate::{ApiError, AppState};
 pub(crate) struct EventAck<'a> {
     event_id: &'a str,
     /// `inserted` or `duplicate`.
+    #[schema(value_type = crate::openapi::StoredStatus)]
     status: &'static str,
 }
 
@@ -235,6 +236,7 @@ pub(crate) struct ItemResult<'a> {
     #[schema(required = false, value_type = String)]
     event_id: Option<&'a str>,
     /// `inserted`, `duplicate`, `collision` or `rejected`.
+    #[schema(value_type = crate::openapi::ItemStatus)]
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]

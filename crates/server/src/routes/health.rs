@@ -19,6 +19,7 @@ pub(crate) struct Health {
     /// `sqlite` or `postgres`.
     backend: &'static str,
     /// Always `ok` (a database that does not answer is a 503).
+    #[schema(value_type = crate::openapi::OkStatus)]
     status: &'static str,
 }
 
@@ -85,6 +86,7 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Json<Health
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Live {
     /// Always `ok`.
+    #[schema(value_type = crate::openapi::OkStatus)]
     status: &'static str,
 }
 

@@ -32,6 +32,7 @@ pub(crate) struct LineageAck<'a> {
     event_id: &'a str,
     run_id: &'a str,
     /// `inserted` or `duplicate`.
+    #[schema(value_type = crate::openapi::StoredStatus)]
     status: &'static str,
 }
 

@@ -30,6 +30,7 @@ pub(crate) struct SupersessionAck<'a> {
     /// The corrected event's fingerprint.
     fingerprint: &'a str,
     /// `superseded` (201) or `unchanged` (200: the event already has this content).
+    #[schema(value_type = crate::openapi::CorrectionStatus)]
     status: &'static str,
     /// The fingerprint of the content this correction replaced (`superseded` only).
     #[serde(skip_serializing_if = "Option::is_none")]
