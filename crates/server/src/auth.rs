@@ -123,6 +123,27 @@ impl WriteTenant {
     }
 }
 
+/// Asks the store again, once a request's whole body has arrived, whether the request's
+/// key still works for `tenant`: the key was checked when the headers arrived, and a body
+/// trickled in for up to the request timeout would otherwise be stored after a revocation
+/// had returned (`traqlyte key revoke`, `DELETE /admin/…`). Called by the writes that do
+/// not go through a group-committed batch, which checks the key in its own statement.
+/// One indexed read, never answered from memory.
+pub(crate) async fn confirm_after_body(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    tenant: &TenantId,
+) -> Result<(), ApiError> {
+    let key = bearer_key(headers)?;
+    if state.store.tenant_for_key(&key).await?.as_ref() == Some(tenant) {
+        return Ok(());
+    }
+    if let Some(lookups) = state.group_commit.lookups() {
+        lookups.forget_key(&key);
+    }
+    Err(unknown_key())
+}
+
 /// The key of `Authorization: Bearer <key>`, checked for shape only.
 fn presented_key(parts: &Parts) -> Result<ApiKey, ApiError> {
     bearer_key(&parts.headers)

@@ -63,6 +63,7 @@ pub(crate) async fn post_assignments_batch(
     body: Body,
 ) -> Result<Json<AssignmentBatchAnswer>, ApiError> {
     let items = read_batch(&state, &headers, body, "assignments").await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let parsed: Vec<Result<(CampaignId, UnitId), ApiError>> = items
         .iter()
         .map(|item| item.as_ref().map_err(Clone::clone).and_then(parse_item))

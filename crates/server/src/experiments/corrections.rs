@@ -170,6 +170,7 @@ pub(crate) async fn supersede_outcome(
     body: Body,
 ) -> Result<Response, ApiError> {
     let document = read_document(&state, &headers, body).await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let body: CorrectionBody =
         parse(&document).map_err(|r| r.unprocessable("invalid_correction"))?;
     let value = body.value.map(OutcomeValue::get);

@@ -124,6 +124,7 @@ pub(crate) async fn post_outcomes_batch(
     body: Body,
 ) -> Result<Json<OutcomeBatchAnswer>, ApiError> {
     let items = read_batch(&state, &headers, body, "outcomes").await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let bodies: Vec<Result<OutcomeBody, ApiError>> = items
         .iter()
         .map(|item| item.as_ref().map_err(Clone::clone).and_then(parse_item))

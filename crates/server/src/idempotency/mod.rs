@@ -207,7 +207,8 @@ async fn claim(
 }
 
 /// Stores the handler's response with its writes (2xx) or on its own (4xx), or releases
-/// the reservation (5xx).
+/// the reservation (5xx, and a `401`: the key, revoked while the body arrived, was
+/// refused, not the request, which a retry with a working key must run).
 async fn complete(
     state: &AppState,
     tenant: &TenantId,
@@ -218,7 +219,7 @@ async fn complete(
 ) -> Result<Response, ApiError> {
     let store = &state.store;
     let status = response.status();
-    if status.is_server_error() {
+    if status.is_server_error() || status == StatusCode::UNAUTHORIZED {
         if let Some(tx) = held {
             let _ = tx.rollback().await;
         }

@@ -501,6 +501,7 @@ pub(crate) async fn create_webhook(
     body: Body,
 ) -> Result<Response, ApiError> {
     let value = read_document(&state, &headers, body).await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let body: WebhookBody =
         crate::body::typed::parse(&value).map_err(|r| r.unprocessable("invalid_webhook"))?;
     let url = webhooks::check_url(&body.url)?;

@@ -41,6 +41,7 @@ pub(crate) async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let value = read_document(&state, &headers, body).await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let new = parse_campaign(&value)?;
     let mut tx = work.begin().await?;
     let created = tx
@@ -178,6 +179,7 @@ pub(crate) async fn publish(
         .await?
         .ok_or_else(|| missing(&id))?;
     let (note, arms) = parse_publish(&headers, body, &state, &campaign).await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let mut tx = work.begin().await?;
     let version = tx
         .publish_campaign(&tenant, &id, arms.as_ref(), note.as_deref(), now_us())

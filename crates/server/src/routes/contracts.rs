@@ -109,6 +109,7 @@ pub(crate) async fn register(
     body: Body,
 ) -> Result<Response, ApiError> {
     let value = read_document(&state, &headers, body).await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     if !value.is_object() {
         return Err(ApiError::unprocessable(
             "not_an_object",

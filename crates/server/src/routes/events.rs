@@ -171,6 +171,7 @@ pub(crate) async fn post_batch(
 ) -> Result<axum::response::Response, ApiError> {
     let contract = load(&state, &tenant, &name, query.version).await?;
     let items = read_batch(&state, &headers, body, "events").await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let submitted = items.len();
     let mut results: Vec<ItemResult> = (0..submitted)
         .map(|index| ItemResult {

@@ -63,6 +63,7 @@ pub(crate) async fn supersede(
         state.config.json_depth_max + 1,
     )
     .await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let (event, reason) = parse_body(&value)?;
     let missing = || {
         ApiError::not_found(

@@ -24,6 +24,7 @@ crate::on_both_backends!(
     the_cli_creates_lists_and_revokes_keys_by_prefix,
     the_cli_refuses_unknown_empty_and_taken_tenant_names,
     the_cli_refuses_an_ambiguous_tenant_name_and_accepts_the_id,
+    a_body_that_arrives_after_its_keys_revocation_stores_nothing,
 );
 
 async fn admin_app(backend: Backend) -> TestApp {
@@ -328,6 +329,114 @@ async fn a_revoked_key_stores_nothing_through_a_server_that_remembers_it(backend
         assert_eq!(answer["error"]["code"], "unauthorized", "{path}: {answer}");
     }
     assert_eq!(stored_counts(&app, &campaign).await, counts_before);
+}
+
+/// A write whose headers (and its key) arrived before the key's revocation, and whose
+/// body arrived after the revocation returned, is refused (`401`) and stores nothing: a
+/// batch of events, a contract, and a Segment batch with its write key in Basic auth.
+/// The key is asked again once the body is in (a review trickled bodies in over 20 s:
+/// each was stored after its revocation had returned).
+async fn a_body_that_arrives_after_its_keys_revocation_stores_nothing(backend: Backend) {
+    let config = ServerConfig {
+        admin_token: Some(ADMIN_TOKEN.to_string()),
+        late_events: traqlyte_store::LateEvents::Reconcile,
+        ..ServerConfig::default()
+    };
+    let app = spawn_app_with(backend, config).await;
+    app.register_checkout_contract().await;
+    let before = app.get("/stats").await.body;
+    let events = json!([
+        crate::helpers::checkout_event("late-1"),
+        crate::helpers::checkout_event("late-2")
+    ]);
+    let mut contract = crate::helpers::checkout_contract();
+    contract["name"] = json!("late_contract");
+    for (path, body) in [
+        ("/events/checkout_completed/batch", events),
+        ("/contracts", contract),
+    ] {
+        let key = new_key(&app, "test tenant").await;
+        let half = slow_post(&app, path, &format!("Bearer {key}"), &body.to_string()).await;
+        let revoked = admin(
+            &app,
+            Method::DELETE,
+            &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
+            None,
+        )
+        .await;
+        assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+        assert_eq!(half.finish().await, 401, "{path}");
+    }
+    let write_key = crate::segment::create_source(&app, "web");
+    let basic = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("{write_key}:")
+        )
+    );
+    let message = crate::segment::track("m-late", "user-1", "order-1", 1.0);
+    let body = json!({"batch": [message]}).to_string();
+    let half = slow_post(&app, "/v1/batch", &basic, &body).await;
+    let revoked = crate::segment::traqlyte(
+        &app,
+        &["source", "revoke", "--tenant", "test tenant", "web"],
+    );
+    assert!(revoked.status.success(), "{revoked:?}");
+    assert_eq!(half.finish().await, 401, "/v1/batch");
+    let after = app.get("/stats").await.body;
+    assert_eq!(after["contracts"], before["contracts"], "nothing stored");
+    let contract = app.get("/contracts/late_contract").await;
+    assert_eq!(contract.status, StatusCode::NOT_FOUND, "{}", contract.body);
+}
+
+/// A POST whose headers and first half of body are sent; [`HalfSent::finish`] sends the
+/// rest and reads the answer's status.
+struct HalfSent {
+    stream: tokio::net::TcpStream,
+    rest: Vec<u8>,
+}
+
+impl HalfSent {
+    async fn finish(mut self) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.stream
+            .write_all(&self.rest)
+            .await
+            .expect("the rest of the body");
+        let mut answer = Vec::new();
+        self.stream
+            .read_to_end(&mut answer)
+            .await
+            .expect("the answer");
+        let text = String::from_utf8_lossy(&answer);
+        text.split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Sends `path`'s headers and half of `body`, then waits until the server has surely
+/// read the headers (and checked the key in them).
+async fn slow_post(app: &TestApp, path: &str, authorization: &str, body: &str) -> HalfSent {
+    use tokio::io::AsyncWriteExt;
+    let address = app.address.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: {authorization}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    stream.write_all(head.as_bytes()).await.expect("headers");
+    stream.write_all(first).await.expect("half the body");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    HalfSent {
+        stream,
+        rest: rest.to_vec(),
+    }
 }
 
 /// `DELETE /admin/tenants/test tenant/keys/{prefix of key}` through `server`.

@@ -39,7 +39,7 @@ crate::on_both_backends!(
 );
 
 /// `traqlyte ARGS --database-url URL`.
-fn traqlyte(app: &TestApp, args: &[&str]) -> Output {
+pub(crate) fn traqlyte(app: &TestApp, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_traqlyte"))
         .args(args)
         .args(["--database-url", app.database_url()])

@@ -109,6 +109,7 @@ pub(crate) async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let value = read_document(&state, &headers, body).await?;
+    crate::auth::confirm_after_body(&state, &headers, &tenant).await?;
     let body: BindingBody = parse(&value).map_err(|r| r.unprocessable("invalid_binding"))?;
     let campaign = campaign(&state, &tenant, &id).await?;
     let binding = check(&campaign, body)?;

@@ -403,8 +403,11 @@ async fn read_authenticated(
         ApiError::from(err)
             .with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
     })?;
+    // A key checked before the body is looked up again once the body has arrived: a body
+    // trickled in for up to the request timeout would otherwise be stored after the
+    // source's revocation had returned.
     let source = match early {
-        Some(source) => source,
+        Some(_) => auth::source(state, headers, None).await?,
         None => auth::source(state, headers, Some(&value)).await?,
     };
     Ok(Authenticated {
