@@ -18,6 +18,12 @@ pub fn writable_in_rfc3339(micros: i64) -> bool {
 /// instant outside the years 0001–9999 in UTC (`9999-12-31T23:00:00-02:00` is one): it
 /// has no RFC 3339 form of its own, and two of them would share one canonical text.
 pub fn parse_rfc3339_micros(text: &str) -> Result<i64, String> {
+    // The `time` crate takes any one byte between the date and the time (`X`, `:`, a
+    // newline, NUL, a digit: `2026-12-06512:00:00Z` was read as noon); RFC 3339 writes
+    // `T` (any case) and allows a space.
+    if !matches!(text.as_bytes().get(10), None | Some(b'T' | b't' | b' ')) {
+        return Err("the date and the time must be separated by `T` (or a space)".to_string());
+    }
     let parsed = OffsetDateTime::parse(text, &Rfc3339).map_err(|err| err.to_string())?;
     // Floor, not truncation toward zero: before 1970 a fraction of a microsecond must
     // not move an instant into the next microsecond (or the next day).
@@ -92,6 +98,19 @@ mod tests {
         let paris = parse_rfc3339_micros("2026-11-29T13:00:00+01:00").unwrap();
         assert_eq!(utc, paris);
         assert_eq!(utc, 1_795_953_600_000_000);
+    }
+
+    #[test]
+    fn the_date_and_the_time_are_separated_by_t_or_a_space_only() {
+        let noon = Ok(1_795_953_600_000_000);
+        for separator in ["T", "t", " "] {
+            let text = format!("2026-11-29{separator}12:00:00Z");
+            assert_eq!(parse_rfc3339_micros(&text), noon, "{text:?}");
+        }
+        for separator in ["X", ":", "\n", "\0", "5", "_"] {
+            let text = format!("2026-11-29{separator}12:00:00Z");
+            assert!(parse_rfc3339_micros(&text).is_err(), "{text:?}");
+        }
     }
 
     #[test]
