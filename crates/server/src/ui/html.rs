@@ -246,7 +246,7 @@ td{white-space:nowrap}
 th{font-weight:600;color:var(--muted);font-size:.8rem;vertical-align:bottom}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 td.ctl{text-align:center;color:var(--muted)}
-.verdict{border-left:4px solid var(--warn);background:#fdf1f0;padding:.6rem .9rem;margin:.4rem 0;border-radius:4px}
+.verdict{border-left:4px solid var(--warn);background:#fdf1f0;padding:.6rem .9rem;margin:.4rem 0;border-radius:4px;overflow-wrap:anywhere}
 .verdict.calm{border-color:var(--ok);background:#eef7f0}
 .badge{display:inline-block;padding:.05rem .5rem;border-radius:999px;font-size:.85rem;font-weight:600}
 .badge.bad{background:#fdf1f0;color:var(--warn)}
@@ -254,7 +254,8 @@ td.ctl{text-align:center;color:var(--muted)}
 .chart{max-width:820px}
 svg{width:100%;height:auto;display:block}
 svg text{font:12px system-ui,sans-serif;fill:var(--muted)}
-.legend{font-size:.85rem;color:var(--muted)}
+.legend{font-size:.85rem;color:var(--muted);overflow-wrap:anywhere}
+td.head{white-space:normal;overflow-wrap:anywhere}
 .swatch{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin:0 .3rem 0 .8rem;vertical-align:-1px}
 .swatch.ring{border:1.5px solid #5b6475}
 form.login{display:flex;flex-direction:column;gap:.6rem;max-width:32rem}

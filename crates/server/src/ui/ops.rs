@@ -91,7 +91,7 @@ fn trend_section(trend: &Trend) -> Markup {
                     .collect();
                 h3 { code { (contract) } }
                 (charts::duplicate_rate_over_time(contract, &series))
-                div.scroll { table.cards {
+                div.scroll tabindex="0" { table.cards {
                     thead { tr {
                         th { "Bucket" } th { "Source" } th { "Received" } th { "Inserted" }
                         th { "Duplicates" } th { "Collisions" } th { "Duplicate rate" }
@@ -142,7 +142,7 @@ fn collisions_section(page: &CollisionPage) -> Markup {
                         code data-field="event_id" { (c.event_id) }
                     }
                     p.meta { "received " (c.received_at) " from " code { (c.source) } }
-                    div.scroll { table.cards {
+                    div.scroll tabindex="0" { table.cards {
                         thead { tr { th { "Field" } th { "Change" } th { "Stored" } th { "Incoming" } } }
                         tbody {
                             @for d in &c.diff {

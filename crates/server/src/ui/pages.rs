@@ -132,7 +132,7 @@ pub(crate) fn index(campaigns: &[Campaign], tenant: &str) -> String {
             @if campaigns.is_empty() {
                 p.meta { "No campaigns yet: create one with " code { "POST /campaigns" } "." }
             } @else {
-                div.scroll { table.cards {
+                div.scroll tabindex="0" { table.cards {
                     thead { tr {
                         th { "Name" } th { "Key" } th { "Arms (weight)" } th { "Metrics" } th { "Created" }
                     } }
@@ -249,7 +249,7 @@ fn srm(srm: &SrmReport, report: &Report) -> Markup {
                 " (flagged below 0.001), χ² "
                 (field("srm.chi_square").span(srm.chi_square, Format::Decimal)) "."
             }
-            div.scroll { table.cards {
+            div.scroll tabindex="0" { table.cards {
                 thead { tr { th { "Arm" } th.num { "Units" } th.num { "Expected units" } } }
                 tbody {
                     @for (index, arm) in report.arms.iter().enumerate() {
@@ -406,7 +406,7 @@ fn deduplicated_table(
 ) -> Markup {
     let conversion = kind == MetricKind::Conversion;
     html! {
-        div.scroll { table.cards data-table="deduplicated" {
+        div.scroll tabindex="0" { table.cards data-table="deduplicated" {
             thead { tr {
                 th { "Arm" } th.num { "Units" }
                 @if conversion { th.num { "Converters" } }
@@ -457,7 +457,7 @@ fn stratified_table(
             (strata.join(", "))
             " and weighed by the version's share of the units, the same for every arm."
         }
-        div.scroll { table.cards data-table="stratified" {
+        div.scroll tabindex="0" { table.cards data-table="stratified" {
             thead { tr {
                 th { "Arm" } th.num { (reading.value_label) }
                 th.num { "Lift" } th.num { "95% CI" } th.num { "p-value" }
@@ -480,7 +480,7 @@ fn stratified_table(
 
 fn naive_table(metric: &str, reading: &Reading, arms: &[ArmFigures<'_>]) -> Markup {
     html! {
-        div.scroll { table.cards data-table="naive" {
+        div.scroll tabindex="0" { table.cards data-table="naive" {
             thead { tr {
                 th { "Arm" } th.num { "Stored events" } th.num { "Suppressed duplicates" }
                 th.num { "Collisions" } th.num { "δ by count" } th.num { "δ by value" } th.num { "Naive value" }
