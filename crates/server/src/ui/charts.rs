@@ -158,11 +158,21 @@ pub(crate) fn value_whiskers(
     let scale = Scale::covering(numbers, LABEL_WIDTH, WIDTH - RIGHT_MARGIN);
     let height = rows.len() as f64 * 2.0 * ROW_HEIGHT + AXIS_HEIGHT + 8.0;
     let plot_bottom = height - AXIS_HEIGHT;
+    // A conversion's rate (units) and its naive value (events per unit) share the axis as
+    // numbers per unit: ticks in percent read 0.30 events a unit as "30%".
+    let (axis_format, per_unit) = if format == naive_format {
+        (format, "")
+    } else {
+        (
+            Format::Decimal,
+            " (per unit: conversion rate, naive events)",
+        )
+    };
     html! {
         svg viewBox={ "0 0 " (WIDTH) " " (height) } role="img"
-            aria-label={ (metric) " per arm with 95% intervals" }
+            aria-label={ (metric) " per arm with 95% intervals" (per_unit) }
             data-chart="value" data-metric=(metric) {
-            (scale.axis(4.0, plot_bottom, format))
+            (scale.axis(4.0, plot_bottom, axis_format))
             @for (index, (arm, own, naive)) in rows.iter().enumerate() {
                 @let top = 4.0 + index as f64 * 2.0 * ROW_HEIGHT;
                 // The same two colours as the lift chart: deduplicated blue, naive orange.
@@ -464,6 +474,31 @@ mod tests {
         assert!(svg.contains("not defined"));
         // Empty SVG elements are closed explicitly: `<line>` is not void in HTML's SVG.
         assert!(!svg.contains("/>") && svg.contains("</line>"), "{svg}");
+    }
+
+    #[test]
+    fn a_conversions_rate_and_naive_events_share_an_axis_of_plain_numbers() {
+        let arm: traqlyte_experiments::report::WindowReport = serde_json::from_value(
+            serde_json::json!({
+                "kind": "conversion", "window_hours": 24, "units": 100, "value": 0.2,
+                "naive_value": 0.3, "value_ci": {"low": 0.12, "high": 0.28},
+                "stored_events": 20, "duplicates": 10, "delta": 0.5, "delta_value": null,
+                "lift": null, "naive_lift": null, "predicted_naive_lift": null,
+                "converters": 20
+            }),
+        )
+        .expect("a window report");
+        let svg = value_whiskers("m", Format::Percent, Format::EventsPerUnit, &[("c", &arm)])
+            .into_string();
+        // Ticks are the SVG's `<text>` elements after the grid lines; none is a percent.
+        let ticks: Vec<&str> = svg
+            .split("text-anchor=\"middle\">")
+            .skip(1)
+            .map(|t| t.split('<').next().unwrap_or(""))
+            .collect();
+        assert!(!ticks.is_empty(), "{svg}");
+        assert!(ticks.iter().all(|t| !t.contains('%')), "{ticks:?}");
+        assert!(svg.contains("per unit"), "{svg}");
     }
 
     #[test]
