@@ -18,6 +18,20 @@ pub struct Srm {
 }
 
 impl Srm {
+    /// The test of a finite statistic ≥ 0 on `df` ≥ 1 degrees of freedom.
+    fn of(chi_square: f64, df: u64) -> Srm {
+        // The upper incomplete gamma function is defined for every finite statistic ≥ 0
+        // and df ≥ 1; should it still fail, report "no evidence of mismatch" rather than
+        // panic.
+        let p_value = dist::chi_square_sf(chi_square, df as f64).unwrap_or(1.0);
+        Srm {
+            chi_square,
+            df,
+            p_value,
+            flagged: p_value < SRM_P_VALUE_THRESHOLD,
+        }
+    }
+
     /// Pearson's statistic `Σ (O_i − E_i)² / E_i`.
     pub fn chi_square(&self) -> f64 {
         self.chi_square
@@ -83,16 +97,7 @@ pub fn srm(observed_units: &[u64], weights: &[f64]) -> Result<Srm, StatsError> {
         })
         .sum();
     let chi_square = finite("chi-square statistic", chi_square)?;
-    let df = observed_units.len() as u64 - 1;
-    // The upper incomplete gamma function is defined for every finite statistic ≥ 0 and
-    // df ≥ 1; should it still fail, report "no evidence of mismatch" rather than panic.
-    let p_value = dist::chi_square_sf(chi_square, df as f64).unwrap_or(1.0);
-    Ok(Srm {
-        chi_square,
-        df,
-        p_value,
-        flagged: p_value < SRM_P_VALUE_THRESHOLD,
-    })
+    Ok(Srm::of(chi_square, observed_units.len() as u64 - 1))
 }
 
 /// Tests several groups of units at once, each against its own weights (a campaign's
@@ -120,11 +125,5 @@ pub fn srm_within_groups(groups: &[(&[u64], &[f64])]) -> Result<Srm, StatsError>
     if df == 0 {
         return Err(StatsError::NoUnits);
     }
-    let p_value = dist::chi_square_sf(chi_square, df as f64).unwrap_or(1.0);
-    Ok(Srm {
-        chi_square,
-        df,
-        p_value,
-        flagged: p_value < SRM_P_VALUE_THRESHOLD,
-    })
+    Ok(Srm::of(chi_square, df))
 }

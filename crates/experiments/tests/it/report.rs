@@ -179,11 +179,7 @@ fn the_report_serialises_counts_as_integers_and_reads_back_equal() {
 fn stratified_figures_weigh_each_version_by_its_units_and_leave_out_thin_ones() {
     use traqlyte_experiments::report::{Stratified, SumsByVersion};
     let campaign = campaign();
-    let row = |version: i64, arm: &str, units: i64| UnitsByVersion {
-        version,
-        arm: arm.to_string(),
-        units,
-    };
+    let row = units_row;
     // Version 1: 100 + 100 units, 50 % convert in both arms; version 2: 100 + 900, 10 %
     // of the control and 20 % of the treatment. Versions 3 and 4 each have one arm with a
     // single unit (the control, then the treatment): too thin to compare within.
@@ -291,11 +287,7 @@ fn a_sample_ratio_mismatch_inside_each_version_is_not_cancelled_by_pooling_the_v
         note: None,
         published_at_us: 0,
     };
-    let row = |version: i64, arm: &str, units: i64| UnitsByVersion {
-        version,
-        arm: arm.to_string(),
-        units,
-    };
+    let row = units_row;
     let units = [
         row(1, "control", 600),
         row(1, "treatment", 400),
@@ -315,4 +307,13 @@ fn a_sample_ratio_mismatch_inside_each_version_is_not_cancelled_by_pooling_the_v
     assert_eq!(report.srm.df, Some(2));
     assert!(report.srm.flagged, "{:?}", report.srm);
     assert_eq!(report.srm.expected_units, vec![1000.0, 1000.0]);
+}
+
+/// `units` assigned to `arm` under `version`.
+fn units_row(version: i64, arm: &str, units: i64) -> UnitsByVersion {
+    UnitsByVersion {
+        version,
+        arm: arm.to_string(),
+        units,
+    }
 }

@@ -478,16 +478,15 @@ mod tests {
 
     #[test]
     fn a_conversions_rate_and_naive_events_share_an_axis_of_plain_numbers() {
-        let arm: traqlyte_experiments::report::WindowReport = serde_json::from_value(
-            serde_json::json!({
+        let arm: traqlyte_experiments::report::WindowReport =
+            serde_json::from_value(serde_json::json!({
                 "kind": "conversion", "window_hours": 24, "units": 100, "value": 0.2,
                 "naive_value": 0.3, "value_ci": {"low": 0.12, "high": 0.28},
                 "stored_events": 20, "duplicates": 10, "delta": 0.5, "delta_value": null,
                 "lift": null, "naive_lift": null, "predicted_naive_lift": null,
                 "converters": 20
-            }),
-        )
-        .expect("a window report");
+            }))
+            .expect("a window report");
         let svg = value_whiskers("m", Format::Percent, Format::EventsPerUnit, &[("c", &arm)])
             .into_string();
         // Ticks are the SVG's `<text>` elements after the grid lines; none is a percent.

@@ -14,20 +14,7 @@ async fn hot_lookups_use_their_index_on_a_fresh_database() {
     let (_db, mut conn) = fresh_database_with_generic_plans().await;
     for (n, (what, sql, index)) in LOOKUPS.iter().enumerate() {
         let sql = sql.replace("{table}", "events");
-        sqlx::query(&format!("PREPARE lookup_{n} AS {sql}"))
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        // Placeholders are numbered from $1 without gaps.
-        let parameters = (1..=32).filter(|i| sql.contains(&format!("${i}"))).count();
-        let explain = format!(
-            "EXPLAIN EXECUTE lookup_{n}({})",
-            vec!["NULL"; parameters].join(", ")
-        );
-        let lines: Vec<String> = sqlx::query_scalar(&explain)
-            .fetch_all(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let lines = generic_plan(&mut conn, &format!("lookup_{n}"), &sql, what).await;
         let plan = lines.join("\n");
         // An index scan names it "using"; a bitmap scan (a set of keys) "Index Scan on".
         let through = [format!("using {index}"), format!("Index Scan on {index}")];
@@ -93,19 +80,7 @@ async fn a_reports_collisions_are_read_from_the_counts_by_their_key() {
 async fn a_deep_page_of_a_log_starts_at_its_cursor_in_the_index() {
     let (_db, mut conn) = fresh_database_with_generic_plans().await;
     for (n, (what, sql, index, column)) in KEYSET_PAGES.iter().enumerate() {
-        sqlx::query(&format!("PREPARE page_{n} AS {sql}"))
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let parameters = (1..=16).filter(|i| sql.contains(&format!("${i}"))).count();
-        let explain = format!(
-            "EXPLAIN EXECUTE page_{n}({})",
-            vec!["NULL"; parameters].join(", ")
-        );
-        let lines: Vec<String> = sqlx::query_scalar(&explain)
-            .fetch_all(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let lines = generic_plan(&mut conn, &format!("page_{n}"), sql, what).await;
         let plan = lines.join("\n");
         assert!(plan.contains(&format!("using {index}")), "{what}:\n{plan}");
         let bounded = lines
@@ -116,6 +91,30 @@ async fn a_deep_page_of_a_log_starts_at_its_cursor_in_the_index() {
             "{what}: {column} is not in the index condition:\n{plan}"
         );
     }
+}
+
+/// The plan of `sql` prepared as `name` and executed with every placeholder `NULL` (they
+/// are numbered from `$1` without gaps), one line a row: the generic plan on a connection
+/// of [`fresh_database_with_generic_plans`].
+async fn generic_plan(
+    conn: &mut sqlx::PgConnection,
+    name: &str,
+    sql: &str,
+    what: &str,
+) -> Vec<String> {
+    sqlx::query(&format!("PREPARE {name} AS {sql}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let parameters = (1..=32).filter(|i| sql.contains(&format!("${i}"))).count();
+    let explain = format!(
+        "EXPLAIN EXECUTE {name}({})",
+        vec!["NULL"; parameters].join(", ")
+    );
+    sqlx::query_scalar(&explain)
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// A fresh, migrated PostgreSQL database (no table statistics yet) and a connection to it
