@@ -44,6 +44,13 @@ pub use error::ApiError;
 pub use group_commit::{GroupCommit, GroupCommitConfig};
 pub use listener::{connections_max_within, files_reserved, FILES_RESERVED_BASE};
 
+/// A semantic scan as `GET /ops/semantic-duplicates` answers each one (times in RFC 3339,
+/// `scanned_at` and `since`), for `traqlyte scan semantic --json`: one shape on both.
+pub fn semantic_scan_json(scan: traqlyte_store::semantic::SemanticScan) -> serde_json::Value {
+    serde_json::to_value(routes::semantic::SemanticScanView::of(scan))
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// Shared state of every handler.
 #[derive(Clone)]
 pub struct AppState {

@@ -33,7 +33,7 @@ pub(crate) struct ConsumeNatsArgs {
     /// processes with one name share the work).
     #[arg(long)]
     durable: String,
-    /// The tenant every message is stored under (its name, as given to `tenant create`).
+    /// The tenant every message is stored under (its name, as given to `tenant create`, or its id).
     #[arg(long)]
     tenant: String,
     /// The tenant's source (its name, as given to `source create`, or its id) that Segment messages

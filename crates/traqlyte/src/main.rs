@@ -589,7 +589,7 @@ async fn identify(args: IdArgs) -> Result<()> {
     // would be the server's.
     if contract.name().as_str() == traqlyte_identity::segment::MESSAGE_CONTRACT {
         bail!(
-            "segment.message ids are keyed by the tenant's source and the messageId; the server's answer and GET /sources/{{id}} show them, `traqlyte id` cannot compute them"
+            "segment.message ids are keyed by the tenant's source and the messageId, which no file names: `traqlyte id` cannot compute them (GET /contracts/segment.message/collisions names the id of a message refused as a collision)"
         );
     }
     let identified = if contract.name().as_str() == RUN_EVENT_CONTRACT {
@@ -637,7 +637,9 @@ async fn resolve_contract(contract: &str, source: &ContractSource) -> Result<Con
     };
     let key = ApiKey::parse(key_text).context("the API key is malformed")?;
     let name = ContractName::parse(contract).map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let store = connect(&source.db, 2).await?;
+    // An existing, migrated database only: `connect` would create an empty SQLite file
+    // where the path names none, then fail on its missing tables.
+    let store = tenants::open_existing(&source.db).await?;
     let tenant = store
         .tenant_for_key(&key)
         .await?

@@ -89,7 +89,7 @@ pub(crate) async fn run(command: ScanCommand) -> Result<()> {
         .await
         .context("store the scan's result")?;
     if args.json {
-        outln!("{}", serde_json::to_string(&scan)?);
+        outln!("{}", traqlyte_server::semantic_scan_json(scan));
     } else {
         let text = describe(&scan);
         outln!("{}", text.strip_suffix('\n').unwrap_or(&text));

@@ -141,6 +141,7 @@ fn partitions_maintain_needs_the_horizon_named() {
 /// never migrated by a listing.
 #[test]
 fn listings_neither_create_nor_migrate_a_database() {
+    const WELL_FORMED_KEY: &str = "tlk_000000000000000000000000000000000000000000000000";
     let dir = std::env::temp_dir().join(format!("traqlyte_it_{}_listings", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let missing = dir.join("typo.db");
@@ -150,6 +151,14 @@ fn listings_neither_create_nor_migrate_a_database() {
         vec!["key", "list", "--tenant", "acme"],
         vec!["source", "list", "--tenant", "acme"],
         vec!["partitions", "status"],
+        // A registered contract, read with a key: the same database as the server's.
+        vec![
+            "contracts",
+            "show",
+            "checkout_completed",
+            "--api-key",
+            WELL_FORMED_KEY,
+        ],
     ] {
         let mut args = args.clone();
         args.extend(["--database-url", missing]);

@@ -169,6 +169,15 @@ async fn the_scan_names_an_emit_time_in_the_identity_with_its_group_count(backen
     assert_eq!(answered["findings"][0]["pointer"], "/emitted_at");
     assert_eq!(answered["findings"][0]["groups"], 3);
     assert_eq!(answered["findings"][0]["events"], 9);
+    // The CLI's `--json` is the API's shape: the same keys, times in RFC 3339.
+    let keys = |v: &Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(keys(&scan), keys(answered), "{scan}");
+    assert!(
+        scan["scanned_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{scan}"
+    );
     // The operations page shows the same finding.
     let page = crate::ui::page_with_session(&app, "/ui/ops").await;
     assert!(
