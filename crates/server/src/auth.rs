@@ -84,6 +84,20 @@ impl FromRequestParts<AppState> for WriteTenant {
 }
 
 impl WriteTenant {
+    /// [`confirm_after_body`] for a single write whose key no batch will check: group
+    /// commit off, or a tenant the idempotency layer resolved (`key` is then `None`). A
+    /// write that joins a batch with its key set is checked in the batch's statement.
+    pub(crate) async fn confirm_unchecked(
+        &self,
+        state: &AppState,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<(), ApiError> {
+        match self.key {
+            Some(_) => Ok(()),
+            None => confirm_after_body(state, headers, &self.tenant).await,
+        }
+    }
+
     /// Ends a request whose answer did not come from a batch that checked its key (an
     /// error found before the queue, a read-only answer): when the tenant came from
     /// memory, the key is read again, so a key revoked meanwhile gets its 401 here too

@@ -219,13 +219,12 @@ mod statuses {
     /// `/healthz` and `/livez` when they answer `200`.
     #[derive(ToSchema)]
     #[schema(rename_all = "lowercase")]
-    pub(crate) enum Ok {
+    pub(crate) enum OkStatus {
         Ok,
     }
 }
 
-pub(crate) use statuses::Ok as OkStatus;
-pub(crate) use statuses::{AssignmentStatus, CorrectionStatus, ItemStatus, StoredStatus};
+pub(crate) use statuses::{AssignmentStatus, CorrectionStatus, ItemStatus, OkStatus, StoredStatus};
 
 /// Adds the two bearer schemes: tenants' API keys and the operator's admin token.
 struct Security;
@@ -456,6 +455,7 @@ mod tests {
             ),
             ("AssignmentStatus", vec!["assigned", "rejected"]),
             ("CorrectionStatus", vec!["superseded", "unchanged"]),
+            ("OkStatus", vec!["ok"]),
         ] {
             assert_eq!(
                 schemas[schema]["enum"],
@@ -469,6 +469,8 @@ mod tests {
             ("ItemResult", "ItemStatus"),
             ("OutcomeItem", "ItemStatus"),
             ("AssignmentItem", "AssignmentStatus"),
+            ("Health", "OkStatus"),
+            ("Live", "OkStatus"),
         ] {
             let field = &schemas[holder]["properties"]["status"];
             let named = field

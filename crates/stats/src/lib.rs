@@ -32,4 +32,4 @@ pub use lift::{
     NORMAL_APPROXIMATION_MIN,
 };
 pub use moments::{Moments, TOTALS_RELATIVE_TOLERANCE};
-pub use srm::{srm, srm_within_groups, Srm, SRM_P_VALUE_THRESHOLD};
+pub use srm::{srm, srm_within_groups, Srm, SRM_EXPECTED_MIN, SRM_P_VALUE_THRESHOLD};

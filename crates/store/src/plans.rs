@@ -57,7 +57,7 @@ pub static KEYSET_PAGES: LazyLock<Vec<(&str, String, &str, &str)>> = LazyLock::n
         (
             "a page of a source's rejections",
             crate::sources::SELECT_REJECTIONS.to_string(),
-            "source_rejections_pkey",
+            "source_rejections_by_source_id",
             "rejection_id",
         ),
     ]

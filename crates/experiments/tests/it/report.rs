@@ -317,3 +317,68 @@ fn units_row(version: i64, arm: &str, units: i64) -> UnitsByVersion {
         units,
     }
 }
+
+/// A version that expects fewer than five units in some arm takes no part in the
+/// sample-ratio test by version (a 99/1 ramp with 4/1 units beside an even 1,000/1,000
+/// was flagged, p = 1e-4); a campaign whose every version is that thin is tested with its
+/// versions' units pooled per arm, as before the test by version.
+#[test]
+fn a_thin_version_does_not_raise_a_false_sample_ratio_alarm() {
+    let campaign = campaign();
+    let ramp = Arms::try_from(vec![
+        Arm {
+            key: "control".into(),
+            weight: 99,
+        },
+        Arm {
+            key: "treatment".into(),
+            weight: 1,
+        },
+    ])
+    .expect("arms");
+    let version = |version: i64, arms: &Arms| CampaignVersion {
+        campaign_id: campaign.id.clone(),
+        version,
+        arms: arms.clone(),
+        metrics: campaign.metrics.clone(),
+        salt: "s".into(),
+        note: None,
+        published_at_us: 0,
+    };
+    let compute = |versions: &[CampaignVersion], units: &[UnitsByVersion]| {
+        Report::compute(ReportInput {
+            campaign: &campaign,
+            versions,
+            units_by_version: units,
+            sums: &HashMap::new(),
+            duplicates_over_time: &[],
+            corrected_outcomes: 0,
+            collisions: &HashMap::new(),
+        })
+    };
+    let versions = [version(1, &ramp), version(2, &campaign.arms)];
+    let units = [
+        units_row(1, "control", 4),
+        units_row(1, "treatment", 1),
+        units_row(2, "control", 1000),
+        units_row(2, "treatment", 1000),
+    ];
+    let report = compute(&versions, &units);
+    assert_eq!((report.srm.chi_square, report.srm.df), (Some(0.0), Some(1)));
+    assert!(!report.srm.flagged);
+    // Only the thin version: no test (it flagged one unit in the 1 % arm as a mismatch).
+    let report = compute(&versions[..1], &units[..2]);
+    assert_eq!((report.srm.p_value, report.srm.flagged), (None, false));
+    // Several thin versions that together expect enough are tested pooled.
+    let thin_even = [
+        units_row(1, "control", 3),
+        units_row(1, "treatment", 2),
+        units_row(2, "control", 2),
+        units_row(2, "treatment", 3),
+    ];
+    let pooled = compute(
+        &[version(1, &campaign.arms), version(2, &campaign.arms)],
+        &thin_even,
+    );
+    assert_eq!((pooled.srm.chi_square, pooled.srm.df), (Some(0.0), Some(1)));
+}

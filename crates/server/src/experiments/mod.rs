@@ -75,6 +75,7 @@ pub(crate) async fn assign(
     let WriteTenant { tenant, key } = &writer;
     let answer: Result<Json<AssignmentView>, ApiError> = async {
         let value = read_document(&state, &headers, body).await?;
+        writer.confirm_unchecked(&state, &headers).await?;
         // Parsed before any lookup: binding a NUL fails on PostgreSQL, reads included.
         let AssignmentBody {
             campaign_id,

@@ -46,6 +46,7 @@ pub(crate) async fn post_outcome(
     let WriteTenant { tenant, key } = &writer;
     let answer: Result<Response, ApiError> = async {
         let value = read_document(&state, &headers, body).await?;
+        writer.confirm_unchecked(&state, &headers).await?;
         let body = parse_item(&value)?;
         let lookups = Lookups::load(&state, tenant, std::slice::from_ref(&body)).await?;
         let outcome = lookups.check(body, &value)?;

@@ -13,8 +13,9 @@
 //!    `Retry-After`; a reservation older than the cutoff is taken over by compare-and-set.
 //!
 //! 5xx answers release the reservation (the retry runs again), and so does a request
-//! that ends without an answer (the client disconnected, the request timed out); 4xx
-//! answers are stored and replayed. This layer never touches ingestion or outcomes: those dedupe by content.
+//! that ends without an answer (the client disconnected, the request timed out), and a
+//! `401` (a key revoked while the body arrived: the credential was refused, not the
+//! request); other 4xx answers are stored and replayed. This layer never touches ingestion or outcomes: those dedupe by content.
 
 mod decide;
 mod work;

@@ -53,6 +53,7 @@ pub(crate) async fn post_one(
             mut remembered,
         } = load_for_write(&state, tenant, &name, query.version).await?;
         let mut value = read_document(&state, &headers, body).await?;
+        writer.confirm_unchecked(&state, &headers).await?;
         let http = IngestSource::http();
         let mut stale_rounds = 0;
         let (event, outcome) = loop {

@@ -59,6 +59,7 @@ pub(crate) async fn post_event(
             .map_err(|err| {
             err.with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
         })?;
+        writer.confirm_unchecked(&state, &headers).await?;
         // The payload first, then the event identified in place: one parsed tree at a
         // time (a copy doubled the peak of a large nested event).
         let payload = serde_json::to_string(&value).map_err(ApiError::internal)?;

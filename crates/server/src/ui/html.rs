@@ -74,7 +74,7 @@ impl Format {
 /// `x` with `decimals` decimals (and its sign, `+` too, when `signed`), the thousands of
 /// its integer part separated by commas, unless those decimals would show a number that
 /// is not zero as zero: then with three significant digits (`0.000152`), or in scientific
-/// notation below 10⁻¹² (`1.50e-15`). A lift of +0.00094 % or a value per unit of 1.5e-7
+/// notation below 10⁻¹⁰ (`1.50e-15`). A lift of +0.00094 % or a value per unit of 1.5e-7
 /// read "+0.00%" and "0.0000" beside a significant p-value.
 fn fixed_or_significant(x: f64, decimals: usize, signed: bool) -> String {
     let shown_as_zero = x != 0.0 && x.abs() < 0.5 * 10f64.powi(-(decimals as i32));

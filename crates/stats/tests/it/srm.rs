@@ -145,3 +145,22 @@ fn groups_tested_together_sum_their_statistics_and_a_mismatch_cannot_cancel_out(
     ));
     assert!(matches!(srm_within_groups(&[]), Err(StatsError::NoUnits)));
 }
+
+#[test]
+fn a_group_expecting_fewer_than_five_units_in_an_arm_takes_no_part() {
+    // A first version ramped at 99/1 with five units (0.05 expected in the small arm, one
+    // observed: χ² ≈ 18 alone) beside an even 1,000/1,000: only the sound version is
+    // tested; with only thin groups there is no test by groups.
+    let even = [1.0, 1.0];
+    let ramp = [99.0, 1.0];
+    let got = srm_within_groups(&[(&[4, 1], &ramp), (&[1000, 1000], &even)]).unwrap();
+    assert_eq!(got, srm(&[1000, 1000], &even).unwrap());
+    assert!(!got.flagged());
+    assert!(matches!(
+        srm_within_groups(&[(&[4, 1], &ramp), (&[3, 4], &even)]),
+        Err(StatsError::TooFewExpected)
+    ));
+    // Five expected in the smallest arm is enough: 500 units at 99/1.
+    let tested = srm_within_groups(&[(&[495, 5], &ramp)]).unwrap();
+    assert_eq!(tested.df(), 1);
+}

@@ -367,6 +367,40 @@ async fn a_body_that_arrives_after_its_keys_revocation_stores_nothing(backend: B
         assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
         assert_eq!(half.finish().await, 401, "{path}");
     }
+    // A single assignment under an idempotency key: the layer resolves the tenant, so no
+    // group-committed batch checks the key; the handler asks again after the body.
+    let campaign = crate::experiments::published_campaign(&app, [50, 50]).await;
+    let key = new_key(&app, "test tenant").await;
+    let unit = json!({"campaign_id": campaign, "unit_id": "late-unit"}).to_string();
+    let half = slow_post_with(
+        &app,
+        "/assignments",
+        &format!("Bearer {key}"),
+        "X-TL-Idempotency-Key: late-assignment\r\n",
+        &unit,
+    )
+    .await;
+    let revoked = admin(
+        &app,
+        Method::DELETE,
+        &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
+        None,
+    )
+    .await;
+    assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+    assert_eq!(
+        half.finish().await,
+        401,
+        "/assignments under an idempotency key"
+    );
+    let report = app.get(&format!("/campaigns/{campaign}/report")).await;
+    let units: u64 = report.body["arms"]
+        .as_array()
+        .expect("arms")
+        .iter()
+        .map(|arm| arm["units"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(units, 0, "{}", report.body);
     let write_key = crate::segment::create_source(&app, "web");
     let basic = format!(
         "Basic {}",
@@ -420,13 +454,24 @@ impl HalfSent {
 /// Sends `path`'s headers and half of `body`, then waits until the server has surely
 /// read the headers (and checked the key in them).
 async fn slow_post(app: &TestApp, path: &str, authorization: &str, body: &str) -> HalfSent {
+    slow_post_with(app, path, authorization, "", body).await
+}
+
+/// [`slow_post`] with `extra` header lines (each ending in `\r\n`).
+async fn slow_post_with(
+    app: &TestApp,
+    path: &str,
+    authorization: &str,
+    extra: &str,
+    body: &str,
+) -> HalfSent {
     use tokio::io::AsyncWriteExt;
     let address = app.address.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(address)
         .await
         .expect("connect");
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: {authorization}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: {authorization}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let (first, rest) = body.as_bytes().split_at(body.len() / 2);

@@ -235,8 +235,6 @@ fn layout_of(dom: &str) -> Value {
     serde_json::from_str(&decode(&dom[start..end])).expect("the probe's JSON")
 }
 
-/// The HTML of a UI page as the server sends it, fetched with a session started by a
-/// single-use login link.
 /// `?version=N` on the campaign page restricts it to the units assigned under that version,
 /// as `GET /campaigns/{id}/report?version=N` does (the reweighting verdict points there);
 /// the page says so. It was read as the whole campaign's report.
@@ -269,6 +267,8 @@ async fn the_campaign_page_shows_one_versions_report_when_asked_as_the_api_does(
     assert!(!whole.contains("data-field=\"version\""));
 }
 
+/// The HTML of a UI page as the server sends it, fetched with a session started by a
+/// single-use login link.
 pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
     let client = without_redirects();
     let token = app.post_json("/ui/tokens", &json!({})).await;

@@ -450,10 +450,15 @@ fn collision(
 ) -> ApiError {
     // A message without a messageId is identified by its content (docs/segment.md): say
     // so, rather than name an id it does not have.
-    let reason = if message.payload.get("messageId").is_some() {
+    let has_id = message
+        .payload
+        .get("messageId")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|id| !id.is_empty());
+    let reason = if has_id {
         "a different message is stored under this messageId for this source; nothing was overwritten and this payload was logged (GET /contracts/segment.message/collisions). Give every message its own messageId"
     } else {
-        "this message has no messageId, and a message stored for this source has the same type, event, userId, anonymousId, properties, traits and timestamp but differs in other fields (a timestamp is compared as written: spell it the same way on every retry); nothing was overwritten and this payload was logged (GET /contracts/segment.message/collisions). Give every message its own messageId"
+        "this message has no messageId, and a message stored for this source has the same type, event, name, category, userId, anonymousId, groupId, previousId, properties, traits and timestamp but differs in other fields (a timestamp is compared as written: spell it the same way on every retry); nothing was overwritten and this payload was logged (GET /contracts/segment.message/collisions). Give every message its own messageId"
     };
     ApiError::new(StatusCode::CONFLICT, "collision", reason)
         .with_field("messageId")
