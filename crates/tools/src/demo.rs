@@ -94,15 +94,15 @@ pub async fn run(
         .await
         .context("create the demo tenant")?;
     let api = Api::new(&server.address, key.expose())?;
-    println!("TraqLyte demo: an A/A experiment behind an at-least-once client");
-    println!("  database   {} (recreated)", args.database.display());
-    println!("  server     {}", server.address);
-    println!(
+    crate::outln!("TraqLyte demo: an A/A experiment behind an at-least-once client");
+    crate::outln!("  database   {} (recreated)", args.database.display());
+    crate::outln!("  server     {}", server.address);
+    crate::outln!(
         "  API key    {}   (log in to the web page with it)",
         key.expose()
     );
     let campaign = create_campaign(&api).await?;
-    println!(
+    crate::outln!(
         "  campaign   {} ({}): control and treatment, weights 1:1, metrics purchase (conversion) and revenue (sum)",
         campaign.key, campaign.id
     );
@@ -115,17 +115,17 @@ pub async fn run(
     if args.json {
         // No page address when the server stops right after: it would lead nowhere.
         let served = (!args.no_serve).then_some(page.as_str());
-        println!("{}", summary_json(&report, &tally, &args, served)?);
+        crate::outln!("{}", summary_json(&report, &tally, &args, served)?);
     }
     // The client's idle keep-alive connections would otherwise delay the graceful shutdown.
     drop(api);
     if args.no_serve {
-        println!("The server stopped (--no-serve); run the demo without it to browse the report's web page.");
+        crate::outln!("The server stopped (--no-serve); run the demo without it to browse the report's web page.");
         return server.stop().await;
     }
-    println!();
-    println!("See it on the web page: {page}  (log in with the API key above)");
-    println!("Serving {} until Ctrl-C.", server.address);
+    crate::outln!("");
+    crate::outln!("See it on the web page: {page}  (log in with the API key above)");
+    crate::outln!("Serving {} until Ctrl-C.", server.address);
     shutdown.await;
     server.stop().await
 }
@@ -142,7 +142,7 @@ fn choose_listen(given: Option<&str>, preferred: &str) -> Result<String> {
     match std::net::TcpListener::bind(preferred) {
         Ok(_) => Ok(preferred.to_string()),
         Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => {
-            println!("{preferred} is taken (is `traqlyte serve` running?): the demo takes a free port instead.");
+            crate::outln!("{preferred} is taken (is `traqlyte serve` running?): the demo takes a free port instead.");
             Ok("127.0.0.1:0".to_string())
         }
         Err(err) => Err(err).with_context(|| format!("listen on {preferred}")),
@@ -501,8 +501,8 @@ impl Tally {
 }
 
 async fn simulate(api: &Api, campaign: &DemoCampaign, args: &DemoArgs) -> Result<Arc<Tally>> {
-    println!();
-    println!(
+    crate::outln!("");
+    crate::outln!(
         "Simulating {} users with no true effect. Their client loses the reply to {:.0}% of requests in control and {:.0}% in treatment, and re-sends each with the same dedupe_key.",
         group(args.users as u64),
         REPLY_LOSS_CONTROL * 100.0,
@@ -622,7 +622,7 @@ fn check_batch_answer(answer: &Value, attempt: u32, tally: &Tally) -> Result<()>
 
 fn print_traffic(tally: &Tally, elapsed: Duration) {
     let retries: u64 = tally.retries.iter().map(Tally::get).sum();
-    println!(
+    crate::outln!(
         "  sent {} HTTP requests in {:.1} s: {} assignments and {} outcome batches, of which {} were re-sent after a lost reply ({} in control, {} in treatment)",
         group(tally.requests()),
         elapsed.as_secs_f64(),
@@ -635,7 +635,7 @@ fn print_traffic(tally: &Tally, elapsed: Duration) {
     // Each batch carries one outcome of each metric, so every re-sent batch brings the
     // store one duplicate per metric to suppress.
     let suppressed = Tally::get(&tally.duplicates);
-    println!(
+    crate::outln!(
         "  the store inserted {} outcomes and suppressed {} duplicates ({} per metric: purchase and revenue)",
         group(Tally::get(&tally.inserted)),
         group(suppressed),
@@ -674,8 +674,8 @@ fn print_summary(report: &Report, tally: &Tally) -> Result<()> {
         Some(p) => format!("ok (p = {})", p_text(Some(p))),
         None => "n/a".to_string(),
     };
-    println!();
-    println!(
+    crate::outln!("");
+    crate::outln!(
         "Report (GET /campaigns/{{id}}/report): {} users in control, {} in treatment; sample ratio {srm}",
         group(units(report, ArmKey::Control)),
         group(units(report, ArmKey::Treatment)),
@@ -684,20 +684,22 @@ fn print_summary(report: &Report, tally: &Tally) -> Result<()> {
         print_metric(report, name, reading)?;
     }
     let expected = |p: f64| p / (1.0 - p);
-    println!();
-    println!(
+    crate::outln!("");
+    crate::outln!(
         "A client that loses a reply with probability p re-sends p/(1-p) times per request on average: δ (suppressed duplicates / stored) ≈ {:.1}% in control and {:.1}% in treatment; the store suppressed {} duplicates in all, over both metrics.",
         expected(REPLY_LOSS_CONTROL) * 100.0,
         expected(REPLY_LOSS_TREATMENT) * 100.0,
         group(Tally::get(&tally.duplicates)),
     );
-    println!();
+    crate::outln!("");
     if report.verdicts.is_empty() {
-        println!("Verdicts: none (deduplication does not change any conclusion for this seed).");
+        crate::outln!(
+            "Verdicts: none (deduplication does not change any conclusion for this seed)."
+        );
     } else {
-        println!("Verdicts:");
+        crate::outln!("Verdicts:");
         for verdict in &report.verdicts {
-            println!("  - {}", verdict.message);
+            crate::outln!("  - {}", verdict.message);
         }
     }
     Ok(())
@@ -705,9 +707,9 @@ fn print_summary(report: &Report, tally: &Tally) -> Result<()> {
 
 fn print_metric(report: &Report, name: &str, reading: &str) -> Result<()> {
     let is_sum = name == "revenue";
-    println!();
-    println!("{name}: {reading}");
-    println!(
+    crate::outln!("");
+    crate::outln!("{name}: {reading}");
+    crate::outln!(
         "  {:<10} {:>7} {:>8} {:>11} {:>7} {:>13} {:>10}",
         "arm",
         "users",
@@ -725,7 +727,7 @@ fn print_metric(report: &Report, name: &str, reading: &str) -> Result<()> {
             Some(v) => format!("{v:.4}"),
             None => "n/a".to_string(),
         };
-        println!(
+        crate::outln!(
             "  {:<10} {:>7} {:>8} {:>11} {:>7} {:>13} {:>10}",
             arm.as_str(),
             group(units(report, arm)),
@@ -737,10 +739,10 @@ fn print_metric(report: &Report, name: &str, reading: &str) -> Result<()> {
         );
     }
     let treatment = metric(report, ArmKey::Treatment, name)?;
-    println!("  lift of treatment over control, 95% interval, two-sided p-value:");
+    crate::outln!("  lift of treatment over control, 95% interval, two-sided p-value:");
     print_lift("deduplicated", treatment.lift);
     print_lift("naive", treatment.naive_lift);
-    println!(
+    crate::outln!(
         "    predicted naive (1+L)(1+δT)/(1+δC) - 1 = {}",
         percent(treatment.predicted_naive_lift, 1)
     );
@@ -749,7 +751,7 @@ fn print_metric(report: &Report, name: &str, reading: &str) -> Result<()> {
 
 fn print_lift(label: &str, lift: Option<Lift>) {
     let Some(lift) = lift else {
-        println!("    {label:<13} n/a");
+        crate::outln!("    {label:<13} n/a");
         return;
     };
     let significant = match lift.p_value() {
@@ -757,7 +759,7 @@ fn print_lift(label: &str, lift: Option<Lift>) {
         Some(_) => "not significant",
         None => "",
     };
-    println!(
+    crate::outln!(
         "    {label:<13} {:>7}  [{}, {}]  p = {:<8} {significant}",
         percent(lift.estimate(), 1),
         percent(lift.ci_low(), 1),

@@ -102,7 +102,7 @@ pub async fn run(args: FireArgs) -> Result<()> {
             }
         }
     }
-    println!(
+    crate::outln!(
         "{}",
         serde_json::json!({"statuses": statuses, "bodies": bodies, "errors": errors})
     );

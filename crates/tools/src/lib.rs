@@ -16,3 +16,43 @@ pub mod bench_segment;
 mod cpu;
 pub mod demo;
 pub mod fire;
+
+/// `println!` for a command's output, through [`write_out`].
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
+
+/// Writes one line of a command's output to stdout. A reader that stopped early
+/// (`traqlyte tenant list | head -1`, `traqlyte demo --json | head -1`) ends the process
+/// as it ends other Unix tools, by SIGPIPE's default action, where `println!` panicked
+/// with a backtrace and status 101. Only here: SIGPIPE stays ignored for the rest of the
+/// process, so a socket a peer closed (the database's, a client's) is an error to
+/// handle, never a silent death. What a command wrote stays written: each commits before
+/// it prints.
+pub fn write_out(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = out
+        .write_fmt(line)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match written {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {
+            // SAFETY: the default action of SIGPIPE, then SIGPIPE itself: the process
+            // ends here as a Unix tool writing into a closed pipe does.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::raise(libc::SIGPIPE);
+            }
+            std::process::exit(141);
+        }
+        Err(err) => {
+            let _ = writeln!(std::io::stderr().lock(), "error: writing to stdout: {err}");
+            std::process::exit(1);
+        }
+    }
+}

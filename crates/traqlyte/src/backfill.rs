@@ -113,7 +113,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
         (Box::new(file), bytes)
     };
-    let store = crate::tenants::open(&args.db).await?;
+    let store = crate::tenants::open_for_tenant(&args.db).await?;
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
     let kind = kind(&store, &tenant, &args.contract, args.version).await?;
     let horizon = args.horizon.dedupe_horizon_days;

@@ -169,6 +169,7 @@ pub(crate) async fn run(
         ("--tenant", "--segment-source"),
     )?;
     config.late_events = args.late.late_events.into();
+    crate::tenants::refuse_missing_file(&args.db)?;
     let store = crate::connect(&args.db, 4).await?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), database = %crate::database_shown(&args.db.database_url), applied = ?applied, "database ready");

@@ -9,10 +9,10 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `println!` for a command's output, through [`write_out`].
+/// `println!` for a command's output, through [`traqlyte_tools::write_out`].
 macro_rules! outln {
     ($($arg:tt)*) => {
-        $crate::write_out(format_args!($($arg)*))
+        traqlyte_tools::write_out(format_args!($($arg)*))
     };
 }
 
@@ -341,43 +341,14 @@ fn main() -> Result<std::process::ExitCode> {
     match runtime.block_on(run(cli.command)) {
         Ok(()) => Ok(std::process::ExitCode::SUCCESS),
         // A command that finished its work but not all of it (a backfill with rejected
-        // lines): its report is printed; the status tells a script.
+        // lines): its report is printed; the status tells a script. 3, not 2: clap's
+        // usage errors exit 2, and a typo that ran nothing must not read as "some lines
+        // rejected".
         Err(err) if err.is::<backfill::LinesRejected>() => {
             errln!("{err}");
-            Ok(std::process::ExitCode::from(2))
+            Ok(std::process::ExitCode::from(3))
         }
         Err(err) => Err(err),
-    }
-}
-
-/// Writes one line of a command's output to stdout. A reader that stopped early
-/// (`traqlyte tenant list | head -1`) ends the process as it ends other Unix tools, by
-/// SIGPIPE's default action, where `println!` panicked with a backtrace and status 101.
-/// Only here: SIGPIPE stays ignored for the rest of the process, so a socket a peer
-/// closed (the database's, a client's) is an error to handle, never a silent death. What
-/// a command wrote stays written: each commits before it prints.
-pub(crate) fn write_out(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let written = out
-        .write_fmt(line)
-        .and_then(|()| out.write_all(b"\n"))
-        .and_then(|()| out.flush());
-    match written {
-        Ok(()) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {
-            // SAFETY: the default action of SIGPIPE, then SIGPIPE itself: the process
-            // ends here as a Unix tool writing into a closed pipe does.
-            unsafe {
-                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-                libc::raise(libc::SIGPIPE);
-            }
-            std::process::exit(141);
-        }
-        Err(err) => {
-            errln!("error: writing to stdout: {err}");
-            std::process::exit(1);
-        }
     }
 }
 
@@ -497,7 +468,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let on_bound = |address| {
         tracing::info!(%address, "listening");
-        println!("traqlyte listening on http://{address} (web UI: http://{address}/ui)");
+        // Said where a person sees it, never a reason to stop: a server whose stdout is a
+        // pipe nobody reads any more (a logger that died) serves on.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "traqlyte listening on http://{address} (web UI: http://{address}/ui)"
+        );
     };
     let Some(mut nats) = nats else {
         return traqlyte_server::serve(store, config, on_bound, shutdown_signal())
@@ -645,7 +622,10 @@ async fn resolve_contract(contract: &str, source: &ContractSource) -> Result<Con
         .await?
         .context("unknown API key")?;
     let found = store.contract(&tenant, &name, source.version).await?;
-    found.with_context(|| format!("no contract named {contract:?} for this tenant"))
+    found.with_context(|| match source.version {
+        Some(version) => format!("the tenant's contract {contract:?} has no version {version}"),
+        None => format!("no contract named {contract:?} for this tenant"),
+    })
 }
 
 async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {

@@ -12,10 +12,12 @@ use crate::DbArgs;
 /// The dedupe horizon, as every command that needs it takes it.
 #[derive(Args, Clone, Copy)]
 pub(crate) struct HorizonArgs {
-    /// Days of occurrence time inside which the live path suppresses duplicates by
-    /// constraint (1–3650): older events are refused (422 outside_horizon) and, on
-    /// PostgreSQL, their partitions detached (kept, readable, reconciled by `backfill`).
-    /// Give every process of one database the same value.
+    /// Days of occurrence time inside which the live path (`serve`, `consume nats`)
+    /// suppresses duplicates by constraint (1–3650): there older events are refused (422
+    /// outside_horizon) and, on PostgreSQL, their partitions detached (kept, readable).
+    /// `backfill` creates the horizon's partitions, never detaches one, and reconciles
+    /// older events against their originals. Give every process of one database the same
+    /// value.
     #[arg(long, env = "TRAQLYTE_DEDUPE_HORIZON_DAYS", default_value = "14", value_parser = parse_horizon)]
     pub(crate) dedupe_horizon_days: DedupeHorizon,
 }

@@ -56,7 +56,7 @@ pub(crate) async fn run(command: ScanCommand) -> Result<()> {
         .transpose()?;
     let name = ContractName::parse(&args.contract)
         .map_err(|e| anyhow::anyhow!("--contract: {}", e.message))?;
-    let store = crate::tenants::open(&args.db).await?;
+    let store = crate::tenants::open_for_tenant(&args.db).await?;
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
     let contract = store
         .contract(&tenant, &name, args.version)

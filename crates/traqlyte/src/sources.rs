@@ -8,7 +8,7 @@ use clap::Subcommand;
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_store::{SourceId, SourceInfo, SourceName, Store, TenantId, SOURCES_PAGE_MAX};
 
-use crate::tenants::{find, open};
+use crate::tenants::{find, open_for_tenant};
 use crate::DbArgs;
 
 #[derive(Subcommand)]
@@ -51,7 +51,7 @@ pub(crate) async fn run(command: SourceCommand) -> Result<()> {
     match command {
         SourceCommand::Create { name, tenant, db } => {
             let name = SourceName::parse(&name).map_err(anyhow::Error::msg)?;
-            let store = open(&db).await?;
+            let store = open_for_tenant(&db).await?;
             let tenant = find(&store, &tenant).await?;
             let (source, key) = store
                 .create_source(&tenant.tenant_id, &name)
@@ -66,7 +66,7 @@ pub(crate) async fn run(command: SourceCommand) -> Result<()> {
             list_all(&store, &tenant.tenant_id).await?;
         }
         SourceCommand::Revoke { tenant, source, db } => {
-            let store = open(&db).await?;
+            let store = open_for_tenant(&db).await?;
             let tenant = find(&store, &tenant).await?;
             let Some(revoked) = store
                 .revoke_source(&tenant.tenant_id, &source)

@@ -98,7 +98,7 @@ pub(crate) async fn run_tenant(command: TenantCommand) -> Result<()> {
 pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
     match command {
         KeyCommand::Create { tenant, db } => {
-            let store = open(&db).await?;
+            let store = open_for_tenant(&db).await?;
             let tenant = find(&store, &tenant).await?;
             let (key, info) = store
                 .create_api_key(&tenant.tenant_id)
@@ -131,7 +131,7 @@ pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
             let selector = KeySelector::parse(&key_or_prefix).context(
                 "name the key by its prefix as `key list` shows it (tlk_ and 8 hex digits) or give the whole key",
             )?;
-            let store = open(&db).await?;
+            let store = open_for_tenant(&db).await?;
             let tenant = find(&store, &tenant).await?;
             let Some(key) = store
                 .revoke_api_key(&tenant.tenant_id, &selector)
@@ -207,11 +207,16 @@ pub(crate) async fn open(db: &DbArgs) -> Result<Store> {
     Ok(store)
 }
 
-/// The store of a command that only reads (the lists, `partitions status`): never
-/// created, never migrated. A mistyped SQLite path is an error, not a new empty
-/// database, and a listing never runs a newer build's migrations (some rewrite tables:
-/// they are `traqlyte migrate`'s, run on purpose).
-pub(crate) async fn open_existing(db: &DbArgs) -> Result<Store> {
+/// The store of a command that acts on a tenant that must exist already (`key create`,
+/// `source create`, `backfill`, …): migrated like [`open`], but a SQLite file that does
+/// not exist is an error, not a new database holding no tenant left at a mistyped path.
+pub(crate) async fn open_for_tenant(db: &DbArgs) -> Result<Store> {
+    refuse_missing_file(db)?;
+    open(db).await
+}
+
+/// An error when `db` names a SQLite file that does not exist.
+pub(crate) fn refuse_missing_file(db: &DbArgs) -> Result<()> {
     // The file as SQLite would open it (`sqlite:`, `sqlite://`, `file:` and bare paths).
     if let Some(path) = traqlyte_store::database_file(&db.database_url) {
         if !path.exists() {
@@ -221,6 +226,15 @@ pub(crate) async fn open_existing(db: &DbArgs) -> Result<Store> {
             );
         }
     }
+    Ok(())
+}
+
+/// The store of a command that only reads (the lists, `partitions status`): never
+/// created, never migrated. A mistyped SQLite path is an error, not a new empty
+/// database, and a listing never runs a newer build's migrations (some rewrite tables:
+/// they are `traqlyte migrate`'s, run on purpose).
+pub(crate) async fn open_existing(db: &DbArgs) -> Result<Store> {
+    refuse_missing_file(db)?;
     let store = connect(db, 2).await?;
     let pending = store
         .pending_migrations()

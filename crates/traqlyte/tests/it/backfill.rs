@@ -22,7 +22,7 @@ crate::on_both_backends!(
 
 /// An archive as exports write it (gzip) is inflated as it is read; `--file -` reads
 /// standard input; and a closed stderr (`… 2>&1 | head`) loses the diagnostics, not the
-/// import. Before, the gzip file's bytes were read as lines (every line rejected, exit 2,
+/// import. Before, the gzip file's bytes were read as lines (every line rejected, exit 3,
 /// nothing stored), `-` was a file name, and the first rejection written to a closed
 /// stderr panicked the process after its first batch.
 async fn a_gzip_file_and_standard_input_with_stderr_closed_are_backfilled_whole(backend: Backend) {
@@ -77,7 +77,7 @@ async fn a_gzip_file_and_standard_input_with_stderr_closed_are_backfilled_whole(
         .expect("run traqlyte backfill");
     drop(child.stderr.take());
     let output = child.wait_with_output().expect("wait");
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
     let summary: Value = serde_json::from_slice(&output.stdout).expect("summary");
     assert_eq!(
         summary,
@@ -175,8 +175,9 @@ fn backfill(app: &TestApp, contract: &str, file: &std::path::Path, dry_run: bool
     let stdout = String::from_utf8(output.stdout.clone()).expect("utf-8");
     let summary: Value =
         serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    // Status 2 exactly when lines were rejected, so a script sees a partly wrong file.
-    let expected = if summary["rejected"] == 0 { 0 } else { 2 };
+    // Status 3 exactly when lines were rejected, so a script sees a partly wrong file (2 is
+    // a usage error's, as for every command).
+    let expected = if summary["rejected"] == 0 { 0 } else { 3 };
     assert_eq!(output.status.code(), Some(expected), "{output:?}");
     summary
 }

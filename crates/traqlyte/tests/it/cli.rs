@@ -95,6 +95,28 @@ async fn a_listing_into_a_closed_pipe_ends_without_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     // SIGPIPE is 13 on Linux.
     assert_eq!(output.status.signal(), Some(13), "{output:?}");
+    // `fire`'s report into a closed pipe ends alike (it panicked, status 101): nothing
+    // listens at the port, so its three requests fail fast and the report follows.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["fire", "--count", "3", "--url"])
+        .arg(format!("http://127.0.0.1:{port}/events/checkout_completed"))
+        .env("TRAQLYTE_API_KEY", "tl_test_unused")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("traqlyte fire started");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), b"{}").expect("body");
+    let output = child.wait_with_output().expect("traqlyte fire ran");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.signal(), Some(13), "{output:?}");
 }
 
 /// An empty database URL (an unset `$DB` in `--database-url "$DB"`) is refused: SQLite
