@@ -151,11 +151,104 @@ pub fn install(enabled: bool) -> Result<(), String> {
         let handle = recorder.handle();
         // Another thread may have won the race: then its recorder is the global one.
         if metrics::set_global_recorder(recorder).is_ok() && HANDLE.set(handle).is_ok() {
+            describe_all();
             spawn_upkeep();
         }
     }
     ENABLED.store(HANDLE.get().is_some(), Ordering::Relaxed);
     Ok(())
+}
+
+/// The `# HELP` text of every family (docs/operations.md, "Metrics"): without them
+/// `promtool check metrics` fails every family ("no help text"). Counters are this
+/// process's own since it started; sum them across processes, `GET /stats` is the
+/// durable total.
+const DESCRIPTIONS: &[(&str, &str)] = &[
+    (
+        "traqlyte_events_received_total",
+        "Events received by this process, per tenant, contract and source",
+    ),
+    (
+        "traqlyte_events_inserted_total",
+        "Events newly stored by this process",
+    ),
+    (
+        "traqlyte_events_duplicates_total",
+        "Retries of stored events suppressed by the store's constraint",
+    ),
+    (
+        "traqlyte_events_collisions_total",
+        "Different events under a stored identity: refused and logged",
+    ),
+    (
+        "traqlyte_events_rejected_total",
+        "Events refused before the store by their contract or the horizon",
+    ),
+    (
+        "traqlyte_outcomes_inserted_total",
+        "Outcomes newly stored, per tenant, campaign and arm",
+    ),
+    (
+        "traqlyte_outcomes_duplicates_total",
+        "Outcome retries suppressed (same assignment and dedupe key)",
+    ),
+    (
+        "traqlyte_outcomes_collisions_total",
+        "Outcomes refused: same key, different payload",
+    ),
+    (
+        "traqlyte_idempotency_replays_total",
+        "Stored answers replayed for a repeated idempotency key",
+    ),
+    (
+        "traqlyte_idempotency_in_flight_refusals_total",
+        "Requests refused while their idempotency key was in flight",
+    ),
+    (
+        "traqlyte_idempotency_takeovers_total",
+        "Stale idempotency reservations taken over",
+    ),
+    (
+        "traqlyte_http_request_duration_seconds",
+        "HTTP request latency in seconds, per route template, method and status",
+    ),
+    (
+        "traqlyte_batch_size",
+        "Items per batch written (events, outcomes, messages), per kind",
+    ),
+    (
+        "traqlyte_store_pool_connections",
+        "Database pool connections, per pool and state, at scrape time",
+    ),
+    (
+        "traqlyte_store_pool_connections_max",
+        "Database pool size, per pool",
+    ),
+    (
+        "traqlyte_nats_consumer_pending",
+        "Messages the NATS consumer has yet to fetch (its lag)",
+    ),
+    (
+        "traqlyte_webhook_deliveries_total",
+        "Webhook deliveries, per result",
+    ),
+    (
+        "traqlyte_metrics_label_overflow_total",
+        "Label sets folded into other because a label budget was full",
+    ),
+];
+
+/// Describes every family of [`DESCRIPTIONS`] to the recorder.
+fn describe_all() {
+    for &(name, help) in DESCRIPTIONS {
+        if name.ends_with("_seconds") || name == "traqlyte_batch_size" {
+            metrics::describe_histogram!(name, help);
+        } else if name.ends_with("_total") {
+            metrics::describe_counter!(name, help);
+        } else {
+            metrics::describe_gauge!(name, help);
+        }
+    }
 }
 
 /// How often the recorder folds the histogram samples recorded since into their buckets.

@@ -212,8 +212,9 @@ struct ServeArgs {
     #[arg(long, env = "TRAQLYTE_METRICS", value_enum, default_value = "on")]
     metrics: OnOff,
     /// Require `Authorization: Bearer <token>` on `GET /metrics` from every peer (by
-    /// default only loopback peers may read it, with no token).
-    #[arg(long, env = "TRAQLYTE_METRICS_TOKEN", hide_env_values = true)]
+    /// default only loopback peers may read it, with no token): at least 16 printable
+    /// ASCII characters without spaces.
+    #[arg(long, env = "TRAQLYTE_METRICS_TOKEN", hide_env_values = true, value_parser = parse_metrics_token)]
     metrics_token: Option<String>,
     /// Serve `GET /metrics` on this address only, to any peer (or token holders with
     /// --metrics-token); the API's listener then answers it 404. The probes `/livez` and
@@ -249,6 +250,18 @@ struct ServeArgs {
 struct Interval(Option<u64>);
 
 /// Parses `off` or a whole number followed by `s`, `m`, `h` or `d` into milliseconds.
+/// A metrics token: an empty one (`--metrics-token "$UNSET"`) read as no token at all, and
+/// with `--metrics-listen` any peer then read the metrics; a one-character one was taken.
+fn parse_metrics_token(text: &str) -> Result<String, String> {
+    const CHARS_MIN: usize = 16;
+    if text.len() < CHARS_MIN || !text.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "a metrics token is at least {CHARS_MIN} printable ASCII characters without spaces"
+        ));
+    }
+    Ok(text.to_string())
+}
+
 fn parse_interval(text: &str) -> Result<Interval, String> {
     if text == "off" {
         return Ok(Interval(None));

@@ -591,6 +591,9 @@ fn serve_refuses_flags_beyond_their_range() {
         ("--idempotency-stale-after-ms", "0", "1.."),
         ("--idempotency-retention-hours", "0", "1.."),
         ("--nats-batch-messages-max", "0", "1.."),
+        // An empty token was no token: any peer of --metrics-listen read the metrics.
+        ("--metrics-token", "", "at least 16"),
+        ("--metrics-token", "short", "at least 16"),
     ];
     for (flag, value, range) in cases {
         let output = traqlyte(&["serve", "--database-url", database, flag, value], "");

@@ -104,9 +104,11 @@ pub(crate) struct Sample {
 
 /// Parses the text exposition format 0.0.4 strictly enough to catch a malformed line:
 /// `# HELP`/`# TYPE` comments with a valid type, sample lines `name{k="v",…} value`,
-/// label values with `\\`, `\"`, `\n` escapes, names of `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+/// label values with `\\`, `\"`, `\n` escapes, names of `[a-zA-Z_:][a-zA-Z0-9_:]*`, and
+/// (as `promtool check metrics` demands) a `# HELP` line for every family with a type.
 pub(crate) fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
     let mut samples = Vec::new();
+    let (mut typed, mut helped) = (Vec::new(), Vec::new());
     for (number, line) in text.lines().enumerate() {
         let fail = |why: &str| format!("line {}: {why}: {line:?}", number + 1);
         if line.is_empty() {
@@ -119,6 +121,10 @@ pub(crate) fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
                 if words.len() != 3 || !valid.contains(&words[2]) || !is_name(words[1]) {
                     return Err(fail("bad TYPE"));
                 }
+                typed.push(words[1].to_string());
+            }
+            if words.first() == Some(&"HELP") && words.len() >= 3 {
+                helped.push(words[1].to_string());
             }
             continue;
         }
@@ -157,6 +163,9 @@ pub(crate) fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
             labels,
             value,
         });
+    }
+    if let Some(family) = typed.iter().find(|t| !helped.contains(t)) {
+        return Err(format!("{family}: no help text"));
     }
     Ok(samples)
 }
@@ -548,7 +557,11 @@ async fn a_dedicated_metrics_listener_serves_metrics_and_the_probes_and_the_api_
 
 #[test]
 fn the_exposition_parser_refuses_malformed_lines() {
-    assert!(parse_exposition("# TYPE a counter\na{b=\"c\\\"d\"} 1\n").is_ok());
+    assert!(parse_exposition("# HELP a A.\n# TYPE a counter\na{b=\"c\\\"d\"} 1\n").is_ok());
+    assert!(
+        parse_exposition("# TYPE a counter\na 1\n").is_err(),
+        "no help text"
+    );
     assert!(parse_exposition("a{b=\"c\"} x\n").is_err());
     assert!(parse_exposition("a{b=c} 1\n").is_err());
     assert!(parse_exposition("1a 1\n").is_err());
