@@ -20,7 +20,7 @@ const DUPLICATE_BUCKETS_MAX: i64 = 2_000;
 pub(crate) struct ReportParams {
     /// Only the units assigned under this published version (after a reweighting, the
     /// whole campaign's figures pool units of versions whose weights differ).
-    pub(crate) version: Option<i64>,
+    version: Option<i64>,
 }
 
 /// `GET /campaigns/{id}/report`.

@@ -406,9 +406,17 @@ async fn index(State(state): State<AppState>, session: UiSession) -> Result<Resp
     ))
 }
 
+/// The query of the campaign page: `GET /campaigns/{id}/report`'s, as text.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct CampaignPageParams {
+    /// Only the units assigned under this published version.
+    version: Option<String>,
+}
+
 /// `GET /ui/campaigns/{id}`: the report of `GET /campaigns/{id}/report`, as a page.
 #[utoipa::path(get, path = "/ui/campaigns/{id}", tag = "ui",
-    params(("id" = String, Path, description = "the campaign's id"), crate::experiments::report::ReportParams),
+    params(("id" = String, Path, description = "the campaign's id"), CampaignPageParams),
     responses((status = 200, description = "the campaign's report as a page", content_type = "text/html", body = String),
         (status = 303, description = "no session: to the login form"), (status = "4XX", description = "an HTML error page"),
         (status = "5XX", description = "an HTML error page")))]
@@ -416,12 +424,24 @@ async fn campaign_page(
     State(state): State<AppState>,
     session: UiSession,
     Path(id): Path<String>,
-    Query(params): Query<crate::experiments::report::ReportParams>,
+    Query(params): Query<CampaignPageParams>,
 ) -> Result<Response, UiError> {
     let id = crate::experiments::known_campaign_id(&id, "id")?;
+    // Read as text and parsed here, so a bad one is this page's 400, not the extractor's
+    // JSON answer.
+    let version = params
+        .version
+        .map(|text| {
+            text.parse::<i64>().map_err(|_| {
+                ApiError::invalid_parameter(
+                    "version",
+                    "version must be a published version's number",
+                )
+            })
+        })
+        .transpose()?;
     let report =
-        crate::experiments::report::build_of(&state.store, &session.tenant, &id, params.version)
-            .await?;
+        crate::experiments::report::build_of(&state.store, &session.tenant, &id, version).await?;
     Ok(html_response(
         StatusCode::OK,
         pages::report(&report, &session.tenant_name),

@@ -265,11 +265,24 @@ async fn the_campaign_page_shows_one_versions_report_when_asked_as_the_api_does(
     }
     let whole = page_with_session(&app, &format!("/ui/campaigns/{campaign}")).await;
     assert!(!whole.contains("data-field=\"version\""));
+    // A version that is no number is this page's 400, an HTML page like its other errors.
+    let (status, kind, body) =
+        answer_with_session(&app, &format!("/ui/campaigns/{campaign}?version=abc")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(kind.starts_with("text/html"), "{kind}: {body}");
 }
 
 /// The HTML of a UI page as the server sends it, fetched with a session started by a
 /// single-use login link.
 pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
+    let (status, _, html) = answer_with_session(app, path).await;
+    assert_eq!(status, StatusCode::OK);
+    html
+}
+
+/// A UI page's status, content type and body, fetched with a session started by a
+/// single-use login link.
+async fn answer_with_session(app: &TestApp, path: &str) -> (StatusCode, String, String) {
     let client = without_redirects();
     let token = app.post_json("/ui/tokens", &json!({})).await;
     let login_path = token.body["login_path"].as_str().expect("login_path");
@@ -280,8 +293,14 @@ pub(crate) async fn page_with_session(app: &TestApp, path: &str) -> String {
         .send()
         .await
         .expect("page");
-    assert_eq!(page.status(), StatusCode::OK);
-    page.text().await.expect("html")
+    let status = page.status();
+    let kind = page
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (status, kind, page.text().await.expect("body"))
 }
 
 fn check_metrics(report: &Value, elements: &[Element]) {
