@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use traqlyte_identity::format_rfc3339_micros;
 use traqlyte_stats::{
-    delta_by_value, estimate_lift, mean_lift, predicted_naive_lift, proportion_lift, srm,
-    srm_within_groups, ConfidenceLevel, Lift, Moments, Proportion, StatsError, SRM_EXPECTED_MIN,
+    delta_by_value, estimate_lift, mean_lift, predicted_naive_lift, proportion_lift,
+    srm_within_groups, ConfidenceLevel, Lift, Moments, Proportion,
 };
 
 use crate::{
@@ -627,28 +627,7 @@ fn srm_report(
         .iter()
         .map(|(o, w)| (o.as_slice(), w.as_slice()))
         .collect();
-    let tested = match srm_within_groups(&groups) {
-        // Every version expects too few units in some arm: the versions' units pooled per
-        // arm, as one test, if the pool expects enough (else no test: one unit in an arm
-        // weighted 1 % is no mismatch).
-        Err(StatsError::TooFewExpected)
-            if expected_units.iter().all(|&e| e >= SRM_EXPECTED_MIN) =>
-        {
-            let observed: Vec<u64> = campaign
-                .arms
-                .iter()
-                .map(|a| {
-                    by_version
-                        .iter()
-                        .filter(|row| row.arm == a.key)
-                        .map(|row| u64::try_from(row.units).unwrap_or(0))
-                        .sum()
-                })
-                .collect();
-            srm(&observed, &expected_units)
-        }
-        other => other,
-    };
+    let tested = srm_within_groups(&groups);
     match tested {
         Ok(result) => SrmReport {
             chi_square: Some(result.chi_square()),

@@ -25,11 +25,6 @@ pub enum StatsError {
     /// A proportion, moment set or SRM count vector has no units at all (n = 0).
     #[error("no units: a statistic needs at least one unit")]
     NoUnits,
-    /// No group of a sample-ratio test by groups expects at least
-    /// [`SRM_EXPECTED_MIN`](crate::SRM_EXPECTED_MIN) units in each of its arms: too few for
-    /// the chi-square approximation, group by group.
-    #[error("no group expects at least 5 units in every arm")]
-    TooFewExpected,
     /// An arm of a mean comparison has no units (n = 0).
     #[error("the {0} arm has no units")]
     EmptyArm(Arm),

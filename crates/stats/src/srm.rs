@@ -101,17 +101,26 @@ pub fn srm(observed_units: &[u64], weights: &[f64]) -> Result<Srm, StatsError> {
     Ok(Srm::of(chi_square, observed_units.len() as u64 - 1))
 }
 
-/// The fewest units a group of [`srm_within_groups`] must expect in each arm to be tested:
-/// the chi-square approximation's usual bound. Below it one unit in an arm weighted 1 %
-/// is a "mismatch" (a first version ramped at 99/1 with five units flagged 4.2 % of
-/// simulated campaigns that had none, against the test's 0.1 %).
+/// The fewest units a group of [`srm_within_groups`] must expect in each arm for the
+/// chi-square tail: the approximation's usual bound. Below it one unit in an arm weighted
+/// 1 % reads as a mismatch (a first version ramped at 99/1 with five units flagged 4.2 % of
+/// simulated campaigns that had none, against the test's 0.1 %); such a group's arms are
+/// tested with exact binomial tails instead.
 pub const SRM_EXPECTED_MIN: f64 = 5.0;
 
 /// Tests several groups of units at once, each against its own weights (a campaign's
-/// versions: its units assigned under each version, against that version's weights): the
-/// sum of the groups' Pearson statistics, on the sum of their degrees of freedom, the
-/// groups being independent. Groups that expect fewer than [`SRM_EXPECTED_MIN`] units in
-/// some arm take no part (nor do groups without units).
+/// versions: its units assigned under each version, against that version's weights), the
+/// groups being independent:
+/// - groups that expect at least [`SRM_EXPECTED_MIN`] units in every arm: the sum of
+///   their Pearson statistics, on the sum of their degrees of freedom;
+/// - the others (thin groups): each arm's count against its share by the exact binomial
+///   tail in the direction observed, doubled, the smallest of them times their number
+///   (Bonferroni);
+/// - the p-value: the smaller of the two parts' times the number of parts present.
+///
+/// The statistic and degrees of freedom reported are Pearson's over every group with
+/// units, thin ones included (a summary; the p-value is as above). With one group that is
+/// not thin this is [`srm`].
 ///
 /// Pooling the groups' units per arm instead hides a mismatch inside one group (a version
 /// that lost a fifth of one arm's units after a reweighting read p = 0.94 pooled, 2e-14
@@ -119,29 +128,67 @@ pub const SRM_EXPECTED_MIN: f64 = 5.0;
 /// differ between groups.
 ///
 /// # Errors
-/// As [`srm`] for any group with units, [`StatsError::NoUnits`] when no group has any, and
-/// [`StatsError::TooFewExpected`] when every group with units expects too few in an arm
-/// (a caller may then test the groups pooled, as one).
+/// As [`srm`] for any group with units, and [`StatsError::NoUnits`] when no group has any.
 pub fn srm_within_groups(groups: &[(&[u64], &[f64])]) -> Result<Srm, StatsError> {
-    let (mut chi_square, mut df, mut thin) = (0.0, 0u64, false);
+    let (mut chi_square, mut df) = (0.0, 0u64);
+    let (mut sound_chi_square, mut sound_df) = (0.0, 0u64);
+    let mut exact: Vec<f64> = Vec::new();
     for (observed, weights) in groups {
         let total: u64 = observed.iter().sum();
         if total == 0 {
             continue;
         }
-        let weight_sum: f64 = weights.iter().sum();
-        let fewest = weights.iter().fold(f64::INFINITY, |a, &w| a.min(w));
-        if total as f64 * fewest / weight_sum < SRM_EXPECTED_MIN {
-            thin = true;
-            continue;
-        }
         let group = srm(observed, weights)?;
         chi_square += group.chi_square;
         df += group.df;
+        let weight_sum: f64 = weights.iter().sum();
+        let fewest = weights.iter().fold(f64::INFINITY, |a, &w| a.min(w));
+        if total as f64 * fewest / weight_sum >= SRM_EXPECTED_MIN {
+            sound_chi_square += group.chi_square;
+            sound_df += group.df;
+        } else {
+            exact.extend(
+                observed
+                    .iter()
+                    .zip(*weights)
+                    .map(|(&o, &w)| binomial_two_sided(o, total, w / weight_sum)),
+            );
+        }
     }
-    match (df, thin) {
-        (0, true) => Err(StatsError::TooFewExpected),
-        (0, false) => Err(StatsError::NoUnits),
-        _ => Ok(Srm::of(chi_square, df)),
+    if df == 0 {
+        return Err(StatsError::NoUnits);
     }
+    let mut parts: Vec<f64> = Vec::with_capacity(2);
+    if sound_df > 0 {
+        parts.push(dist::chi_square_sf(sound_chi_square, sound_df as f64).unwrap_or(1.0));
+    }
+    if let Some(smallest) = exact.iter().copied().reduce(f64::min) {
+        parts.push((smallest * exact.len() as f64).min(1.0));
+    }
+    let smallest = parts.iter().copied().fold(1.0, f64::min);
+    let p_value = (smallest * parts.len() as f64).min(1.0);
+    Ok(Srm {
+        chi_square,
+        df,
+        p_value,
+        flagged: p_value < SRM_P_VALUE_THRESHOLD,
+    })
+}
+
+/// Twice the exact binomial tail of `observed` of `n` at probability `share`, in the
+/// direction observed (at most 1).
+fn binomial_two_sided(observed: u64, n: u64, share: f64) -> f64 {
+    use statrs::distribution::{Binomial, DiscreteCDF};
+    let Ok(binomial) = Binomial::new(share.clamp(0.0, 1.0), n) else {
+        return 1.0;
+    };
+    let tail = if observed as f64 >= n as f64 * share {
+        // P(X >= observed) = P(X > observed - 1).
+        observed
+            .checked_sub(1)
+            .map_or(1.0, |below| binomial.sf(below))
+    } else {
+        binomial.cdf(observed)
+    };
+    (2.0 * tail).clamp(0.0, 1.0)
 }

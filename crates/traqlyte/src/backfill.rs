@@ -205,7 +205,8 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
 }
 
 /// A backfill that stored what it could but rejected lines (named on stderr): the
-/// command exits with status 2, so a script does not take a wrong file for a success.
+/// command exits with status 3 (2 is a usage error's), so a script does not take a wrong
+/// file for a success.
 #[derive(Debug)]
 pub(crate) struct LinesRejected(pub(crate) u64);
 

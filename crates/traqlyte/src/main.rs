@@ -249,7 +249,6 @@ struct ServeArgs {
 #[derive(Clone, Copy, Debug)]
 struct Interval(Option<u64>);
 
-/// Parses `off` or a whole number followed by `s`, `m`, `h` or `d` into milliseconds.
 /// A metrics token: an empty one (`--metrics-token "$UNSET"`) read as no token at all, and
 /// with `--metrics-listen` any peer then read the metrics; a one-character one was taken.
 fn parse_metrics_token(text: &str) -> Result<String, String> {
@@ -262,6 +261,7 @@ fn parse_metrics_token(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// Parses `off` or a whole number followed by `s`, `m`, `h` or `d` into milliseconds.
 fn parse_interval(text: &str) -> Result<Interval, String> {
     if text == "off" {
         return Ok(Interval(None));

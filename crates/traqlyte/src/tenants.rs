@@ -221,7 +221,7 @@ pub(crate) fn refuse_missing_file(db: &DbArgs) -> Result<()> {
     if let Some(path) = traqlyte_store::database_file(&db.database_url) {
         if !path.exists() {
             bail!(
-                "no database at {}: check --database-url (`traqlyte migrate` creates one)",
+                "no database at {}: check --database-url (`traqlyte tenant create` or `traqlyte migrate` creates one)",
                 path.display()
             );
         }

@@ -147,20 +147,24 @@ fn groups_tested_together_sum_their_statistics_and_a_mismatch_cannot_cancel_out(
 }
 
 #[test]
-fn a_group_expecting_fewer_than_five_units_in_an_arm_takes_no_part() {
-    // A first version ramped at 99/1 with five units (0.05 expected in the small arm, one
-    // observed: χ² ≈ 18 alone) beside an even 1,000/1,000: only the sound version is
-    // tested; with only thin groups there is no test by groups.
+fn a_group_expecting_fewer_than_five_units_in_an_arm_is_tested_exactly() {
     let even = [1.0, 1.0];
     let ramp = [99.0, 1.0];
+    // A first version ramped at 99/1 with five units, one in the 1 % arm (χ² ≈ 18 alone),
+    // beside an even 1,000/1,000: the ramp's arms by their binomial tails, 2·(1 − 0.99⁵)
+    // each, the smaller times two arms, then times two parts. No alarm.
     let got = srm_within_groups(&[(&[4, 1], &ramp), (&[1000, 1000], &even)]).unwrap();
-    assert_eq!(got, srm(&[1000, 1000], &even).unwrap());
+    let one_arm = 2.0 * (1.0 - 0.99f64.powi(5));
+    assert_close(Some(got.p_value()), (one_arm * 2.0 * 2.0).min(1.0));
     assert!(!got.flagged());
-    assert!(matches!(
-        srm_within_groups(&[(&[4, 1], &ramp), (&[3, 4], &even)]),
-        Err(StatsError::TooFewExpected)
-    ));
-    // Five expected in the smallest arm is enough: 500 units at 99/1.
-    let tested = srm_within_groups(&[(&[495, 5], &ramp)]).unwrap();
-    assert_eq!(tested.df(), 1);
+    assert_eq!(got.df(), 2, "Pearson's summary covers every group");
+    // Only thin groups: the exact part alone.
+    let thin = srm_within_groups(&[(&[4, 1], &ramp), (&[3, 4], &even)]).unwrap();
+    assert!(!thin.flagged(), "{thin:?}");
+    // A gross mismatch in a thin group is still found: 198 of 400 units in the 1 % arm.
+    let gross = srm_within_groups(&[(&[202, 198], &ramp), (&[1000, 1000], &even)]).unwrap();
+    assert!(gross.flagged(), "{gross:?}");
+    // Five expected in the smallest arm is enough for the chi-square: 500 units at 99/1.
+    let sound = srm_within_groups(&[(&[495, 5], &ramp)]).unwrap();
+    assert_eq!(sound, srm(&[495, 5], &ramp).unwrap());
 }

@@ -25,6 +25,7 @@ crate::on_both_backends!(
     the_cli_refuses_unknown_empty_and_taken_tenant_names,
     the_cli_refuses_an_ambiguous_tenant_name_and_accepts_the_id,
     a_body_that_arrives_after_its_keys_revocation_stores_nothing,
+    with_group_commit_off_a_single_write_whose_body_outlives_its_key_stores_nothing,
 );
 
 async fn admin_app(backend: Backend) -> TestApp {
@@ -422,6 +423,73 @@ async fn a_body_that_arrives_after_its_keys_revocation_stores_nothing(backend: B
     assert_eq!(after["contracts"], before["contracts"], "nothing stored");
     let contract = app.get("/contracts/late_contract").await;
     assert_eq!(contract.status, StatusCode::NOT_FOUND, "{}", contract.body);
+}
+
+/// With group commit off no batch re-checks a single write's key: each single route reads
+/// it again once the body is in (`WriteTenant::confirm_unchecked`), so an event, a run
+/// event and an outcome whose bodies arrive after the revocation are refused and stored
+/// nowhere.
+async fn with_group_commit_off_a_single_write_whose_body_outlives_its_key_stores_nothing(
+    backend: Backend,
+) {
+    let config = ServerConfig {
+        admin_token: Some(ADMIN_TOKEN.to_string()),
+        late_events: traqlyte_store::LateEvents::Reconcile,
+        group_commit: traqlyte_server::GroupCommitConfig::disabled(),
+        ..ServerConfig::default()
+    };
+    let app = spawn_app_with(backend, config).await;
+    app.register_checkout_contract().await;
+    let campaign = crate::experiments::published_campaign(&app, [50, 50]).await;
+    let assigned = app
+        .post_json(
+            "/assignments",
+            &json!({"campaign_id": campaign, "unit_id": "u-1"}),
+        )
+        .await;
+    assert_eq!(assigned.status, StatusCode::OK, "{}", assigned.body);
+    let assignment = assigned.body.clone();
+    let before = (
+        app.get("/stats").await.body,
+        app.get(&format!("/campaigns/{campaign}/report")).await.body,
+    );
+    for (path, body) in [
+        (
+            "/events/checkout_completed",
+            crate::helpers::checkout_event("slow-1"),
+        ),
+        (
+            "/api/v1/lineage",
+            crate::lineage::run_event("slow_job", 1, &["in"], &["out"]),
+        ),
+        (
+            "/outcome",
+            crate::experiments::outcome(&assignment, "order-slow", "purchase", None),
+        ),
+    ] {
+        let key = new_key(&app, "test tenant").await;
+        let half = slow_post(&app, path, &format!("Bearer {key}"), &body.to_string()).await;
+        let revoked = admin(
+            &app,
+            Method::DELETE,
+            &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
+            None,
+        )
+        .await;
+        assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+        assert_eq!(half.finish().await, 401, "{path}");
+    }
+    let after = (
+        app.get("/stats").await.body,
+        app.get(&format!("/campaigns/{campaign}/report")).await.body,
+    );
+    assert_eq!(
+        after.0["contracts"], before.0["contracts"],
+        "no event stored"
+    );
+    assert_eq!(after.1["arms"], before.1["arms"], "no outcome stored");
+    let graph = app.get("/lineage/stats").await;
+    assert_eq!(graph.body["runs"], 0, "{}", graph.body);
 }
 
 /// A POST whose headers and first half of body are sent; [`HalfSent::finish`] sends the
