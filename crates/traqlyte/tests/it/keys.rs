@@ -356,44 +356,16 @@ async fn a_body_that_arrives_after_its_keys_revocation_stores_nothing(backend: B
         ("/events/checkout_completed/batch", events),
         ("/contracts", contract),
     ] {
-        let key = new_key(&app, "test tenant").await;
-        let half = slow_post(&app, path, &format!("Bearer {key}"), &body.to_string()).await;
-        let revoked = admin(
-            &app,
-            Method::DELETE,
-            &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
-            None,
-        )
-        .await;
-        assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
-        assert_eq!(half.finish().await, 401, "{path}");
+        let status = revoked_while_the_body_arrives(&app, path, "", &body.to_string()).await;
+        assert_eq!(status, 401, "{path}");
     }
     // A single assignment under an idempotency key: the layer resolves the tenant, so no
     // group-committed batch checks the key; the handler asks again after the body.
     let campaign = crate::experiments::published_campaign(&app, [50, 50]).await;
-    let key = new_key(&app, "test tenant").await;
     let unit = json!({"campaign_id": campaign, "unit_id": "late-unit"}).to_string();
-    let half = slow_post_with(
-        &app,
-        "/assignments",
-        &format!("Bearer {key}"),
-        "X-TL-Idempotency-Key: late-assignment\r\n",
-        &unit,
-    )
-    .await;
-    let revoked = admin(
-        &app,
-        Method::DELETE,
-        &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
-        None,
-    )
-    .await;
-    assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
-    assert_eq!(
-        half.finish().await,
-        401,
-        "/assignments under an idempotency key"
-    );
+    let idempotent = "X-TL-Idempotency-Key: late-assignment\r\n";
+    let status = revoked_while_the_body_arrives(&app, "/assignments", idempotent, &unit).await;
+    assert_eq!(status, 401, "/assignments under an idempotency key");
     let report = app.get(&format!("/campaigns/{campaign}/report")).await;
     let units: u64 = report.body["arms"]
         .as_array()
@@ -467,17 +439,8 @@ async fn with_group_commit_off_a_single_write_whose_body_outlives_its_key_stores
             crate::experiments::outcome(&assignment, "order-slow", "purchase", None),
         ),
     ] {
-        let key = new_key(&app, "test tenant").await;
-        let half = slow_post(&app, path, &format!("Bearer {key}"), &body.to_string()).await;
-        let revoked = admin(
-            &app,
-            Method::DELETE,
-            &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
-            None,
-        )
-        .await;
-        assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
-        assert_eq!(half.finish().await, 401, "{path}");
+        let status = revoked_while_the_body_arrives(&app, path, "", &body.to_string()).await;
+        assert_eq!(status, 401, "{path}");
     }
     let after = (
         app.get("/stats").await.body,
@@ -490,6 +453,22 @@ async fn with_group_commit_off_a_single_write_whose_body_outlives_its_key_stores
     assert_eq!(after.1["arms"], before.1["arms"], "no outcome stored");
     let graph = app.get("/lineage/stats").await;
     assert_eq!(graph.body["runs"], 0, "{}", graph.body);
+}
+
+/// Sends `path`'s headers (with `extra` header lines) and half its `body` under a new key
+/// of the test tenant, revokes the key, then sends the rest: the answer's status.
+async fn revoked_while_the_body_arrives(app: &TestApp, path: &str, extra: &str, body: &str) -> u16 {
+    let key = new_key(app, "test tenant").await;
+    let half = slow_post_with(app, path, &format!("Bearer {key}"), extra, body).await;
+    let revoked = admin(
+        app,
+        Method::DELETE,
+        &format!("/admin/tenants/test tenant/keys/{}", prefix_of(&key)),
+        None,
+    )
+    .await;
+    assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+    half.finish().await
 }
 
 /// A POST whose headers and first half of body are sent; [`HalfSent::finish`] sends the
