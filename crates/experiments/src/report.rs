@@ -247,11 +247,14 @@ fn value_estimate(kind: MetricKind, n: u64, s: &WindowSums) -> Option<(f64, f64)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SrmReport {
-    /// Pearson's statistic; `None` when it cannot be computed (one arm, no units).
+    /// Pearson's statistic, summed over the versions with units (each against its own
+    /// weights); `None` when it cannot be computed (one arm, no units).
     pub chi_square: Option<f64>,
-    /// Degrees of freedom.
+    /// Degrees of freedom: Σ(arms − 1) over the versions with units.
     pub df: Option<u64>,
-    /// The p-value.
+    /// The p-value: the chi-square tail of the versions that expect at least 5 units in
+    /// every arm, exact binomial tails for the others, Bonferroni-combined
+    /// (docs/statistics.md).
     pub p_value: Option<f64>,
     /// True when p < 0.001.
     pub flagged: bool,
