@@ -127,7 +127,7 @@ struct ServeArgs {
     #[command(flatten)]
     db: DbArgs,
     /// Address to listen on (port 0 picks a free port; the address is printed).
-    #[arg(long, env = "TRAQLYTE_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "TRAQLYTE_LISTEN", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     listen: String,
     /// Largest single-event body, in bytes.
     #[arg(long, default_value_t = 1024 * 1024,
@@ -219,7 +219,7 @@ struct ServeArgs {
     /// Serve `GET /metrics` on this address only, to any peer (or token holders with
     /// --metrics-token); the API's listener then answers it 404. The probes `/livez` and
     /// `/healthz` are served there too, on connections of their own.
-    #[arg(long, env = "TRAQLYTE_METRICS_LISTEN")]
+    #[arg(long, env = "TRAQLYTE_METRICS_LISTEN", value_parser = parse_listen)]
     metrics_listen: Option<String>,
     /// Do not run the collision webhook dispatcher in this process (another server
     /// runs it; deliveries wait in the outbox).
@@ -248,6 +248,18 @@ struct ServeArgs {
 /// `off` or a duration.
 #[derive(Clone, Copy, Debug)]
 struct Interval(Option<u64>);
+
+/// An address to listen on, resolved when the flags are read: a bad one is a usage error
+/// naming its flag before the database is opened (it was found after the migrations, as
+/// "invalid socket address", and `serve --listen nope` had created `./traqlyte.db`).
+fn parse_listen(text: &str) -> Result<String, String> {
+    use std::net::ToSocketAddrs;
+    match text.to_socket_addrs().map(|mut addresses| addresses.next()) {
+        Ok(Some(_)) => Ok(text.to_string()),
+        Ok(None) => Err("names no address; give HOST:PORT, e.g. 127.0.0.1:8080".to_string()),
+        Err(err) => Err(format!("{err}; give HOST:PORT, e.g. 127.0.0.1:8080")),
+    }
+}
 
 /// A metrics token: an empty one (`--metrics-token "$UNSET"`) read as no token at all, and
 /// with `--metrics-listen` any peer then read the metrics; a one-character one was taken.

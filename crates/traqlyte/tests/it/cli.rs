@@ -594,6 +594,9 @@ fn serve_refuses_flags_beyond_their_range() {
         // An empty token was no token: any peer of --metrics-listen read the metrics.
         ("--metrics-token", "", "at least 16"),
         ("--metrics-token", "short", "at least 16"),
+        // A bad address was found after the migrations, without naming its flag.
+        ("--listen", "nope", "HOST:PORT"),
+        ("--metrics-listen", "127.0.0.1", "HOST:PORT"),
     ];
     for (flag, value, range) in cases {
         let output = traqlyte(&["serve", "--database-url", database, flag, value], "");
