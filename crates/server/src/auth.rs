@@ -110,13 +110,8 @@ impl WriteTenant {
         let Some(key) = &self.key else {
             return answer;
         };
-        if state.store.tenant_for_key(key).await?.as_ref() == Some(&self.tenant) {
-            return answer;
-        }
-        if let Some(lookups) = state.group_commit.lookups() {
-            lookups.forget_key(key);
-        }
-        Err(unknown_key())
+        key_still_works(state, key, &self.tenant).await?;
+        answer
     }
 
     /// A handler's whole answer: success as it is (it came from a batch that checked the
@@ -148,12 +143,21 @@ pub(crate) async fn confirm_after_body(
     headers: &axum::http::HeaderMap,
     tenant: &TenantId,
 ) -> Result<(), ApiError> {
-    let key = bearer_key(headers)?;
-    if state.store.tenant_for_key(&key).await?.as_ref() == Some(tenant) {
+    key_still_works(state, &bearer_key(headers)?, tenant).await
+}
+
+/// `Ok` when the store says `key` still works for `tenant` (read now, never from memory);
+/// otherwise the key is forgotten by this server's memory and the answer is `401`.
+async fn key_still_works(
+    state: &AppState,
+    key: &ApiKey,
+    tenant: &TenantId,
+) -> Result<(), ApiError> {
+    if state.store.tenant_for_key(key).await?.as_ref() == Some(tenant) {
         return Ok(());
     }
     if let Some(lookups) = state.group_commit.lookups() {
-        lookups.forget_key(&key);
+        lookups.forget_key(key);
     }
     Err(unknown_key())
 }
