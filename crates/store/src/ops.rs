@@ -231,7 +231,7 @@ const COLLISION_COLUMNS: &str = "collision_id, contract_name AS contract,
 
 /// The page's rows without their payloads: each one's position and payload bytes, so a
 /// page can stop before it holds more than [`COLLISIONS_PAGE_BYTES_MAX`]; `{contract}` is
-/// [`contract_filter`] of `$2`. The bound on
+/// [`contract_filter`]. The bound on
 /// `received_at_us` alone starts the index range at the cursor (PostgreSQL derives none
 /// from the `OR`: a page 500,000 entries deep took 110–210 ms, filtering every newer one;
 /// `plans::KEYSET_PAGES`).
@@ -245,33 +245,28 @@ pub(crate) const SELECT_COLLISIONS_PAGE_SIZES: &str = "SELECT received_at_us, co
             OR (received_at_us = CAST($4 AS BIGINT) AND collision_id < CAST($5 AS BIGINT)))
      ORDER BY received_at_us DESC, collision_id DESC LIMIT $6";
 
-/// The rows of a page between its newest (`$2`, `$3`) and its oldest (`$4`, `$5`) entry,
+/// The rows of a page between its newest (`$3`, `$4`) and its oldest (`$5`, `$6`) entry,
 /// both included (bounded on `received_at_us` alone too, for the index range; `{contract}`
-/// is [`contract_filter`] of `$6`), with their payloads: at most `$7`, the number the first read took (a
+/// is [`contract_filter`]), with their payloads: at most `$7`, the number the first read took (a
 /// collision committed between the two reads with an arrival time inside the range, whose
 /// request began earlier, then pushes the page's oldest entry to the next page instead of
 /// growing this one).
 pub(crate) const SELECT_COLLISIONS_BETWEEN: &str = "SELECT {columns} FROM event_collisions
      WHERE tenant_id = $1 {contract}
-       AND received_at_us <= $2 AND received_at_us >= $4
-       AND (received_at_us < $2 OR (received_at_us = $2 AND collision_id <= $3))
-       AND (received_at_us > $4 OR (received_at_us = $4 AND collision_id >= $5))
+       AND received_at_us <= $3 AND received_at_us >= $5
+       AND (received_at_us < $3 OR (received_at_us = $3 AND collision_id <= $4))
+       AND (received_at_us > $5 OR (received_at_us = $5 AND collision_id >= $6))
      ORDER BY received_at_us DESC, collision_id DESC LIMIT $7";
 
-/// The `{contract}` condition of the collision pages on the placeholder `$n` (2 or 6):
-/// one statement for the whole log and one for a contract, rather than `$n IS NULL OR
-/// contract_name = $n`, which a generic plan cannot search the contract's index with (a
-/// quiet contract's page read every collision of a noisy one).
-pub fn contract_filter(by_contract: bool, n: u8) -> &'static str {
-    debug_assert!(
-        n == 2 || n == 6,
-        "the collision pages' contract is $2 or $6"
-    );
-    match (by_contract, n) {
-        (true, 2) => "AND contract_name = CAST($2 AS TEXT)",
-        (false, 2) => "AND CAST($2 AS TEXT) IS NULL",
-        (true, _) => "AND contract_name = CAST($6 AS TEXT)",
-        (false, _) => "AND CAST($6 AS TEXT) IS NULL",
+/// The `{contract}` condition of the collision pages on `$2`, the contract: one statement
+/// for the whole log and one for a contract, rather than `$2 IS NULL OR contract_name =
+/// $2`, which a generic plan cannot search the contract's index with (a quiet contract's
+/// page read every collision of a noisy one).
+pub fn contract_filter(by_contract: bool) -> &'static str {
+    if by_contract {
+        "AND contract_name = CAST($2 AS TEXT)"
+    } else {
+        "AND CAST($2 AS TEXT) IS NULL"
     }
 }
 
@@ -401,8 +396,7 @@ impl Store {
         query: &CollisionsQuery,
     ) -> Result<(Vec<CollisionEntry>, bool), StoreError> {
         let by_contract = query.contract.is_some();
-        let sql =
-            SELECT_COLLISIONS_PAGE_SIZES.replace("{contract}", contract_filter(by_contract, 2));
+        let sql = SELECT_COLLISIONS_PAGE_SIZES.replace("{contract}", contract_filter(by_contract));
         let sizes: Vec<(i64, i64, i64)> = with_pool!(self, reader, |pool| sqlx::query_as(&sql)
             .bind(tenant.as_str())
             .bind(query.contract.as_deref())
@@ -422,14 +416,14 @@ impl Store {
         };
         let sql = SELECT_COLLISIONS_BETWEEN
             .replace("{columns}", &self.collision_columns())
-            .replace("{contract}", contract_filter(by_contract, 6));
+            .replace("{contract}", contract_filter(by_contract));
         let rows = with_pool!(self, reader, |pool| sqlx::query_as(&sql)
             .bind(tenant.as_str())
+            .bind(query.contract.as_deref())
             .bind(newest.0)
             .bind(newest.1)
             .bind(oldest.0)
             .bind(oldest.1)
-            .bind(query.contract.as_deref())
             .bind(i64::try_from(taken).unwrap_or(i64::MAX))
             .fetch_all(pool)
             .await?);

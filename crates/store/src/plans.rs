@@ -19,9 +19,9 @@ use std::sync::LazyLock;
 /// the whole log and for one contract.
 pub static KEYSET_PAGES: LazyLock<Vec<(&str, String, &str, &str)>> = LazyLock::new(|| {
     use crate::ops::{contract_filter, SELECT_COLLISIONS_BETWEEN, SELECT_COLLISIONS_PAGE_SIZES};
-    let collisions = |sql: &str, by_contract: bool, n: u8| {
+    let collisions = |sql: &str, by_contract: bool| {
         sql.replace("{columns}", "*")
-            .replace("{contract}", contract_filter(by_contract, n))
+            .replace("{contract}", contract_filter(by_contract))
     };
     vec![
         (
@@ -32,25 +32,25 @@ pub static KEYSET_PAGES: LazyLock<Vec<(&str, String, &str, &str)>> = LazyLock::n
         ),
         (
             "a page of the collision log",
-            collisions(SELECT_COLLISIONS_PAGE_SIZES, false, 2),
+            collisions(SELECT_COLLISIONS_PAGE_SIZES, false),
             "event_collisions_by_tenant",
             "received_at_us",
         ),
         (
             "a page of a contract's collisions",
-            collisions(SELECT_COLLISIONS_PAGE_SIZES, true, 2),
+            collisions(SELECT_COLLISIONS_PAGE_SIZES, true),
             "event_collisions_by_contract",
             "received_at_us",
         ),
         (
             "a page of the collision log, with its payloads",
-            collisions(SELECT_COLLISIONS_BETWEEN, false, 6),
+            collisions(SELECT_COLLISIONS_BETWEEN, false),
             "event_collisions_by_tenant",
             "received_at_us",
         ),
         (
             "a page of a contract's collisions, with their payloads",
-            collisions(SELECT_COLLISIONS_BETWEEN, true, 6),
+            collisions(SELECT_COLLISIONS_BETWEEN, true),
             "event_collisions_by_contract",
             "received_at_us",
         ),
