@@ -163,90 +163,114 @@ pub fn install(enabled: bool) -> Result<(), String> {
 /// `promtool check metrics` fails every family ("no help text"). Counters are this
 /// process's own since it started; sum them across processes, `GET /stats` is the
 /// durable total.
-const DESCRIPTIONS: &[(&str, &str)] = &[
+const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     (
         "traqlyte_events_received_total",
+        Kind::Counter,
         "Events received by this process, per tenant, contract and source",
     ),
     (
         "traqlyte_events_inserted_total",
+        Kind::Counter,
         "Events newly stored by this process",
     ),
     (
         "traqlyte_events_duplicates_total",
+        Kind::Counter,
         "Retries of stored events suppressed by the store's constraint",
     ),
     (
         "traqlyte_events_collisions_total",
+        Kind::Counter,
         "Different events under a stored identity: refused and logged",
     ),
     (
         "traqlyte_events_rejected_total",
+        Kind::Counter,
         "Events refused before the store by their contract or the horizon",
     ),
     (
         "traqlyte_outcomes_inserted_total",
+        Kind::Counter,
         "Outcomes newly stored, per tenant, campaign and arm",
     ),
     (
         "traqlyte_outcomes_duplicates_total",
+        Kind::Counter,
         "Outcome retries suppressed (same assignment and dedupe key)",
     ),
     (
         "traqlyte_outcomes_collisions_total",
+        Kind::Counter,
         "Outcomes refused: same key, different payload",
     ),
     (
         "traqlyte_idempotency_replays_total",
+        Kind::Counter,
         "Stored answers replayed for a repeated idempotency key",
     ),
     (
         "traqlyte_idempotency_in_flight_refusals_total",
+        Kind::Counter,
         "Requests refused while their idempotency key was in flight",
     ),
     (
         "traqlyte_idempotency_takeovers_total",
+        Kind::Counter,
         "Stale idempotency reservations taken over",
     ),
     (
         "traqlyte_http_request_duration_seconds",
+        Kind::Histogram,
         "HTTP request latency in seconds, per route template, method and status",
     ),
     (
         "traqlyte_batch_size",
+        Kind::Histogram,
         "Items per batch written (events, outcomes, messages), per kind",
     ),
     (
         "traqlyte_store_pool_connections",
+        Kind::Gauge,
         "Database pool connections, per pool and state, at scrape time",
     ),
     (
         "traqlyte_store_pool_connections_max",
+        Kind::Gauge,
         "Database pool size, per pool",
     ),
     (
         "traqlyte_nats_consumer_pending",
+        Kind::Gauge,
         "Messages the NATS consumer has yet to fetch (its lag)",
     ),
     (
         "traqlyte_webhook_deliveries_total",
+        Kind::Counter,
         "Webhook deliveries, per result",
     ),
     (
         "traqlyte_metrics_label_overflow_total",
+        Kind::Counter,
         "Label sets folded into other because a label budget was full",
     ),
 ];
 
+/// A family's type, as its `# TYPE` line says.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
 /// Describes every family of [`DESCRIPTIONS`] to the recorder.
 fn describe_all() {
-    for &(name, help) in DESCRIPTIONS {
-        if name.ends_with("_seconds") || name == "traqlyte_batch_size" {
-            metrics::describe_histogram!(name, help);
-        } else if name.ends_with("_total") {
-            metrics::describe_counter!(name, help);
-        } else {
-            metrics::describe_gauge!(name, help);
+    for &(name, kind, help) in DESCRIPTIONS {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(name, help),
+            Kind::Gauge => metrics::describe_gauge!(name, help),
+            Kind::Histogram => metrics::describe_histogram!(name, help),
         }
     }
 }
