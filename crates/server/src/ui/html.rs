@@ -84,22 +84,20 @@ fn fixed_or_significant(x: f64, decimals: usize, signed: bool) -> String {
     } else {
         decimals
     };
-    if places > 12 {
-        return if signed {
-            format!("{x:+.2e}")
-        } else {
-            format!("{x:.2e}")
-        };
-    }
-    let text = if signed {
-        format!("{x:+.places$}")
+    // `+` where `{:+}` writes it: before a positive number and +0.
+    let plus = if signed && x.is_sign_positive() {
+        "+"
     } else {
-        format!("{x:.places$}")
+        ""
     };
-    let (sign, unsigned) = text.split_at(usize::from(text.starts_with(['+', '-'])));
-    match unsigned.split_once('.') {
-        Some((whole, fraction)) => format!("{sign}{}.{fraction}", group_thousands(whole)),
-        None => format!("{sign}{}", group_thousands(unsigned)),
+    if places > 12 {
+        return format!("{plus}{x:.2e}");
+    }
+    let text = format!("{x:.places$}");
+    let (minus, digits) = text.split_at(usize::from(text.starts_with('-')));
+    match digits.split_once('.') {
+        Some((whole, fraction)) => format!("{plus}{minus}{}.{fraction}", group_thousands(whole)),
+        None => format!("{plus}{minus}{}", group_thousands(digits)),
     }
 }
 
