@@ -61,15 +61,7 @@ fn report(control: MetricArmSums, treatment: MetricArmSums) -> Report {
 
 fn report_of(kind: MetricKind, control: MetricArmSums, treatment: MetricArmSums) -> Report {
     let campaign = campaign_of(kind);
-    let versions = vec![CampaignVersion {
-        campaign_id: campaign.id.clone(),
-        version: 1,
-        arms: campaign.arms.clone(),
-        metrics: campaign.metrics.clone(),
-        salt: "s".into(),
-        note: None,
-        published_at_us: 0,
-    }];
+    let versions = vec![version_of(&campaign, 1, &campaign.arms)];
     let units = ["control", "treatment"].map(|arm| UnitsByVersion {
         version: 1,
         arm: arm.to_string(),
@@ -278,15 +270,6 @@ fn a_duplicate_rate_by_value_over_a_sum_near_zero_is_absent_not_infinite() {
 #[test]
 fn a_sample_ratio_mismatch_inside_each_version_is_not_cancelled_by_pooling_the_versions() {
     let campaign = campaign();
-    let version = |version: i64| CampaignVersion {
-        campaign_id: campaign.id.clone(),
-        version,
-        arms: campaign.arms.clone(),
-        metrics: campaign.metrics.clone(),
-        salt: "s".into(),
-        note: None,
-        published_at_us: 0,
-    };
     let row = units_row;
     let units = [
         row(1, "control", 600),
@@ -294,19 +277,43 @@ fn a_sample_ratio_mismatch_inside_each_version_is_not_cancelled_by_pooling_the_v
         row(2, "control", 400),
         row(2, "treatment", 600),
     ];
-    let report = Report::compute(ReportInput {
-        campaign: &campaign,
-        versions: &[version(1), version(2)],
-        units_by_version: &units,
-        sums: &HashMap::new(),
-        duplicates_over_time: &[],
-        corrected_outcomes: 0,
-        collisions: &HashMap::new(),
-    });
+    let versions = [1, 2].map(|v| version_of(&campaign, v, &campaign.arms));
+    let report = units_only(&campaign, &versions, &units);
     assert_eq!(report.srm.chi_square, Some(80.0));
     assert_eq!(report.srm.df, Some(2));
     assert!(report.srm.flagged, "{:?}", report.srm);
     assert_eq!(report.srm.expected_units, vec![1000.0, 1000.0]);
+}
+
+/// Version `version` of `campaign` with `arms`.
+fn version_of(campaign: &Campaign, version: i64, arms: &Arms) -> CampaignVersion {
+    CampaignVersion {
+        campaign_id: campaign.id.clone(),
+        version,
+        arms: arms.clone(),
+        metrics: campaign.metrics.clone(),
+        salt: "s".into(),
+        note: None,
+        published_at_us: 0,
+    }
+}
+
+/// The report of `campaign` with `units` and nothing else (no outcomes, duplicates or
+/// collisions): its sample-ratio check.
+fn units_only(
+    campaign: &Campaign,
+    versions: &[CampaignVersion],
+    units: &[UnitsByVersion],
+) -> Report {
+    Report::compute(ReportInput {
+        campaign,
+        versions,
+        units_by_version: units,
+        sums: &HashMap::new(),
+        duplicates_over_time: &[],
+        corrected_outcomes: 0,
+        collisions: &HashMap::new(),
+    })
 }
 
 /// `units` assigned to `arm` under `version`.
@@ -336,27 +343,13 @@ fn a_thin_version_is_tested_exactly_neither_a_false_alarm_nor_a_blind_spot() {
         },
     ])
     .expect("arms");
-    let version = |version: i64, arms: &Arms| CampaignVersion {
-        campaign_id: campaign.id.clone(),
-        version,
-        arms: arms.clone(),
-        metrics: campaign.metrics.clone(),
-        salt: "s".into(),
-        note: None,
-        published_at_us: 0,
-    };
     let compute = |versions: &[CampaignVersion], units: &[UnitsByVersion]| {
-        Report::compute(ReportInput {
-            campaign: &campaign,
-            versions,
-            units_by_version: units,
-            sums: &HashMap::new(),
-            duplicates_over_time: &[],
-            corrected_outcomes: 0,
-            collisions: &HashMap::new(),
-        })
+        units_only(&campaign, versions, units)
     };
-    let versions = [version(1, &ramp), version(2, &campaign.arms)];
+    let versions = [
+        version_of(&campaign, 1, &ramp),
+        version_of(&campaign, 2, &campaign.arms),
+    ];
     let units = [
         units_row(1, "control", 4),
         units_row(1, "treatment", 1),
