@@ -204,10 +204,20 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 text_value!(
-    /// A campaign's name for people: 1-256 characters, compared and stored trimmed.
+    /// A campaign's name for people: 1-256 characters, compared and stored trimmed, with
+    /// no control characters and no invisible ones ([`traqlyte_identity::canonical::invisible`]:
+    /// a right-to-left override would make the name, and the page around it, read as
+    /// something else on the campaign pages, as tenant and source names cannot).
     CampaignName,
-    "a string of 1-256 characters, not only spaces",
-    |text| !text.trim().is_empty() && text.trim().chars().count() <= 256
+    "a string of 1-256 characters, not only spaces, without control characters or invisible ones (bidirectional controls, zero-width characters, spaces other than U+0020)",
+    |text| {
+        let name = text.trim();
+        !name.is_empty()
+            && name.chars().count() <= 256
+            && !name
+                .chars()
+                .any(|c| c.is_control() || traqlyte_identity::canonical::invisible(c))
+    }
 );
 
 text_value!(
@@ -443,6 +453,31 @@ mod tests {
             ("campaign name", long(256, '\u{e9}'), Ok(())),
             ("campaign name", long(257, 'n'), broken(CampaignName::RULE)),
             ("campaign name", "Check\u{0}out".into(), Err(RuleError::Nul)),
+            (
+                "campaign name",
+                "Check\u{202E}tuo".into(),
+                broken(CampaignName::RULE),
+            ),
+            (
+                "campaign name",
+                "Check\u{200B}out".into(),
+                broken(CampaignName::RULE),
+            ),
+            (
+                "campaign name",
+                "Check\nout".into(),
+                broken(CampaignName::RULE),
+            ),
+            (
+                "campaign name",
+                "Check\u{A0}out".into(),
+                broken(CampaignName::RULE),
+            ),
+            (
+                "campaign name",
+                "\u{5D1}\u{5D3}\u{5D9}\u{5E7}\u{5D4} 2".into(),
+                Ok(()),
+            ),
             ("note", String::new(), Ok(())),
             ("note", long(2_000, 'n'), Ok(())),
             ("note", long(2_001, 'n'), broken(VersionNote::RULE)),

@@ -346,6 +346,24 @@ pub fn nfc(text: &str) -> String {
     }
 }
 
+/// Unicode's default-ignorable code points (shown as nothing: zero-width spaces and
+/// joiners, bidirectional controls, a byte-order mark, a soft hyphen, variation selectors)
+/// and its space separators other than the ASCII space (shown as one): what names people
+/// read and copy (tenants, sources, campaigns) must not hold.
+pub fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00A0}' | '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}'..='\u{1160}'
+        | '\u{1680}' | '\u{17B4}'..='\u{17B5}' | '\u{180B}'..='\u{180F}'
+        | '\u{2000}'..='\u{200F}' | '\u{202A}'..='\u{202F}' | '\u{205F}'..='\u{206F}'
+        | '\u{3000}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
+        | '\u{FFF0}'..='\u{FFF8}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}'
+        // Other format characters (category Cf) that are not default-ignorable.
+        | '\u{0600}'..='\u{0605}' | '\u{06DD}' | '\u{070F}' | '\u{0890}'..='\u{0891}'
+        | '\u{08E2}' | '\u{110BD}' | '\u{110CD}' | '\u{13430}'..='\u{1343F}'
+        | '\u{FFF9}'..='\u{FFFB}')
+}
+
 /// Whether the canonical form (an IEEE double) holds `number` exactly: always within
 /// ±[`EXACT_INTEGER_MAX`] and for floats (already doubles); beyond it, by the body
 /// reader's own rule ([`crate::number::check_literal`]).

@@ -62,6 +62,11 @@ pub struct Identified {
     /// Event time in microseconds since the Unix epoch, when the contract declares one
     /// and the event carries it.
     pub occurred_at_us: Option<i64>,
+    /// Fingerprints of earlier deliveries of this event that the sender is known to
+    /// change in flight (a stored row with one of them is met as a retry, not a
+    /// collision); empty for every contract but `segment.message`
+    /// ([`crate::segment::identify`]: a retry that gained a `userId`).
+    pub retry_of: Vec<Fingerprint>,
 }
 
 impl Identified {
@@ -81,6 +86,7 @@ impl Identified {
             fingerprint,
             identity_bytes,
             occurred_at_us,
+            retry_of: Vec::new(),
         }
     }
 }

@@ -263,8 +263,10 @@ pub fn identify_message_owned(
     merge_context(&mut content, envelope.context)?;
     let projection = projection(&content, &fields, envelope.source);
     let fingerprint = fingerprint_without_transport(&mut content);
+    let retry_of = retry_without_user(&mut content, &fields);
     let mut identified =
         message_contract().identify_with_fingerprint(Value::Object(projection), fingerprint)?;
+    identified.retry_of = retry_of;
     let corrected = corrected_timestamp(envelope.received_at_us, sent_at, fields.timestamp_us);
     if !crate::timestamp::writable_in_rfc3339(corrected) {
         return Err(SegmentError::Invalid {
@@ -384,6 +386,36 @@ fn fingerprint_without_transport(content: &mut Value) -> Fingerprint {
         put_back(content, pointer, value);
     }
     fingerprint
+}
+
+/// The fingerprints this message had before its sender added the `userId`: with
+/// `userId` `null` and without it, when the message has both a `userId` and an
+/// `anonymousId` (empty otherwise). analytics.js 2.0 (analytics-next) in its default
+/// delivery sets a message's `userId` as it sends each attempt, not as the message is
+/// made: a message tracked anonymously, whose answer was lost, is retried under the same
+/// `messageId` with the `userId` an `identify()` (a sign-up, a log-in) set meanwhile. Met
+/// as a retry, not as a collision: the stored first delivery is kept. A different
+/// `anonymousId`, or a `userId` that changed from one value to another, still collides.
+fn retry_without_user(content: &mut Value, fields: &Fields) -> Vec<Fingerprint> {
+    if fields.user_id.is_none() || fields.anonymous_id.is_none() {
+        return Vec::new();
+    }
+    let Some(map) = content.as_object_mut() else {
+        return Vec::new();
+    };
+    let Some(user) = map.insert("userId".to_string(), Value::Null) else {
+        return Vec::new();
+    };
+    let with_null = fingerprint_without_transport(content);
+    let Some(map) = content.as_object_mut() else {
+        return vec![with_null];
+    };
+    map.remove("userId");
+    let without = fingerprint_without_transport(content);
+    if let Some(map) = content.as_object_mut() {
+        map.insert("userId".to_string(), user);
+    }
+    vec![with_null, without]
 }
 
 /// Inserts `value` at `pointer`, whose parents are objects (they were: it was removed).

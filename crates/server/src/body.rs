@@ -552,7 +552,25 @@ async fn read_raw(headers: &HeaderMap, body: Body, limit_bytes: usize) -> Result
     }
     collect(body, limit_bytes, declared)
         .await
-        .map_err(|_| ApiError::too_large(limit_bytes).closing_connection())
+        .map_err(|unread| match unread {
+            Unread::TooLarge => ApiError::too_large(limit_bytes).closing_connection(),
+            Unread::Broken(why) => ApiError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "incomplete_body",
+                format!("the request body broke off or is framed wrongly ({why}): it ended before its Content-Length, or a chunk of a chunked body is malformed or missing; nothing of it was read, send it again whole"),
+            )
+            .closing_connection(),
+        })
+}
+
+/// Why [`collect`] read no body: past its limit, or broken off in its framing (hyper's
+/// reason: a connection closed before `Content-Length` bytes or the last chunk, a chunk
+/// size that is not hex). A broken body was answered `413 body_too_large`, which clients
+/// take as final, for a body of 23 bytes.
+#[derive(Debug)]
+enum Unread {
+    TooLarge,
+    Broken(String),
 }
 
 /// Most bytes reserved ahead for a body sent in several frames (it grows past this as
@@ -564,7 +582,11 @@ const RESERVED_BYTES_MAX: usize = 64 << 10;
 /// frame and each frame dropped: a frame can be a slice of a read buffer many times its
 /// size, and keeping every frame of a body sent a byte at a time held about 4 KB a byte
 /// received (a hundred slow clients: 500 MB in 26 s).
-async fn collect(mut body: Body, limit_bytes: usize, declared: Option<u64>) -> Result<Bytes, ()> {
+async fn collect(
+    mut body: Body,
+    limit_bytes: usize,
+    declared: Option<u64>,
+) -> Result<Bytes, Unread> {
     use http_body::Body as _;
     let mut first: Option<Bytes> = None;
     let mut copied: Option<Vec<u8>> = None;
@@ -573,7 +595,7 @@ async fn collect(mut body: Body, limit_bytes: usize, declared: Option<u64>) -> R
         let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
         let data = match frame {
             None => break,
-            Some(Err(_)) => return Err(()),
+            Some(Err(err)) => return Err(Unread::Broken(err.to_string())),
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => data,
                 // Trailers carry no body bytes.
@@ -582,7 +604,7 @@ async fn collect(mut body: Body, limit_bytes: usize, declared: Option<u64>) -> R
         };
         total = total.saturating_add(data.len());
         if total > limit_bytes {
-            return Err(());
+            return Err(Unread::TooLarge);
         }
         match (&mut copied, first.take()) {
             (Some(bytes), _) => bytes.extend_from_slice(&data),
@@ -765,7 +787,7 @@ mod tests {
 
     use axum::body::{Body, Bytes};
 
-    use super::collect;
+    use super::{collect, Unread};
 
     static DROPPED: AtomicUsize = AtomicUsize::new(0);
 
@@ -822,9 +844,10 @@ mod tests {
     async fn one_frame_is_kept_and_a_body_past_the_limit_refused() {
         let one = collect(Body::from("{\"a\":1}"), 100, Some(7)).await;
         assert_eq!(one.expect("within").as_ref(), b"{\"a\":1}");
-        assert!(collect(Body::from(vec![0u8; 101]), 100, None)
-            .await
-            .is_err());
+        assert!(matches!(
+            collect(Body::from(vec![0u8; 101]), 100, None).await,
+            Err(Unread::TooLarge)
+        ));
         assert!(collect(Body::empty(), 100, None)
             .await
             .expect("empty")

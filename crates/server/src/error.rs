@@ -337,6 +337,14 @@ impl From<StoreError> for ApiError {
                 "the lineage walk ran longer than the request timeout; ask for less depth",
             ),
             StoreError::Busy => ApiError::store_busy(err.to_string()),
+            // Not transient, not ours: the file must be restored. Named, so an operator
+            // reading the answers (or a probe's log) knows what to do.
+            other if other.is_corrupt_file() => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "database_corrupt",
+                "the database file is corrupt; nothing was written. The operator must stop the server and restore a backup (docs/operations.md, Backups)",
+            )
+            .with_cause(other),
             // Read-only (a failover's demoted primary, a standby), out of disk or memory,
             // an I/O error: the database's condition, not a bug of ours; nothing was
             // written. No `Retry-After`: it clears when an operator or a failover acts.

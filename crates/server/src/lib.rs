@@ -95,9 +95,9 @@ pub async fn serve(
         return Ok(());
     };
     metrics::install(config.metrics.enabled).map_err(std::io::Error::other)?;
-    let listener = TcpListener::bind(&config.listen).await?;
+    let listener = bind("--listen", &config.listen).await?;
     let metrics_listener = match &config.metrics.listen {
-        Some(address) => Some(TcpListener::bind(address).await?),
+        Some(address) => Some(bind("--metrics-listen", address).await?),
         None => None,
     };
     let address = listener.local_addr()?;
@@ -168,6 +168,14 @@ pub async fn serve(
         task.abort();
     }
     served
+}
+
+/// Binds `address`, or says which option named it: the API's and the metrics' listeners
+/// fail alike ("Address already in use") and an operator must know which port to move.
+async fn bind(option: &str, address: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|err| std::io::Error::new(err.kind(), format!("{option} {address}: {err}")))
 }
 
 /// `true` once `shutdown` completes, watched from now on by whoever holds a copy.

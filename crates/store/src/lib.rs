@@ -142,6 +142,23 @@ pub enum StoreError {
         "the partitions are being changed by another process; nothing was written, retry shortly"
     )]
     Busy,
+    /// The SQLite file failed `PRAGMA quick_check` ([`Store::check_integrity`]): the
+    /// first problem it names.
+    #[error(
+        "the SQLite file is corrupt ({0}); nothing was written. Stop, and restore a copy taken with `sqlite3 FILE \".backup COPY\"` or `VACUUM INTO` (docs/operations.md, Backups): a file copied with `cp` while a server wrote it is corrupt this way"
+    )]
+    CorruptFile(String),
+    /// A partition due to leave the horizon was not detached: a transaction holding a
+    /// lock on `events` did not end within
+    /// [`partitions::DETACH_LOCK_TIMEOUT_MS`]. Nothing was changed.
+    #[error(
+        "partition {table} was not detached: a transaction reading or writing `events` (a long report, a pg_dump, a backfill dry run) held its lock past {} ms; nothing was changed, and the next maintenance run (every minute in `serve`) tries again",
+        partitions::DETACH_LOCK_TIMEOUT_MS
+    )]
+    DetachWaiting {
+        /// The partition's table.
+        table: String,
+    },
     /// The database takes no writes: a hot standby, a demoted primary after a failover,
     /// or `default_transaction_read_only` set ([`Store::ping`]'s finding).
     #[error(
@@ -189,7 +206,9 @@ impl StoreError {
         const SQLITE_BUSY: i32 = 5;
         const SQLITE_LOCKED: i32 = 6;
         match self {
-            StoreError::Busy | StoreError::Database(sqlx::Error::PoolTimedOut) => true,
+            StoreError::Busy
+            | StoreError::DetachWaiting { .. }
+            | StoreError::Database(sqlx::Error::PoolTimedOut) => true,
             StoreError::Database(sqlx::Error::Database(db)) => {
                 let Some(code) = db.code() else {
                     return false;
@@ -214,7 +233,9 @@ impl StoreError {
     /// succeeds.
     pub fn waited_out(&self) -> bool {
         match self {
-            StoreError::Busy | StoreError::Database(sqlx::Error::PoolTimedOut) => true,
+            StoreError::Busy
+            | StoreError::DetachWaiting { .. }
+            | StoreError::Database(sqlx::Error::PoolTimedOut) => true,
             StoreError::Database(sqlx::Error::Database(db))
                 if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() =>
             {
@@ -269,6 +290,25 @@ impl StoreError {
             })
         } else {
             matches!(code.as_ref(), "25006" | "53100" | "53300" | "58030")
+        }
+    }
+
+    /// Whether SQLite found its file corrupt (`SQLITE_CORRUPT`, `SQLITE_NOTADB`, and their
+    /// extended codes), or [`Store::check_integrity`] did: a torn copy, a restore over a
+    /// stale WAL, a failing disk. Not transient: the file must be restored.
+    pub fn is_corrupt_file(&self) -> bool {
+        const SQLITE_CORRUPT: i32 = 11;
+        const SQLITE_NOTADB: i32 = 26;
+        match self {
+            StoreError::CorruptFile(_) => true,
+            StoreError::Database(sqlx::Error::Database(db))
+                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() =>
+            {
+                db.code()
+                    .and_then(|code| code.parse::<i32>().ok())
+                    .is_some_and(|c| matches!(c & 0xff, SQLITE_CORRUPT | SQLITE_NOTADB))
+            }
+            _ => false,
         }
     }
 
@@ -447,6 +487,25 @@ impl Store {
                 .map(|_| ())
                 .map_err(StoreError::from)),
         }
+    }
+
+    /// On SQLite, `PRAGMA quick_check`: every page of the file read once (about a second
+    /// a gigabyte), so a torn copy is refused before a server writes into it and
+    /// acknowledges writes it may lose; SQLite only notices corruption on the pages a
+    /// statement happens to read, and a torn copy served, answered `/healthz`, and
+    /// acknowledged new events. Nothing on PostgreSQL (its own checks are the
+    /// operator's, `amcheck`).
+    pub async fn check_integrity(&self) -> Result<(), StoreError> {
+        let Backend::Sqlite(sqlite) = &self.backend else {
+            return Ok(());
+        };
+        let found: Vec<String> = sqlx::query_scalar("PRAGMA quick_check(3)")
+            .fetch_all(&sqlite.writer)
+            .await?;
+        if found.len() == 1 && found[0] == "ok" {
+            return Ok(());
+        }
+        Err(StoreError::CorruptFile(found.join("; ")))
     }
 
     /// Registers a contract in its own transaction; see [`StoreTx::register_contract`].

@@ -29,6 +29,13 @@ pub const FUTURE_SKEW_US: i64 = DAY_US;
 /// A maintenance run waits at most this long for a lock held by ingestion, then gives
 /// up (the next run retries) instead of queueing every insert behind it.
 const MAINTAIN_LOCK_TIMEOUT_MS: u32 = 5_000;
+/// A detach waits at most this long for `events`: it needs `ACCESS EXCLUSIVE`, so every
+/// insert and read queues behind it while it waits. Those of a `pg_dump` (a read lock
+/// for hours), a long report or a backfill dry run held it to the 5 s of
+/// [`MAINTAIN_LOCK_TIMEOUT_MS`], a write stall once a minute for as long as they ran.
+/// Giving up is cheap: the day stays attached (its index maintained a little longer)
+/// and the next run retries.
+pub const DETACH_LOCK_TIMEOUT_MS: u32 = 200;
 /// The advisory lock every partition change takes, so maintenance runs of several
 /// processes go one at a time.
 pub const PARTITION_LOCK_KEY: i64 = 0x7472_6171_7061_7274; // "traqpart"
@@ -496,8 +503,8 @@ impl Store {
     }
 
     /// One transaction of [`Self::maintain`]: at most [`MAINTENANCE_STEPS_MAX`] of the
-    /// planned steps (creations first, oldest day first, then detachments); whether more
-    /// remain.
+    /// planned steps (creations first, oldest day first, in transactions of their own,
+    /// then detachments); whether more remain.
     async fn maintain_some(
         &self,
         horizon: &DedupeHorizon,
@@ -519,8 +526,16 @@ impl Store {
             let gaps = gap_days(&days(&listed, true), &days(&listed, false), first);
             plan.create.splice(0..0, gaps);
         }
-        let more = plan.create.len() + plan.detach.len() > MAINTENANCE_STEPS_MAX;
+        let mut more = plan.create.len() + plan.detach.len() > MAINTENANCE_STEPS_MAX;
         plan.create.truncate(MAINTENANCE_STEPS_MAX);
+        // Creations are committed before any detach is tried: a detach that waits out
+        // its lock (a long reader on `events`) fails its transaction, and took the new
+        // days' partitions with it, so a lock held for days left the live path without
+        // tomorrow's partition (`422 outside_horizon`).
+        if !plan.create.is_empty() && !plan.detach.is_empty() {
+            plan.detach.clear();
+            more = true;
+        }
         plan.detach
             .truncate(MAINTENANCE_STEPS_MAX - plan.create.len());
         // Each day's table is built apart and attached: `ATTACH PARTITION` takes `SHARE
@@ -541,6 +556,13 @@ impl Store {
                 sqlx::query(&sql).execute(&mut *conn).await?;
             }
         }
+        if !plan.detach.is_empty() {
+            sqlx::query(&format!(
+                "SET LOCAL lock_timeout = {DETACH_LOCK_TIMEOUT_MS}"
+            ))
+            .execute(&mut *conn)
+            .await?;
+        }
         for &day in &plan.detach {
             let table = partition_table(day);
             for sql in [
@@ -550,7 +572,15 @@ impl Store {
                     day + 1
                 ),
             ] {
-                sqlx::query(&sql).execute(&mut *conn).await?;
+                sqlx::query(&sql)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|err| match busy_on_lock_timeout(err) {
+                        StoreError::Busy => StoreError::DetachWaiting {
+                            table: table.clone(),
+                        },
+                        other => other,
+                    })?;
             }
         }
         tx.commit().await?;

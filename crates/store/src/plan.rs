@@ -121,6 +121,7 @@ pub fn resolve<'a>(
             EventOutcome::Inserted
         } else if row.fingerprint == event.identified.fingerprint
             || row.superseded_by.contains(&event.identified.fingerprint)
+            || event.identified.retry_of.contains(&row.fingerprint)
         {
             resolution.duplicates += 1;
             EventOutcome::Duplicate
@@ -154,6 +155,7 @@ pub fn colliding_stored_ids(batch: &Batch<'_>, held: &HashMap<EventId, Held>) ->
             !row.inserted_here
                 && &row.fingerprint != fingerprint
                 && !row.superseded_by.contains(fingerprint)
+                && !event.identified.retry_of.contains(&row.fingerprint)
         });
         if collides && !ids.contains(id) {
             ids.push(id.clone());

@@ -34,13 +34,23 @@ impl PgStore {
         // Best effort, within the acquire timeout: a database out of reach, starting or
         // out of connection slots gives no verdict, and the pool below answers for it
         // (with its own bound and retries).
+        // Its error is kept: when the pool cannot connect either, sqlx says only "pool
+        // timed out while waiting for an open connection", and the probe's error says why
+        // (connection refused, no such database, password authentication failed).
         let bound = Duration::from_millis(config.pool_acquire_timeout_ms.max(1));
-        match tokio::time::timeout(bound, refuse_shared_sessions(&config.database_url)).await {
-            Ok(Err(StoreError::SharedSessions)) => return Err(StoreError::SharedSessions),
-            Ok(Err(err)) => tracing::debug!(error = %err, "pooler check gave no verdict"),
-            Err(_) => tracing::debug!("pooler check gave no verdict within the acquire timeout"),
-            Ok(Ok(())) => {}
-        }
+        let why =
+            match tokio::time::timeout(bound, refuse_shared_sessions(&config.database_url)).await {
+                Ok(Err(StoreError::SharedSessions)) => return Err(StoreError::SharedSessions),
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "pooler check gave no verdict");
+                    Some(err)
+                }
+                Err(_) => {
+                    tracing::debug!("pooler check gave no verdict within the acquire timeout");
+                    None
+                }
+                Ok(Ok(())) => None,
+            };
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_connections_max.max(1))
             .acquire_timeout(Duration::from_millis(config.pool_acquire_timeout_ms.max(1)))
@@ -66,7 +76,11 @@ impl PgStore {
             // And no JIT ([`session_settings`]).
             .after_connect(|conn, _meta| Box::pin(session_settings(conn)))
             .connect(&config.database_url)
-            .await?;
+            .await
+            .map_err(|err| match (err, why) {
+                (sqlx::Error::PoolTimedOut, Some(why)) => why,
+                (err, _) => StoreError::from(err),
+            })?;
         let ddl = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(0)

@@ -67,29 +67,16 @@ impl std::fmt::Display for TenantName {
 /// one would act on the other. `what` begins the error ("a tenant name"). Lengths are
 /// counted on the result (NFC may lengthen a text).
 pub(crate) fn visible_name(name: &str, what: &str) -> Result<String, String> {
-    if let Some(c) = name.chars().find(|&c| invisible(c)) {
+    if let Some(c) = name
+        .chars()
+        .find(|&c| traqlyte_identity::canonical::invisible(c))
+    {
         return Err(format!(
             "{what} must not contain invisible characters or spaces other than U+0020 (found U+{:04X})",
             u32::from(c)
         ));
     }
     Ok(traqlyte_identity::canonical::nfc(name))
-}
-
-/// Unicode's default-ignorable code points (shown as nothing) and its space separators
-/// other than the ASCII space (shown as one).
-fn invisible(c: char) -> bool {
-    matches!(c,
-        '\u{00A0}' | '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}'..='\u{1160}'
-        | '\u{1680}' | '\u{17B4}'..='\u{17B5}' | '\u{180B}'..='\u{180F}'
-        | '\u{2000}'..='\u{200F}' | '\u{202A}'..='\u{202F}' | '\u{205F}'..='\u{206F}'
-        | '\u{3000}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
-        | '\u{FFF0}'..='\u{FFF8}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
-        | '\u{E0000}'..='\u{E0FFF}'
-        // Other format characters (category Cf) that are not default-ignorable.
-        | '\u{0600}'..='\u{0605}' | '\u{06DD}' | '\u{070F}' | '\u{0890}'..='\u{0891}'
-        | '\u{08E2}' | '\u{110BD}' | '\u{110CD}' | '\u{13430}'..='\u{1343F}'
-        | '\u{FFF9}'..='\u{FFFB}')
 }
 
 /// The non-secret part of an API key that names it in lists and revocations: the first

@@ -153,7 +153,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             .by_ref()
             .take(line_max as u64 + 2)
             .read_until(b'\n', &mut line)
-            .with_context(|| format!("read {}", args.file.display()))?;
+            .with_context(|| unreadable(&args, number, &counts))?;
         if read == 0 {
             break;
         }
@@ -163,7 +163,8 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             // Only a line cut short by the limit has a rest to skip: a whole line's
             // newline is already read, and skipping would swallow the next line.
             if line.last() != Some(&b'\n') {
-                skip_rest_of_line(&mut reader)?;
+                skip_rest_of_line(&mut reader)
+                    .with_context(|| unreadable(&args, number, &counts))?;
             }
             continue;
         }
@@ -202,6 +203,27 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         return Err(LinesRejected(counts.rejected).into());
     }
     Ok(())
+}
+
+/// Why a backfill stopped reading its file after line `last_line` (a truncated or corrupt
+/// gzip archive, a disk error), with what the batches before stored: on a multi-gigabyte
+/// file the operator must know whether to resume, and the counts were not printed.
+fn unreadable(args: &BackfillArgs, last_line: u64, counts: &Counts) -> String {
+    let file = args.file.display();
+    if args.dry_run {
+        return format!(
+            "read {file} after line {last_line} (dry run, nothing written; so far: would insert {}, \
+             already present {}, collided {}, rejected {})",
+            counts.inserted, counts.already_present, counts.collided, counts.rejected
+        );
+    }
+    format!(
+        "read {file} after line {last_line}: the lines of the batch in progress were not stored; \
+         the batches before it are ({} inserted, {} already present, {} collided, {} rejected). \
+         Running the same command again on a whole file resumes: what is stored counts as \
+         already present",
+        counts.inserted, counts.already_present, counts.collided, counts.rejected
+    )
 }
 
 /// A backfill that stored what it could but rejected lines (named on stderr): the

@@ -309,7 +309,8 @@ pub(crate) struct CampaignBody {
     /// Unique per tenant.
     #[schema(value_type = String, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.-]+$")]
     key: CampaignKey,
-    /// For people: 1-256 characters, not only spaces; stored trimmed.
+    /// For people: 1-256 characters, not only spaces, no control or invisible characters
+    /// (bidirectional controls, zero-width characters); stored trimmed.
     #[schema(value_type = String, min_length = 1, max_length = 256)]
     name: CampaignName,
     /// 2-20 arms with unique keys; the first is the control.

@@ -281,25 +281,49 @@ fn tracking_table() -> [(&'static str, MethodRouter<AppState>); 16] {
     ]
 }
 
-/// Whether `path` is one of [`tracking_routes`] (asked only of a timed-out request).
+/// Whether `path` is one of [`tracking_routes`] (asked only of an error answer).
 fn is_tracking_path(path: &str) -> bool {
-    tracking_table().iter().any(|(tracked, _)| *tracked == path)
+    path.starts_with("/v1/") && tracking_table().iter().any(|(tracked, _)| *tracked == path)
 }
 
 /// CORS of the tracking routes: any origin may post (a write key is public in every page
-/// that carries analytics.js, and it can only add messages to its own source), without
-/// credentials (no cookie is read); a preflight (`Content-Type: application/json`, an
-/// `Authorization` header) is answered for `POST` with the headers it asks for, and
-/// cached a day; `Retry-After` is readable by the page.
+/// that carries analytics.js, and it can only add messages to its own source), its
+/// `Origin` answered back with credentials allowed: `navigator.sendBeacon` always sends
+/// in credentials mode `include`, where a browser refuses `*`, so a beacon of JSON type
+/// (preflighted) was never sent. These routes read no cookie (the web UI's is limited to
+/// `/ui`) and answer nothing but `{"success": true}` or an error, so credentials expose
+/// nothing. A preflight (`Content-Type: application/json`, an `Authorization` header) is
+/// answered for `POST` with the headers it asks for, and cached a day; `Retry-After` is
+/// readable by the page.
 fn tracking_cors() -> tower_http::cors::CorsLayer {
     use axum::http::{header, Method};
-    use tower_http::cors::{AllowHeaders, Any, CorsLayer};
+    use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
     CorsLayer::new()
-        .allow_origin(Any)
+        .allow_origin(AllowOrigin::mirror_request())
+        .allow_credentials(true)
         .allow_methods([Method::POST])
         .allow_headers(AllowHeaders::mirror_request())
         .expose_headers([header::RETRY_AFTER])
         .max_age(Duration::from_secs(86_400))
+}
+
+/// The CORS headers [`tracking_cors`] gives, for an answer of a tracking route made
+/// outside it (room for the body, a NUL in the query, a timeout): a page must be able
+/// to read a `503` and its `Retry-After`. Without an `Origin` (no browser) none is due.
+fn add_tracking_cors(origin: Option<&HeaderValue>, headers: &mut axum::http::HeaderMap) {
+    let Some(origin) = origin else {
+        return;
+    };
+    headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    headers.insert(
+        axum::http::header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+        HeaderValue::from_static("true"),
+    );
+    headers.insert(
+        ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("retry-after"),
+    );
+    headers.append(axum::http::header::VARY, HeaderValue::from_static("origin"));
 }
 
 async fn not_found(request: Request) -> ApiError {
@@ -314,6 +338,7 @@ async fn not_found(request: Request) -> ApiError {
 async fn json_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let origin = request.headers().get(axum::http::header::ORIGIN).cloned();
     let (request, body_read) = crate::body::tracked(request);
     let mut response = next.run(request).await;
     let status = response.status();
@@ -331,7 +356,11 @@ async fn json_errors(request: Request, next: Next) -> Response {
             HeaderValue::from_static("close"),
         );
     }
-    if status == StatusCode::UNAUTHORIZED && is_tracking_path(&path) {
+    let tracking = is_tracking_path(&path);
+    if tracking && !response.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN) {
+        add_tracking_cors(origin.as_ref(), response.headers_mut());
+    }
+    if status == StatusCode::UNAUTHORIZED && tracking {
         // The tracking routes take HTTP Basic (the write key as user name), not Bearer.
         response.headers_mut().insert(
             axum::http::header::WWW_AUTHENTICATE,
@@ -380,22 +409,18 @@ async fn json_errors(request: Request, next: Next) -> Response {
         // Segment's libraries drop a batch answered with a 4xx other than 429 (analytics-
         // python, -java, -ruby, -php, Analytics-CSharp): a tracking request the server
         // timed out is answered as the store's contention is, so they retry it (a retry
-        // is a duplicate at worst). The CORS layer is inside the timeout: its header is
-        // added here, so a page can read the answer.
-        None if parts.status == StatusCode::REQUEST_TIMEOUT && is_tracking_path(&path) => {
+        // is a duplicate at worst). The CORS layer is inside the timeout: its headers were
+        // added above, and are copied below, so a page can read the answer.
+        None if parts.status == StatusCode::REQUEST_TIMEOUT && tracking => {
             let mut response = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "request_timeout",
                 format!("{message}: the request took longer than the server's request timeout; nothing of it is acknowledged, send it again"),
             )
             .into_response();
-            let headers = response.headers_mut();
-            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
-            headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-            headers.insert(
-                ACCESS_CONTROL_EXPOSE_HEADERS,
-                HeaderValue::from_static("retry-after"),
-            );
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
             response
         }
         None => ApiError::new(parts.status, code, message).into_response(),

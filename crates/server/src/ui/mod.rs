@@ -105,10 +105,22 @@ impl FromRequestParts<AppState> for UiSession {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         let to_login = || {
-            see_other(&format!(
+            let page = parts
+                .uri
+                .path_and_query()
+                .map_or(parts.uri.path(), |p| p.as_str());
+            let login = format!(
                 "/ui/login?next={}",
-                html::url_component(safe_next(Some(parts.uri.path())))
-            ))
+                html::url_component(safe_next(Some(page)))
+            );
+            // Arrived from another site: the session cookie (`SameSite=Strict`) was left
+            // off, and stays off through redirects of that navigation. A page of ours that
+            // moves on by itself makes the next request same-site, with the cookie, so a
+            // logged-in user opening a link from a mail or chat page lands on it.
+            if headers_say_cross_site(&parts.headers) {
+                return html_response(StatusCode::OK, pages::hop(&login));
+            }
+            see_other(&login)
         };
         let Some(token) = session_cookie(&parts.headers) else {
             return Err(to_login());
@@ -169,6 +181,10 @@ async fn login_page(
 ) -> Result<Response, UiError> {
     let next = safe_next(query.next.as_deref());
     let Some(text) = query.token else {
+        // Already logged in (a page reached without its cookie, then reloaded): on to it.
+        if live_session(&state, &headers).await?.is_some() {
+            return Ok(see_other(next));
+        }
         return Ok(html_response(StatusCode::OK, pages::login(next, None)));
     };
     // Not opened by the user in this browser: used only when posted from our own page
@@ -526,20 +542,35 @@ fn session_cookie(headers: &HeaderMap) -> Option<UiToken> {
 /// characters (no `%` either: a browser resolves `%2e%2e` as `..`). Anything else becomes the campaign index, so a crafted link cannot
 /// redirect a freshly logged-in user elsewhere.
 fn safe_next(next: Option<&str>) -> &str {
-    match next {
-        Some(path)
-            if path.starts_with("/ui/")
-                && !path.contains("//")
-                && !path.contains("..")
-                && path.len() <= 512
-                && path
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"/_-.~".contains(&b)) =>
-        {
-            path
-        }
-        _ => DEFAULT_PAGE,
+    let Some(page) = next else {
+        return DEFAULT_PAGE;
+    };
+    // The query is kept (`?version=2`, an operations page's range), percent escapes
+    // allowed there only: in the path `%2e%2e` is a `..` to the browser.
+    let (path, query) = page.split_once('?').unwrap_or((page, ""));
+    let safe = path.starts_with("/ui/")
+        && !path.contains("//")
+        && !path.contains("..")
+        && page.len() <= 512
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/_-.~".contains(&b))
+        && query
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.~=&%+,".contains(&b));
+    if safe {
+        page
+    } else {
+        DEFAULT_PAGE
     }
+}
+
+/// Whether the browser says this request comes from another site (`Sec-Fetch-Site:
+/// cross-site`): a navigation that carries no `SameSite=Strict` cookie.
+fn headers_say_cross_site(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
 }
 
 /// A form post must come from our own pages: browsers send `Origin` on POSTs, and it
@@ -672,6 +703,20 @@ mod tests {
             (Some("/ui/%2E%2E/healthz"), DEFAULT_PAGE),
             (Some("/ui/a\r\nSet-Cookie: x"), DEFAULT_PAGE),
             (Some("/stats"), DEFAULT_PAGE),
+            (
+                Some("/ui/campaigns/cmp_1?version=2"),
+                "/ui/campaigns/cmp_1?version=2",
+            ),
+            (
+                Some("/ui/ops?bucket=minute&contract=segment.message"),
+                "/ui/ops?bucket=minute&contract=segment.message",
+            ),
+            (
+                Some("/ui/ops?from=2026-12-06T10%3A00%3A00Z"),
+                "/ui/ops?from=2026-12-06T10%3A00%3A00Z",
+            ),
+            (Some("/ui/ops?x=//evil.example"), DEFAULT_PAGE),
+            (Some("/ui/ops?x=a\r\nSet-Cookie: x"), DEFAULT_PAGE),
         ];
         for (input, expected) in cases {
             assert_eq!(safe_next(input), expected, "{input:?}");

@@ -33,6 +33,26 @@ pub(crate) fn login(next: &str, message: Option<&str>) -> String {
     page("Log in", Viewer::Anonymous, body)
 }
 
+/// A page that moves on to `target` (a path of ours) by itself (`<meta http-equiv=
+/// "refresh">`; no script runs under the pages' CSP), with a link for a browser that
+/// does not: a request it makes is same-site, so it carries the session cookie a request
+/// from another site was sent without.
+pub(crate) fn hop(target: &str) -> String {
+    let refresh = format!("0;url={target}");
+    html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content=(refresh);
+                title { "Opening · TraqLyte" }
+            }
+            body { p { a href=(target) { "Continue" } } }
+        }
+    }
+    .into_string()
+}
+
 /// Why a login link is not used on arrival but shown as a button.
 pub(crate) enum LinkAsk<'a> {
     /// Opened from another site (a mail or chat client, or a page that would log this
@@ -139,7 +159,7 @@ pub(crate) fn index(campaigns: &[Campaign], tenant: &str) -> String {
                     tbody {
                         @for c in campaigns {
                             tr data-campaign=(c.id) {
-                                td.head data-label="Name" { a href={ "/ui/campaigns/" (c.id) } { (c.name) } }
+                                td.head data-label="Name" { a href={ "/ui/campaigns/" (c.id) } { bdi { (c.name) } } }
                                 td data-label="Key" { code { (c.key) } }
                                 td data-label="Arms (weight)" {
                                     @for (i, arm) in c.arms.iter().enumerate() {
@@ -169,7 +189,7 @@ pub(crate) fn report(report: &Report, tenant: &str) -> String {
     let arm_keys: Vec<&str> = report.arms.iter().map(|a| a.key.as_str()).collect();
     let control = report.control().map_or(MISSING, |a| a.key.as_str());
     let body = html! {
-        h1 data-field="name" { (report.name) }
+        h1 data-field="name" { bdi { (report.name) } }
         p.meta {
             "key " code { (report.key) } " · id " code { (report.campaign_id) } " · "
             (report.versions) " published version(s) · "

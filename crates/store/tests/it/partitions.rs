@@ -540,3 +540,60 @@ async fn creating_days_waits_for_no_open_writer_or_reader() {
         assert_eq!(outcomes, [expected]);
     }
 }
+
+/// A detach needs `ACCESS EXCLUSIVE` on `events`, and every insert queues behind it while
+/// it waits: behind a reader that holds on (a `pg_dump`, a long report) it gives up within
+/// `DETACH_LOCK_TIMEOUT_MS`, so a write waits that long at most; it waited out the 5 s of
+/// the other partition locks, a write stall once a minute for as long as the dump ran.
+/// The days the same run created stay created (they rolled back with the detach, so a
+/// lock held for days left the live path without tomorrow's partition). Once the reader
+/// is gone the next run detaches.
+#[tokio::test]
+async fn a_detach_behind_a_long_reader_gives_up_at_once_and_writes_wait_no_longer() {
+    let (db, store, tenant, now) = migrated_store().await;
+    store
+        .maintain_partitions(&DedupeHorizon::new(14).expect("horizon"), now)
+        .await
+        .expect("maintain");
+    let mut dump = db.raw().await;
+    dump.execute("BEGIN").await;
+    assert_eq!(dump.integers("SELECT COUNT(*) FROM events").await, [0]);
+    let short = DedupeHorizon::new(5).expect("horizon");
+    let started = std::time::Instant::now();
+    let write = async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let at = std::time::Instant::now();
+        let outcomes = store
+            .insert_events(&tenant, &contract(), &[event("o-now", now, "now")])
+            .await
+            .expect("insert");
+        (outcomes, at.elapsed())
+    };
+    let later = now + 3 * DAY_US;
+    assert!(!store.live_partitions_ready(later).await.expect("ready"));
+    let (maintained, (outcomes, waited)) =
+        tokio::join!(store.maintain_partitions(&short, later), write);
+    assert!(
+        matches!(maintained, Err(StoreError::DetachWaiting { .. })),
+        "{maintained:?}"
+    );
+    let message = maintained.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("tries again"), "{message}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(outcomes, [EventOutcome::Inserted]);
+    assert!(
+        waited < std::time::Duration::from_secs(2),
+        "a write waited {waited:?}"
+    );
+    assert!(store.live_partitions_ready(later).await.expect("ready"));
+    dump.execute("COMMIT").await;
+    let done = store
+        .maintain_partitions(&short, later)
+        .await
+        .expect("maintain once the reader is gone");
+    assert!(!done.detach.is_empty(), "{done:?}");
+}

@@ -84,6 +84,32 @@ async fn a_gzip_file_and_standard_input_with_stderr_closed_are_backfilled_whole(
         json!({"dry_run": false, "inserted": 0, "already_present": 2_970, "collided": 0, "rejected": 30})
     );
     assert_eq!(app.checkout_stats().await.0, 2_970);
+
+    // An archive cut short (a copy interrupted) stops the run at the cut, saying what the
+    // batches before it stored and how to resume; it said only "read …: unexpected end of
+    // file".
+    let bytes = std::fs::read(&gzip.0).expect("read");
+    let cut = Ndjson(plain.0.with_extension("cut.ndjson.gz"));
+    std::fs::write(&cut.0, &bytes[..bytes.len() * 2 / 3]).expect("write");
+    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["backfill", "--tenant", "test tenant"])
+        .args(["--contract", "checkout_completed", "--file"])
+        .arg(&cut.0)
+        .args(["--database-url", app.database_url()])
+        .output()
+        .expect("run traqlyte backfill");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("0 inserted, 1000 already present, 0 collided")
+            || stderr.contains("0 inserted, 2000 already present, 0 collided"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("Running the same command again"),
+        "{stderr}"
+    );
+    assert_eq!(app.checkout_stats().await.0, 2_970);
 }
 
 /// `--version N` identifies the lines under that version, as `?version=N` does live:

@@ -287,6 +287,35 @@ async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() 
         "{}",
         refused.body
     );
+    // Pages' beacons (the write key in the body: anonymous) take the anonymous share, an
+    // eighth of the room; one more finds it taken, and its `503` is readable by the page
+    // (its CORS headers were missing: the room is taken outside the routes' CORS layer).
+    let beacon =
+        json!({"writeKey": "tlw_x", "event": "e", "userId": "u", "pad": "x".repeat(3_000)})
+            .to_string();
+    for _ in 0..10 {
+        slow.push(slow_body(&app, "/v1/t", None, Some(beacon.len())).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let page = app
+        .client
+        .post(app.url("/v1/t"))
+        .header("origin", "http://shop.example")
+        .header("content-type", "text/plain")
+        .body(beacon)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        page.headers()["access-control-allow-origin"],
+        "http://shop.example"
+    );
+    assert_eq!(
+        page.headers()["access-control-expose-headers"],
+        "retry-after"
+    );
+    assert!(page.headers().contains_key("retry-after"));
     drop(slow);
 }
 

@@ -374,6 +374,20 @@ fn errors_never_print_the_database_password() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert!(!stderr.contains("S3CRET"), "{args:?}: {stderr}");
     }
+    // A server out of reach is named as such, not as the pool's timeout.
+    let output = traqlyte(
+        &[
+            "tenant",
+            "list",
+            "--database-url",
+            "postgres://postgres@127.0.0.1:1/db",
+        ],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("refused"), "{stderr}");
+    assert!(!stderr.contains("pool timed out"), "{stderr}");
 }
 
 #[test]
@@ -517,6 +531,32 @@ async fn serve_migrates_an_empty_sqlite_file_and_answers_health_checks() {
         .find(|line| line.contains("database ready"))
         .unwrap_or_else(|| panic!("no start-up line: {log}"));
     assert!(ready.contains(&db.url), "{ready}");
+}
+
+/// A port already taken is named with the option that asked for it: the API's and the
+/// metrics' listeners failed with the same bare "Address already in use".
+#[tokio::test]
+async fn a_port_in_use_names_the_option_that_asked_for_it() {
+    let db = TestDb::create(Backend::Sqlite).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("address").to_string();
+    for (option, extra) in [
+        ("--listen", vec!["--listen", port.as_str()]),
+        (
+            "--metrics-listen",
+            vec!["--listen", "127.0.0.1:0", "--metrics-listen", port.as_str()],
+        ),
+    ] {
+        let mut args = vec!["serve", "--database-url", db.url.as_str()];
+        args.extend(extra);
+        let output = traqlyte(&args, "");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{option}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{option} {port}")),
+            "{option}: {stderr}"
+        );
+    }
 }
 
 /// A consumer option of `serve` without `--nats-url` would start no consumer; it is
@@ -758,4 +798,75 @@ async fn a_migration_waiting_for_another_session_says_which() {
         .expect("release");
     let status = child.wait().expect("migrate ended");
     assert!(status.success());
+}
+
+/// A SQLite file with a damaged page (a torn copy, a restore over a stale WAL) is refused
+/// by `serve` before it writes: SQLite notices corruption only on the pages a statement
+/// reads, and a torn copy was served, answered `/healthz` and acknowledged new events.
+#[tokio::test]
+async fn serve_refuses_a_corrupt_sqlite_file_before_writing_into_it() {
+    use std::io::{Seek, SeekFrom};
+    let db = TestDb::create(Backend::Sqlite).await;
+    let migrated = traqlyte(&["migrate", "--database-url", &db.url], "");
+    assert!(migrated.status.success(), "{migrated:?}");
+    let (root, page_size): (i64, i64) = {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.url))
+            .await
+            .expect("open");
+        let root: i64 = sqlx::query_scalar(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' LIMIT 1",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("an index of events");
+        let size: i64 = sqlx::query_scalar("PRAGMA page_size")
+            .fetch_one(&mut conn)
+            .await
+            .expect("page size");
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&mut conn)
+            .await
+            .expect("checkpoint");
+        conn.close().await.expect("close");
+        (root, size)
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db.url)
+        .expect("open the file");
+    file.seek(SeekFrom::Start(((root - 1) * page_size) as u64))
+        .expect("seek");
+    file.write_all(&vec![0xA5u8; page_size as usize])
+        .expect("damage a page");
+    drop(file);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args([
+            "serve",
+            "--database-url",
+            &db.url,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("serve kept serving a corrupt file");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("the SQLite file is corrupt"), "{stderr}");
+    assert!(stderr.contains(".backup"), "{stderr}");
 }

@@ -18,6 +18,7 @@ crate::on_both_backends!(
     requests_hyper_refuses_are_answered_in_the_json_error_shape,
     a_client_that_pipelines_and_never_reads_is_closed_after_the_idle_timeout,
     an_error_answered_before_the_body_is_read_says_the_connection_closes,
+    a_body_broken_off_or_framed_wrongly_is_400_incomplete_body,
 );
 
 /// The head of the response to `request` sent on `stream` (the body, if any, not read).
@@ -378,4 +379,69 @@ async fn a_client_that_pipelines_and_never_reads_is_closed_after_the_idle_timeou
         started.elapsed()
     );
     drop(stuck);
+}
+
+/// A body that breaks off (the client half-closes before its `Content-Length`, or before
+/// the last chunk) or whose chunked framing is wrong is `400 incomplete_body`, nothing
+/// written. It was `413 body_too_large` ("larger than the limit of 1048576 bytes") for
+/// 20 bytes, a status clients take as final.
+async fn a_body_broken_off_or_framed_wrongly_is_400_incomplete_body(backend: Backend) {
+    let app = app(backend, |_| {}).await;
+    app.register_checkout_contract().await;
+    let event = crate::helpers::checkout_event("broken").to_string();
+    let head = |framing: &str| {
+        format!(
+            "POST /events/checkout_completed HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n{framing}\r\n\r\n",
+            app.key
+        )
+    };
+    let cases = [
+        (
+            "a chunk size that is not hex",
+            format!(
+                "{}zz\r\n{event}\r\n0\r\n\r\n",
+                head("Transfer-Encoding: chunked")
+            ),
+        ),
+        (
+            "a half-close before the Content-Length",
+            format!(
+                "{}{}",
+                head(&format!("Content-Length: {}", event.len() + 80)),
+                event
+            ),
+        ),
+        (
+            "a half-close before the last chunk",
+            format!(
+                "{}{:x}\r\n{event}\r\n",
+                head("Transfer-Encoding: chunked"),
+                event.len()
+            ),
+        ),
+    ];
+    for (what, request) in cases {
+        let mut stream = connect(&app).await;
+        let (mut reader, mut writer) = stream.split();
+        let write = async {
+            let _ = writer.write_all(request.as_bytes()).await;
+            let _ = writer.shutdown().await;
+        };
+        let read = async {
+            let mut received = Vec::new();
+            let _ = reader.read_to_end(&mut received).await;
+            received
+        };
+        let ((), received) =
+            tokio::time::timeout(CLOSED_WITHIN, async { tokio::join!(write, read) })
+                .await
+                .unwrap_or_else(|_| panic!("{what}: no complete answer in time"));
+        let (head, body) = split_head(&received)
+            .unwrap_or_else(|| panic!("{what}: no response head in {received:?}"));
+        assert_eq!(status_of(&head), 400, "{what}: {head}");
+        let json: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|err| panic!("{what}: body is not JSON ({err}): {body:?}"));
+        assert_eq!(json["error"]["code"], "incomplete_body", "{what}: {json}");
+    }
+    assert_eq!(app.checkout_stats().await.0, 0);
 }

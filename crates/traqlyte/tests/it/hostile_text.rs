@@ -10,7 +10,7 @@ use sqlx::Connection;
 use crate::helpers::{checkout_contract, checkout_event, spawn_app, Backend, TestApp};
 
 crate::on_both_backends!(
-    nul_in_campaign_text_is_refused_naming_the_field_and_writes_nothing,
+    nul_and_invisible_characters_in_campaign_text_are_refused_naming_the_field,
     nul_in_assignment_and_outcome_fields_is_refused_before_any_lookup,
     a_batch_rejects_only_its_items_with_nul_or_out_of_range_values,
     nul_in_path_segments_and_query_values_is_a_400_naming_the_parameter,
@@ -98,7 +98,9 @@ fn assert_refused(answer: &crate::helpers::Answer, status: StatusCode, code: &st
     assert_eq!(answer.body["error"]["field"], field, "{}", answer.body);
 }
 
-async fn nul_in_campaign_text_is_refused_naming_the_field_and_writes_nothing(backend: Backend) {
+async fn nul_and_invisible_characters_in_campaign_text_are_refused_naming_the_field(
+    backend: Backend,
+) {
     let app = spawn_app(backend).await;
     let mut body = json!({
         "key": "k", "name": "Check\u{0}out",
@@ -112,6 +114,25 @@ async fn nul_in_campaign_text_is_refused_naming_the_field_and_writes_nothing(bac
         "invalid_campaign",
         "name",
     );
+    // A right-to-left override (or any invisible character) would make the name, and the
+    // campaign page around it, read as something else.
+    for hidden in ["Checkout \u{202E}1v", "Check\u{200B}out", "Check\nout"] {
+        body["name"] = json!(hidden);
+        let refused = app.post_json("/campaigns", &body).await;
+        assert_refused(
+            &refused,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_campaign",
+            "name",
+        );
+        assert!(
+            refused.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("invisible")),
+            "{}",
+            refused.body
+        );
+    }
     body["name"] = json!("Checkout");
     body["arms"][1]["key"] = json!("treat\u{0}ment");
     let refused = app.post_json("/campaigns", &body).await;

@@ -23,6 +23,7 @@ crate::on_both_backends!(
     bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing,
     an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_reason,
     a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing,
+    a_retry_that_gained_a_user_id_after_identify_is_a_duplicate,
     a_revoked_source_is_refused_at_once_by_another_server_process,
     bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
     bindings_are_checked_against_the_campaign_and_immutable,
@@ -324,8 +325,8 @@ async fn every_v1_route_stores_its_message_type_with_the_key_in_basic_auth_or_th
 /// The paths other official libraries post to store exactly as the documented ones:
 /// `/v1/import` (Ruby, Java, classic Android) and analytics.js's `/v1/t` … `/v1/b`, whose
 /// bodies come as `text/plain` with the write key inside. Browsers post from any site,
-/// so every answer of the tracking routes, errors included, allows any origin, and a
-/// preflight is answered; the rest of the API answers no CORS at all.
+/// so every answer of the tracking routes, errors included, allows the page's origin with
+/// credentials, and a preflight is answered; the rest of the API answers no CORS at all.
 async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(backend: Backend) {
     let app = spawn_app(backend).await;
     let key = create_source(&app, "web");
@@ -376,7 +377,7 @@ async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(
         assert_eq!(response.status(), StatusCode::OK, "{short}");
         assert_eq!(
             response.headers()["access-control-allow-origin"],
-            "*",
+            origin,
             "{short}"
         );
         let body: Value = response.json().await.expect("JSON");
@@ -396,7 +397,7 @@ async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(
         .await
         .expect("POST /v1/b");
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    assert_eq!(response.headers()["access-control-allow-origin"], origin);
     let answer = post_v1(&app, "/v1/import", Some(&key), &batch(["i-1", "i-2"])).await;
     assert_eq!(answer.body, json!({"success": true}));
     assert_eq!(segment_stats(&app).await, (10, 6, 0));
@@ -431,7 +432,7 @@ async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(
     .await
     .expect("POST");
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
-    assert_eq!(refused.headers()["access-control-allow-origin"], "*");
+    assert_eq!(refused.headers()["access-control-allow-origin"], origin);
     // Its challenge names the scheme the tracking routes take.
     assert_eq!(
         refused.headers()["www-authenticate"],
@@ -457,15 +458,35 @@ async fn the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones(
             preflight.status()
         );
         let headers = preflight.headers();
-        assert_eq!(headers["access-control-allow-origin"], "*", "{path}");
+        // The origin answered back, credentials allowed: `navigator.sendBeacon` sends in
+        // credentials mode `include`, where a browser refuses `*` and a JSON beacon was
+        // never sent.
+        assert_eq!(headers["access-control-allow-origin"], origin, "{path}");
+        assert_eq!(
+            headers["access-control-allow-credentials"], "true",
+            "{path}"
+        );
         assert_eq!(headers["access-control-allow-methods"], "POST", "{path}");
         assert_eq!(
             headers["access-control-allow-headers"], "content-type,authorization",
             "{path}"
         );
         assert_eq!(headers["access-control-max-age"], "86400", "{path}");
-        assert!(headers.get("access-control-allow-credentials").is_none());
     }
+    // A NUL in the query is refused before the route's own layers: readable by the page.
+    let refused = browser_post(
+        "/v1/t?x=%00",
+        &json!({"writeKey": key, "event": "x", "userId": "u"}),
+    )
+    .send()
+    .await
+    .expect("POST");
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(refused.headers()["access-control-allow-origin"], origin);
+    assert_eq!(
+        refused.headers()["access-control-expose-headers"],
+        "retry-after"
+    );
     // Nothing else of the API answers CORS: a page may not read it or preflight it.
     let native = app
         .client
@@ -778,6 +799,59 @@ async fn a_reused_message_id_with_other_content_is_a_collision_and_changes_nothi
         collisions.body["collisions"].as_array().map(Vec::len),
         Some(1)
     );
+}
+
+/// analytics.js 2.0's default delivery sets `userId` on each attempt: an anonymous
+/// message whose answer was lost is retried, after the page's `identify()`, with the new
+/// `userId` under the same `messageId`. A retry (the first delivery kept), in another
+/// request or in the same batch; it was `409 collision`, which the library drops and the
+/// collision log and alerts reported. A `userId` changed from one value to another, or
+/// another `anonymousId`, still collides.
+async fn a_retry_that_gained_a_user_id_after_identify_is_a_duplicate(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let message = |id: &str, anonymous: &str, user: Value| {
+        json!({"type": "track", "messageId": id, "event": "Signup Started",
+               "anonymousId": anonymous, "userId": user, "properties": {"plan": "pro"},
+               "timestamp": "2026-12-06T17:00:00.000Z", "sentAt": "2026-12-06T17:00:00.050Z",
+               "_metadata": {"bundled": ["Segment.io"]}})
+    };
+    let post = |body: Value| {
+        let app = &app;
+        let key = key.clone();
+        async move { post_v1(app, "/v1/track", Some(&key), &body).await }
+    };
+    let first = post(message("ajs-1", "anon-1", Value::Null)).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let mut retried = message("ajs-1", "anon-1", json!("user-1"));
+    retried["sentAt"] = json!("2026-12-06T17:00:03.000Z");
+    retried["_metadata"]["retryCount"] = json!(1);
+    let answer = post(retried.clone()).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (1, 1, 0));
+    // The first delivery without the field at all, the retry with it.
+    let mut absent = message("ajs-2", "anon-1", Value::Null);
+    absent.as_object_mut().map(|m| m.remove("userId"));
+    assert_eq!(post(absent).await.status, StatusCode::OK);
+    let answer = post(message("ajs-2", "anon-1", json!("user-1"))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (2, 2, 0));
+    // Both in one batch: one stored, one duplicate.
+    let batch = json!({"batch": [message("ajs-3", "anon-1", Value::Null), message("ajs-3", "anon-1", json!("user-1"))]});
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (3, 3, 0));
+    // The anonymous first delivery is met by a retry under whichever user signed in.
+    let answer = post(message("ajs-1", "anon-1", json!("user-2"))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    // Still collisions: a user replaced by another, another device.
+    let answer = post(message("ajs-4", "anon-1", json!("user-1"))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let answer = post(message("ajs-4", "anon-1", json!("user-2"))).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
+    let answer = post(message("ajs-4", "anon-2", Value::Null)).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (4, 4, 2));
 }
 
 async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: Backend) {
@@ -1641,7 +1715,11 @@ async fn a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry() 
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     let headers = response.headers().clone();
     assert_eq!(headers["retry-after"], "1");
-    assert_eq!(headers["access-control-allow-origin"], "*");
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "http://shop.example"
+    );
+    assert_eq!(headers["access-control-allow-credentials"], "true");
     let answer: Value = response.json().await.expect("JSON");
     assert_eq!(answer["error"]["code"], "request_timeout", "{answer}");
     app.execute_sql("DROP TRIGGER slow_events ON events").await;

@@ -23,6 +23,7 @@ on_both_backends!(
     a_login_link_whose_session_could_not_be_stored_still_works,
     a_link_into_another_tenant_asks_before_replacing_a_session,
     the_campaign_page_shows_one_versions_report_when_asked_as_the_api_does,
+    a_page_opened_without_its_cookie_comes_back_to_itself_once_logged_in,
 );
 
 const HOSTILE_NAME: &str = "Checkout <script>alert(1)</script> & \"friends\"";
@@ -1245,4 +1246,55 @@ async fn a_login_link_whose_session_could_not_be_stored_still_works(backend: Bac
     assert!(opened.headers().get("set-cookie").is_some());
     let again = open().await.expect("get");
     assert_eq!(again.status(), StatusCode::UNAUTHORIZED, "single use");
+}
+
+/// A page asked for without the session cookie is sent to the login form with its query
+/// kept (`?version=2` was dropped); a browser that is logged in but arrived from another
+/// site (whose navigation carries no `SameSite=Strict` cookie) is moved on by a page of
+/// ours, a same-site request with the cookie; and the login form opened with a live
+/// session goes on to the page instead of asking for the key again.
+async fn a_page_opened_without_its_cookie_comes_back_to_itself_once_logged_in(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let client = without_redirects();
+    let created = create_campaign(&app).await;
+    let published = app
+        .post_json(&format!("/campaigns/{created}/publish"), &json!({}))
+        .await;
+    assert!(published.status.is_success(), "{}", published.body);
+    let page = format!("/ui/campaigns/{created}?version=1");
+    let anonymous = client.get(app.url(&page)).send().await.expect("get");
+    assert_eq!(anonymous.status(), StatusCode::SEE_OTHER);
+    let login = format!("/ui/login?next=/ui/campaigns/{created}%3Fversion%3D1");
+    assert_eq!(location(&anonymous), login);
+    let from_elsewhere = client
+        .get(app.url(&page))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(from_elsewhere.status(), StatusCode::OK);
+    let hop = from_elsewhere.text().await.expect("text");
+    assert!(
+        hop.contains(&format!(
+            "content=\"0;url={}\"",
+            login.replace('&', "&amp;")
+        )),
+        "{hop}"
+    );
+    let session = form_session(&client, &app, &app.key).await;
+    let back = client
+        .get(app.url(&login))
+        .header("cookie", &session)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(back.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&back), page);
+    let shown = client
+        .get(app.url(&page))
+        .header("cookie", &session)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(shown.status(), StatusCode::OK);
 }
