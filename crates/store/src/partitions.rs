@@ -553,7 +553,10 @@ impl Store {
                     day + 1
                 ),
             ] {
-                sqlx::query(&sql).execute(&mut *conn).await?;
+                sqlx::query(&sql)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(busy_on_lock_timeout)?;
             }
         }
         if !plan.detach.is_empty() {

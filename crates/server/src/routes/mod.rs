@@ -395,14 +395,20 @@ async fn json_errors(request: Request, next: Next) -> Response {
         s if s.is_server_error() => "internal",
         _ => "bad_request",
     };
-    let message = if text.trim().is_empty() {
-        parts
+    let message = match parts.status {
+        // The route exists; which methods it takes is the `Allow` header's (axum adds it
+        // outside this layer, so it is not known here).
+        StatusCode::METHOD_NOT_ALLOWED => {
+            format!(
+                "{method} is not a method of {path}: its Allow header names the methods it takes"
+            )
+        }
+        _ if text.trim().is_empty() => parts
             .status
             .canonical_reason()
             .unwrap_or("error")
-            .to_string()
-    } else {
-        text
+            .to_string(),
+        _ => text,
     };
     let mut rewritten = match query_refusal(parts.status, &message) {
         Some(err) => err.into_response(),

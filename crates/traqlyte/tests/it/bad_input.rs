@@ -315,6 +315,23 @@ fn cases() -> Vec<Case> {
 async fn bad_input_gets_a_clear_error_and_writes_nothing(backend: Backend) {
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
+    // A wrong method's answer says the route exists and where its methods are named (it
+    // said "Method Not Allowed" only).
+    let response = app
+        .client
+        .put(app.url("/events/checkout_completed"))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(response.headers()["allow"], "POST");
+    let body: Value = response.json().await.expect("JSON");
+    assert_eq!(
+        body["error"]["message"],
+        "PUT is not a method of /events/checkout_completed: its Allow header names the methods it takes",
+        "{body}"
+    );
     let before = app.get("/stats").await.body;
     for case in cases() {
         let method = reqwest::Method::from_bytes(case.method.as_bytes()).expect("method");
