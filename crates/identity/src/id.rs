@@ -65,7 +65,7 @@ pub struct Identified {
     /// Fingerprints of earlier deliveries of this event that the sender is known to
     /// change in flight (a stored row with one of them is met as a retry, not a
     /// collision); empty for every contract but `segment.message`
-    /// ([`crate::segment::identify`]: a retry that gained a `userId`).
+    /// (`segment::identify_message`: a retry that gained a `userId`).
     pub retry_of: Vec<Fingerprint>,
 }
 

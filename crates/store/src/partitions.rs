@@ -32,7 +32,7 @@ const MAINTAIN_LOCK_TIMEOUT_MS: u32 = 5_000;
 /// A detach waits at most this long for `events`: it needs `ACCESS EXCLUSIVE`, so every
 /// insert and read queues behind it while it waits. Those of a `pg_dump` (a read lock
 /// for hours), a long report or a backfill dry run held it to the 5 s of
-/// [`MAINTAIN_LOCK_TIMEOUT_MS`], a write stall once a minute for as long as they ran.
+/// `MAINTAIN_LOCK_TIMEOUT_MS`, a write stall once a minute for as long as they ran.
 /// Giving up is cheap: the day stays attached (its index maintained a little longer)
 /// and the next run retries.
 pub const DETACH_LOCK_TIMEOUT_MS: u32 = 200;
