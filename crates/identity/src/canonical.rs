@@ -132,6 +132,35 @@ pub fn jcs_object<'a>(members: impl Iterator<Item = (&'a str, &'a Value)>) -> Ve
     out
 }
 
+/// [`jcs`] of `value`, and, when `value` is an object with a member `key`, the byte range
+/// of that member (`"key":value`, without a separating comma): a caller can derive the
+/// bytes of the same object with that member changed or left out without writing the
+/// rest again (the member order is the same whatever its value).
+pub fn jcs_marking(value: &Value, key: &str) -> (Vec<u8>, Option<std::ops::Range<usize>>) {
+    let Value::Object(map) = value else {
+        return (jcs(value), None);
+    };
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    entries.sort_unstable_by(|a, b| key_order(a.0, b.0));
+    let mut out = Vec::with_capacity(256);
+    let mut span = None;
+    out.push(b'{');
+    for (index, (name, item)) in entries.into_iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        let start = out.len();
+        write_string(name, &mut out);
+        out.push(b':');
+        write_jcs(item, &mut out);
+        if name == key {
+            span = Some(start..out.len());
+        }
+    }
+    out.push(b'}');
+    (out, span)
+}
+
 /// RFC 8785 member order: by UTF-16 code units.
 pub fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
     a.encode_utf16().cmp(b.encode_utf16())

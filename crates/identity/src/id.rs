@@ -47,6 +47,11 @@ impl Fingerprint {
     pub(crate) fn of(content: &Value) -> Fingerprint {
         Fingerprint(sha256_hex(&canonical::jcs(content)))
     }
+
+    /// The fingerprint whose canonical bytes `hasher` has been fed.
+    pub(crate) fn of_hasher(hasher: Sha256) -> Fingerprint {
+        Fingerprint(hex(&hasher.finalize()))
+    }
 }
 
 /// An event identified under a contract.

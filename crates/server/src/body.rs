@@ -595,7 +595,18 @@ async fn collect(
         let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
         let data = match frame {
             None => break,
-            Some(Err(err)) => return Err(Unread::Broken(err.to_string())),
+            Some(Err(err)) => {
+                // hyper's message is generic ("error reading a body from connection"); the
+                // reason is in its sources.
+                let mut why = err.to_string();
+                let mut source = std::error::Error::source(&err);
+                while let Some(cause) = source {
+                    why.push_str(": ");
+                    why.push_str(&cause.to_string());
+                    source = cause.source();
+                }
+                return Err(Unread::Broken(why));
+            }
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => data,
                 // Trailers carry no body bytes.

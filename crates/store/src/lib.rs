@@ -150,9 +150,10 @@ pub enum StoreError {
     CorruptFile(String),
     /// A partition due to leave the horizon was not detached: a transaction holding a
     /// lock on `events` did not end within
-    /// [`partitions::DETACH_LOCK_TIMEOUT_MS`]. Nothing was changed.
+    /// [`partitions::DETACH_LOCK_TIMEOUT_MS`]. It stays attached; creations of the same
+    /// run were committed before.
     #[error(
-        "partition {table} was not detached: a transaction reading or writing `events` (a long report, a pg_dump, a backfill dry run) held its lock past {} ms; nothing was changed, and the next maintenance run (every minute in `serve`) tries again",
+        "partition {table} was not detached: a transaction reading or writing `events` (a long report, a pg_dump, a backfill dry run) held its lock past {} ms; it stays attached (days this run created stay created), and the next maintenance run (every minute in `serve`) tries again",
         partitions::DETACH_LOCK_TIMEOUT_MS
     )]
     DetachWaiting {
@@ -490,8 +491,9 @@ impl Store {
     }
 
     /// On SQLite, `PRAGMA quick_check`: every page of the file read once (about a second
-    /// a gigabyte), so a torn copy is refused before a server writes into it and
-    /// acknowledges writes it may lose; SQLite only notices corruption on the pages a
+    /// a gigabyte), so a torn copy is refused before a command writes into it and
+    /// acknowledges writes it may lose ([`Store::migrate`] runs it first, so `serve`,
+    /// `consume nats`, `backfill` and every other writing command do); SQLite only notices corruption on the pages a
     /// statement happens to read, and a torn copy served, answered `/healthz`, and
     /// acknowledged new events. Nothing on PostgreSQL (its own checks are the
     /// operator's, `amcheck`).

@@ -137,6 +137,9 @@ impl crate::Store {
     /// (`0001_foundation`, …); safe to run from several processes at once. Fails without
     /// changing anything when an applied migration's file was edited.
     pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
+        // Every command that writes migrates first: none writes into a torn SQLite file
+        // (`serve` refused one that `consume nats` still wrote into).
+        self.check_integrity().await?;
         // Nothing to apply (every restart): decided by reads alone, without the write
         // transaction, which on SQLite waits for another process's write lock (a long
         // backfill) and fails past the busy timeout, keeping a server from starting.

@@ -569,6 +569,15 @@ impl Store {
         for &day in &plan.detach {
             let table = partition_table(day);
             for sql in [
+                // The day's rows are checked against its range here, while only its own
+                // table is locked: attaching it to `events_detached` below, with
+                // `events` locked by the detach, then skips that scan (a reviewer saw
+                // inserts wait 613 ms behind the attach of an 846 MB day).
+                format!(
+                    "ALTER TABLE {table} ADD CONSTRAINT {table}_day
+                       CHECK (occurred_day IS NOT NULL AND occurred_day >= {day} AND occurred_day < {})",
+                    day + 1
+                ),
                 format!("ALTER TABLE events DETACH PARTITION {table}"),
                 format!(
                     "ALTER TABLE events_detached ATTACH PARTITION {table} FOR VALUES FROM ({day}) TO ({})",

@@ -453,10 +453,6 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let store = Store::connect(&store_config)
         .await
         .with_context(|| format!("connect to {}", redact(&args.db.database_url)))?;
-    store
-        .check_integrity()
-        .await
-        .context("check the database file")?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), database = %database_shown(&args.db.database_url), applied = ?applied, "database ready");
     let config = ServerConfig {

@@ -557,7 +557,7 @@ fn safe_next(next: Option<&str>) -> &str {
             .all(|b| b.is_ascii_alphanumeric() || b"/_-.~".contains(&b))
         && query
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.~=&%+,".contains(&b));
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.~=&%+,:".contains(&b));
     if safe {
         page
     } else {
@@ -714,6 +714,10 @@ mod tests {
             (
                 Some("/ui/ops?from=2026-12-06T10%3A00%3A00Z"),
                 "/ui/ops?from=2026-12-06T10%3A00%3A00Z",
+            ),
+            (
+                Some("/ui/ops?since=2026-12-06T10:00:00Z"),
+                "/ui/ops?since=2026-12-06T10:00:00Z",
             ),
             (Some("/ui/ops?x=//evil.example"), DEFAULT_PAGE),
             (Some("/ui/ops?x=a\r\nSet-Cookie: x"), DEFAULT_PAGE),

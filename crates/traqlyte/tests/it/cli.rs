@@ -869,4 +869,27 @@ async fn serve_refuses_a_corrupt_sqlite_file_before_writing_into_it() {
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("the SQLite file is corrupt"), "{stderr}");
     assert!(stderr.contains(".backup"), "{stderr}");
+    // Every command that writes checks first (`consume nats` stored into such a file).
+    let lines =
+        std::env::temp_dir().join(format!("traqlyte_it_corrupt_{}.ndjson", std::process::id()));
+    std::fs::write(&lines, "{}\n").expect("write");
+    let path = lines.to_str().expect("utf-8 path").to_string();
+    let backfill = traqlyte(
+        &[
+            "backfill",
+            "--tenant",
+            "t",
+            "--contract",
+            "c",
+            "--file",
+            &path,
+            "--database-url",
+            &db.url,
+        ],
+        "",
+    );
+    let _ = std::fs::remove_file(&lines);
+    let stderr = String::from_utf8_lossy(&backfill.stderr);
+    assert!(!backfill.status.success(), "{stderr}");
+    assert!(stderr.contains("the SQLite file is corrupt"), "{stderr}");
 }

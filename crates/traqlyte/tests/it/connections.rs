@@ -442,6 +442,9 @@ async fn a_body_broken_off_or_framed_wrongly_is_400_incomplete_body(backend: Bac
         let json: Value = serde_json::from_slice(&body)
             .unwrap_or_else(|err| panic!("{what}: body is not JSON ({err}): {body:?}"));
         assert_eq!(json["error"]["code"], "incomplete_body", "{what}: {json}");
+        // hyper's own reason, from the error's sources, not only its generic message.
+        let message = json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("connection: "), "{what}: {message}");
     }
     assert_eq!(app.checkout_stats().await.0, 0);
 }
