@@ -189,7 +189,7 @@ pub(crate) fn report(report: &Report, tenant: &str) -> String {
     let arm_keys: Vec<&str> = report.arms.iter().map(|a| a.key.as_str()).collect();
     let control = report.control().map_or(MISSING, |a| a.key.as_str());
     let body = html! {
-        h1 data-field="name" { bdi { (report.name) } }
+        h1 { bdi data-field="name" { (report.name) } }
         p.meta {
             "key " code { (report.key) } " · id " code { (report.campaign_id) } " · "
             (report.versions) " published version(s) · "

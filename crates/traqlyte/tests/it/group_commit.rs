@@ -212,7 +212,12 @@ async fn app(backend: Backend, enabled: bool) -> TestApp {
         request_timeout_ms: 300_000,
         ..ServerConfig::default()
     };
-    spawn_app_with(backend, config).await
+    // Nor may a write wait out SQLite's 10 s busy timeout and be answered `503 store_busy`
+    // (seen once, with group commit off, on a machine running two test suites at once).
+    crate::helpers::spawn_app_with_store(backend, config, |store| {
+        store.sqlite_busy_timeout_ms = 300_000;
+    })
+    .await
 }
 
 /// What both apps hold before the concurrent requests: the contract, 50 events, a
