@@ -245,6 +245,11 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
         "Messages the NATS consumer has yet to fetch (its lag)",
     ),
     (
+        "traqlyte_nats_dead_letters_total",
+        Kind::Counter,
+        "Messages the NATS consumer recorded as dead letters, per stream and reason",
+    ),
+    (
         "traqlyte_webhook_deliveries_total",
         Kind::Counter,
         "Webhook deliveries, per result",
@@ -455,6 +460,16 @@ pub fn record_batch_size(kind: &'static str, n: usize) {
 }
 
 /// Sets the pending-message gauge of a NATS consumer (its lag).
+/// Counts one message the NATS consumer recorded as a dead letter, by stream and reason
+/// (a fixed set of codes): an alert needs it, where `GET /deadletters` must be polled.
+pub(crate) fn record_dead_letter(stream: &str, reason: &str) {
+    if !enabled() {
+        return;
+    }
+    let labels = bounded("nats", &["stream", "reason"], &[stream, reason]);
+    metrics::counter!("traqlyte_nats_dead_letters_total", labels).increment(1);
+}
+
 pub(crate) fn record_consumer_pending(stream: &str, consumer: &str, pending: u64) {
     if !enabled() {
         return;

@@ -91,13 +91,7 @@ async fn a_gzip_file_and_standard_input_with_stderr_closed_are_backfilled_whole(
     let bytes = std::fs::read(&gzip.0).expect("read");
     let cut = Ndjson(plain.0.with_extension("cut.ndjson.gz"));
     std::fs::write(&cut.0, &bytes[..bytes.len() * 2 / 3]).expect("write");
-    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
-        .args(["backfill", "--tenant", "test tenant"])
-        .args(["--contract", "checkout_completed", "--file"])
-        .arg(&cut.0)
-        .args(["--database-url", app.database_url()])
-        .output()
-        .expect("run traqlyte backfill");
+    let output = backfill_checkouts(&app, &cut.0);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
@@ -182,6 +176,17 @@ async fn a_backfill_under_an_older_version_meets_the_events_stored_under_it(back
     );
 }
 
+/// Runs `traqlyte backfill` of `file` into `checkout_completed`, without `--json`.
+fn backfill_checkouts(app: &TestApp, file: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["backfill", "--tenant", "test tenant"])
+        .args(["--contract", "checkout_completed", "--file"])
+        .arg(file)
+        .args(["--database-url", app.database_url()])
+        .output()
+        .expect("run traqlyte backfill")
+}
+
 /// Runs `traqlyte backfill … --json` and reads its summary.
 fn backfill(app: &TestApp, contract: &str, file: &std::path::Path, dry_run: bool) -> Value {
     let mut command = Command::new(env!("CARGO_BIN_EXE_traqlyte"));
@@ -245,13 +250,7 @@ async fn a_backfill_writes_a_batch_again_after_a_deadlock() {
     assert_eq!(app.checkout_stats().await.0, 3);
 
     let refused = Ndjson::new(&[checkout_event("order_refused").to_string()]);
-    let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
-        .args(["backfill", "--tenant", "test tenant", "--contract"])
-        .args(["checkout_completed", "--file"])
-        .arg(&refused.0)
-        .args(["--database-url", app.database_url()])
-        .output()
-        .expect("run traqlyte backfill");
+    let output = backfill_checkouts(&app, &refused.0);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(

@@ -87,6 +87,29 @@ async fn app(backend: Backend, tweak: impl FnOnce(&mut ServerConfig)) -> TestApp
     spawn_app_with(backend, config).await
 }
 
+/// Everything the server sends on a new connection given `request` (written while the
+/// answer is read: the server may answer before it read the whole request), then, with
+/// `half_close`, the end of the client's side; until the server closes.
+async fn exchange(app: &TestApp, request: &[u8], half_close: bool, what: &str) -> Vec<u8> {
+    let mut stream = connect(app).await;
+    let (mut reader, mut writer) = stream.split();
+    let write = async {
+        let _ = writer.write_all(request).await;
+        if half_close {
+            let _ = writer.shutdown().await;
+        }
+    };
+    let read = async {
+        let mut received = Vec::new();
+        let _ = reader.read_to_end(&mut received).await;
+        received
+    };
+    let ((), received) = tokio::time::timeout(CLOSED_WITHIN, async { tokio::join!(write, read) })
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no complete answer in time"));
+    received
+}
+
 async fn connect(app: &TestApp) -> TcpStream {
     let address = app.address.trim_start_matches("http://");
     TcpStream::connect(address).await.expect("connect")
@@ -302,21 +325,7 @@ async fn requests_hyper_refuses_are_answered_in_the_json_error_shape(backend: Ba
         ),
     ];
     for (what, request, status, code) in cases {
-        let mut stream = connect(&app).await;
-        let (mut reader, mut writer) = stream.split();
-        // Write while reading: the server may answer before it read the whole request.
-        let write = async {
-            let _ = writer.write_all(&request).await;
-        };
-        let read = async {
-            let mut received = Vec::new();
-            let _ = reader.read_to_end(&mut received).await;
-            received
-        };
-        let ((), received) =
-            tokio::time::timeout(CLOSED_WITHIN, async { tokio::join!(write, read) })
-                .await
-                .unwrap_or_else(|_| panic!("{what}: no complete answer in time"));
+        let received = exchange(&app, &request, false, what).await;
         let (head, body) = split_head(&received)
             .unwrap_or_else(|| panic!("{what}: no response head in {received:?}"));
         assert_eq!(status_of(&head), status, "{what}: {head}");
@@ -421,21 +430,7 @@ async fn a_body_broken_off_or_framed_wrongly_is_400_incomplete_body(backend: Bac
         ),
     ];
     for (what, request) in cases {
-        let mut stream = connect(&app).await;
-        let (mut reader, mut writer) = stream.split();
-        let write = async {
-            let _ = writer.write_all(request.as_bytes()).await;
-            let _ = writer.shutdown().await;
-        };
-        let read = async {
-            let mut received = Vec::new();
-            let _ = reader.read_to_end(&mut received).await;
-            received
-        };
-        let ((), received) =
-            tokio::time::timeout(CLOSED_WITHIN, async { tokio::join!(write, read) })
-                .await
-                .unwrap_or_else(|_| panic!("{what}: no complete answer in time"));
+        let received = exchange(&app, request.as_bytes(), true, what).await;
         let (head, body) = split_head(&received)
             .unwrap_or_else(|| panic!("{what}: no response head in {received:?}"));
         assert_eq!(status_of(&head), 400, "{what}: {head}");

@@ -292,7 +292,7 @@ async fn serve_consumes_the_stream_with_its_own_ingestion_limits(backend: Backen
     deep["extra"] = nested;
     let body = serde_json::to_vec(&deep).expect("JSON");
     publish(&js, "traqlyte.checkout_completed", &body, "m-deep").await;
-    let _server = crate::helpers::ServerProcess::start(
+    let server = crate::helpers::ServerProcess::start(
         app.database_url(),
         &[
             "--nats-url",
@@ -315,6 +315,23 @@ async fn serve_consumes_the_stream_with_its_own_ingestion_limits(backend: Backen
     .await;
     wait_until_drained(&js).await;
     assert_no_dead_letters(&app).await;
+    // A dead letter is counted where an alert can see it (it was in the log and
+    // `GET /deadletters` only).
+    publish(&js, "traqlyte.checkout_completed", b"{not json", "m-poison").await;
+    wait_for_letters(&app, 1).await;
+    let samples = crate::metrics::scrape_at(&app, &server.address).await;
+    let letters: Vec<_> = samples
+        .iter()
+        .filter(|s| s.name == "traqlyte_nats_dead_letters_total")
+        .map(|s| {
+            (
+                s.labels["stream"].as_str(),
+                s.labels["reason"].as_str(),
+                s.value,
+            )
+        })
+        .collect();
+    assert_eq!(letters, [(STREAM, "invalid_json", 1.0)]);
 }
 
 async fn a_poison_message_is_dead_lettered_and_the_rest_flow(backend: Backend) {
@@ -888,7 +905,61 @@ crate::on_both_backends!(
     a_consumer_refuses_a_durable_that_could_drop_a_message_unstored,
     messages_larger_than_the_batch_byte_bound_are_pulled_alone,
     serve_consumes_the_stream_with_its_own_ingestion_limits,
+    a_deleted_durable_is_created_again_and_one_edited_unsafely_stops_the_consumer,
 );
+
+/// The durable deleted while the consumer runs (an operator's clean-up) is created again
+/// as at start: the stream is delivered from its start, what is stored counts as
+/// duplicates, and messages published since are stored. The consumer went silent for
+/// good. A durable edited to a setting the start refuses (`max_deliver`, which lets
+/// JetStream drop a message Nak'd through a database outage) stops the consumer with the
+/// start's refusal; it went on, and a review lost five messages that way.
+async fn a_deleted_durable_is_created_again_and_one_edited_unsafely_stops_the_consumer(
+    backend: Backend,
+) {
+    let (app, nats, js) = setup(backend).await;
+    publish_orders(&js, 10, 0).await;
+    let mut consumer = ConsumerProcess::start_logged(&app, &nats.url, &[]);
+    wait_for(&app, "the first orders", |(stored, _)| stored == 10).await;
+    let stream = js.get_stream(STREAM).await.expect("stream");
+    stream
+        .delete_consumer(DURABLE)
+        .await
+        .expect("delete the durable");
+    for i in 10..15 {
+        let body = serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
+        publish(&js, "traqlyte.checkout_completed", &body, &format!("m-{i}")).await;
+    }
+    wait_for(
+        &app,
+        "orders after the durable was deleted",
+        |(stored, dup)| stored == 15 && dup == 10,
+    )
+    .await;
+    assert!(consumer.running(), "{}", consumer.log_text());
+    let mut config = durable_info(&js).await.config;
+    config.max_deliver = 2;
+    stream
+        .create_consumer(config)
+        .await
+        .expect("edit the durable");
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    while consumer.running() {
+        assert!(
+            Instant::now() < deadline,
+            "the consumer went on with max_deliver 2: {}",
+            consumer.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = consumer.child.wait().expect("wait");
+    assert!(!status.success(), "{}", consumer.log_text());
+    assert!(
+        consumer.log_text().contains("max_deliver 2"),
+        "{}",
+        consumer.log_text()
+    );
+}
 
 /// A batch is stored one transaction per contract. When a later contract's transaction
 /// fails, the messages of those that committed are acked, and only the rest come back:

@@ -142,10 +142,10 @@ pub async fn run(
             url: without_credentials(&config.url),
             cause: e.to_string(),
         })?;
-    let consumer = durable_consumer(client.clone(), &config).await?;
+    let mut consumer = durable_consumer(client.clone(), &config).await?;
     // The durable's own ack wait (an existing one keeps its own, whatever this
     // process was given).
-    let progress_every = progress_interval(consumer.cached_info().config.ack_wait);
+    let mut progress_every = progress_interval(consumer.cached_info().config.ack_wait);
     tracing::info!(stream = %config.stream, durable = %config.durable, tenant = %tenant, "consuming");
     let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -164,10 +164,19 @@ pub async fn run(
     let mut last_full = false;
     let mut prefetched: Option<Vec<Message>> = None;
     let mut lag_sampled: Option<std::time::Instant> = None;
+    let mut refused: Option<ConsumerError> = None;
     while !*stopping.borrow() {
         if lag_sampled.is_none_or(|at| at.elapsed() >= LAG_SAMPLE_EVERY) {
             lag_sampled = Some(std::time::Instant::now());
-            sample_lag(&consumer, &worker.config).await;
+            let checked =
+                check_durable(&client, &mut consumer, &worker.config, &mut progress_every).await;
+            worker.progress_every = progress_every;
+            if let Err(err) = checked {
+                // As at start: what was fetched is stored first, then the process stops.
+                tracing::error!(error = %err, "the durable consumer can no longer be used; stopping");
+                refused = Some(err);
+                break;
+            }
         }
         let batch = match prefetched.take() {
             Some(batch) => batch,
@@ -222,7 +231,7 @@ pub async fn run(
         }
     }
     tracing::info!(durable = %worker.config.durable, "consumer stopped");
-    Ok(())
+    refused.map_or(Ok(()), Err)
 }
 
 /// How long stopping waits for the last acks to reach the NATS server.
@@ -231,16 +240,58 @@ const ACK_FLUSH_MAX: Duration = Duration::from_secs(5);
 /// How often the consumer's lag (`num_pending`) is sampled for `GET /metrics`.
 const LAG_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
-/// Sets the lag gauge from the consumer's info (one request to the server).
-async fn sample_lag(consumer: &PullConsumer, config: &NatsConfig) {
+/// Reads the durable's info (one request to the server): sets the lag gauge, refuses
+/// settings edited since the start ([`refuse_unsafe`]), takes a new ack wait's progress
+/// interval, and creates the durable again, as at start, when it no longer exists (deleted
+/// by an operator, or with its stream): every later pull would end without a message and
+/// the consumer would have stopped for good, its lag gauge frozen, saying nothing.
+async fn check_durable(
+    client: &async_nats::Client,
+    consumer: &mut PullConsumer,
+    config: &NatsConfig,
+    progress_every: &mut Duration,
+) -> Result<(), ConsumerError> {
     match consumer.get_info().await {
-        Ok(info) => crate::metrics::record_consumer_pending(
-            &config.stream,
-            &config.durable,
-            info.num_pending,
-        ),
-        Err(err) => tracing::debug!(error = %err, "consumer info unavailable; lag not sampled"),
+        Ok(info) => {
+            crate::metrics::record_consumer_pending(
+                &config.stream,
+                &config.durable,
+                info.num_pending,
+            );
+            refuse_unsafe(config, &info.config)?;
+            let every = progress_interval(info.config.ack_wait);
+            if every != *progress_every {
+                tracing::info!(
+                    ack_wait_ms = info.config.ack_wait.as_millis() as u64,
+                    "the durable's ack wait changed; batches in progress are reported at its new pace"
+                );
+                *progress_every = every;
+            }
+            Ok(())
+        }
+        Err(err) if is_gone(&err.to_string()) => {
+            tracing::warn!(
+                durable = %config.durable,
+                stream = %config.stream,
+                error = %err,
+                "the durable consumer no longer exists; creating it again as at start: it delivers the stream from its first message, and what is stored already is counted as duplicates"
+            );
+            *consumer = durable_consumer(client.clone(), config).await?;
+            *progress_every = progress_interval(consumer.cached_info().config.ack_wait);
+            Ok(())
+        }
+        Err(err) => {
+            tracing::debug!(error = %err, "consumer info unavailable; lag not sampled");
+            Ok(())
+        }
     }
+}
+
+/// Whether a consumer-info error says the durable (or its stream) is gone, not that the
+/// server is out of reach.
+fn is_gone(error: &str) -> bool {
+    let error = error.to_ascii_lowercase();
+    error.contains("consumer not found") || error.contains("stream not found")
 }
 
 /// The stream's durable pull consumer, created with explicit acks when absent; an
@@ -272,14 +323,27 @@ async fn durable_consumer(
         .get_or_create_consumer(&config.durable, wanted)
         .await
         .map_err(|e| consumer_error(&e))?;
-    let policy = consumer.cached_info().config.ack_policy;
+    refuse_unsafe(config, &consumer.cached_info().config)?;
+    Ok(consumer)
+}
+
+/// Refuses a durable whose settings would lose, skip or truncate messages: another ack
+/// policy than explicit, a delivery limit, headers only, a filter, another deliver or
+/// replay policy. Checked at start and every [`LAG_SAMPLE_EVERY`] after it: nats-server
+/// lets each be edited on a live durable (a review edited `max_deliver` to 2 during a
+/// database outage: five messages were dropped unstored, no dead letter).
+fn refuse_unsafe(
+    config: &NatsConfig,
+    existing: &async_nats::jetstream::consumer::Config,
+) -> Result<(), ConsumerError> {
+    let policy = existing.ack_policy;
     if policy != AckPolicy::Explicit {
         return Err(ConsumerError::NotExplicitAck {
             durable: config.durable.clone(),
             policy: format!("{policy:?}"),
         });
     }
-    let max_deliver = consumer.cached_info().config.max_deliver;
+    let max_deliver = existing.max_deliver;
     if max_deliver > 0 {
         return Err(ConsumerError::LimitedDeliveries {
             durable: config.durable.clone(),
@@ -289,7 +353,6 @@ async fn durable_consumer(
     // An existing durable is taken as it is: one made for another purpose could deliver
     // headers only (every message dead-lettered empty, then termed), a filtered part of
     // the stream, only new messages, or at the original publish pace.
-    let existing = &consumer.cached_info().config;
     let setting = |setting, found: String, needed| ConsumerError::ConsumerSetting {
         durable: config.durable.clone(),
         setting,
@@ -324,7 +387,7 @@ async fn durable_consumer(
             "replay_policy instant",
         ));
     }
-    Ok(consumer)
+    Ok(())
 }
 
 /// Messages delivered and not yet acked, across every process on the durable consumer.
@@ -628,6 +691,9 @@ impl Worker {
         self.store
             .insert_dead_letters(&self.tenant, &letters)
             .await?;
+        for letter in &letters {
+            crate::metrics::record_dead_letter(&letter.stream, &letter.reason);
+        }
         Ok(counts)
     }
 
