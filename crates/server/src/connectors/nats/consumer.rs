@@ -276,9 +276,25 @@ async fn check_durable(
                 error = %err,
                 "the durable consumer no longer exists; creating it again as at start: it delivers the stream from its first message, and what is stored already is counted as duplicates"
             );
-            *consumer = durable_consumer(client.clone(), config).await?;
-            *progress_every = progress_interval(consumer.cached_info().config.ack_wait);
-            Ok(())
+            match durable_consumer(client.clone(), config).await {
+                Ok(created) => {
+                    *consumer = created;
+                    *progress_every = progress_interval(consumer.cached_info().config.ack_wait);
+                    Ok(())
+                }
+                // A durable found with settings the start refuses: as at start.
+                Err(
+                    err @ (ConsumerError::NotExplicitAck { .. }
+                    | ConsumerError::LimitedDeliveries { .. }
+                    | ConsumerError::ConsumerSetting { .. }),
+                ) => Err(err),
+                // The stream gone too, or the cluster electing a leader: said, and tried
+                // again at the next check, never a reason to stop.
+                Err(err) => {
+                    tracing::warn!(error = %err, "the durable consumer could not be created again; trying again in 5 s");
+                    Ok(())
+                }
+            }
         }
         Err(err) => {
             tracing::debug!(error = %err, "consumer info unavailable; lag not sampled");
