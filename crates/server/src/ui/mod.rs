@@ -539,8 +539,9 @@ fn session_cookie(headers: &HeaderMap) -> Option<UiToken> {
 }
 
 /// Only a page of the UI itself: no other host, no scheme, no `//`, no `..`, no odd
-/// characters (no `%` either: a browser resolves `%2e%2e` as `..`). Anything else becomes the campaign index, so a crafted link cannot
-/// redirect a freshly logged-in user elsewhere.
+/// characters in its path (no `%` either: a browser resolves `%2e%2e` as `..`), and a
+/// query of plain characters and percent escapes. Anything else becomes the campaign
+/// index, so a crafted link cannot redirect a freshly logged-in user elsewhere.
 fn safe_next(next: Option<&str>) -> &str {
     let Some(page) = next else {
         return DEFAULT_PAGE;
