@@ -258,32 +258,54 @@ fn tracking_routes() -> Router<AppState> {
         .layer(tracking_cors())
 }
 
-/// Each tracking path and its handler.
+/// The paths of [`tracking_routes`], in [`tracking_table`]'s order.
+const TRACKING_PATHS: [&str; 16] = [
+    "/v1/track",
+    "/v1/identify",
+    "/v1/page",
+    "/v1/screen",
+    "/v1/group",
+    "/v1/alias",
+    "/v1/batch",
+    "/v1/import",
+    "/v1/import/",
+    "/v1/t",
+    "/v1/i",
+    "/v1/p",
+    "/v1/s",
+    "/v1/g",
+    "/v1/a",
+    "/v1/b",
+];
+
+/// Each tracking path ([`TRACKING_PATHS`]) and its handler.
 fn tracking_table() -> [(&'static str, MethodRouter<AppState>); 16] {
     use crate::connectors::segment;
-    [
-        ("/v1/track", post(segment::track)),
-        ("/v1/identify", post(segment::identify)),
-        ("/v1/page", post(segment::page)),
-        ("/v1/screen", post(segment::screen)),
-        ("/v1/group", post(segment::group)),
-        ("/v1/alias", post(segment::alias)),
-        ("/v1/batch", post(segment::batch)),
-        ("/v1/import", post(segment::import)),
-        ("/v1/import/", post(segment::import_slash)),
-        ("/v1/t", post(segment::track_short)),
-        ("/v1/i", post(segment::identify_short)),
-        ("/v1/p", post(segment::page_short)),
-        ("/v1/s", post(segment::screen_short)),
-        ("/v1/g", post(segment::group_short)),
-        ("/v1/a", post(segment::alias_short)),
-        ("/v1/b", post(segment::batch_short)),
-    ]
+    let handlers = [
+        post(segment::track),
+        post(segment::identify),
+        post(segment::page),
+        post(segment::screen),
+        post(segment::group),
+        post(segment::alias),
+        post(segment::batch),
+        post(segment::import),
+        post(segment::import_slash),
+        post(segment::track_short),
+        post(segment::identify_short),
+        post(segment::page_short),
+        post(segment::screen_short),
+        post(segment::group_short),
+        post(segment::alias_short),
+        post(segment::batch_short),
+    ];
+    let mut paths = TRACKING_PATHS.into_iter();
+    handlers.map(|handler| (paths.next().unwrap_or_default(), handler))
 }
 
 /// Whether `path` is one of [`tracking_routes`] (asked only of an error answer).
 fn is_tracking_path(path: &str) -> bool {
-    path.starts_with("/v1/") && tracking_table().iter().any(|(tracked, _)| *tracked == path)
+    TRACKING_PATHS.contains(&path)
 }
 
 /// CORS of the tracking routes: any origin may post (a write key is public in every page
@@ -338,7 +360,11 @@ async fn not_found(request: Request) -> ApiError {
 async fn json_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let origin = request.headers().get(axum::http::header::ORIGIN).cloned();
+    // Read only for the tracking routes' errors (`add_tracking_cors`), all under `/v1/`.
+    let origin = path
+        .starts_with("/v1/")
+        .then(|| request.headers().get(axum::http::header::ORIGIN).cloned())
+        .flatten();
     let (request, body_read) = crate::body::tracked(request);
     let mut response = next.run(request).await;
     let status = response.status();
