@@ -72,6 +72,10 @@ pub struct Identified {
     /// collision); empty for every contract but `segment.message`
     /// (`segment::identify_message`: a retry that gained a `userId`).
     pub retry_of: Vec<Fingerprint>,
+    /// This delivery is an anonymous `segment.message` (an `anonymousId`, no `userId`):
+    /// a stored row of its id that differs only by a `userId` gained is a later attempt
+    /// of it that arrived first ([`Identified::is_earlier_attempt_of`]).
+    pub may_precede_identify: bool,
 }
 
 impl Identified {
@@ -92,7 +96,18 @@ impl Identified {
             identity_bytes,
             occurred_at_us,
             retry_of: Vec::new(),
+            may_precede_identify: false,
         }
+    }
+
+    /// Whether this delivery is an earlier attempt of the stored row whose payload is
+    /// `stored_payload`, the one stored having been changed in flight: the reverse of
+    /// [`Identified::retry_of`], for a retry stored before its original (a request held
+    /// up in a proxy while the client retried). Asked only of a would-be collision; false
+    /// for every contract but `segment.message`.
+    pub fn is_earlier_attempt_of(&self, stored_payload: &str) -> bool {
+        self.may_precede_identify
+            && crate::segment::anonymous_forms_of_stored(stored_payload).contains(&self.fingerprint)
     }
 }
 

@@ -267,6 +267,7 @@ pub fn identify_message_owned(
     let mut identified =
         message_contract().identify_with_fingerprint(Value::Object(projection), fingerprint)?;
     identified.retry_of = retry_of;
+    identified.may_precede_identify = fields.user_id.is_none() && fields.anonymous_id.is_some();
     let corrected = corrected_timestamp(envelope.received_at_us, sent_at, fields.timestamp_us);
     if !crate::timestamp::writable_in_rfc3339(corrected) {
         return Err(SegmentError::Invalid {
@@ -422,6 +423,41 @@ fn fingerprints_without_transport(
             ],
         )
     })
+}
+
+/// The fingerprints of the anonymous attempts (`userId` `null`, and absent) of a stored
+/// message that carries both ids: [`fingerprints_without_transport`]'s alternates,
+/// computed from the row's payload after undoing what [`stored_payload`] added (the
+/// corrected `timestamp` and `receivedAt`; the client's `timestamp` back from
+/// `originalTimestamp`). Empty for a payload without both ids. A payload that cannot be
+/// undone exactly (a client that sent `originalTimestamp` itself) gives fingerprints no
+/// delivery has: a collision, as before, never a wrong duplicate.
+pub(crate) fn anonymous_forms_of_stored(stored: &str) -> Vec<Fingerprint> {
+    let Ok(Value::Object(mut map)) = serde_json::from_str::<Value>(stored) else {
+        return Vec::new();
+    };
+    let id = |field: &str| {
+        map.get(field)
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+    };
+    let (Some(user_id), Some(anonymous_id)) = (id("userId"), id("anonymousId")) else {
+        return Vec::new();
+    };
+    map.remove("receivedAt");
+    map.remove("timestamp");
+    if let Some(original) = map.remove("originalTimestamp") {
+        map.insert("timestamp".into(), original);
+    }
+    let fields = Fields {
+        message_id: None,
+        event: None,
+        user_id: Some(user_id),
+        anonymous_id: Some(anonymous_id),
+        timestamp_us: None,
+    };
+    fingerprints_without_transport(&mut Value::Object(map), &fields).1
 }
 
 fn fingerprint_without_transport(content: &mut Value) -> Fingerprint {
@@ -801,6 +837,64 @@ mod tests {
         assert!(fingerprints_without_transport(&mut content, &anonymous)
             .1
             .is_empty());
+    }
+
+    /// From the stored payload of a message with both ids (its client `timestamp` and
+    /// without, context merged from the batch), the fingerprints of its anonymous
+    /// attempts (`userId` `null`, and absent) as identified when they arrive; none for a
+    /// stored message that is anonymous itself.
+    #[test]
+    fn the_anonymous_forms_of_a_stored_message_are_those_its_anonymous_attempts_have() {
+        let context = json!({"ip": "10.0.0.1"});
+        let context = context.as_object();
+        let envelope = |received_at_us: i64| Envelope {
+            source: "src_1",
+            received_at_us,
+            route_type: None,
+            sent_at: Some("2026-12-06T17:00:01Z"),
+            context,
+        };
+        for timestamp in [Some("2026-12-06T17:00:00.000Z"), None] {
+            let mut message = json!({"type": "track", "messageId": "m", "event": "E",
+                "anonymousId": "a", "userId": "u", "properties": {"n": 1.5},
+                "sentAt": "2026-12-06T17:00:03Z", "writeKey": "k", "_metadata": {"r": 1}});
+            if let Some(timestamp) = timestamp {
+                message["timestamp"] = json!(timestamp);
+            }
+            let stored =
+                identify_message(&message, &envelope(1_796_000_000_000_000)).expect("valid");
+            let forms = anonymous_forms_of_stored(&stored.payload.to_string());
+            assert_eq!(forms.len(), 2, "{timestamp:?}");
+            let mut null = message.clone();
+            null["userId"] = Value::Null;
+            let mut absent = message.clone();
+            absent.as_object_mut().map(|m| m.remove("userId"));
+            for anonymous in [null, absent] {
+                let early =
+                    identify_message(&anonymous, &envelope(1_795_000_000_000_000)).expect("valid");
+                assert!(early.identified.may_precede_identify);
+                assert!(early
+                    .identified
+                    .is_earlier_attempt_of(&stored.payload.to_string()));
+            }
+            let mut other = message.clone();
+            other["userId"] = Value::Null;
+            other["properties"]["n"] = json!(2);
+            let other = identify_message(&other, &envelope(1)).expect("valid");
+            assert!(!other
+                .identified
+                .is_earlier_attempt_of(&stored.payload.to_string()));
+            assert!(!stored.identified.may_precede_identify);
+            let anonymous =
+                identify_message(&message_without_user(&message), &envelope(1)).expect("valid");
+            assert!(anonymous_forms_of_stored(&anonymous.payload.to_string()).is_empty());
+        }
+    }
+
+    fn message_without_user(message: &Value) -> Value {
+        let mut message = message.clone();
+        message["userId"] = Value::Null;
+        message
     }
 
     /// A message that is not an object is refused as a whole: no field, and a message a

@@ -122,6 +122,7 @@ pub fn resolve<'a>(
         } else if row.fingerprint == event.identified.fingerprint
             || row.superseded_by.contains(&event.identified.fingerprint)
             || event.identified.retry_of.contains(&row.fingerprint)
+            || is_earlier_attempt(batch, first, event, row)
         {
             resolution.duplicates += 1;
             EventOutcome::Duplicate
@@ -142,6 +143,26 @@ pub fn resolve<'a>(
         resolution.outcomes.push(outcome);
     }
     Ok(resolution)
+}
+
+/// Whether `event` is an earlier attempt of the row held for its id, which a retry
+/// changed in flight reached first (`Identified::is_earlier_attempt_of`): the row this
+/// batch inserted is judged by its candidate's alternates, a row stored before by its
+/// payload (read on the collision path only).
+fn is_earlier_attempt(batch: &Batch<'_>, first: usize, event: &NewEvent, row: &Held) -> bool {
+    if !event.identified.may_precede_identify {
+        return false;
+    }
+    match &row.payload {
+        Some(stored) => event.identified.is_earlier_attempt_of(stored),
+        None => {
+            row.inserted_here
+                && batch.events[first]
+                    .identified
+                    .retry_of
+                    .contains(&event.identified.fingerprint)
+        }
+    }
 }
 
 /// Ids of stored rows (not inserted by this batch) that some input of the batch collides

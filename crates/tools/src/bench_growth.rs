@@ -180,6 +180,7 @@ fn synthetic_event(slice: usize, index: usize, day_us: i64) -> Result<NewEvent> 
             identity_bytes: Vec::new(),
             occurred_at_us: Some(day_us + (index as i64 % 3_600) * 1_000_000),
             retry_of: Vec::new(),
+            may_precede_identify: false,
         },
         payload,
     })

@@ -24,6 +24,7 @@ crate::on_both_backends!(
     an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_reason,
     a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing,
     a_retry_that_gained_a_user_id_after_identify_is_a_duplicate,
+    a_retry_with_a_user_id_stored_before_its_anonymous_original_makes_it_a_duplicate,
     a_revoked_source_is_refused_at_once_by_another_server_process,
     bound_track_events_become_outcomes_once_and_unassigned_units_are_counted,
     bindings_are_checked_against_the_campaign_and_immutable,
@@ -852,6 +853,76 @@ async fn a_retry_that_gained_a_user_id_after_identify_is_a_duplicate(backend: Ba
     let answer = post(message("ajs-4", "anon-2", Value::Null)).await;
     assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
     assert_eq!(segment_stats(&app).await, (4, 4, 2));
+}
+
+/// The same retry reordered in flight: the anonymous first attempt held up (a proxy, a
+/// slow network) while analytics.js, its answer late, retried with the `userId` that
+/// `identify()` set since; the retry is stored first. The original arriving after it is
+/// a duplicate, in another request, in the same batch, and for a message without a
+/// `timestamp` of its own; it was a `409 collision`. Content changed otherwise, another
+/// device, a retry with another user still collide.
+async fn a_retry_with_a_user_id_stored_before_its_anonymous_original_makes_it_a_duplicate(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "web");
+    let message = |id: &str, anonymous: &str, user: Value| {
+        json!({"type": "track", "messageId": id, "event": "Signup Started",
+               "anonymousId": anonymous, "userId": user, "properties": {"plan": "pro"},
+               "timestamp": "2026-12-06T17:00:00.000Z", "sentAt": "2026-12-06T17:00:03.000Z",
+               "_metadata": {"retryCount": 1}})
+    };
+    let post = |body: Value| {
+        let app = &app;
+        let key = key.clone();
+        async move { post_v1(app, "/v1/track", Some(&key), &body).await }
+    };
+    let original = |id: &str| {
+        let mut original = message(id, "anon-1", Value::Null);
+        original["sentAt"] = json!("2026-12-06T17:00:00.050Z");
+        original.as_object_mut().map(|m| m.remove("_metadata"));
+        original
+    };
+    for (id, without_user) in [("ajs-1", false), ("ajs-2", true)] {
+        let answer = post(message(id, "anon-1", json!("user-1"))).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        let mut late = original(id);
+        if without_user {
+            late.as_object_mut().map(|m| m.remove("userId"));
+        }
+        let answer = post(late).await;
+        assert_eq!(answer.status, StatusCode::OK, "{id}: {}", answer.body);
+    }
+    assert_eq!(segment_stats(&app).await, (2, 2, 0));
+    // In one batch, the retry first.
+    let batch = json!({"batch": [message("ajs-3", "anon-1", json!("user-1")), original("ajs-3")]});
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (3, 3, 0));
+    // No timestamp of its own: the stored one is the corrected arrival time.
+    let timeless = |user: Value| {
+        let mut timeless = message("ajs-4", "anon-1", user);
+        timeless.as_object_mut().map(|m| m.remove("timestamp"));
+        timeless
+    };
+    assert_eq!(post(timeless(json!("user-1"))).await.status, StatusCode::OK);
+    let answer = post(timeless(Value::Null)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (4, 4, 0));
+    // Still collisions: other properties, another device.
+    assert_eq!(
+        post(message("ajs-5", "anon-1", json!("user-1")))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let mut changed = original("ajs-5");
+    changed["properties"]["plan"] = json!("free");
+    let answer = post(changed).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
+    let answer = post(message("ajs-5", "anon-2", Value::Null)).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (5, 4, 2));
 }
 
 async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: Backend) {
