@@ -961,6 +961,31 @@ async fn a_deleted_durable_is_created_again_and_one_edited_unsafely_stops_the_co
     );
 }
 
+/// A durable made with `max_ack_pending: 1` (safe, but one message a fetch, a commit
+/// each) was taken without a word: the consumer says why it is slow, and stores all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_durable_whose_pending_cap_is_below_the_batch_is_warned_of_and_consumed() {
+    let (app, nats, js) = setup(Backend::Sqlite).await;
+    let stream = js.get_stream(STREAM).await.expect("stream");
+    stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some(DURABLE.to_string()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            max_ack_pending: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("create the durable");
+    publish_orders(&js, 10, 0).await;
+    let consumer = ConsumerProcess::start_logged(&app, &nats.url, &[]);
+    wait_for(&app, "every order", |(stored, _)| stored == 10).await;
+    let warned = consumer.log_events(
+        "the durable's max_ack_pending is below the batch size: each fetch, across every process on it, gets at most that many messages; raise it (nats consumer edit) to store whole batches",
+    );
+    assert_eq!(warned.len(), 1, "{}", consumer.log_text());
+    assert_eq!(warned[0]["max_ack_pending"], 1, "{}", consumer.log_text());
+}
+
 /// A batch is stored one transaction per contract. When a later contract's transaction
 /// fails, the messages of those that committed are acked, and only the rest come back:
 /// replayed, a committed collision was logged again (a second webhook alert, the

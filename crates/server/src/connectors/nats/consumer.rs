@@ -340,7 +340,24 @@ async fn durable_consumer(
         .await
         .map_err(|e| consumer_error(&e))?;
     refuse_unsafe(config, &consumer.cached_info().config)?;
+    warn_slow(config, &consumer.cached_info().config);
     Ok(consumer)
+}
+
+/// Warns of an existing durable whose settings lose nothing but throttle it: a
+/// `max_ack_pending` below the batch size caps every fetch at that many messages (`1`:
+/// one message, one transaction, one commit each), shared by every process on the
+/// durable, and nothing else says why consumption is slow.
+fn warn_slow(config: &NatsConfig, existing: &async_nats::jetstream::consumer::Config) {
+    let pending = existing.max_ack_pending;
+    if pending > 0 && usize::try_from(pending).is_ok_and(|p| p < config.batch_messages_max) {
+        tracing::warn!(
+            durable = %config.durable,
+            max_ack_pending = pending,
+            batch_messages_max = config.batch_messages_max,
+            "the durable's max_ack_pending is below the batch size: each fetch, across every process on it, gets at most that many messages; raise it (nats consumer edit) to store whole batches"
+        );
+    }
 }
 
 /// Refuses a durable whose settings would lose, skip or truncate messages: another ack
