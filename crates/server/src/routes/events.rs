@@ -121,7 +121,7 @@ pub(crate) async fn post_one(
         let event_id = event.identified.event_id.as_str();
         match outcome {
             EventOutcome::Collision { stored_fingerprint } => {
-                Err(collision(&event, &stored_fingerprint))
+                Err(collision(contract.name().as_str(), &event, &stored_fingerprint))
             }
             other => {
                 tracing::debug!(tenant = %tenant, contract = %contract.name(), event_id, status = other.as_str(), "event stored");
@@ -221,7 +221,9 @@ pub(crate) async fn post_batch(
             EventOutcome::Duplicate => totals.duplicates += 1,
             EventOutcome::Collision { stored_fingerprint } => {
                 totals.collisions += 1;
-                result.error = Some(collision(event, stored_fingerprint).into_body());
+                result.error = Some(
+                    collision(contract.name().as_str(), event, stored_fingerprint).into_body(),
+                );
             }
         }
     }
@@ -474,17 +476,37 @@ async fn begin_batch(
     })
 }
 
-/// The 409 answer to a collision.
-pub(crate) fn collision(event: &NewEvent, stored_fingerprint: &Fingerprint) -> ApiError {
+/// The 409 answer to a collision of an event of the tenant's `contract`.
+pub(crate) fn collision(
+    contract: &str,
+    event: &NewEvent,
+    stored_fingerprint: &Fingerprint,
+) -> ApiError {
+    let event_id = event.identified.event_id.as_str();
+    collision_advised(
+        event,
+        stored_fingerprint,
+        &format!(
+            "If the stored event is wrong, correct it with an explicit supersession (POST /events/{contract}/{event_id}/supersessions with the corrected event), never by resending; \
+             if both events are real, the contract is missing an identity field: register a new contract version"
+        ),
+    )
+}
+
+/// The 409 answer to a collision, with `advice` on what to do (a built-in contract's
+/// events are neither superseded nor given new versions by the tenant).
+pub(crate) fn collision_advised(
+    event: &NewEvent,
+    stored_fingerprint: &Fingerprint,
+    advice: &str,
+) -> ApiError {
     let event_id = event.identified.event_id.as_str();
     ApiError::new(
         StatusCode::CONFLICT,
         "collision",
         format!(
             "a different event is already stored under id {event_id}: same identity fields, different content. \
-             Nothing was overwritten and this payload was logged as a collision. If the stored event is wrong, \
-             correct it with an explicit supersession (POST /events/{{contract}}/{event_id}/supersessions with the corrected event), never by resending; \
-             if both events are real, the contract is missing an identity field: register a new contract version"
+             Nothing was overwritten and this payload was logged as a collision. {advice}"
         ),
     )
     .with_event_collision(

@@ -18,7 +18,7 @@ use traqlyte_identity::openlineage::{
 use traqlyte_store::{Direction, EventOutcome, NewEvent, NodeRef, RunEventRow, TenantId, Walk};
 use utoipa::{IntoParams, ToSchema};
 
-use super::events::{admit, begin_ingest, collision};
+use super::events::{admit, begin_ingest, collision_advised};
 use crate::auth::{Tenant, WriteTenant};
 use crate::body::read_run_event;
 use crate::{ApiError, AppState};
@@ -108,7 +108,14 @@ pub(crate) async fn post_event(
         );
         let event_id = row.event.identified.event_id.as_str();
         if let EventOutcome::Collision { stored_fingerprint } = &outcome {
-            return Err(collision(&row.event, stored_fingerprint));
+            return Err(collision_advised(
+                &row.event,
+                stored_fingerprint,
+                "It is listed by GET /contracts/openlineage.run_event/collisions. Run events are not corrected \
+                 by supersession (the run's next event carries its state), and the built-in contract takes no new \
+                 version: two RUNNING or OTHER events of one run that differ only in observation facets (output \
+                 statistics, say) share an identity under its version 1 (docs/lineage.md); a custom facet keeps them apart",
+            ));
         }
         tracing::debug!(tenant = %tenant, event_id, run_id = %row.identity.run_id, status = outcome.as_str(), "run event stored");
         let body = LineageAck {
@@ -263,9 +270,9 @@ pub(crate) async fn graph(
     Tenant(tenant): Tenant,
     Query(query): Query<GraphQuery>,
 ) -> Result<Json<MarquezGraph>, ApiError> {
-    let start = node(query.node_id.as_deref(), "nodeId")?;
+    let readings = node(query.node_id.as_deref(), "nodeId")?;
     let depth = depth(query.depth.as_deref(), &state)?;
-    let walk = walk(&state, &tenant, &start, depth, true).await?;
+    let walk = walk(&state, &tenant, &readings, depth, true).await?;
     // Each node's edges, gathered in one pass: looked up per node by scanning every edge,
     // a walk of 10,000 nodes and 50,000 edges cost about 10⁹ comparisons.
     let mut edges: HashMap<&NodeRef, (Vec<MarquezEdge>, Vec<MarquezEdge>)> = HashMap::new();
@@ -332,9 +339,9 @@ async fn flat(
     Query(query): Query<WalkQuery>,
     direction: Direction,
 ) -> Result<Json<WalkAnswer>, ApiError> {
-    let start = node(query.node.as_deref(), "node")?;
+    let readings = node(query.node.as_deref(), "node")?;
     let depth = depth(query.depth.as_deref(), &state)?;
-    let walk = walk_one_way(&state, &tenant, &start, depth, direction).await?;
+    let (start, walk) = walk_one_way(&state, &tenant, &readings, depth, direction).await?;
     let nodes = walk
         .nodes
         .iter()
@@ -363,34 +370,35 @@ async fn flat(
 async fn walk_one_way(
     state: &AppState,
     tenant: &TenantId,
-    start: &NodeRef,
+    readings: &[NodeRef],
     depth: u32,
     direction: Direction,
-) -> Result<Walk, ApiError> {
-    ensure_exists(state, tenant, start, "node").await?;
+) -> Result<(NodeRef, Walk), ApiError> {
+    let start = held_reading(state, tenant, readings, "node").await?;
     // The walk counts its start node, which a flat list leaves out (`skip(1)`): one more,
     // so the list holds `lineage_nodes_max` nodes, as configured.
     let mut limits = limits(state, depth);
     limits.nodes_max = limits.nodes_max.saturating_add(1);
-    Ok(state
+    let walk = state
         .store
-        .lineage_walk(tenant, start, &[direction], limits, false)
-        .await?)
+        .lineage_walk(tenant, &start, &[direction], limits, false)
+        .await?;
+    Ok((start, walk))
 }
 
 async fn walk(
     state: &AppState,
     tenant: &TenantId,
-    start: &NodeRef,
+    readings: &[NodeRef],
     depth: u32,
     edges: bool,
 ) -> Result<Walk, ApiError> {
     // Only the Marquez-compatible graph walks both ways; it names the node `nodeId`.
-    ensure_exists(state, tenant, start, "nodeId").await?;
+    let start = held_reading(state, tenant, readings, "nodeId").await?;
     let both = [Direction::Upstream, Direction::Downstream];
     Ok(state
         .store
-        .lineage_walk(tenant, start, &both, limits(state, depth), edges)
+        .lineage_walk(tenant, &start, &both, limits(state, depth), edges)
         .await?)
 }
 
@@ -401,15 +409,22 @@ fn limits(state: &AppState, depth: u32) -> traqlyte_store::WalkLimits {
     }
 }
 
-async fn ensure_exists(
+/// The first of a node id's readings ([`NodeRef::readings`]) the tenant's graph holds:
+/// the last colon's, unless the name holds colons too.
+async fn held_reading(
     state: &AppState,
     tenant: &TenantId,
-    node: &NodeRef,
+    readings: &[NodeRef],
     field: &str,
-) -> Result<(), ApiError> {
-    if state.store.lineage_node_exists(tenant, node).await? {
-        return Ok(());
+) -> Result<NodeRef, ApiError> {
+    for reading in readings {
+        if state.store.lineage_node_exists(tenant, reading).await? {
+            return Ok(reading.clone());
+        }
     }
+    let Some(node) = readings.first() else {
+        return Err(invalid_node(field, ""));
+    };
     Err(ApiError::not_found(
         "node_not_found",
         format!(
@@ -445,19 +460,26 @@ fn marquez_node(
     }
 }
 
-fn node(text: Option<&str>, parameter: &'static str) -> Result<NodeRef, ApiError> {
+/// The readings of the node id in `parameter` ([`NodeRef::readings`]), never empty.
+fn node(text: Option<&str>, parameter: &'static str) -> Result<Vec<NodeRef>, ApiError> {
     let text = text.ok_or_else(|| {
         ApiError::new(StatusCode::BAD_REQUEST, "missing_parameter", format!("query parameter {parameter} is required, e.g. {parameter}=dataset:my-namespace:my.table"))
             .with_field(parameter)
     })?;
-    NodeRef::parse(text).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_node",
-            format!("{parameter} {text:?} must be dataset:{{namespace}}:{{name}} or job:{{namespace}}:{{name}}"),
-        )
-        .with_field(parameter)
-    })
+    let readings = NodeRef::readings(text);
+    if readings.is_empty() {
+        return Err(invalid_node(parameter, text));
+    }
+    Ok(readings)
+}
+
+fn invalid_node(parameter: &str, text: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_node",
+        format!("{parameter} {text:?} must be dataset:{{namespace}}:{{name}} or job:{{namespace}}:{{name}}"),
+    )
+    .with_field(parameter)
 }
 
 fn depth(text: Option<&str>, state: &AppState) -> Result<u32, ApiError> {

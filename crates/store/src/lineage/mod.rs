@@ -48,6 +48,10 @@ pub enum NodeKind {
     Job,
 }
 
+/// Most readings of one node id [`NodeRef::readings`] gives: each is one probe of an
+/// index when the id names nothing.
+pub const NODE_READINGS_MAX: usize = 16;
+
 /// A dataset or job by namespace and name (both NFC).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeRef {
@@ -79,6 +83,29 @@ impl NodeRef {
             namespace: canonical::nfc(namespace),
             name: canonical::nfc(name),
         })
+    }
+
+    /// Every reading of `id` when the namespace or the name holds a colon too: split at
+    /// each colon, from the last ([`NodeRef::parse`]'s) to the first, at most
+    /// [`NODE_READINGS_MAX`]. The API answers the id of a dataset named
+    /// `/warehouse/t/ts=2021-01-01 00:00:00` (a Hive partition), `proj:ds.tbl` (legacy
+    /// BigQuery) or `C:/data/x.csv` with the colons of its name; the caller takes the
+    /// first reading the graph holds, so such ids are accepted back.
+    pub fn readings(id: &str) -> Vec<NodeRef> {
+        let Some(first) = NodeRef::parse(id) else {
+            return Vec::new();
+        };
+        let kind = first.kind;
+        let rest = &id[first.kind_str().len() + 1..];
+        let mut readings = vec![first];
+        for (at, _) in rest.rmatch_indices(':').skip(1).take(NODE_READINGS_MAX - 1) {
+            readings.push(NodeRef {
+                kind,
+                namespace: canonical::nfc(&rest[..at]),
+                name: canonical::nfc(&rest[at + 1..]),
+            });
+        }
+        readings
     }
 
     /// `dataset:{namespace}:{name}` or `job:{namespace}:{name}`.

@@ -77,10 +77,17 @@ async fn a_collision_is_refused_logged_and_leaves_the_stored_row_unchanged(backe
     let answer = app.post_event(&different).await;
     assert_eq!(answer.status, StatusCode::CONFLICT);
     assert_eq!(answer.code(), "collision");
-    assert!(answer.body["error"]["message"]
-        .as_str()
-        .unwrap_or("")
-        .contains("supersession"));
+    // The route to correct it, with the contract's name (it read `/events/{contract}/`).
+    assert!(
+        answer.body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!(
+                "POST /events/checkout_completed/{event_id}/supersessions"
+            )),
+        "{}",
+        answer.body
+    );
     assert_eq!(
         answer.body["error"]["stored"]["event_id"],
         event_id.as_str()

@@ -27,6 +27,7 @@ crate::on_both_backends!(
     integers_beyond_2_to_the_53_in_facets_are_kept_exactly,
     run_events_have_their_own_size_and_depth_limits,
     a_runs_job_is_its_earliest_events_whatever_the_arrival_order,
+    every_node_id_the_api_answers_is_accepted_back_even_with_colons_in_its_name,
 );
 
 /// Recorded event ids of the corpus's complete RunEvents (as in the identity tests).
@@ -204,11 +205,20 @@ async fn invalid_corpus_events_are_refused_naming_the_field_and_write_nothing(ba
             answer.body
         );
     }
-    // 080 is 079's run with other (observation) facets: a collision, logged.
+    // 080 is 079's run with other (observation) facets: a collision, logged. Its
+    // message advises what this contract allows (it advised a supersession, `422` for
+    // run events, and a new version of the reserved contract).
     let answer = app.post_lineage(corpus_body("080")).await;
     assert_eq!(
         (answer.status, answer.code()),
         (StatusCode::CONFLICT, "collision")
+    );
+    let message = answer.body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("GET /contracts/openlineage.run_event/collisions")
+            && !message.contains("POST /events/")
+            && !message.contains("register a new contract version"),
+        "{message}"
     );
     let log = app.get("/contracts/openlineage.run_event/collisions").await;
     assert_eq!(log.status, StatusCode::OK, "{}", log.body);
@@ -466,6 +476,63 @@ async fn depth_beyond_the_configured_maximum_is_refused_naming_depth(backend: Ba
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{depth}");
         assert_eq!(answer.body["error"]["field"], "depth");
     }
+}
+
+/// Dataset names with colons of their own (a Hive partition's path, a legacy BigQuery
+/// table, a Windows path) beside namespaces with theirs: the ids the API answers for
+/// them answered `404 node_not_found` when sent back (split at their last colon), so a
+/// client following the graph's ids stopped midway. Each id answered is accepted back,
+/// on the flat walks and on the Marquez-shaped graph; an id that names nothing is still
+/// a `404`.
+async fn every_node_id_the_api_answers_is_accepted_back_even_with_colons_in_its_name(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let mut event = run_event("writer", 1, &[], &[]);
+    event["job"] = json!({"namespace": "airflow:prod", "name": "etl:daily"});
+    event["outputs"] = json!([
+        {"namespace": "hdfs://nn:8020", "name": "/warehouse/t/ts=2021-01-01 00:00:00"},
+        {"namespace": "bigquery", "name": "proj:ds.tbl"},
+        {"namespace": "file", "name": "C:/data/x.csv"},
+        {"namespace": "postgres://db:5432", "name": "public.orders"},
+    ]);
+    let answer = app.post_lineage(event.to_string()).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let job = "job:airflow:prod:etl:daily";
+    let outputs = app.walk("descendants", job, 1).await;
+    let ids: Vec<&str> = outputs.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "dataset:bigquery:proj:ds.tbl",
+            "dataset:file:C:/data/x.csv",
+            "dataset:hdfs://nn:8020:/warehouse/t/ts=2021-01-01 00:00:00",
+            "dataset:postgres://db:5432:public.orders",
+        ]
+    );
+    for id in ids {
+        let upstream = app.walk("ancestors", id, 1).await;
+        assert_eq!(upstream, [(job.to_string(), 1)], "{id}");
+        let graph = app
+            .get(&format!("/api/v1/lineage?nodeId={}&depth=1", encode(id)))
+            .await;
+        assert_eq!(graph.status, StatusCode::OK, "{id}: {}", graph.body);
+        assert_eq!(
+            graph.body["graph"].as_array().map(Vec::len),
+            Some(2),
+            "{id}"
+        );
+    }
+    let unknown = app
+        .get(&format!(
+            "/lineage/ancestors?node={}",
+            encode("dataset:bigquery:proj:ds.other")
+        ))
+        .await;
+    assert_eq!(
+        (unknown.status, unknown.code()),
+        (StatusCode::NOT_FOUND, "node_not_found")
+    );
 }
 
 async fn an_unknown_or_malformed_node_is_a_clear_error(backend: Backend) {
