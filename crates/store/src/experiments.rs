@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 use sqlx::Row;
 
-use crate::tx::{with_pool, with_tx};
+use crate::tx::{with_bounded_read, with_pool, with_tx};
 use crate::{Store, StoreError, TenantId};
 
 pub use traqlyte_experiments::report::{DuplicatesInBucket, UnitsByVersion};
@@ -202,7 +202,7 @@ impl Store {
         tenant: &TenantId,
         campaign_id: &CampaignId,
     ) -> Result<Vec<UnitsByVersion>, StoreError> {
-        with_pool!(self, reader, |pool| {
+        with_bounded_read!(self, |pool| {
             let query = sqlx::query_as(SELECT_UNITS_BY_VERSION)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str());
@@ -230,7 +230,7 @@ impl Store {
     ) -> Result<Vec<DuplicatesInBucket>, StoreError> {
         let sql = self
             .in_byte_order(&SELECT_DUPLICATES_OVER_TIME.replace("{version}", &of_version(version)));
-        with_pool!(self, reader, |pool| {
+        with_bounded_read!(self, |pool| {
             let query = sqlx::query_as(&sql)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str())
@@ -313,7 +313,7 @@ impl Store {
              WHERE u.tenant_id = $1 AND u.campaign_id = $2 GROUP BY a.version, u.metric, u.arm",
             per_arm_columns()
         );
-        with_pool!(self, reader, |pool| {
+        with_bounded_read!(self, |pool| {
             let rows = sqlx::query(&sql)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str())
@@ -400,7 +400,7 @@ impl Store {
         campaign_id: &CampaignId,
         metrics: &[MetricWindow],
     ) -> Result<HashMap<(String, String), MetricArmSums>, StoreError> {
-        with_pool!(self, reader, |pool| {
+        with_bounded_read!(self, |pool| {
             let mut query = sqlx::query(sql)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str());

@@ -362,7 +362,7 @@ pub struct StoreConfig {
     pub pool_connections_max: u32,
     /// How long a SQLite writer waits for another process's lock before failing.
     pub sqlite_busy_timeout_ms: u64,
-    /// How long one statement of a lineage walk may run before it is stopped
+    /// How long one statement of a lineage walk, or of a campaign report, may run before it is stopped
     /// ([`StoreError::QueryTimeout`]; PostgreSQL's `statement_timeout`, SQLite's progress
     /// handler); `serve` sets its request timeout.
     pub walk_timeout_ms: u64,

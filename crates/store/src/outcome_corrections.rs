@@ -16,7 +16,7 @@
 use traqlyte_experiments::{outcome_id, DedupeKey, OutcomeId};
 
 use crate::experiments::StoredOutcome;
-use crate::tx::{with_pool, with_tx, TxInner};
+use crate::tx::{with_bounded_read, with_pool, with_tx, TxInner};
 use crate::{AssignmentId, CampaignId, Store, StoreError, StoreTx, TenantId};
 
 /// One stored correction of an outcome.
@@ -292,13 +292,19 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let sql = match version {
             None => COUNT_CORRECTED.to_string(),
-            Some(_) => format!(
-                "{COUNT_CORRECTED} AND outcome_id IN (SELECT outcome_id FROM outcomes
-                   WHERE tenant_id = $1 AND campaign_id = $2{})",
-                crate::experiments::of_version(version)
+            // Driven from the corrections (rare), each probing its outcome and then its
+            // assignment by their keys: as a semi-join, a database without statistics
+            // yet planned corrections × outcomes × assignments (11,691 × 1,500 × 78 in
+            // a review: over a minute for one report).
+            Some(version) => format!(
+                "SELECT COUNT(*) FROM (SELECT DISTINCT outcome_id FROM outcome_supersessions
+                   WHERE tenant_id = $1 AND campaign_id = $2) s
+                 WHERE (SELECT a.version FROM assignments a WHERE a.tenant_id = $1
+                   AND a.assignment_id = (SELECT o.assignment_id FROM outcomes o
+                     WHERE o.tenant_id = $1 AND o.outcome_id = s.outcome_id LIMIT 1)) = {version}"
             ),
         };
-        with_pool!(self, reader, |pool| {
+        with_bounded_read!(self, |pool| {
             let query = sqlx::query_scalar(&sql)
                 .bind(tenant.as_str())
                 .bind(campaign_id.as_str());

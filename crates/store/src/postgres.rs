@@ -25,7 +25,7 @@ pub(crate) struct PgStore {
     /// Opened on first use and kept (renewing it would fail readiness on a cluster at
     /// `max_connections` while the API's pool still works).
     pub(crate) health: PgPool,
-    /// How long one statement of a lineage walk may run (`StoreConfig::walk_timeout_ms`).
+    /// How long one statement of a lineage walk or a report may run (`StoreConfig::walk_timeout_ms`).
     pub(crate) walk_timeout_ms: u64,
 }
 

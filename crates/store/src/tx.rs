@@ -64,7 +64,33 @@ macro_rules! with_pool {
     };
 }
 
-pub(crate) use {with_pool, with_tx};
+/// [`with_pool!`] for a read a request waits on (a campaign report's), `$conn` bound to
+/// the SQLite reader pool, or on PostgreSQL to a transaction of its own whose
+/// `statement_timeout` is the request timeout (`PgStore::begin_bounded_read`): a statement
+/// the request has given up on (answered `408`) is stopped by the database. It ran on,
+/// holding its pooled connection, and a review's 16 reloads of one slow report held every
+/// connection for minutes (writes of every tenant `503 store_busy`). Use `$conn` once.
+macro_rules! with_bounded_read {
+    ($store:expr, |$conn:ident| $body:expr) => {
+        match &$store.backend {
+            $crate::Backend::Sqlite(s) => {
+                let $conn = &s.reader;
+                $body
+            }
+            $crate::Backend::Postgres(p) => {
+                let mut tx = p.begin_bounded_read().await?;
+                let out = {
+                    let $conn: &mut sqlx::PgConnection = &mut *tx;
+                    $body
+                };
+                tx.commit().await?;
+                out
+            }
+        }
+    };
+}
+
+pub(crate) use {with_bounded_read, with_pool, with_tx};
 
 impl Store {
     /// Opens a write transaction (`BEGIN IMMEDIATE` on SQLite, so it holds the write lock

@@ -10,6 +10,22 @@ use crate::{StoreError, TenantId};
 const QUERY_CANCELED: &str = "57014";
 
 impl PgStore {
+    /// A transaction whose statements stop at the request timeout
+    /// (`StoreConfig::walk_timeout_ms`, PostgreSQL's `statement_timeout`): for reads a
+    /// request waits on, so the database stops when the client has been answered.
+    pub(crate) async fn begin_bounded_read(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(&format!(
+            "SET LOCAL statement_timeout = {}",
+            self.walk_timeout_ms.max(1)
+        ))
+        .execute(&mut *tx)
+        .await?;
+        Ok(tx)
+    }
+
     pub(crate) async fn level(
         &self,
         tenant: &TenantId,
@@ -25,13 +41,7 @@ impl PgStore {
         // A level of a busy graph can scan far more rows than it returns: bounded in time
         // like the request that asked, so PostgreSQL stops when the client has been
         // answered instead of running on (`StoreConfig::walk_timeout_ms`).
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(&format!(
-            "SET LOCAL statement_timeout = {}",
-            self.walk_timeout_ms.max(1)
-        ))
-        .execute(&mut *tx)
-        .await?;
+        let mut tx = self.begin_bounded_read().await?;
         let rows = sqlx::query_as(&text)
             .bind(tenant.as_str())
             .bind(&namespaces)

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use traqlyte_store::{
-    Assignment, AssignmentId, CampaignId, DedupeKey, NewOutcome, OutcomeResult, Store, TenantId,
-    TenantName, UnitId,
+    Assignment, AssignmentId, CampaignId, DedupeKey, NewOutcome, OutcomeResult, Store, StoreError,
+    TenantId, TenantName, UnitId,
 };
 
 use crate::db::{on_both_backends, Backend, TestDb};
@@ -314,4 +314,60 @@ async fn collisions_logged_before_migration_0027_are_counted_by_it(backend: Back
     );
     assert_eq!(counted(&db).await, EXPECTED);
     assert_the_report_reads_the_counts(&store, &tenant).await;
+}
+
+/// A report's reads stop at the request timeout on PostgreSQL (`walk_timeout_ms`, the
+/// store's bound on reads a request waits for), whatever holds them up: here a lock
+/// another session holds on the table each reads. They ran on after the request's `408`,
+/// each holding a pooled connection: a review's 16 reloads of a slow report (no table
+/// statistics yet) held every connection for minutes, and writes of every tenant were
+/// `503 store_busy`. The store's one connection serves the next read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reports_reads_stop_at_the_request_timeout_in_the_database() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let (_, tenant) = db.store_with_tenant().await;
+    let mut config = traqlyte_store::StoreConfig::new(&db.url);
+    config.pool_connections_max = 1;
+    config.walk_timeout_ms = 200;
+    let store = Store::connect(&config).await.expect("connect");
+    let campaign = CampaignId::try_from(CAMPAIGN).expect("campaign id");
+    for table in [
+        "unit_metrics",
+        "assignments",
+        "outcome_duplicates",
+        "outcome_supersessions",
+    ] {
+        let mut holder = db.raw().await;
+        holder
+            .execute(&format!(
+                "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+            ))
+            .await;
+        let reads = async {
+            let errors = [
+                store.units_by_version(&tenant, &campaign).await.err(),
+                store
+                    .duplicates_over_time(&tenant, &campaign, Some(1), HOUR_US, 10)
+                    .await
+                    .err(),
+                store
+                    .corrected_outcomes(&tenant, &campaign, Some(1))
+                    .await
+                    .err(),
+                store.report_sums_by_version(&tenant, &campaign).await.err(),
+            ];
+            errors.into_iter().flatten().collect::<Vec<_>>()
+        };
+        let errors = tokio::time::timeout(std::time::Duration::from_secs(20), reads)
+            .await
+            .unwrap_or_else(|_| panic!("a read waited on the lock of {table}"));
+        assert!(!errors.is_empty(), "{table}: no read met the lock");
+        assert!(
+            errors.iter().all(StoreError::statement_timed_out),
+            "{table}: {errors:?}"
+        );
+        holder.execute("ROLLBACK").await;
+        let units = store.units_by_version(&tenant, &campaign).await;
+        assert!(units.is_ok(), "{table}: {units:?}");
+    }
 }

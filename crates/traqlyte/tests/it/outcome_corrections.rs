@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::experiments::{
     assert_unit_metrics_match_the_facts, assign, metric, outcome, post_outcome_bytes,
-    published_campaign, report,
+    published_campaign, report, reweight,
 };
 use crate::helpers::{spawn_app, Backend};
 
@@ -20,6 +20,7 @@ crate::on_both_backends!(
     a_late_retry_of_a_correction_never_undoes_a_later_one,
     only_sum_outcomes_take_corrections,
     an_outcome_takes_at_most_its_limit_of_corrections,
+    corrected_outcomes_are_counted_under_the_version_their_unit_was_assigned_under,
 );
 
 /// `value` per unit of `arm`'s revenue, event and arrival time.
@@ -417,4 +418,53 @@ async fn an_outcome_takes_at_most_its_limit_of_corrections(backend: Backend) {
     let last = CORRECTIONS_PER_OUTCOME_MAX as f64;
     assert_eq!(revenue(&report(&app, &campaign).await, &arm).0, json!(last));
     assert_unit_metrics_match_the_facts(&app, &campaign).await;
+}
+
+/// `corrected_outcomes` of `?version=N` counts the corrected outcomes of the units
+/// assigned under version N (read from the corrections, each probing its outcome and its
+/// assignment by their keys), each outcome once however often corrected.
+async fn corrected_outcomes_are_counted_under_the_version_their_unit_was_assigned_under(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let campaign = published_campaign(&app, [1, 1]).await;
+    let mut ids = Vec::new();
+    for (version, units) in [(1, ["v1-a", "v1-b"]), (2, ["v2-a", "v2-b"])] {
+        if version == 2 {
+            reweight(&app, &campaign, 3).await;
+        }
+        for unit in units {
+            let assigned = assign(&app, &campaign, unit).await;
+            let body = outcome(&assigned, &format!("order-{unit}"), "revenue", Some(10.0));
+            let (status, _, bytes) = post_outcome_bytes(&app, &body).await;
+            assert_eq!(status, StatusCode::OK);
+            let answered: Value = serde_json::from_slice(&bytes).expect("json");
+            ids.push(answered["outcome_id"].as_str().expect("id").to_string());
+        }
+    }
+    // v1-a corrected twice, v2-a and v2-b once each, v1-b never.
+    for (id, value) in [
+        (&ids[0], 4.0),
+        (&ids[0], 5.0),
+        (&ids[2], 6.0),
+        (&ids[3], 7.0),
+    ] {
+        let path = format!("/outcomes/{id}/supersessions");
+        let answer = app
+            .post_json(&path, &json!({"value": value, "reason": "refund"}))
+            .await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+    let of = |version: &str| {
+        let app = &app;
+        let path = format!("/campaigns/{campaign}/report{version}");
+        async move {
+            let answer = app.get(&path).await;
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+            answer.body["corrected_outcomes"].clone()
+        }
+    };
+    assert_eq!(of("").await, 3);
+    assert_eq!(of("?version=1").await, 1);
+    assert_eq!(of("?version=2").await, 2);
 }
