@@ -16,6 +16,7 @@ use traqlyte_experiments::{
     OutcomeValue,
 };
 use traqlyte_identity::format_rfc3339_micros;
+use traqlyte_store::partitions::FUTURE_SKEW_US;
 use traqlyte_store::{
     now_us, stored_outcome_id, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult,
     StoredOutcome, TenantId,
@@ -49,7 +50,7 @@ pub(crate) async fn post_outcome(
         writer.confirm_unchecked(&state, &headers).await?;
         let body = parse_item(&value)?;
         let lookups = Lookups::load(&state, tenant, std::slice::from_ref(&body)).await?;
-        let outcome = lookups.check(body, &value)?;
+        let outcome = lookups.check(body, &value, now_us())?;
         let result = match state
             .group_commit
             .outcome(tenant, key.as_ref(), &outcome)
@@ -133,11 +134,12 @@ pub(crate) async fn post_outcomes_batch(
     let parsed: Vec<&OutcomeBody> = bodies.iter().filter_map(|b| b.as_ref().ok()).collect();
     let lookups = Lookups::load(&state, &tenant, parsed).await?;
     let mut results: Vec<Option<OutcomeItem>> = Vec::with_capacity(items.len());
+    let now = now_us();
     let mut valid = Vec::new();
     let mut positions = Vec::new();
     for (index, (body, item)) in bodies.into_iter().zip(&items).enumerate() {
         let checked = match (body, item) {
-            (Ok(body), Ok(value)) => lookups.check(body, value),
+            (Ok(body), Ok(value)) => lookups.check(body, value, now),
             (Err(err), _) => Err(err),
             (Ok(_), Err(err)) => Err(err.clone()),
         };
@@ -210,7 +212,7 @@ pub(crate) struct OutcomeBody {
     /// Required for `sum` metrics; finite, within ±1e15.
     #[schema(value_type = Option<f64>, minimum = -1e15, maximum = 1e15)]
     value: Option<OutcomeValue>,
-    /// RFC 3339 with an offset.
+    /// RFC 3339 with an offset, at most 24 hours after the server's clock.
     #[schema(value_type = String, format = DateTime)]
     occurred_at: OccurredAt,
 }
@@ -272,8 +274,9 @@ impl Lookups {
         })
     }
 
-    /// Checks one parsed outcome (`value` as received) against its assignment and campaign.
-    fn check(&self, body: OutcomeBody, value: &Value) -> Result<NewOutcome, ApiError> {
+    /// Checks one parsed outcome (`value` as received) against its assignment and campaign,
+    /// and its time against the server's clock (`now_us`).
+    fn check(&self, body: OutcomeBody, value: &Value, now_us: i64) -> Result<NewOutcome, ApiError> {
         let OutcomeBody {
             assignment_id,
             dedupe_key,
@@ -284,6 +287,19 @@ impl Lookups {
         let metric = metric.as_str();
         let number = number.map(OutcomeValue::get);
         let occurred_at_us = occurred_at.micros();
+        // An outcome happened: a time further ahead than the clock skew events are allowed
+        // (a producer's clock or time zone wrong, a scheduled date sent for the event's)
+        // counted inside a long window as if it had, and moved no window's end.
+        if occurred_at_us > now_us.saturating_add(FUTURE_SKEW_US) {
+            return Err(invalid(
+                "occurred_at",
+                format!(
+                    "occurred_at {} lies more than 24 hours after the server's clock ({}): an outcome is something that happened; check the producer's clock and time zone",
+                    format_rfc3339_micros(occurred_at_us),
+                    format_rfc3339_micros(now_us)
+                ),
+            ));
+        }
         let text = assignment_id.as_str();
         // An id that breaks the format names no assignment: the same 404 as an unknown one.
         let assignment = AssignmentId::try_from(text)

@@ -351,6 +351,18 @@ async fn invalid_outcomes_are_refused_naming_the_field(backend: Backend) {
             StatusCode::UNPROCESSABLE_ENTITY,
             "occurred_at",
         ),
+        // A time further ahead than a day of clock skew did not happen yet: it was
+        // counted inside a long window.
+        (
+            with("occurred_at", json!(ahead(2 * 86_400))),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "occurred_at",
+        ),
+        (
+            with("occurred_at", json!("9999-12-31T23:59:59Z")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "occurred_at",
+        ),
         (
             with("dedupe_key", json!("")),
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -390,6 +402,36 @@ async fn invalid_outcomes_are_refused_naming_the_field(backend: Backend) {
         .await;
     let statuses = batch.item_statuses();
     assert_eq!(statuses, ["inserted", "rejected", "duplicate"]);
+    // Within the skew, ahead is taken; beyond it, refused alone in a batch.
+    let skewed = |seconds: i64, key: &str| {
+        let mut body = with("occurred_at", json!(ahead(seconds)));
+        body["dedupe_key"] = json!(key);
+        body
+    };
+    let batch = app
+        .post_json(
+            "/outcomes/batch",
+            &json!([
+                skewed(3_600, "prod:skewed"),
+                skewed(2 * 86_400, "prod:ahead")
+            ]),
+        )
+        .await;
+    assert_eq!(
+        batch.item_statuses(),
+        ["inserted", "rejected"],
+        "{}",
+        batch.body
+    );
+}
+
+/// The server's clock `seconds` from now, RFC 3339.
+fn ahead(seconds: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros() as i64;
+    traqlyte_identity::format_rfc3339_micros(now + seconds * 1_000_000)
 }
 
 /// A deterministic generator, so the simulated experiment is the same on every run.
