@@ -6,6 +6,7 @@ use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use axum::http::HeaderMap;
 use serde_json::Value;
 use traqlyte_identity::json;
+use traqlyte_store::TenantId;
 
 use crate::{ApiError, AppState};
 
@@ -115,13 +116,16 @@ fn inflate(compressed: &[u8], limit_bytes: usize) -> Result<Bytes, ApiError> {
 
 /// The room for request bodies in flight, one permit a KiB
 /// ([`crate::ServerConfig::bodies_in_flight_bytes_max`]), and the share of it each
-/// credential may hold: a request takes its KiB from its credential's share, then from the
-/// room. A share is keyed by the credential the request presents ([`Rooms::share`]: a
-/// hash of it picks one of [`CREDENTIAL_SHARES`] slots; unverified, but every route that
-/// takes a credential from a header refuses a wrong one before reading the body);
-/// requests presenting none (Segment's calls that carry `writeKey` in the body, read
-/// before it is checked) share one slot of their own, an eighth of the room. So neither one client's
-/// slow or dense bodies nor anonymous ones can take the room every tenant writes through.
+/// tenant may hold: a request takes its KiB from its tenant's share, then from the room.
+/// A share is keyed by the tenant of the credential the request presents
+/// ([`Rooms::share`]: a hash of the tenant picks one of [`CREDENTIAL_SHARES`] slots), so a
+/// tenant's API keys and Segment write keys hold one share together (keyed by credential,
+/// a tenant with four of them held the whole room); a credential that names no tenant
+/// (refused before its body is read by every route that takes one from a header) is
+/// keyed by itself. Requests presenting none (Segment's calls that carry `writeKey` in
+/// the body, read before it is checked) share one slot of their own, an eighth of the
+/// room. So neither one tenant's slow or dense bodies nor anonymous ones can take the
+/// room every tenant writes through.
 pub(crate) struct Rooms {
     all: std::sync::Arc<tokio::sync::Semaphore>,
     all_kib: u32,
@@ -130,6 +134,47 @@ pub(crate) struct Rooms {
     anonymous: std::sync::Arc<tokio::sync::Semaphore>,
     anonymous_kib: u32,
     hasher: std::collections::hash_map::RandomState,
+    /// The tenant of each credential seen (by its hash; `None`: it names none), so only a
+    /// credential's first request looks it up. Picks a share, nothing more: whether the
+    /// credential works is the store's answer to the request's own lookup.
+    tenants: std::sync::Mutex<std::collections::HashMap<u64, Option<TenantId>>>,
+}
+
+/// Credentials whose tenant [`Rooms`] remembers; past it the memory starts again.
+const CREDENTIALS_REMEMBERED_MAX: usize = 10_000;
+
+/// The credential a request presents for its route.
+enum Credential {
+    /// An API key (`Authorization: Bearer`).
+    Api(traqlyte_store::ApiKey),
+    /// A Segment write key of a Basic header on `/v1/*`.
+    Write(String),
+}
+
+impl Credential {
+    fn text(&self) -> &str {
+        match self {
+            Credential::Api(key) => key.expose(),
+            Credential::Write(text) => text,
+        }
+    }
+
+    /// Its tenant, looked up in the store; `None` when it names none, `Err` when the
+    /// store did not answer.
+    async fn tenant(&self, state: &crate::AppState) -> Result<Option<TenantId>, ()> {
+        match self {
+            Credential::Api(key) => state.store.tenant_for_key(key).await.map_err(drop),
+            Credential::Write(text) => match traqlyte_store::WriteKey::parse(text.trim()) {
+                Some(key) => Ok(state
+                    .store
+                    .source_for_write_key(&key)
+                    .await
+                    .map_err(drop)?
+                    .map(|source| source.tenant)),
+                None => Ok(None),
+            },
+        }
+    }
 }
 
 /// Slots of credential shares ([`Rooms`]): two credentials whose headers hash to one slot
@@ -152,35 +197,64 @@ impl Rooms {
             anonymous: semaphore(anonymous_kib),
             anonymous_kib,
             hasher: std::collections::hash_map::RandomState::new(),
+            tenants: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
-    /// The share of the credential a request to `path` presents, and its size in KiB:
-    /// the key itself, however the header spells it (`Bearer K`, `bearer  K`: one share),
-    /// and Segment's write key of a Basic header on `/v1/*`. A request presenting none
-    /// its route takes (no header, another scheme, a malformed one) is anonymous: the
-    /// routes that take a header credential refuse it before reading the body, and
-    /// `/v1/*` reads the body to find `writeKey` there.
-    fn share(
+    /// The share of the tenant whose credential a request to `path` presents, and its
+    /// size in KiB. The credential is the key itself, however the header spells it
+    /// (`Bearer K`, `bearer  K`: one), or Segment's write key of a Basic header on
+    /// `/v1/*`; its tenant is looked up once per credential (then remembered). A request
+    /// presenting none its route takes (no header, another scheme, a malformed one) is
+    /// anonymous: the routes that take a header credential refuse it before reading the
+    /// body, and `/v1/*` reads the body to find `writeKey` there.
+    async fn share(
         &self,
+        state: &crate::AppState,
         path: &str,
         headers: &HeaderMap,
     ) -> (std::sync::Arc<tokio::sync::Semaphore>, u32) {
         use std::hash::BuildHasher;
         let credential = if path.starts_with("/v1/") {
-            crate::connectors::segment::auth::presented_write_key(headers)
+            crate::connectors::segment::auth::presented_write_key(headers).map(Credential::Write)
         } else {
-            crate::auth::bearer_key(headers)
-                .ok()
-                .map(|key| key.expose().to_string())
+            crate::auth::bearer_key(headers).ok().map(Credential::Api)
         };
-        match credential {
-            Some(credential) => {
-                let slot = self.hasher.hash_one(credential) as usize % self.shares.len();
-                (self.shares[slot].clone(), self.share_kib)
-            }
-            None => (self.anonymous.clone(), self.anonymous_kib),
+        let Some(credential) = credential else {
+            return (self.anonymous.clone(), self.anonymous_kib);
+        };
+        let hash = self.hasher.hash_one(credential.text());
+        let remembered = self.remembered(hash);
+        let tenant = match remembered {
+            Some(tenant) => tenant,
+            None => match credential.tenant(state).await {
+                Ok(tenant) => {
+                    self.remember(hash, tenant.clone());
+                    tenant
+                }
+                // The store out of reach: keyed by the credential this once.
+                Err(()) => None,
+            },
+        };
+        let key = match &tenant {
+            Some(tenant) => self.hasher.hash_one(tenant.as_str()),
+            None => hash,
+        };
+        let slot = key as usize % self.shares.len();
+        (self.shares[slot].clone(), self.share_kib)
+    }
+
+    fn remembered(&self, hash: u64) -> Option<Option<TenantId>> {
+        let tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        tenants.get(&hash).cloned()
+    }
+
+    fn remember(&self, hash: u64, tenant: Option<TenantId>) {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        if tenants.len() >= CREDENTIALS_REMEMBERED_MAX {
+            tenants.clear();
         }
+        tenants.insert(hash, tenant);
     }
 }
 
@@ -244,7 +318,7 @@ pub(crate) async fn take_room(
         bytes
     };
     let rooms = &state.bodies;
-    let (share, share_kib) = rooms.share(request.uri().path(), headers);
+    let (share, share_kib) = rooms.share(&state, request.uri().path(), headers).await;
     let kib = kib_of(bytes.max(1)).min(share_kib);
     let wait = room_wait(&state.config);
     let Some(body) = take_both(&share, &rooms.all, kib, wait).await else {

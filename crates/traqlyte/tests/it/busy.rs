@@ -159,6 +159,26 @@ async fn another_key(app: &crate::helpers::TestApp) -> String {
     format!("Bearer {}", key.expose())
 }
 
+/// The API key of a new tenant, with the checkout contract registered, as an
+/// `Authorization` header value.
+async fn another_tenants_key(app: &crate::helpers::TestApp) -> String {
+    static TENANTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = TENANTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = traqlyte_store::TenantName::parse(&format!("neighbour {n}")).expect("a name");
+    let (_, key) = app.store.create_tenant(&name).await.expect("a tenant");
+    let bearer = format!("Bearer {}", key.expose());
+    let answer = app
+        .client
+        .post(app.url("/contracts"))
+        .header("authorization", &bearer)
+        .json(&crate::helpers::checkout_contract())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(answer.status(), StatusCode::CREATED);
+    bearer
+}
+
 /// Request bodies in flight share one room (`--bodies-in-flight-bytes-max`), of which one
 /// credential holds at most a quarter: a body being sent slowly holds its
 /// `Content-Length` of its credential's share, a request that finds no room waits up to
@@ -231,11 +251,13 @@ async fn bodies_past_the_room_in_flight_are_503_server_busy() {
     }
 }
 
-/// Slow bodies of one credential (however its header spells it), and of clients sending
-/// none (Segment's calls with the `writeKey` in the body, read before it is checked, or
-/// with a header that is no Basic credential), hold at most their share of the room (a
-/// quarter, and an eighth for all such clients together), so another tenant's writes go
-/// on. Before, one chunked `/v1/batch` with no credential was counted at the
+/// Slow bodies of one tenant (its credential however its header spells it, its other
+/// keys, its Segment write keys), and of clients sending none (Segment's calls with the
+/// `writeKey` in the body, read before it is checked, or with a header that is no Basic
+/// credential), hold at most their share of the room (a quarter, and an eighth for all
+/// such clients together), so another tenant's writes go on. The share was a
+/// credential's: a tenant with four keys (a rotation, three Segment sources) held the
+/// whole room, and every other tenant's writes were `503`. Before, one chunked `/v1/batch` with no credential was counted at the
 /// largest body of any route (8 MiB) and about 33 of them held the whole default room:
 /// every tenant's writes were `503` for as long as they trickled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -247,7 +269,9 @@ async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() 
     };
     let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
     app.register_checkout_contract().await;
-    let other = another_key(&app).await;
+    let other = another_tenants_key(&app).await;
+    let same_tenant = another_key(&app).await;
+    let write_key = crate::segment::create_source(&app, "web");
     let bearer = format!("Bearer {}", app.key);
     // The same key spelt four ways is one credential, one share; a Bearer header on
     // `/v1/*`, which takes Basic, is anonymous there.
@@ -266,7 +290,7 @@ async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() 
         slow.push(slow_body(&app, "/api/v1/lineage", Some(spelling), Some(8 << 20)).await);
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    // Another credential writes at once.
+    // Another tenant writes at once.
     let batch = vec![checkout_event("other-key"); 40];
     let started = std::time::Instant::now();
     let answer = app
@@ -279,13 +303,35 @@ async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() 
         .expect("sent");
     assert_eq!(answer.status(), StatusCode::OK);
     assert!(started.elapsed() < std::time::Duration::from_millis(900));
-    // The slow credential finds its share taken.
-    let refused = app.post_event(&checkout_event("same-key")).await;
+    // The slow credential finds its share taken, and so do its tenant's other key and
+    // Segment write key.
+    // (At once: each waits half the request timeout for room, and the slow bodies are
+    // ended at the timeout.)
+    let same_key = checkout_event("same-key");
+    let (refused, same_tenant, tracked) = tokio::join!(
+        app.post_event(&same_key),
+        app.client
+            .post(app.url("/events/checkout_completed/batch"))
+            .header("authorization", &same_tenant)
+            .json(&batch)
+            .send(),
+        app.client
+            .post(app.url("/v1/batch"))
+            .basic_auth(&write_key, Some(""))
+            .json(&json!({"batch": [{"type": "track", "event": "e", "userId": "u", "pad": "x".repeat(40_000)}]}))
+            .send(),
+    );
     assert_eq!(
         refused.status,
         StatusCode::SERVICE_UNAVAILABLE,
         "{}",
         refused.body
+    );
+    let same_tenant = same_tenant.expect("sent").status();
+    assert_eq!(same_tenant, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        tracked.expect("sent").status(),
+        StatusCode::SERVICE_UNAVAILABLE
     );
     // Pages' beacons (the write key in the body: anonymous) take the anonymous share, an
     // eighth of the room; one more finds it taken, and its `503` is readable by the page
@@ -367,11 +413,11 @@ async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
     };
     let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
     app.register_checkout_contract().await;
-    // Four credentials' slow bodies (each held 6 times: bytes and likely tree) hold all of
+    // Four tenants' slow bodies (each held 6 times: bytes and likely tree) hold all of
     // the room but 200 KiB (a share is 1 MiB).
     let mut slow = Vec::new();
     for length in [1 << 20, 1 << 20, 1 << 20, (824 << 10) / 6] {
-        let key = another_key(&app).await;
+        let key = another_tenants_key(&app).await;
         let path = "/events/checkout_completed/batch";
         slow.push(slow_body(&app, path, Some(&key), Some(length)).await);
     }
