@@ -33,10 +33,13 @@ pub enum ParseError {
         column: usize,
     },
     /// Arrays/objects nested deeper than the configured limit.
-    #[error("JSON nesting is deeper than the limit of {depth_max} levels")]
+    #[error("JSON nesting is deeper than the limit of {depth_max} levels at {}", if pointer.is_empty() { "the document" } else { pointer })]
     TooDeep {
         /// The nesting limit in force.
         depth_max: usize,
+        /// The RFC 6901 pointer of the first value nested too deep (found on the error
+        /// path only, [`too_deep_at`]).
+        pointer: String,
     },
     /// An object repeats a key.
     #[error("object has the key {key:?} twice; duplicate keys are ambiguous (RFC 8259, I-JSON)")]
@@ -295,10 +298,97 @@ fn parse_any_numbers<'t>(
     });
     match result {
         Ok(value) => Ok((value, text, suspect_number.get())),
-        Err(err) => Err(failure
-            .into_inner()
-            .unwrap_or_else(|| classify(text, &err, scan))),
+        Err(err) => Err(match failure.into_inner() {
+            // Named where it is: a producer's deep facet (Airflow's task tree, one level
+            // a task) is found by its pointer, not by reading the whole event.
+            Some(ParseError::TooDeep { depth_max, .. }) => ParseError::TooDeep {
+                depth_max,
+                pointer: too_deep_at(text, depth_max),
+            },
+            Some(failure) => failure,
+            None => classify(text, &err, scan),
+        }),
     }
+}
+
+/// The RFC 6901 pointer of the first value of `text` inside a container nested
+/// `depth_max` deep (the top level is 0), where the parse stops; empty when there is
+/// none. A scan of the text, for the error path only: the parse tracks depth, not its
+/// path, which every accepted document would pay for.
+fn too_deep_at(text: &str, depth_max: usize) -> String {
+    enum Level {
+        Object(String),
+        Array(usize),
+    }
+    let bytes = text.as_bytes();
+    let mut stack: Vec<Level> = Vec::new();
+    let mut expect_key = false;
+    let mut at = 0;
+    while at < bytes.len() {
+        let byte = bytes[at];
+        let starts_value = !expect_key
+            && !matches!(
+                byte,
+                b',' | b':' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'
+            );
+        if starts_value && stack.len() > depth_max {
+            let mut pointer = String::new();
+            for level in &stack {
+                pointer.push('/');
+                match level {
+                    Level::Object(key) => {
+                        pointer.push_str(&key.replace('~', "~0").replace('/', "~1"))
+                    }
+                    Level::Array(index) => pointer.push_str(&index.to_string()),
+                }
+            }
+            return pointer;
+        }
+        match byte {
+            b'"' => {
+                let end = string_end(bytes, at);
+                if expect_key {
+                    let key = serde_json::from_str::<String>(text.get(at..end).unwrap_or(""));
+                    if let Some(Level::Object(slot)) = stack.last_mut() {
+                        *slot = key.unwrap_or_default();
+                    }
+                    expect_key = false;
+                }
+                at = end;
+                continue;
+            }
+            b'{' => {
+                stack.push(Level::Object(String::new()));
+                expect_key = true;
+            }
+            b'[' => stack.push(Level::Array(0)),
+            b'}' | b']' => {
+                stack.pop();
+                expect_key = false;
+            }
+            b',' => match stack.last_mut() {
+                Some(Level::Array(index)) => *index += 1,
+                Some(Level::Object(_)) => expect_key = true,
+                None => {}
+            },
+            _ => {}
+        }
+        at += 1;
+    }
+    String::new()
+}
+
+/// The offset just past the string literal opening at `start` (or the text's end).
+fn string_end(bytes: &[u8], start: usize) -> usize {
+    let mut at = start + 1;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'\\' => at += 2,
+            b'"' => return at + 1,
+            _ => at += 1,
+        }
+    }
+    bytes.len()
 }
 
 /// `bytes` (JSON text) with each `\uXXXX` escape of a surrogate that is not half of a
@@ -414,6 +504,7 @@ impl<'f, 'm> ValueSeed<'f, 'm> {
         if self.depth >= self.depth_max {
             return Err(self.fail(ParseError::TooDeep {
                 depth_max: self.depth_max,
+                pointer: String::new(),
             }));
         }
         Ok(ValueSeed {
@@ -600,6 +691,37 @@ mod tests {
         let err = parse(br#"{"big": 1e400, "x": 1}"#, 8).unwrap_err();
         assert!(matches!(err, ParseError::NumberOutOfRange { ref field, .. } if field == "/big"));
         assert!(parse(br#"{"a": 129.99, "b": 1.0, "c": 0.1, "d": 1e16}"#, 8).is_ok());
+    }
+
+    /// A value nested too deep is named by its pointer (keys escaped as RFC 6901 says),
+    /// whatever precedes it.
+    #[test]
+    fn a_value_nested_too_deep_is_named_by_its_pointer() {
+        let cases: &[(&str, usize, &str)] = &[
+            (r#"{"a": [[1]]}"#, 2, "/a/0/0"),
+            (
+                r#"{"x": 1, "a/b~": {"c": [0, {}, {"d": {"e": 1}}]}}"#,
+                4,
+                "/a~1b~0/c/2/d/e",
+            ),
+            (r#"{"s": "[[[{\"", "k": [[["deep"]]]}"#, 3, "/k/0/0/0"),
+            (r#"[[], [[{}]], [[{"z": 1}]]]"#, 3, "/2/0/0/z"),
+        ];
+        for (text, depth_max, pointer) in cases {
+            let err = parse(text.as_bytes(), *depth_max).unwrap_err();
+            assert_eq!(
+                err,
+                ParseError::TooDeep {
+                    depth_max: *depth_max,
+                    pointer: pointer.to_string()
+                },
+                "{text}"
+            );
+            assert!(
+                err.to_string().ends_with(&format!("levels at {pointer}")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -279,6 +279,11 @@ impl From<ParseError> for ApiError {
             ParseError::NumberOutOfRange { field, .. } => {
                 ApiError::unprocessable(err.code(), err.to_string()).with_field(field.clone())
             }
+            // The place is named: which facet of a large event is too deep.
+            ParseError::TooDeep { pointer, .. } if !pointer.is_empty() => {
+                ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string())
+                    .with_field(pointer.clone())
+            }
             // Only a parse given room stops for it, and that one waits for room first.
             ParseError::OutOfRoom { .. } => crate::body::busy(),
             _ => ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string()),

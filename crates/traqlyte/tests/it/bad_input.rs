@@ -197,7 +197,8 @@ fn cases() -> Vec<Case> {
             nested(40),
             S::BAD_REQUEST,
             "too_deep",
-            None,
+            // The value inside the 32nd level below the document, named.
+            Some("/deep/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0"),
         ),
         case(
             "invalid UTF-8",
