@@ -316,79 +316,15 @@ fn parse_any_numbers<'t>(
 /// none. A scan of the text, for the error path only: the parse tracks depth, not its
 /// path, which every accepted document would pay for.
 fn too_deep_at(text: &str, depth_max: usize) -> String {
-    enum Level {
-        Object(String),
-        Array(usize),
-    }
-    let bytes = text.as_bytes();
-    let mut stack: Vec<Level> = Vec::new();
-    let mut expect_key = false;
-    let mut at = 0;
-    while at < bytes.len() {
-        let byte = bytes[at];
-        let starts_value = !expect_key
-            && !matches!(
-                byte,
-                b',' | b':' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'
-            );
-        if starts_value && stack.len() > depth_max {
-            let mut pointer = String::new();
-            for level in &stack {
-                pointer.push('/');
-                match level {
-                    Level::Object(key) => {
-                        pointer.push_str(&key.replace('~', "~0").replace('/', "~1"))
-                    }
-                    Level::Array(index) => pointer.push_str(&index.to_string()),
-                }
-            }
-            return pointer;
+    let mut pointer = String::new();
+    crate::number::scan_values(text, &mut |frames, _| {
+        if frames.len() <= depth_max {
+            return true;
         }
-        match byte {
-            b'"' => {
-                let end = string_end(bytes, at);
-                if expect_key {
-                    let key = serde_json::from_str::<String>(text.get(at..end).unwrap_or(""));
-                    if let Some(Level::Object(slot)) = stack.last_mut() {
-                        *slot = key.unwrap_or_default();
-                    }
-                    expect_key = false;
-                }
-                at = end;
-                continue;
-            }
-            b'{' => {
-                stack.push(Level::Object(String::new()));
-                expect_key = true;
-            }
-            b'[' => stack.push(Level::Array(0)),
-            b'}' | b']' => {
-                stack.pop();
-                expect_key = false;
-            }
-            b',' => match stack.last_mut() {
-                Some(Level::Array(index)) => *index += 1,
-                Some(Level::Object(_)) => expect_key = true,
-                None => {}
-            },
-            _ => {}
-        }
-        at += 1;
-    }
-    String::new()
-}
-
-/// The offset just past the string literal opening at `start` (or the text's end).
-fn string_end(bytes: &[u8], start: usize) -> usize {
-    let mut at = start + 1;
-    while at < bytes.len() {
-        match bytes[at] {
-            b'\\' => at += 2,
-            b'"' => return at + 1,
-            _ => at += 1,
-        }
-    }
-    bytes.len()
+        pointer = crate::number::pointer_of(text, frames);
+        false
+    });
+    pointer
 }
 
 /// `bytes` (JSON text) with each `\uXXXX` escape of a surrogate that is not half of a

@@ -174,6 +174,23 @@ pub fn first_refused_per_item(text: &str, item_depth: usize) -> Vec<RefusedNumbe
 /// Calls `found` with the open containers, the literal and the fault of each refused
 /// number in document order while it returns true.
 fn scan_with(text: &str, found: &mut dyn FnMut(&[Frame], &str, NumberFault) -> bool) {
+    scan_values(text, &mut |frames, literal| match literal {
+        Some(literal) if literal.starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
+            match check_literal(literal) {
+                Err(fault) => found(frames, literal, fault),
+                Ok(()) => true,
+            }
+        }
+        _ => true,
+    });
+}
+
+/// Calls `at_value` at each value of the JSON text `text`, in document order, while it
+/// returns true: with the containers open around it ([`pointer_of`] names it) and, for a
+/// number, `true`, `false` or `null`, its literal (`None` for a string or a container).
+/// Keys are no values. A scan of the text, not a parse: for error paths and for the
+/// numbers' check, which need a value's place.
+pub(crate) fn scan_values(text: &str, at_value: &mut dyn FnMut(&[Frame], Option<&str>) -> bool) {
     let bytes = text.as_bytes();
     let mut frames: Vec<Frame> = Vec::new();
     let mut at = 0;
@@ -181,20 +198,33 @@ fn scan_with(text: &str, found: &mut dyn FnMut(&[Frame], &str, NumberFault) -> b
         match bytes[at] {
             b'"' => {
                 let end = string_end(bytes, at);
-                if let Some(Frame::Object { key, expect_key }) = frames.last_mut() {
-                    if *expect_key {
+                match frames.last_mut() {
+                    Some(Frame::Object { key, expect_key }) if *expect_key => {
                         *key = (at, end);
                         *expect_key = false;
+                    }
+                    _ => {
+                        if !at_value(&frames, None) {
+                            return;
+                        }
                     }
                 }
                 at = end;
                 continue;
             }
-            b'{' => frames.push(Frame::Object {
-                key: (at, at),
-                expect_key: true,
-            }),
-            b'[' => frames.push(Frame::Array { index: 0 }),
+            open @ (b'{' | b'[') => {
+                if !at_value(&frames, None) {
+                    return;
+                }
+                frames.push(if open == b'{' {
+                    Frame::Object {
+                        key: (at, at),
+                        expect_key: true,
+                    }
+                } else {
+                    Frame::Array { index: 0 }
+                });
+            }
             b'}' | b']' => {
                 frames.pop();
             }
@@ -203,17 +233,16 @@ fn scan_with(text: &str, found: &mut dyn FnMut(&[Frame], &str, NumberFault) -> b
                 Some(Frame::Object { expect_key, .. }) => *expect_key = true,
                 None => {}
             },
-            b'-' | b'0'..=b'9' => {
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
                 let end = at
                     + bytes[at..]
                         .iter()
-                        .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                        .take_while(|b| {
+                            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.')
+                        })
                         .count();
-                let literal = &text[at..end];
-                if let Err(fault) = check_literal(literal) {
-                    if !found(&frames, literal, fault) {
-                        return;
-                    }
+                if !at_value(&frames, Some(&text[at..end])) {
+                    return;
                 }
                 at = end;
                 continue;
@@ -226,7 +255,7 @@ fn scan_with(text: &str, found: &mut dyn FnMut(&[Frame], &str, NumberFault) -> b
 
 /// One open container while scanning: an object with the span of its current key (quotes
 /// included), or an array with the index of its current item.
-enum Frame {
+pub(crate) enum Frame {
     Object {
         /// The clashing key, normalised.
         key: (usize, usize),
@@ -250,7 +279,8 @@ fn string_end(bytes: &[u8], start: usize) -> usize {
     bytes.len()
 }
 
-fn pointer_of(text: &str, frames: &[Frame]) -> String {
+/// The RFC 6901 pointer of the value `frames` (of a scan of `text`) are open around.
+pub(crate) fn pointer_of(text: &str, frames: &[Frame]) -> String {
     let mut pointer = String::new();
     for frame in frames {
         pointer.push('/');

@@ -802,6 +802,14 @@ async fn a_reused_message_id_with_other_content_is_a_collision_and_changes_nothi
     );
 }
 
+/// A track call of analytics.js: `userId` is `null` for an anonymous page.
+fn signup_started(id: &str, anonymous: &str, user: Value, sent_at: &str) -> Value {
+    json!({"type": "track", "messageId": id, "event": "Signup Started",
+           "anonymousId": anonymous, "userId": user, "properties": {"plan": "pro"},
+           "timestamp": "2026-12-06T17:00:00.000Z", "sentAt": sent_at,
+           "_metadata": {"bundled": ["Segment.io"]}})
+}
+
 /// analytics.js 2.0's default delivery sets `userId` on each attempt: an anonymous
 /// message whose answer was lost is retried, after the page's `identify()`, with the new
 /// `userId` under the same `messageId`. A retry (the first delivery kept), in another
@@ -812,10 +820,7 @@ async fn a_retry_that_gained_a_user_id_after_identify_is_a_duplicate(backend: Ba
     let app = spawn_app(backend).await;
     let key = create_source(&app, "web");
     let message = |id: &str, anonymous: &str, user: Value| {
-        json!({"type": "track", "messageId": id, "event": "Signup Started",
-               "anonymousId": anonymous, "userId": user, "properties": {"plan": "pro"},
-               "timestamp": "2026-12-06T17:00:00.000Z", "sentAt": "2026-12-06T17:00:00.050Z",
-               "_metadata": {"bundled": ["Segment.io"]}})
+        signup_started(id, anonymous, user, "2026-12-06T17:00:00.050Z")
     };
     let post = |body: Value| {
         let app = &app;
@@ -867,10 +872,9 @@ async fn a_retry_with_a_user_id_stored_before_its_anonymous_original_makes_it_a_
     let app = spawn_app(backend).await;
     let key = create_source(&app, "web");
     let message = |id: &str, anonymous: &str, user: Value| {
-        json!({"type": "track", "messageId": id, "event": "Signup Started",
-               "anonymousId": anonymous, "userId": user, "properties": {"plan": "pro"},
-               "timestamp": "2026-12-06T17:00:00.000Z", "sentAt": "2026-12-06T17:00:03.000Z",
-               "_metadata": {"retryCount": 1}})
+        let mut retried = signup_started(id, anonymous, user, "2026-12-06T17:00:03.000Z");
+        retried["_metadata"]["retryCount"] = json!(1);
+        retried
     };
     let post = |body: Value| {
         let app = &app;
