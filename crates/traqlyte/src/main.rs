@@ -27,6 +27,7 @@ macro_rules! errln {
 }
 
 mod backfill;
+mod campaigns;
 mod consume;
 mod partitions;
 mod scan;
@@ -87,6 +88,10 @@ enum Command {
     /// The time partitions of the events table (PostgreSQL): status, maintain.
     #[command(subcommand)]
     Partitions(partitions::PartitionsCommand),
+    /// Campaigns: `traqlyte campaign rebuild-sums --tenant T CAMPAIGN_ID` recomputes the
+    /// per-unit sums its report reads from its outcomes and duplicates.
+    #[command(subcommand)]
+    Campaign(campaigns::CampaignCommand),
     /// Scans of the stored data: `traqlyte scan semantic --tenant T --contract NAME`
     /// finds events that differ in one identity field only (a field that should not be
     /// identity).
@@ -409,6 +414,7 @@ async fn run(command: Command) -> Result<()> {
         Command::Backfill(args) => backfill::run(args).await,
         Command::Partitions(command) => partitions::run(command).await,
         Command::Scan(command) => scan::run(command).await,
+        Command::Campaign(command) => campaigns::run(command).await,
         Command::Consume(command) => consume::run(command, shutdown_signal()).await,
         Command::Bench(command) => bench::run(command).await,
     }
