@@ -38,7 +38,7 @@ pub enum ParseError {
         /// The nesting limit in force.
         depth_max: usize,
         /// The RFC 6901 pointer of the first value nested too deep (found on the error
-        /// path only, [`too_deep_at`]).
+        /// path only, by a scan of the text).
         pointer: String,
     },
     /// An object repeats a key.

@@ -50,7 +50,7 @@ pub enum NodeKind {
 
 /// Most readings of one node id [`NodeRef::readings`] gives: each is one probe of an
 /// index when the id names nothing.
-pub const NODE_READINGS_MAX: usize = 16;
+pub(crate) const NODE_READINGS_MAX: usize = 16;
 
 /// A dataset or job by namespace and name (both NFC).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -87,7 +87,7 @@ impl NodeRef {
 
     /// Every reading of `id` when the namespace or the name holds a colon too: split at
     /// each colon, from the last ([`NodeRef::parse`]'s) to the first, at most
-    /// [`NODE_READINGS_MAX`]. The API answers the id of a dataset named
+    /// `NODE_READINGS_MAX` (16). The API answers the id of a dataset named
     /// `/warehouse/t/ts=2021-01-01 00:00:00` (a Hive partition), `proj:ds.tbl` (legacy
     /// BigQuery) or `C:/data/x.csv` with the colons of its name; the caller takes the
     /// first reading the graph holds, so such ids are accepted back.
