@@ -101,13 +101,19 @@ impl Identified {
     }
 
     /// Whether this delivery is an earlier attempt of the stored row whose payload is
-    /// `stored_payload`, the one stored having been changed in flight: the reverse of
+    /// `stored_payload` and `stored_fingerprint`, the one stored having been changed in
+    /// flight: the reverse of
     /// [`Identified::retry_of`], for a retry stored before its original (a request held
     /// up in a proxy while the client retried). Asked only of a would-be collision; false
     /// for every contract but `segment.message`.
-    pub fn is_earlier_attempt_of(&self, stored_payload: &str) -> bool {
+    pub fn is_earlier_attempt_of(
+        &self,
+        stored_payload: &str,
+        stored_fingerprint: &Fingerprint,
+    ) -> bool {
         self.may_precede_identify
-            && crate::segment::anonymous_forms_of_stored(stored_payload).contains(&self.fingerprint)
+            && crate::segment::anonymous_forms_of_stored(stored_payload, stored_fingerprint)
+                .contains(&self.fingerprint)
     }
 }
 

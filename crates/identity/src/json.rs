@@ -37,7 +37,7 @@ pub enum ParseError {
     TooDeep {
         /// The nesting limit in force.
         depth_max: usize,
-        /// The RFC 6901 pointer of the first value nested too deep (found on the error
+        /// The RFC 6901 pointer of the first container nested too deep (found on the error
         /// path only, by a scan of the text).
         pointer: String,
     },
@@ -311,14 +311,14 @@ fn parse_any_numbers<'t>(
     }
 }
 
-/// The RFC 6901 pointer of the first value of `text` inside a container nested
-/// `depth_max` deep (the top level is 0), where the parse stops; empty when there is
-/// none. A scan of the text, for the error path only: the parse tracks depth, not its
-/// path, which every accepted document would pay for.
+/// The RFC 6901 pointer of the first object or array of `text` nested `depth_max` deep
+/// (the top level is 0), where the parse stops (empty or not); empty when there is none.
+/// A scan of the text, for the error path only: the parse tracks depth, not its path,
+/// which every accepted document would pay for.
 fn too_deep_at(text: &str, depth_max: usize) -> String {
     let mut pointer = String::new();
-    crate::number::scan_values(text, &mut |frames, _| {
-        if frames.len() <= depth_max {
+    crate::number::scan_values(text, &mut |frames, value| {
+        if !matches!(value, crate::number::Scanned::Container) || frames.len() < depth_max {
             return true;
         }
         pointer = crate::number::pointer_of(text, frames);
@@ -629,19 +629,21 @@ mod tests {
         assert!(parse(br#"{"a": 129.99, "b": 1.0, "c": 0.1, "d": 1e16}"#, 8).is_ok());
     }
 
-    /// A value nested too deep is named by its pointer (keys escaped as RFC 6901 says),
-    /// whatever precedes it.
+    /// The container nested too deep is named by its pointer (keys escaped as RFC 6901
+    /// says), whatever precedes it, empty or not.
     #[test]
     fn a_value_nested_too_deep_is_named_by_its_pointer() {
         let cases: &[(&str, usize, &str)] = &[
-            (r#"{"a": [[1]]}"#, 2, "/a/0/0"),
+            (r#"{"a": [[1]]}"#, 2, "/a/0"),
             (
                 r#"{"x": 1, "a/b~": {"c": [0, {}, {"d": {"e": 1}}]}}"#,
                 4,
-                "/a~1b~0/c/2/d/e",
+                "/a~1b~0/c/2/d",
             ),
-            (r#"{"s": "[[[{\"", "k": [[["deep"]]]}"#, 3, "/k/0/0/0"),
-            (r#"[[], [[{}]], [[{"z": 1}]]]"#, 3, "/2/0/0/z"),
+            (r#"{"s": "[[[{\"", "k": [[["deep"]]]}"#, 3, "/k/0/0"),
+            // An empty container at the limit stops the parse too.
+            (r#"[[], [[{}]], [[{"z": 1}]]]"#, 3, "/1/0/0"),
+            (r#"{"a": [[[]]], "b": [[[1]]]}"#, 3, "/a/0/0"),
         ];
         for (text, depth_max, pointer) in cases {
             let err = parse(text.as_bytes(), *depth_max).unwrap_err();

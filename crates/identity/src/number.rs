@@ -174,8 +174,10 @@ pub fn first_refused_per_item(text: &str, item_depth: usize) -> Vec<RefusedNumbe
 /// Calls `found` with the open containers, the literal and the fault of each refused
 /// number in document order while it returns true.
 fn scan_with(text: &str, found: &mut dyn FnMut(&[Frame], &str, NumberFault) -> bool) {
-    scan_values(text, &mut |frames, literal| match literal {
-        Some(literal) if literal.starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
+    scan_values(text, &mut |frames, value| match value {
+        Scanned::Literal(literal)
+            if literal.starts_with(|c: char| c == '-' || c.is_ascii_digit()) =>
+        {
             match check_literal(literal) {
                 Err(fault) => found(frames, literal, fault),
                 Ok(()) => true,
@@ -185,12 +187,21 @@ fn scan_with(text: &str, found: &mut dyn FnMut(&[Frame], &str, NumberFault) -> b
     });
 }
 
+/// A value [`scan_values`] meets.
+pub(crate) enum Scanned<'a> {
+    /// A number, `true`, `false` or `null`, as written.
+    Literal(&'a str),
+    /// A string.
+    Text,
+    /// An object or an array, before its members.
+    Container,
+}
+
 /// Calls `at_value` at each value of the JSON text `text`, in document order, while it
-/// returns true: with the containers open around it ([`pointer_of`] names it) and, for a
-/// number, `true`, `false` or `null`, its literal (`None` for a string or a container).
-/// Keys are no values. A scan of the text, not a parse: for error paths and for the
-/// numbers' check, which need a value's place.
-pub(crate) fn scan_values(text: &str, at_value: &mut dyn FnMut(&[Frame], Option<&str>) -> bool) {
+/// returns true: with the containers open around it ([`pointer_of`] names it) and what
+/// it is. Keys are no values. A scan of the text, not a parse: for error paths and for
+/// the numbers' check, which need a value's place.
+pub(crate) fn scan_values(text: &str, at_value: &mut dyn FnMut(&[Frame], Scanned) -> bool) {
     let bytes = text.as_bytes();
     let mut frames: Vec<Frame> = Vec::new();
     let mut at = 0;
@@ -204,7 +215,7 @@ pub(crate) fn scan_values(text: &str, at_value: &mut dyn FnMut(&[Frame], Option<
                         *expect_key = false;
                     }
                     _ => {
-                        if !at_value(&frames, None) {
+                        if !at_value(&frames, Scanned::Text) {
                             return;
                         }
                     }
@@ -213,7 +224,7 @@ pub(crate) fn scan_values(text: &str, at_value: &mut dyn FnMut(&[Frame], Option<
                 continue;
             }
             open @ (b'{' | b'[') => {
-                if !at_value(&frames, None) {
+                if !at_value(&frames, Scanned::Container) {
                     return;
                 }
                 frames.push(if open == b'{' {
@@ -241,7 +252,7 @@ pub(crate) fn scan_values(text: &str, at_value: &mut dyn FnMut(&[Frame], Option<
                             b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.')
                         })
                         .count();
-                if !at_value(&frames, Some(&text[at..end])) {
+                if !at_value(&frames, Scanned::Literal(&text[at..end])) {
                     return;
                 }
                 at = end;

@@ -429,10 +429,18 @@ fn fingerprints_without_transport(
 /// message that carries both ids: [`fingerprints_without_transport`]'s alternates,
 /// computed from the row's payload after undoing what [`stored_payload`] added (the
 /// corrected `timestamp` and `receivedAt`; the client's `timestamp` back from
-/// `originalTimestamp`). Empty for a payload without both ids. A payload that cannot be
-/// undone exactly (a client that sent `originalTimestamp` itself) gives fingerprints no
-/// delivery has: a collision, as before, never a wrong duplicate.
-pub(crate) fn anonymous_forms_of_stored(stored: &str) -> Vec<Fingerprint> {
+/// `originalTimestamp`). Empty for a payload without both ids, and for one whose undoing
+/// does not give back the stored row's own fingerprint, `stored_fingerprint` (a client
+/// that sent `originalTimestamp` or `receivedAt` itself): the undone message would not be
+/// the one that was stored, and its forms could make a real collision a duplicate.
+pub(crate) fn anonymous_forms_of_stored(
+    stored: &str,
+    stored_fingerprint: &Fingerprint,
+) -> Vec<Fingerprint> {
+    // A stored message without a `userId` member gains nothing here: not parsed.
+    if !stored.contains("\"userId\"") {
+        return Vec::new();
+    }
     let Ok(Value::Object(mut map)) = serde_json::from_str::<Value>(stored) else {
         return Vec::new();
     };
@@ -457,7 +465,11 @@ pub(crate) fn anonymous_forms_of_stored(stored: &str) -> Vec<Fingerprint> {
         anonymous_id: Some(anonymous_id),
         timestamp_us: None,
     };
-    fingerprints_without_transport(&mut Value::Object(map), &fields).1
+    let (own, forms) = fingerprints_without_transport(&mut Value::Object(map), &fields);
+    if own != *stored_fingerprint {
+        return Vec::new();
+    }
+    forms
 }
 
 fn fingerprint_without_transport(content: &mut Value) -> Fingerprint {
@@ -863,7 +875,9 @@ mod tests {
             }
             let stored =
                 identify_message(&message, &envelope(1_796_000_000_000_000)).expect("valid");
-            let forms = anonymous_forms_of_stored(&stored.payload.to_string());
+            let payload = stored.payload.to_string();
+            let own = &stored.identified.fingerprint;
+            let forms = anonymous_forms_of_stored(&payload, own);
             assert_eq!(forms.len(), 2, "{timestamp:?}");
             let mut null = message.clone();
             null["userId"] = Value::Null;
@@ -873,21 +887,24 @@ mod tests {
                 let early =
                     identify_message(&anonymous, &envelope(1_795_000_000_000_000)).expect("valid");
                 assert!(early.identified.may_precede_identify);
-                assert!(early
-                    .identified
-                    .is_earlier_attempt_of(&stored.payload.to_string()));
+                assert!(early.identified.is_earlier_attempt_of(&payload, own));
             }
             let mut other = message.clone();
             other["userId"] = Value::Null;
             other["properties"]["n"] = json!(2);
             let other = identify_message(&other, &envelope(1)).expect("valid");
-            assert!(!other
-                .identified
-                .is_earlier_attempt_of(&stored.payload.to_string()));
+            assert!(!other.identified.is_earlier_attempt_of(&payload, own));
+            // A payload that does not undo to the stored message (its fingerprint
+            // differs: a client's own `originalTimestamp`) gives no forms.
+            assert!(anonymous_forms_of_stored(&payload, &other.identified.fingerprint).is_empty());
             assert!(!stored.identified.may_precede_identify);
             let anonymous =
                 identify_message(&message_without_user(&message), &envelope(1)).expect("valid");
-            assert!(anonymous_forms_of_stored(&anonymous.payload.to_string()).is_empty());
+            assert!(anonymous_forms_of_stored(
+                &anonymous.payload.to_string(),
+                &anonymous.identified.fingerprint
+            )
+            .is_empty());
         }
     }
 

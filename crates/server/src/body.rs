@@ -134,14 +134,21 @@ pub(crate) struct Rooms {
     anonymous: std::sync::Arc<tokio::sync::Semaphore>,
     anonymous_kib: u32,
     hasher: std::collections::hash_map::RandomState,
-    /// The tenant of each credential seen (by its hash; `None`: it names none), so only a
-    /// credential's first request looks it up. Picks a share, nothing more: whether the
-    /// credential works is the store's answer to the request's own lookup.
-    tenants: std::sync::Mutex<std::collections::HashMap<u64, Option<TenantId>>>,
+    /// The tenant of each working credential seen (by its hash), so only a credential's
+    /// first request looks it up. Picks a share, nothing more: whether the credential
+    /// works is the store's answer to the request's own lookup. A credential that names no
+    /// tenant is not remembered (anyone can send new ones; each costs a lookup here and
+    /// the request's own, then a `401` before its body is read).
+    tenants: std::sync::Mutex<std::collections::HashMap<u64, TenantId>>,
 }
 
 /// Credentials whose tenant [`Rooms`] remembers; past it the memory starts again.
 const CREDENTIALS_REMEMBERED_MAX: usize = 10_000;
+
+/// How long [`Rooms::share`] waits for a credential's tenant before keying the request by
+/// the credential: the store slow or out of reach, the request's own lookup is what
+/// answers (`503 store_busy`), not a second wait before it.
+const TENANT_LOOKUP_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The credential a request presents for its route.
 enum Credential {
@@ -226,15 +233,17 @@ impl Rooms {
         let hash = self.hasher.hash_one(credential.text());
         let remembered = self.remembered(hash);
         let tenant = match remembered {
-            Some(tenant) => tenant,
-            None => match credential.tenant(state).await {
-                Ok(tenant) => {
-                    self.remember(hash, tenant.clone());
-                    tenant
+            Some(tenant) => Some(tenant),
+            None => {
+                match tokio::time::timeout(TENANT_LOOKUP_WAIT, credential.tenant(state)).await {
+                    Ok(Ok(Some(tenant))) => {
+                        self.remember(hash, tenant.clone());
+                        Some(tenant)
+                    }
+                    // No tenant, or the store slow or out of reach: keyed by the credential.
+                    Ok(Ok(None) | Err(())) | Err(_) => None,
                 }
-                // The store out of reach: keyed by the credential this once.
-                Err(()) => None,
-            },
+            }
         };
         let key = match &tenant {
             Some(tenant) => self.hasher.hash_one(tenant.as_str()),
@@ -244,12 +253,12 @@ impl Rooms {
         (self.shares[slot].clone(), self.share_kib)
     }
 
-    fn remembered(&self, hash: u64) -> Option<Option<TenantId>> {
+    fn remembered(&self, hash: u64) -> Option<TenantId> {
         let tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
         tenants.get(&hash).cloned()
     }
 
-    fn remember(&self, hash: u64, tenant: Option<TenantId>) {
+    fn remember(&self, hash: u64, tenant: TenantId) {
         let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
         if tenants.len() >= CREDENTIALS_REMEMBERED_MAX {
             tenants.clear();
@@ -282,7 +291,7 @@ fn route_bytes_max(config: &crate::ServerConfig, path: &str) -> usize {
     }
 }
 
-/// Middleware: a request with a body takes room for it ([`Rooms`]: from its credential's
+/// Middleware: a request with a body takes room for it ([`Rooms`]: from its tenant's
 /// share, then from the room every request shares) for as long as it is read and handled
 /// (its parsed form lives as long), waiting at most half the request timeout (5 s at most)
 /// for room, then `503 server_busy` (with `Retry-After`, and `Connection: close` as every
@@ -345,7 +354,7 @@ tokio::task_local! {
 }
 
 /// Room a request holds for its body and the body's parsed tree, each KiB of it from the
-/// credential's share and from the room every request shares ([`Rooms`]).
+/// tenant's share and from the room every request shares ([`Rooms`]).
 struct Room {
     all: std::sync::Arc<tokio::sync::Semaphore>,
     share: std::sync::Arc<tokio::sync::Semaphore>,
@@ -383,7 +392,7 @@ async fn take(
     }
 }
 
-/// `kib` of a credential's `share`, then of the room every request shares (`all`), both
+/// `kib` of a tenant's `share`, then of the room every request shares (`all`), both
 /// within one `wait`.
 async fn take_both(
     share: &std::sync::Arc<tokio::sync::Semaphore>,

@@ -43,7 +43,7 @@ pub struct ServerConfig {
     /// request: each body's bytes (its `Content-Length`, or the largest body its route
     /// takes when it sends none or is compressed) and its JSON tree's estimated bytes
     /// (`traqlyte_identity::json::Meter`, 2 to 100 times the text), of which one
-    /// credential takes at most a quarter (`body::Rooms`). Past it a request waits for
+    /// tenant (all its credentials together) takes at most a quarter (`body::Rooms`). Past it a request waits for
     /// room, then is answered `503 server_busy`; a body whose tree alone exceeds its
     /// share is `413 body_too_large`. This bounds the server's memory under
     /// many large concurrent batches, dense bodies or slowly sent bodies.

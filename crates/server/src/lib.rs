@@ -61,7 +61,7 @@ pub struct AppState {
     /// The queues that coalesce single requests into shared commits (or none, when off).
     pub group_commit: GroupCommit,
     /// Room for request bodies in flight ([`ServerConfig::bodies_in_flight_bytes_max`]),
-    /// and each credential's share of it.
+    /// and each tenant's share of it.
     pub(crate) bodies: Arc<body::Rooms>,
 }
 

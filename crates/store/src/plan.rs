@@ -154,7 +154,9 @@ fn is_earlier_attempt(batch: &Batch<'_>, first: usize, event: &NewEvent, row: &H
         return false;
     }
     match &row.payload {
-        Some(stored) => event.identified.is_earlier_attempt_of(stored),
+        Some(stored) => event
+            .identified
+            .is_earlier_attempt_of(stored, &row.fingerprint),
         None => {
             row.inserted_here
                 && batch.events[first]

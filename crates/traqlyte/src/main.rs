@@ -184,8 +184,8 @@ struct ServeArgs {
     /// Most memory of request bodies read or handled at once, over every request: each
     /// body's bytes (its Content-Length, or the largest body its route takes when it has
     /// none or is compressed) and its JSON tree (2 to 100 times its bytes, estimated; 6
-    /// times a body of known length is taken at once). One credential takes at most a
-    /// quarter, requests without one an eighth together. Past it a request waits up to
+    /// times a body of known length is taken at once). One tenant (all its keys and write
+    /// keys together) takes at most a quarter, requests without one an eighth together. Past it a request waits up to
     /// half the request timeout (5 s at most) for room, then is answered 503
     /// server_busy; a body whose tree alone exceeds its share is 413 body_too_large.
     /// Bounds memory under many large batches, dense bodies or slowly sent bodies.

@@ -197,8 +197,8 @@ fn cases() -> Vec<Case> {
             nested(40),
             S::BAD_REQUEST,
             "too_deep",
-            // The value inside the 32nd level below the document, named.
-            Some("/deep/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0"),
+            // The array 32 levels below the document, named.
+            Some("/deep/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0"),
         ),
         case(
             "invalid UTF-8",

@@ -847,12 +847,12 @@ async fn run_events_have_their_own_size_and_depth_limits(backend: Backend) {
     let answer = app.post_lineage(too_deep.to_string()).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
     assert_eq!(answer.code(), "too_deep");
-    // Named where it is: the value inside the 64th level below the document (run,
-    // facets, custom, nested, then 61 arrays down).
+    // Named where it is: the container 64 levels below the document (run, facets,
+    // custom, nested, then 60 arrays down).
     let field = answer.body["error"]["field"].as_str().unwrap_or("");
     assert_eq!(
         field,
-        format!("/run/facets/custom/nested{}", "/0".repeat(61)),
+        format!("/run/facets/custom/nested{}", "/0".repeat(60)),
         "{}",
         answer.body
     );

@@ -927,6 +927,16 @@ async fn a_retry_with_a_user_id_stored_before_its_anonymous_original_makes_it_a_
     let answer = post(message("ajs-5", "anon-2", Value::Null)).await;
     assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
     assert_eq!(segment_stats(&app).await, (5, 4, 2));
+    // A stored message whose payload does not undo to it (the client sent
+    // `originalTimestamp` itself, and no `timestamp`) makes no duplicate of a message
+    // that only looks like its undoing: a collision, as in the other order.
+    let mut own_original = timeless(json!("user-1"));
+    own_original["messageId"] = json!("ajs-6");
+    own_original["originalTimestamp"] = json!("2026-12-06T17:00:00.000Z");
+    assert_eq!(post(own_original).await.status, StatusCode::OK);
+    let answer = post(original("ajs-6")).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
+    assert_eq!(segment_stats(&app).await, (6, 4, 3));
 }
 
 async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: Backend) {
@@ -1213,6 +1223,22 @@ async fn a_bound_fact_falls_in_its_window_at_the_corrected_time_and_a_timeless_o
     timeless["messageId"] = json!("m-timeless-again");
     let answer = post_v1(&app, "/v1/batch", Some(&key), &json!({"batch": [timeless]})).await;
     assert_eq!(answer.body, json!({"success": true}));
+    // A fact whose corrected time is two days ahead (a `timestamp` after its own
+    // `sentAt`) has not happened, as `POST /outcome` says of such a time: the message is
+    // stored, no outcome, each binding counts it `unusable` (it counted in the window).
+    let mut ahead = track("m-ahead", "user-1", "order-ahead", 30.0);
+    ahead["timestamp"] = json!(at(now + 2 * 86_400_000_000));
+    ahead["sentAt"] = json!(at(now));
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &json!({"batch": [ahead]})).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    let bindings = app.get(&format!("/campaigns/{campaign}/bindings")).await;
+    let unusable: Vec<i64> = bindings.body["bindings"]
+        .as_array()
+        .expect("bindings")
+        .iter()
+        .map(|b| b["unusable"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(unusable, [1, 1], "{}", bindings.body);
     let orders = [("user-0".to_string(), 10.0), ("user-1".to_string(), 20.0)];
     assert_eq!(
         report_figures(&app, &campaign).await,

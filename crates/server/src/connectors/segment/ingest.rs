@@ -12,6 +12,7 @@ use traqlyte_experiments::{
 };
 use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
+use traqlyte_store::partitions::FUTURE_SKEW_US;
 use traqlyte_store::{
     BindingTally, Campaign, EventOutcome, IngestSource, MetricBinding, MetricKind, NewEvent,
     NewOutcome, NewRejection, Source, SourceId, SourceTally, Store, StoreTx, TenantId,
@@ -62,7 +63,7 @@ pub(crate) async fn store(
     // become outcomes, and a binding declared meanwhile applies to them exactly when it
     // committed first (`StoreTx::bindings_for_events`).
     let bound = Bound::load(&mut tx, tenant, &new).await?;
-    let (facts, tallies) = bound.outcomes(&mut tx, source, &new).await?;
+    let (facts, tallies) = bound.outcomes(&mut tx, source, &new, now_us).await?;
     let recorded = if facts.is_empty() {
         Vec::new()
     } else {
@@ -154,6 +155,7 @@ impl Bound {
         tx: &mut StoreTx,
         source: &Source,
         new: &[(&SegmentMessage, &NewEvent)],
+        now_us: i64,
     ) -> Result<(Vec<NewOutcome>, Vec<BindingTally>), ApiError> {
         let bound = |binding: &MetricBinding, message: &SegmentMessage| {
             message.kind == MessageType::Track
@@ -179,7 +181,9 @@ impl Bound {
                 unusable: 0,
             };
             for (message, event) in new.iter().filter(|(m, _)| bound(binding, m)) {
-                let Some(fact) = Fact::of(binding, campaign, source, message, event) else {
+                let fact = Fact::of(binding, campaign, source, message, event)
+                    .filter(|fact| fact.happened_by(now_us));
+                let Some(fact) = fact else {
                     tally.unusable += 1;
                     continue;
                 };
@@ -281,6 +285,14 @@ impl Fact {
             window_us: i64::from(definition.window_hours) * 3_600_000_000,
             payload: event.payload.clone(),
         })
+    }
+
+    /// Whether the fact's corrected time is no further ahead of `now_us` than the clock
+    /// skew `POST /outcome` allows (a day): a client whose `timestamp` is ahead of its own
+    /// `sentAt` puts the corrected time in the future, and such a fact counted inside a
+    /// long window as if it had happened. It is `unusable`; the message is stored.
+    fn happened_by(&self, now_us: i64) -> bool {
+        self.occurred_at_us <= now_us.saturating_add(FUTURE_SKEW_US)
     }
 
     fn into_outcome(self, assignment: traqlyte_store::Assignment) -> NewOutcome {
