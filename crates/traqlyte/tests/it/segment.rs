@@ -766,6 +766,25 @@ async fn an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_r
     );
     let other = app.get("/sources/src_0000000000000000/rejections").await;
     assert_eq!(other.status, StatusCode::NOT_FOUND);
+    // A batch's context counts in each of its messages: 20 KB of it beside a message of
+    // 20 KB is over the 32 KB a message holds, beside a small one it is not. Checked on
+    // the message alone, a 500 KB batch of a large context stored a copy in each of a
+    // thousand small messages.
+    let context = json!({"page": {"blob": "c".repeat(20_000)}});
+    let mut large = track("m-5", "user-5", "order-5", 5.0);
+    large["properties"]["note"] = json!("n".repeat(20_000));
+    let batch =
+        json!({"context": context, "batch": [track("m-6", "user-6", "order-6", 6.0), large]});
+    let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
+    assert_eq!(answer.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (3, 0, 0));
+    let listed = app.get(&format!("/sources/{id}/rejections")).await;
+    let rejections = listed.body["rejections"].as_array().expect("rejections");
+    let too_large = rejections
+        .iter()
+        .find(|r| r["code"] == "message_too_large")
+        .unwrap_or_else(|| panic!("no message_too_large: {}", listed.body));
+    assert_eq!(too_large["index"], 1, "{too_large}");
 }
 
 async fn a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing(
