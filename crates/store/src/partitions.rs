@@ -26,6 +26,13 @@ pub const PARTITIONS_AHEAD_DAYS: i32 = 3;
 /// How far in the future an occurrence time may lie (clock skew between producers and
 /// the server) before the live path refuses it.
 pub const FUTURE_SKEW_US: i64 = DAY_US;
+
+/// Whether a time lies further ahead of `now_us` than [`FUTURE_SKEW_US`]: an event the
+/// live path refuses, an outcome `POST /outcome` refuses, a bound Segment fact that
+/// becomes no outcome.
+pub fn ahead_of_clock(at_us: i64, now_us: i64) -> bool {
+    at_us > now_us.saturating_add(FUTURE_SKEW_US)
+}
 /// A maintenance run waits at most this long for a lock held by ingestion, then gives
 /// up (the next run retries) instead of queueing every insert behind it.
 const MAINTAIN_LOCK_TIMEOUT_MS: u32 = 5_000;
@@ -117,7 +124,7 @@ impl DedupeHorizon {
         if at < now_us.saturating_sub(i64::from(self.days) * DAY_US) {
             return Err(OutsideHorizon::TooOld);
         }
-        if at > now_us.saturating_add(FUTURE_SKEW_US) {
+        if ahead_of_clock(at, now_us) {
             return Err(OutsideHorizon::TooFarAhead);
         }
         Ok(())

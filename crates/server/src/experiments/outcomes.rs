@@ -16,7 +16,7 @@ use traqlyte_experiments::{
     OutcomeValue,
 };
 use traqlyte_identity::format_rfc3339_micros;
-use traqlyte_store::partitions::FUTURE_SKEW_US;
+use traqlyte_store::partitions::ahead_of_clock;
 use traqlyte_store::{
     now_us, stored_outcome_id, Assignment, Campaign, MetricKind, NewOutcome, OutcomeResult,
     StoredOutcome, TenantId,
@@ -290,7 +290,7 @@ impl Lookups {
         // An outcome happened: a time further ahead than the clock skew events are allowed
         // (a producer's clock or time zone wrong, a scheduled date sent for the event's)
         // counted inside a long window as if it had, and moved no window's end.
-        if occurred_at_us > now_us.saturating_add(FUTURE_SKEW_US) {
+        if ahead_of_clock(occurred_at_us, now_us) {
             return Err(invalid(
                 "occurred_at",
                 format!(

@@ -12,7 +12,7 @@ use traqlyte_experiments::{
 };
 use traqlyte_identity::pointer::Pointer;
 use traqlyte_identity::segment::{message_contract, MessageType, SegmentMessage};
-use traqlyte_store::partitions::FUTURE_SKEW_US;
+use traqlyte_store::partitions::ahead_of_clock;
 use traqlyte_store::{
     BindingTally, Campaign, EventOutcome, IngestSource, MetricBinding, MetricKind, NewEvent,
     NewOutcome, NewRejection, Source, SourceId, SourceTally, Store, StoreTx, TenantId,
@@ -292,7 +292,7 @@ impl Fact {
     /// `sentAt` puts the corrected time in the future, and such a fact counted inside a
     /// long window as if it had happened. It is `unusable`; the message is stored.
     fn happened_by(&self, now_us: i64) -> bool {
-        self.occurred_at_us <= now_us.saturating_add(FUTURE_SKEW_US)
+        !ahead_of_clock(self.occurred_at_us, now_us)
     }
 
     fn into_outcome(self, assignment: traqlyte_store::Assignment) -> NewOutcome {
