@@ -335,11 +335,12 @@ impl From<StoreError> for ApiError {
             StoreError::OutsideHorizon => {
                 ApiError::unprocessable("outside_horizon", err.to_string())
             }
-            // The answer the request timeout gives, stopped by the database instead.
+            // The answer the request timeout gives, stopped by the database instead (a
+            // lineage walk's level, a campaign report's read; both read only).
             StoreError::QueryTimeout => ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "request_timeout",
-                "the lineage walk ran longer than the request timeout; ask for less depth",
+                "the read ran longer than the request timeout and was stopped in the database too; ask for less (a lineage walk: a smaller depth)",
             ),
             StoreError::Busy => ApiError::store_busy(err.to_string()),
             // Not transient, not ours: the file must be restored. Named, so an operator

@@ -132,7 +132,7 @@ pub enum StoreError {
     /// outside the dedupe horizon (or too far ahead). Nothing was written.
     #[error("the event's occurrence time lies outside the dedupe horizon: no live partition holds its day; load it with `traqlyte backfill`")]
     OutsideHorizon,
-    /// A read ran longer than its bound (a lineage walk's level).
+    /// A read ran longer than its bound (a lineage walk's level, a campaign report's read).
     #[error("the query ran longer than its time bound and was stopped")]
     QueryTimeout,
     /// Another process held the lock of partition changes for longer than the wait
@@ -246,6 +246,17 @@ impl StoreError {
                 matches!(db.code().as_deref(), Some("55P03" | "57014"))
             }
             _ => false,
+        }
+    }
+
+    /// `self` as the error of a read bounded by [`StoreConfig::walk_timeout_ms`]: a
+    /// statement PostgreSQL stopped at that bound is [`StoreError::QueryTimeout`], the
+    /// request timeout's own answer; every other error is itself.
+    pub(crate) fn bounded_read_stopped(self) -> StoreError {
+        if self.statement_timed_out() {
+            StoreError::QueryTimeout
+        } else {
+            self
         }
     }
 

@@ -67,7 +67,8 @@ macro_rules! with_pool {
 /// [`with_pool!`] for a read a request waits on (a campaign report's), `$conn` bound to
 /// the SQLite reader pool, or on PostgreSQL to a transaction of its own whose
 /// `statement_timeout` is the request timeout (`PgStore::begin_bounded_read`): a statement
-/// the request has given up on (answered `408`) is stopped by the database. It ran on,
+/// the request has given up on (answered `408`) is stopped by the database, and is
+/// [`StoreError::QueryTimeout`] (`408` too) whichever of the two ends first. It ran on,
 /// holding its pooled connection, and a review's 16 reloads of one slow report held every
 /// connection for minutes (writes of every tenant `503 store_busy`). Use `$conn` once.
 macro_rules! with_bounded_read {
@@ -79,12 +80,16 @@ macro_rules! with_bounded_read {
             }
             $crate::Backend::Postgres(p) => {
                 let mut tx = p.begin_bounded_read().await?;
-                let out = {
+                // The body's `?` ends this block, not the caller, so that a statement the
+                // bound stopped is told apart from other failures below.
+                let out: Result<_, $crate::StoreError> = async {
                     let $conn: &mut sqlx::PgConnection = &mut *tx;
                     $body
-                };
+                }
+                .await;
+                let out = out.map_err($crate::StoreError::bounded_read_stopped)?;
                 tx.commit().await?;
-                out
+                Ok(out)
             }
         }
     };

@@ -6,9 +6,6 @@ use super::{level_sql, Direction, LevelEdge, NodeKind};
 use crate::postgres::PgStore;
 use crate::{StoreError, TenantId};
 
-/// SQLSTATE of a statement stopped by `statement_timeout`.
-const QUERY_CANCELED: &str = "57014";
-
 impl PgStore {
     /// A transaction whose statements stop at the request timeout
     /// (`StoreConfig::walk_timeout_ms`, PostgreSQL's `statement_timeout`): for reads a
@@ -49,12 +46,7 @@ impl PgStore {
             .bind(limit)
             .fetch_all(&mut *tx)
             .await
-            .map_err(|err| match &err {
-                sqlx::Error::Database(db) if db.code().as_deref() == Some(QUERY_CANCELED) => {
-                    StoreError::QueryTimeout
-                }
-                _ => StoreError::from(err),
-            })?;
+            .map_err(|err| StoreError::from(err).bounded_read_stopped())?;
         tx.commit().await?;
         Ok(rows)
     }

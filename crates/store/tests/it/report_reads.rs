@@ -362,8 +362,12 @@ async fn a_reports_reads_stop_at_the_request_timeout_in_the_database() {
             .await
             .unwrap_or_else(|_| panic!("a read waited on the lock of {table}"));
         assert!(!errors.is_empty(), "{table}: no read met the lock");
+        // The request timeout's own error (`408`), not the `503 statement_timeout` of a
+        // write stopped by an operator's setting: it was the one or the other, by a race.
         assert!(
-            errors.iter().all(StoreError::statement_timed_out),
+            errors
+                .iter()
+                .all(|err| matches!(err, StoreError::QueryTimeout)),
             "{table}: {errors:?}"
         );
         holder.execute("ROLLBACK").await;
