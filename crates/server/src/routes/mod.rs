@@ -131,8 +131,19 @@ pub(crate) fn router(state: AppState) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
         .layer(middleware::from_fn(json_errors))
         // The span names the path, never the query: `/ui/login?token=…` carries a login
-        // link, and a DEBUG log must not hand it to whoever reads the logs.
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        // link, and a DEBUG log must not hand it to whoever reads the logs. A `5xx` is
+        // logged by `json_errors`: at ERROR with its cause when it has one (a bug, the
+        // database's failure), at DEBUG when it is a refusal (`503 server_busy`,
+        // `store_busy`, a tracking request's timeout); the layer's own failure line, at
+        // ERROR for every `5xx`, flooded the log at ERROR under backpressure and doubled
+        // the line of every real failure.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_failure(
+                    tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG),
+                ),
+        )
         .with_state(state)
 }
 

@@ -1847,6 +1847,48 @@ async fn a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry() 
     let resent = app.send(post()).await;
     assert_eq!(resent.body, json!({"success": true}));
     assert_eq!(segment_stats(&app).await, (1, 0, 0));
+    refusals_are_not_logged_at_error(&app, &key).await;
+}
+
+/// A `503` that refuses work (here a tracking request's timeout) is no failure of the
+/// server's: its process logs no line at ERROR for it, where every such answer was
+/// logged at ERROR (a flood under backpressure, paging whoever watches for ERROR).
+async fn refusals_are_not_logged_at_error(app: &crate::helpers::TestApp, key: &str) {
+    let log_path = std::env::temp_dir().join(format!(
+        "traqlyte_it_{}_refusal_{}.log",
+        std::process::id(),
+        key.len()
+    ));
+    let log = std::fs::File::create(&log_path).expect("create the log file");
+    let mut server = crate::helpers::ServerProcess::start_logging(
+        app.database_url(),
+        &["--request-timeout-ms", "300"],
+        &[],
+        log,
+    );
+    app.execute_sql(
+        "CREATE TRIGGER slow_events BEFORE INSERT ON events FOR EACH ROW
+           EXECUTE FUNCTION traqlyte_test_slow();",
+    )
+    .await;
+    let body = json!({"type": "track", "userId": "u2", "event": "Slow", "messageId": "slow-2"});
+    let response = app
+        .client
+        .post(format!("{}/v1/track", server.address))
+        .basic_auth(key, Some(""))
+        .json(&body)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    app.execute_sql("DROP TRIGGER slow_events ON events").await;
+    server.kill();
+    let text = std::fs::read_to_string(&log_path).expect("read the log");
+    let _ = std::fs::remove_file(&log_path);
+    assert!(
+        !text.lines().any(|line| line.contains("ERROR")),
+        "a refusal was logged at ERROR: {text}"
+    );
 }
 
 /// A binding applies to exactly the messages committed after it. Here its declaration
