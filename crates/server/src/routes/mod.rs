@@ -119,6 +119,7 @@ pub(crate) fn router(state: AppState) -> Router {
         // First layer: it runs after routing (so path parameters have their names) and
         // before any handler or extractor binds a parameter to a query.
         .layer(middleware::from_fn(text::reject_nul_parameters))
+        .layer(middleware::from_fn(host_required))
         // Handlers read bodies themselves under per-route limits (see `body`).
         .layer(DefaultBodyLimit::disable())
         // Inside the JSON-error rewrite, so a timeout is answered `{"error":{…}}` too.
@@ -145,6 +146,44 @@ pub(crate) fn router(state: AppState) -> Router {
                 ),
         )
         .with_state(state)
+}
+
+/// An HTTP/1.1 request without a `Host` header, or with more than one, is `400
+/// invalid_host` (field `Host`), as RFC 9112 (section 3.2) requires of a server: it was
+/// served, and which host it meant is what `GET /metrics`'s loopback check and a proxy's
+/// routing read. HTTP/1.0 has no such rule; HTTP/2 names the host in `:authority`. The
+/// connection is closed after the answer, as after hyper's own `400`s.
+async fn host_required(
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let hosts = request
+        .headers()
+        .get_all(axum::http::header::HOST)
+        .iter()
+        .count();
+    if request.version() != axum::http::Version::HTTP_11 || hosts == 1 {
+        return next.run(request).await;
+    }
+    let rule = if hosts == 0 {
+        "has none"
+    } else {
+        "has several"
+    };
+    let mut response = ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_host",
+        format!("an HTTP/1.1 request carries exactly one Host header (RFC 9112, section 3.2); this one {rule}"),
+    )
+    .with_field("Host")
+    .into_response();
+    // A framing fault of the connection's client, as hyper's own 400s are: it is closed.
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        HeaderValue::from_static("close"),
+    );
+    response
 }
 
 /// The answer to a handler's panic: an opaque 500 whose cause (the panic's message) is

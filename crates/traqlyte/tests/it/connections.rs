@@ -318,6 +318,18 @@ async fn requests_hyper_refuses_are_answered_in_the_json_error_shape(backend: Ba
             "uri_too_long",
         ),
         (
+            "HTTP/1.1 without a Host header",
+            b"GET /healthz HTTP/1.1\r\n\r\n".to_vec(),
+            400,
+            "invalid_host",
+        ),
+        (
+            "HTTP/1.1 with two Host headers",
+            b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".to_vec(),
+            400,
+            "invalid_host",
+        ),
+        (
             "a malformed request line",
             b"GET\x01/ HTTP/1.1\r\nHost: test\r\n\r\n".to_vec(),
             400,
