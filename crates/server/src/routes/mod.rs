@@ -18,7 +18,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, CONTENT_TYPE, RETRY_AFTER,
 };
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
@@ -94,10 +94,7 @@ pub(crate) fn router(state: AppState) -> Router {
         )
         .merge(crate::ui::router())
         .merge(admin::router(state.clone()))
-        .route(
-            "/api/v1/lineage",
-            post(lineage::post_event).get(lineage::graph),
-        )
+        .route(LINEAGE_PATH, post(lineage::post_event).get(lineage::graph))
         .route("/lineage/ancestors", get(lineage::ancestors))
         .route("/lineage/descendants", get(lineage::descendants))
         .route("/lineage/stats", get(lineage::stats))
@@ -119,7 +116,7 @@ pub(crate) fn router(state: AppState) -> Router {
         // First layer: it runs after routing (so path parameters have their names) and
         // before any handler or extractor binds a parameter to a query.
         .layer(middleware::from_fn(text::reject_nul_parameters))
-        .layer(middleware::from_fn(host_required))
+        .layer(middleware::from_fn(framing_checked))
         // Handlers read bodies themselves under per-route limits (see `body`).
         .layer(DefaultBodyLimit::disable())
         // Inside the JSON-error rewrite, so a timeout is answered `{"error":{…}}` too.
@@ -151,9 +148,11 @@ pub(crate) fn router(state: AppState) -> Router {
 /// An HTTP/1.1 request without a `Host` header, or with more than one, is `400
 /// invalid_host` (field `Host`), as RFC 9112 (section 3.2) requires of a server: it was
 /// served, and which host it meant is what `GET /metrics`'s loopback check and a proxy's
-/// routing read. HTTP/1.0 has no such rule; HTTP/2 names the host in `:authority`. The
-/// connection is closed after the answer, as after hyper's own `400`s.
-async fn host_required(
+/// routing read. HTTP/1.0 has no such rule; HTTP/2 names the host in `:authority`. A
+/// transfer coding other than `chunked` is `501 unsupported_transfer_coding` (field
+/// `Transfer-Encoding`). The connection is closed after either answer, as after hyper's
+/// own `400`s: its framing is in doubt.
+async fn framing_checked(
     request: axum::extract::Request,
     next: middleware::Next,
 ) -> axum::response::Response {
@@ -163,21 +162,39 @@ async fn host_required(
         .get_all(axum::http::header::HOST)
         .iter()
         .count();
-    if request.version() != axum::http::Version::HTTP_11 || hosts == 1 {
+    let unknown_coding = request
+        .headers()
+        .get_all(axum::http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.to_str().unwrap_or("?").split(','))
+        .map(str::trim)
+        .find(|coding| !coding.eq_ignore_ascii_case("chunked"))
+        .map(str::to_string);
+    let err = if let Some(coding) = unknown_coding {
+        // hyper reads the chunks and hands on the bytes still in every other coding: a
+        // gzip body reached the JSON parser as gzip (RFC 9112, section 6.1: 501).
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "unsupported_transfer_coding",
+            format!("Transfer-Encoding {coding:?} is not supported: send the body chunked or with Content-Length, and compress it with Content-Encoding: gzip"),
+        )
+        .with_field("Transfer-Encoding")
+    } else if request.version() != axum::http::Version::HTTP_11 || hosts == 1 {
         return next.run(request).await;
-    }
-    let rule = if hosts == 0 {
-        "has none"
     } else {
-        "has several"
+        let rule = if hosts == 0 {
+            "has none"
+        } else {
+            "has several"
+        };
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_host",
+            format!("an HTTP/1.1 request carries exactly one Host header (RFC 9112, section 3.2); this one {rule}"),
+        )
+        .with_field("Host")
     };
-    let mut response = ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_host",
-        format!("an HTTP/1.1 request carries exactly one Host header (RFC 9112, section 3.2); this one {rule}"),
-    )
-    .with_field("Host")
-    .into_response();
+    let mut response = err.into_response();
     // A framing fault of the connection's client, as hyper's own 400s are: it is closed.
     response.headers_mut().insert(
         axum::http::header::CONNECTION,
@@ -354,6 +371,9 @@ fn tracking_table() -> [(&'static str, MethodRouter<AppState>); 16] {
 }
 
 /// Whether `path` is one of [`tracking_routes`] (asked only of an error answer).
+/// The OpenLineage endpoint (`POST` a run event, `GET` Marquez's graph).
+const LINEAGE_PATH: &str = "/api/v1/lineage";
+
 fn is_tracking_path(path: &str) -> bool {
     TRACKING_PATHS.contains(&path)
 }
@@ -368,7 +388,7 @@ fn is_tracking_path(path: &str) -> bool {
 /// answered for `POST` with the headers it asks for, and cached a day; `Retry-After` is
 /// readable by the page.
 fn tracking_cors() -> tower_http::cors::CorsLayer {
-    use axum::http::{header, Method};
+    use axum::http::header;
     use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
     CorsLayer::new()
         .allow_origin(AllowOrigin::mirror_request())
@@ -489,11 +509,15 @@ async fn json_errors(request: Request, next: Next) -> Response {
     let mut rewritten = match query_refusal(parts.status, &message) {
         Some(err) => err.into_response(),
         // Segment's libraries drop a batch answered with a 4xx other than 429 (analytics-
-        // python, -java, -ruby, -php, Analytics-CSharp): a tracking request the server
-        // timed out is answered as the store's contention is, so they retry it (a retry
-        // is a duplicate at worst). The CORS layer is inside the timeout: its headers were
-        // added above, and are copied below, so a page can read the answer.
-        None if parts.status == StatusCode::REQUEST_TIMEOUT && tracking => {
+        // python, -java, -ruby, -php, Analytics-CSharp), and OpenLineage's clients retry
+        // only a 5xx (openlineage-python: 500, 502, 503, 504): a tracking request or a
+        // run event the server timed out is answered as the store's contention is, so
+        // they retry it (a retry is a duplicate at worst; with group commit off a timed
+        // out run event was rolled back, and lost). The CORS layer is inside the timeout:
+        // its headers were added above, and are copied below, so a page can read it.
+        None if parts.status == StatusCode::REQUEST_TIMEOUT
+            && (tracking || (method == Method::POST && path == LINEAGE_PATH)) =>
+        {
             let mut response = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "request_timeout",

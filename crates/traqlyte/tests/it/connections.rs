@@ -330,6 +330,12 @@ async fn requests_hyper_refuses_are_answered_in_the_json_error_shape(backend: Ba
             "invalid_host",
         ),
         (
+            "a transfer coding other than chunked",
+            b"POST /contracts HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".to_vec(),
+            501,
+            "unsupported_transfer_coding",
+        ),
+        (
             "a malformed request line",
             b"GET\x01/ HTTP/1.1\r\nHost: test\r\n\r\n".to_vec(),
             400,

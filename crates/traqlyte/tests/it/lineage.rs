@@ -689,11 +689,65 @@ async fn concurrent_runs_sharing_jobs_and_datasets_all_commit_without_deadlock(b
     assert_eq!(app.graph_counts().await, (200, 6, 800));
 }
 
-/// PostgreSQL only: a walk's statements carry the request timeout of `serve`.
+/// PostgreSQL only: a walk's statements carry the request timeout of `serve`; a trigger
+/// can sleep, so a request outlives its timeout.
 mod postgres_only {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_walk_longer_than_the_request_timeout_is_stopped_in_the_database() {
         super::a_walk_longer_than_the_request_timeout_is_stopped_in_the_database().await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_run_event_the_server_timed_out_is_a_503_the_clients_retry() {
+        super::a_run_event_the_server_timed_out_is_a_503_the_clients_retry().await
+    }
+}
+
+/// OpenLineage's clients retry a 5xx only (openlineage-python: 500, 502, 503, 504), so a
+/// run event that outlived the server's request timeout is `503` with `Retry-After`, as
+/// a tracking request is, not `408`: with group commit off its transaction was rolled
+/// back and the client, told `408`, never sent it again (lost). Its resend is stored
+/// once, with group commit on or off.
+async fn a_run_event_the_server_timed_out_is_a_503_the_clients_retry() {
+    for group_commit in [
+        traqlyte_server::GroupCommitConfig::disabled(),
+        traqlyte_server::GroupCommitConfig::default(),
+    ] {
+        let config = traqlyte_server::ServerConfig {
+            request_timeout_ms: 300,
+            group_commit,
+            ..Default::default()
+        };
+        let app = crate::helpers::spawn_app_with(Backend::Postgres, config).await;
+        app.execute_sql(
+            "CREATE FUNCTION traqlyte_test_slow() RETURNS trigger LANGUAGE plpgsql
+               AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
+             CREATE TRIGGER slow_events BEFORE INSERT ON events FOR EACH ROW
+               EXECUTE FUNCTION traqlyte_test_slow();",
+        )
+        .await;
+        let event = run_event("slow_job", 1, &["in"], &["out"]).to_string();
+        let response = app
+            .client
+            .post(app.url("/api/v1/lineage"))
+            .bearer_auth(&app.key)
+            .header("content-type", "application/json")
+            .body(event.clone())
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()["retry-after"], "1");
+        let answer: serde_json::Value = response.json().await.expect("JSON");
+        assert_eq!(answer["error"]["code"], "request_timeout", "{answer}");
+        app.execute_sql("DROP TRIGGER slow_events ON events").await;
+        // With group commit on, the timed out request's batch may still commit: then the
+        // resend is its duplicate. Either way the run event is stored once.
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        let resent = app.post_lineage(event).await;
+        assert!(resent.status.is_success(), "{}", resent.body);
+        let (stored, _, collisions) = app.stored_run_events().await;
+        assert_eq!((stored, collisions), (1, 0));
     }
 }
 
