@@ -379,6 +379,64 @@ pub fn replace_lone_surrogate_escapes(bytes: &[u8]) -> Option<Vec<u8>> {
     replaced
 }
 
+/// `bytes` (JSON text) with each `NaN`, `Infinity`, `-Infinity` and `+Infinity` that
+/// stands as a value replaced by `null`, as `JSON.stringify` writes a non-finite number;
+/// `None` when there is none. Python's `json` writes `float('nan')` as `NaN` (no JSON
+/// number), so one such property in an analytics-python batch, or a data-quality facet's
+/// `NaN` minimum in an OpenLineage event, refused the whole request, which the client
+/// then dropped. Outside strings these letters only ever begin such a token (`true`,
+/// `false` and `null` have no capital), so a scan that skips strings finds them all.
+pub fn replace_non_finite_literals(bytes: &[u8]) -> Option<Vec<u8>> {
+    const TOKENS: [&[u8]; 4] = [b"NaN", b"Infinity", b"-Infinity", b"+Infinity"];
+    let mut out: Option<Vec<u8>> = None;
+    let (mut at, mut copied) = (0, 0);
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => {
+                at += 1;
+                while at < bytes.len() && bytes[at] != b'"' {
+                    at += if bytes[at] == b'\\' { 2 } else { 1 };
+                }
+                at += 1;
+            }
+            b'N' | b'I' | b'-' | b'+' => {
+                let rest = &bytes[at..];
+                match TOKENS.iter().find(|token| rest.starts_with(token)) {
+                    Some(token) => {
+                        let buffer = out.get_or_insert_with(|| Vec::with_capacity(bytes.len() + 8));
+                        buffer.extend_from_slice(&bytes[copied..at]);
+                        buffer.extend_from_slice(b"null");
+                        at += token.len();
+                        copied = at;
+                    }
+                    None => at += 1,
+                }
+            }
+            _ => at += 1,
+        }
+    }
+    let mut buffer = out?;
+    buffer.extend_from_slice(&bytes[copied.min(bytes.len())..]);
+    Some(buffer)
+}
+
+/// [`parse_wide_integers_in`] that reads a non-finite number as `null`
+/// ([`replace_non_finite_literals`]), for documents of producers that write them
+/// (OpenLineage's Python client). Only a document refused for one is scanned again.
+pub fn parse_wide_integers_reading_non_finite_in(
+    bytes: &[u8],
+    depth_max: usize,
+    meter: &Meter,
+) -> Result<Value, ParseError> {
+    match parse_wide_integers_in(bytes, depth_max, meter) {
+        Err(ParseError::NonFiniteNumber { .. }) => match replace_non_finite_literals(bytes) {
+            Some(fixed) => parse_wide_integers_in(&fixed, depth_max, meter),
+            None => parse_wide_integers_in(bytes, depth_max, meter),
+        },
+        parsed => parsed,
+    }
+}
+
 /// The error for one refused number.
 pub fn refused_number_error(refused: RefusedNumber) -> ParseError {
     ParseError::NumberOutOfRange {
@@ -585,6 +643,44 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn non_finite_literals_become_null_and_strings_stay() {
+        let cases: [(&str, Option<&str>); 7] = [
+            (r#"{"a":NaN}"#, Some(r#"{"a":null}"#)),
+            (
+                r#"[Infinity, -Infinity,+Infinity]"#,
+                Some(r#"[null, null,null]"#),
+            ),
+            (r#"{"NaN":"NaN","b":-1}"#, None),
+            (
+                r#"{"s":"a\"NaN","n":NaN}"#,
+                Some(r#"{"s":"a\"NaN","n":null}"#),
+            ),
+            (r#"{"s":"\\","n":Infinity}"#, Some(r#"{"s":"\\","n":null}"#)),
+            (r#"[1, -2.5e-3, true, null]"#, None),
+            (r#"[NaN"#, Some(r#"[null"#)),
+        ];
+        for (input, expected) in cases {
+            let got = replace_non_finite_literals(input.as_bytes())
+                .map(|b| String::from_utf8(b).unwrap());
+            assert_eq!(got.as_deref(), expected, "{input}");
+        }
+        let value = parse_wide_integers_reading_non_finite_in(
+            br#"{"min":NaN,"id":9007199254740993}"#,
+            8,
+            &Meter::unbounded(),
+        )
+        .expect("parsed");
+        assert_eq!(
+            value,
+            serde_json::json!({"min": null, "id": 9007199254740993u64})
+        );
+        // Any other fault is still refused.
+        assert!(
+            parse_wide_integers_reading_non_finite_in(b"{NaN}", 8, &Meter::unbounded()).is_err()
+        );
+    }
 
     #[test]
     fn a_leading_byte_order_mark_is_no_part_of_the_value() {

@@ -815,7 +815,8 @@ pub async fn read_run_event(
         body,
         config.lineage_body_bytes_max,
         config.lineage_json_depth_max,
-        json::parse_wide_integers_in,
+        // Python's `json` writes a facet's `float('nan')` as `NaN`: read as `null`.
+        json::parse_wide_integers_reading_non_finite_in,
     )
     .await
 }

@@ -11,6 +11,7 @@ use crate::helpers::fire_from_processes;
 use crate::helpers::{spawn_app, Backend, TestApp};
 
 crate::on_both_backends!(
+    a_nan_in_a_facet_is_null_and_refuses_no_run_event,
     every_complete_corpus_run_event_ingests_then_reingests_as_a_duplicate,
     invalid_corpus_events_are_refused_naming_the_field_and_write_nothing,
     no_corpus_file_makes_the_server_panic_or_answer_5xx,
@@ -352,6 +353,31 @@ async fn a_runs_job_is_its_earliest_events_whatever_the_arrival_order(backend: B
         "{}",
         other.body
     );
+}
+
+/// openlineage-python writes a facet's `float('nan')` (a data-quality facet's minimum of
+/// an empty column) as `NaN`, which no JSON parser takes: the run event was a `400`,
+/// which the client does not retry (lineage lost). It is read as `null`, as
+/// `JSON.stringify` writes it; its resend is a duplicate.
+async fn a_nan_in_a_facet_is_null_and_refuses_no_run_event(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut event = run_event("dq_job", 7, &["raw"], &["clean"]);
+    event["inputs"][0]["inputFacets"] = json!({"dataQualityMetrics": {
+        "_producer": "https://github.com/OpenLineage/OpenLineage/tree/1.54.0/client/python",
+        "_schemaURL": "https://openlineage.io/spec/facets/1-0-2/DataQualityMetricsInputDatasetFacet.json",
+        "rowCount": 0,
+        "columnMetrics": {"amount": {"nullCount": 0, "min": "MIN", "max": "MAX"}}}});
+    let text = event
+        .to_string()
+        .replace("\"MIN\"", "NaN")
+        .replace("\"MAX\"", "-Infinity");
+    assert!(text.contains(":NaN"), "{text}");
+    for expected in [(1, 0, 0), (1, 1, 0)] {
+        let answer = app.post_lineage(text.clone()).await;
+        assert!(answer.status.is_success(), "{}", answer.body);
+        assert_eq!(app.stored_run_events().await, expected);
+    }
+    assert_eq!(app.graph_counts().await, (1, 2, 2));
 }
 
 /// j1: A → B, j2: B → A (a cycle), j3: A, B → C.

@@ -20,6 +20,7 @@ crate::on_both_backends!(
     the_paths_of_other_libraries_and_browsers_store_as_the_documented_ones,
     integer_ids_from_the_ruby_and_php_libraries_are_their_decimal_strings,
     a_lone_surrogate_from_a_browser_is_the_replacement_character_and_refuses_nothing,
+    python_s_nan_and_infinity_are_null_and_refuse_nothing,
     bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing,
     an_invalid_message_in_a_batch_is_rejected_alone_and_recorded_with_its_reason,
     a_reused_message_id_with_other_content_is_a_collision_and_changes_nothing,
@@ -579,6 +580,60 @@ async fn a_lone_surrogate_from_a_browser_is_the_replacement_character_and_refuse
     let whole = stored_message(&app, &source, None, &id_only("s-2")).await;
     assert_eq!(whole["payload"]["properties"]["title"], "whole \u{1f600}");
     assert_eq!(whole["payload"]["properties"]["path"], "C:\\ud83d");
+}
+
+/// Python's `json` (analytics-python) writes `float('nan')` and `float('inf')` as `NaN`
+/// and `Infinity`, which no JSON parser takes: the whole batch was a `400`, which the
+/// client drops, valid messages with it. They are read as `null`, as `JSON.stringify`
+/// writes them, with a lone surrogate in the same body too; a resend is a retry.
+async fn python_s_nan_and_infinity_are_null_and_refuse_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = create_source(&app, "py");
+    let body = format!(
+        r#"{{"writeKey":"{key}","batch":[
+            {{"type":"track","userId":"u","event":"E","messageId":"n-1","properties":{{"price":NaN,"title":"NaN","cut":"\ud83d"}}}},
+            {{"type":"track","userId":"u","event":"E","messageId":"n-2","properties":{{"ratio":-Infinity,"max":Infinity}}}},
+            {{"type":"track","userId":"u","event":"E","messageId":"n-3","properties":{{"price":1.5}}}}]}}"#
+    );
+    for expected in [(3, 0, 0), (3, 3, 0)] {
+        let answer = app
+            .send(
+                app.client
+                    .post(app.url("/v1/batch"))
+                    .header("content-type", "application/json")
+                    .body(body.clone()),
+            )
+            .await;
+        assert_eq!(answer.body, json!({"success": true}));
+        assert_eq!(segment_stats(&app).await, expected);
+    }
+    let source = source_row(&app, "py").await["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let id_only = |id: &str| json!({"type": "track", "userId": "u", "event": "E", "messageId": id});
+    let first = stored_message(&app, &source, None, &id_only("n-1")).await;
+    assert_eq!(
+        first["payload"]["properties"],
+        json!({"price": null, "title": "NaN", "cut": "\u{fffd}"})
+    );
+    let second = stored_message(&app, &source, None, &id_only("n-2")).await;
+    assert_eq!(
+        second["payload"]["properties"],
+        json!({"ratio": null, "max": null})
+    );
+    // A single call too.
+    let single = app
+        .send(
+            app.client
+                .post(app.url("/v1/track"))
+                .basic_auth(&key, Some(""))
+                .header("content-type", "application/json")
+                .body(r#"{"userId":"u","event":"E","messageId":"n-4","properties":{"x":NaN}}"#),
+        )
+        .await;
+    assert_eq!(single.body, json!({"success": true}));
+    assert_eq!(segment_stats(&app).await, (4, 3, 0));
 }
 
 async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backend) {

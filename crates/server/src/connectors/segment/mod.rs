@@ -393,9 +393,23 @@ async fn read_authenticated(
     };
     let (mut bytes, mut parsed) = in_room(bytes).await?;
     // A lone surrogate escape (`JSON.stringify` of a string cut inside an emoji) is read
-    // as U+FFFD rather than refusing the request, and with it the whole batch.
-    if let Err(json::ParseError::Syntax(_)) = parsed {
-        if let Some(fixed) = json::replace_lone_surrogate_escapes(&bytes) {
+    // as U+FFFD, and `NaN` or `Infinity` (Python's `json` writes them for a float
+    // property) as `null`, as `JSON.stringify` writes it, rather than refusing the
+    // request, and with it the whole batch. Each fix once, in either order.
+    let (mut surrogates, mut non_finite) = (false, false);
+    loop {
+        let fixed = match &parsed {
+            Err(json::ParseError::Syntax(_)) if !surrogates => {
+                surrogates = true;
+                json::replace_lone_surrogate_escapes(&bytes)
+            }
+            Err(json::ParseError::NonFiniteNumber { .. }) if !non_finite => {
+                non_finite = true;
+                json::replace_non_finite_literals(&bytes)
+            }
+            _ => break,
+        };
+        if let Some(fixed) = fixed {
             (bytes, parsed) = in_room(Bytes::from(fixed)).await?;
         }
     }
