@@ -784,7 +784,8 @@ fn library_variant(text: &str) -> Option<String> {
     let head = text.get(..19)?;
     let shape = head.bytes().enumerate().all(|(at, byte)| match at {
         4 | 7 => byte == b'-',
-        10 => byte == b'T' || byte == b't',
+        // Or a space, as RFC 3339 (section 5.6) allows and Python's `str(datetime)` writes.
+        10 => matches!(byte, b'T' | b't' | b' '),
         13 | 16 => byte == b':',
         _ => byte.is_ascii_digit(),
     });
@@ -821,6 +822,25 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The libraries' ISO 8601 forms read as RFC 3339 would read them; a date and time
+    /// separated by a space without an offset too (taken as UTC, as with a `T`).
+    #[test]
+    fn library_timestamps_are_read_with_a_t_or_a_space() {
+        let utc = timestamp("timestamp", "2026-12-01T10:00:00Z").expect("RFC 3339");
+        for text in [
+            "2026-12-01T10:00:00",
+            "2026-12-01 10:00:00",
+            "2026-12-01 10:00:00.000000",
+            "2026-12-01 10:00:00Z",
+            "2026-12-01 11:00:00+0100",
+        ] {
+            assert_eq!(timestamp("timestamp", text).ok(), Some(utc), "{text}");
+        }
+        for text in ["2026-12-01", "2026-12-01 10:00", "2026-12-01_10:00:00"] {
+            assert!(timestamp("timestamp", text).is_err(), "{text}");
+        }
+    }
 
     /// The three fingerprints written and hashed once equal each written and hashed
     /// anew: the message's own, with `userId` `null`, and without `userId`; whatever the

@@ -370,10 +370,10 @@ fn tracking_table() -> [(&'static str, MethodRouter<AppState>); 16] {
     handlers.map(|handler| (paths.next().unwrap_or_default(), handler))
 }
 
-/// Whether `path` is one of [`tracking_routes`] (asked only of an error answer).
 /// The OpenLineage endpoint (`POST` a run event, `GET` Marquez's graph).
 const LINEAGE_PATH: &str = "/api/v1/lineage";
 
+/// Whether `path` is one of [`tracking_routes`] (asked only of an error answer).
 fn is_tracking_path(path: &str) -> bool {
     TRACKING_PATHS.contains(&path)
 }
