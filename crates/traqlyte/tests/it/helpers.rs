@@ -433,6 +433,24 @@ impl TestApp {
         &self._db.url
     }
 
+    /// PostgreSQL only: every insert into `events` sleeps a second (a trigger), so a
+    /// request storing an event outlives a short request timeout; undone by
+    /// [`TestApp::end_slow_event_inserts`].
+    pub async fn slow_event_inserts(&self) {
+        self.execute_sql(
+            "CREATE OR REPLACE FUNCTION traqlyte_test_slow() RETURNS trigger LANGUAGE plpgsql
+               AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
+             CREATE TRIGGER slow_events BEFORE INSERT ON events FOR EACH ROW
+               EXECUTE FUNCTION traqlyte_test_slow();",
+        )
+        .await;
+    }
+
+    /// Undoes [`TestApp::slow_event_inserts`].
+    pub async fn end_slow_event_inserts(&self) {
+        self.execute_sql("DROP TRIGGER slow_events ON events").await;
+    }
+
     /// Runs `sql` (one or more statements) on the app's database over a connection of
     /// its own, as an operator's console would.
     pub async fn execute_sql(&self, sql: &str) {

@@ -745,13 +745,7 @@ async fn a_run_event_the_server_timed_out_is_a_503_the_clients_retry() {
             ..Default::default()
         };
         let app = crate::helpers::spawn_app_with(Backend::Postgres, config).await;
-        app.execute_sql(
-            "CREATE FUNCTION traqlyte_test_slow() RETURNS trigger LANGUAGE plpgsql
-               AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
-             CREATE TRIGGER slow_events BEFORE INSERT ON events FOR EACH ROW
-               EXECUTE FUNCTION traqlyte_test_slow();",
-        )
-        .await;
+        app.slow_event_inserts().await;
         let event = run_event("slow_job", 1, &["in"], &["out"]).to_string();
         let response = app
             .client
@@ -766,7 +760,7 @@ async fn a_run_event_the_server_timed_out_is_a_503_the_clients_retry() {
         assert_eq!(response.headers()["retry-after"], "1");
         let answer: serde_json::Value = response.json().await.expect("JSON");
         assert_eq!(answer["error"]["code"], "request_timeout", "{answer}");
-        app.execute_sql("DROP TRIGGER slow_events ON events").await;
+        app.end_slow_event_inserts().await;
         // With group commit on, the timed out request's batch may still commit: then the
         // resend is its duplicate. Either way the run event is stored once.
         tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;

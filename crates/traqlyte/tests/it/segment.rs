@@ -1871,13 +1871,7 @@ async fn a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry() 
     };
     let app = crate::helpers::spawn_app_with(Backend::Postgres, config).await;
     let key = create_source(&app, "java");
-    app.execute_sql(
-        "CREATE FUNCTION traqlyte_test_slow() RETURNS trigger LANGUAGE plpgsql
-           AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
-         CREATE TRIGGER slow_events BEFORE INSERT ON events FOR EACH ROW
-           EXECUTE FUNCTION traqlyte_test_slow();",
-    )
-    .await;
+    app.slow_event_inserts().await;
     let body = json!({"batch": [{"type": "track", "userId": "u1", "event": "Slow", "messageId": "slow-1"}]});
     let post = || {
         app.client
@@ -1897,7 +1891,7 @@ async fn a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry() 
     assert_eq!(headers["access-control-allow-credentials"], "true");
     let answer: Value = response.json().await.expect("JSON");
     assert_eq!(answer["error"]["code"], "request_timeout", "{answer}");
-    app.execute_sql("DROP TRIGGER slow_events ON events").await;
+    app.end_slow_event_inserts().await;
     assert_eq!(segment_stats(&app).await, (0, 0, 0));
     let resent = app.send(post()).await;
     assert_eq!(resent.body, json!({"success": true}));
@@ -1921,11 +1915,7 @@ async fn refusals_are_not_logged_at_error(app: &crate::helpers::TestApp, key: &s
         &[],
         log,
     );
-    app.execute_sql(
-        "CREATE TRIGGER slow_events BEFORE INSERT ON events FOR EACH ROW
-           EXECUTE FUNCTION traqlyte_test_slow();",
-    )
-    .await;
+    app.slow_event_inserts().await;
     let body = json!({"type": "track", "userId": "u2", "event": "Slow", "messageId": "slow-2"});
     let response = app
         .client
@@ -1936,7 +1926,7 @@ async fn refusals_are_not_logged_at_error(app: &crate::helpers::TestApp, key: &s
         .await
         .expect("POST");
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    app.execute_sql("DROP TRIGGER slow_events ON events").await;
+    app.end_slow_event_inserts().await;
     server.kill();
     let text = std::fs::read_to_string(&log_path).expect("read the log");
     let _ = std::fs::remove_file(&log_path);
