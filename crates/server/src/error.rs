@@ -265,7 +265,7 @@ impl IntoResponse for ApiError {
 /// Every error answer: `{"error": ErrorBody}`.
 #[derive(Serialize, utoipa::ToSchema, utoipa::ToResponse)]
 #[response(
-    description = "an error: a stable `code`, a `message` for people, and the `field` at fault when there is one (docs/api.md lists the codes)"
+    description = "an error: a stable `code`, a `message` for people, and the `field` at fault when there is one (docs/api.md lists the codes); on `/v1/*` the `code` and `message` are also top-level members, as Segment's libraries read them"
 )]
 pub(crate) struct ErrorEnvelope {
     error: ErrorBody,

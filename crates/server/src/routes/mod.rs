@@ -370,6 +370,34 @@ fn tracking_table() -> [(&'static str, MethodRouter<AppState>); 16] {
     handlers.map(|handler| (paths.next().unwrap_or_default(), handler))
 }
 
+/// A tracking route's JSON error with `code` and `message` beside `error` as well: the
+/// top-level members Segment's libraries read (analytics-python logs
+/// `payload["code"]` and `payload["message"]`, and without them "Unknown error", losing
+/// the reason). An answer that is not such an error is returned as it was.
+async fn with_segment_error_fields(response: Response) -> Response {
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = to_bytes(body, 1 << 20).await else {
+        return Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let mut value: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(value) => value,
+        Err(_) => return Response::from_parts(parts, axum::body::Body::from(bytes)),
+    };
+    let fields = value
+        .get("error")
+        .map(|error| (error.get("code").cloned(), error.get("message").cloned()));
+    match (value.as_object_mut(), fields) {
+        (Some(object), Some((Some(code), Some(message)))) => {
+            object.insert("code".into(), code);
+            object.insert("message".into(), message);
+        }
+        _ => return Response::from_parts(parts, axum::body::Body::from(bytes)),
+    }
+    let mut parts = parts;
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(value.to_string()))
+}
+
 /// The OpenLineage endpoint (`POST` a run event, `GET` Marquez's graph).
 const LINEAGE_PATH: &str = "/api/v1/lineage";
 
@@ -475,7 +503,11 @@ async fn json_errors(request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
     if is_ours {
-        return response;
+        return if tracking {
+            with_segment_error_fields(response).await
+        } else {
+            response
+        };
     }
     let (parts, body) = response.into_parts();
     let text = to_bytes(body, 4096)
@@ -546,7 +578,11 @@ async fn json_errors(request: Request, next: Next) -> Response {
     {
         rewritten.headers_mut().insert(name, value.clone());
     }
-    rewritten
+    if tracking {
+        with_segment_error_fields(rewritten).await
+    } else {
+        rewritten
+    }
 }
 
 #[cfg(test)]

@@ -738,6 +738,9 @@ async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backe
             "{}",
             answer.body
         );
+        // Top-level `code` and `message` too: what Segment's libraries log.
+        assert_eq!(answer.body["code"], code, "{}", answer.body);
+        assert_eq!(answer.body["message"], answer.body["error"]["message"]);
     }
     let items: Vec<Value> = (0..40)
         .map(|i| json!({"type": "track", "userId": "u", "event": "E", "messageId": i.to_string(), "properties": {"blob": "y".repeat(14_000)}}))
@@ -1891,6 +1894,7 @@ async fn a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry() 
     assert_eq!(headers["access-control-allow-credentials"], "true");
     let answer: Value = response.json().await.expect("JSON");
     assert_eq!(answer["error"]["code"], "request_timeout", "{answer}");
+    assert_eq!(answer["code"], "request_timeout", "{answer}");
     app.end_slow_event_inserts().await;
     assert_eq!(segment_stats(&app).await, (0, 0, 0));
     let resent = app.send(post()).await;
