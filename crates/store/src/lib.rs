@@ -71,8 +71,8 @@ pub use model::{
     TenantId,
 };
 pub use ops::{
-    Bucket, ClaimedDelivery, CollisionCursor, CollisionEntry, CollisionsQuery, IngestSource,
-    PoolUsage, TrendQuery, TrendRow, Webhook, WEBHOOKS_PER_TENANT_MAX,
+    Bucket, Claim, ClaimTurns, ClaimedDelivery, CollisionCursor, CollisionEntry, CollisionsQuery,
+    IngestSource, PoolUsage, TrendQuery, TrendRow, Webhook, WEBHOOKS_PER_TENANT_MAX,
 };
 pub use outcome_corrections::{
     stored_outcome_id, CorrectionResult, OutcomeCorrection, OutcomeHistory,

@@ -29,6 +29,9 @@ use crate::{ApiError, AppState};
 pub const DISPATCH_EVERY_MS: u64 = 500;
 /// Deliveries claimed per poll.
 pub const DELIVERIES_PER_CLAIM_MAX: u32 = 50;
+/// Most posts of one tenant in flight at once: a tenant whose receivers hang holds this
+/// share of [`DELIVERIES_PER_CLAIM_MAX`], never the whole dispatcher.
+pub const TENANT_POSTS_MAX: u32 = 10;
 /// How long a claimed delivery is ours; past it another dispatcher may claim it.
 pub const DELIVERY_LEASE_MS: i64 = 60_000;
 /// A webhook call taking longer than this failed.
@@ -213,6 +216,11 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
     // The deliveries being posted: a claim may return one again if its post outlived the
     // lease (the same owner claims it), and it must not go out twice.
     let mut in_flight = std::collections::HashSet::new();
+    // Each tenant's posts in flight, and where the next claim goes on from.
+    let mut turns = traqlyte_store::ClaimTurns {
+        per_tenant: Some(TENANT_POSTS_MAX),
+        ..Default::default()
+    };
     loop {
         // Stopping wins over an overdue tick: no poll starts once the server stops.
         tokio::select! {
@@ -221,8 +229,14 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
             _ = ticker.tick() => {}
         }
         while let Some(done) = posts.try_join_next() {
-            if let Ok(delivery_id) = done {
+            if let Ok((tenant, delivery_id)) = done {
                 in_flight.remove(&delivery_id);
+                if let Some(busy) = turns.in_flight.get_mut(&tenant) {
+                    *busy = busy.saturating_sub(1);
+                    if *busy == 0 {
+                        turns.in_flight.remove(&tenant);
+                    }
+                }
             }
         }
         let posting = u32::try_from(posts.len()).unwrap_or(u32::MAX);
@@ -232,10 +246,13 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
         }
         let claimed = match state
             .store
-            .claim_deliveries(&owner, DELIVERY_LEASE_MS * 1_000, room)
+            .claim_deliveries_fairly(&owner, DELIVERY_LEASE_MS * 1_000, room, &turns)
             .await
         {
-            Ok(claimed) => claimed,
+            Ok(claim) => {
+                turns.after = claim.after;
+                claim.deliveries
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "webhook outbox claim failed");
                 continue;
@@ -245,13 +262,17 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
             if !in_flight.insert(delivery.delivery_id.clone()) {
                 continue;
             }
+            *turns
+                .in_flight
+                .entry(delivery.tenant_id.clone())
+                .or_default() += 1;
             let (state, client, owner) = (state.clone(), client.clone(), owner.clone());
             let stopping = stopping.clone();
             posts.spawn(async move {
                 if let Err(err) = deliver(&state, &client, &owner, &delivery, &stopping).await {
                     tracing::warn!(error = %err, delivery = %delivery.delivery_id, "webhook delivery not recorded; its lease will run out");
                 }
-                delivery.delivery_id
+                (delivery.tenant_id, delivery.delivery_id)
             });
         }
     }

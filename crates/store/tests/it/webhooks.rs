@@ -4,6 +4,7 @@ use crate::db::{on_both_backends, Backend, TestDb};
 
 on_both_backends!(
     a_tenants_backlog_takes_only_its_turn_of_a_claim,
+    a_tenants_posts_in_flight_hold_only_its_share_and_claims_go_round,
     leases_and_retries_are_timed_on_the_stores_clock,
     a_delivery_given_back_unposted_keeps_its_attempts,
     posted_deliveries_older_than_the_retention_are_purged_and_due_ones_kept,
@@ -90,6 +91,111 @@ async fn a_delivery_given_back_unposted_keeps_its_attempts(backend: Backend) {
             .await
             .expect("release"));
     }
+}
+
+/// Due deliveries: `count` of `tenant`, collision ids from `first`.
+async fn insert_due(db: &TestDb, rows: &[(&str, i64, i64)]) {
+    let values: Vec<String> = rows
+        .iter()
+        .flat_map(|&(tenant, first, count)| {
+            (first..first + count).map(move |n| {
+                format!("('{tenant}', 'whk_1.{n}', 'whk_1', {n}, 0, 0, {n}, 0, NULL, NULL, NULL)")
+            })
+        })
+        .collect();
+    db.raw()
+        .await
+        .execute(&format!(
+            "INSERT INTO webhook_deliveries VALUES {}",
+            values.join(", ")
+        ))
+        .await;
+}
+
+/// A tenant whose receivers hang keeps its posts in flight: the dispatcher gives it at
+/// most its share (`per_tenant` less those), so its backlog never fills the dispatcher
+/// (all 50 posts held by one tenant's hanging receivers made every tenant's alerts wait
+/// up to the 10 s timeout). And when a claim cannot read every tenant, the next goes on
+/// from the last one it read.
+async fn a_tenants_posts_in_flight_hold_only_its_share_and_claims_go_round(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let store = db.store().await;
+    store.migrate().await.expect("migrate");
+    insert_due(
+        &db,
+        &[("tnt_a", 1, 120), ("tnt_b", 500, 3), ("tnt_c", 600, 1)],
+    )
+    .await;
+    let mut turns = traqlyte_store::ClaimTurns {
+        per_tenant: Some(10),
+        ..Default::default()
+    };
+    turns.in_flight.insert("tnt_a".to_string(), 4);
+    turns.in_flight.insert("tnt_c".to_string(), 10);
+    let claim = store
+        .claim_deliveries_fairly("dispatcher-1", 60_000_000, 50, &turns)
+        .await
+        .expect("claim");
+    let of = |tenant: &str| {
+        claim
+            .deliveries
+            .iter()
+            .filter(|d| d.tenant_id == tenant)
+            .count()
+    };
+    assert_eq!((of("tnt_a"), of("tnt_b"), of("tnt_c")), (6, 3, 0));
+    assert_eq!(claim.after, None, "every tenant was read");
+    // Starting after B: C, then A (around), B last; a claim of 2 takes C's and A's.
+    let turns = traqlyte_store::ClaimTurns {
+        after: Some("tnt_b".to_string()),
+        ..Default::default()
+    };
+    let claim = store
+        .claim_deliveries_fairly("dispatcher-2", 60_000_000, 2, &turns)
+        .await
+        .expect("claim");
+    let mut tenants: Vec<&str> = claim
+        .deliveries
+        .iter()
+        .map(|d| d.tenant_id.as_str())
+        .collect();
+    tenants.sort_unstable();
+    assert_eq!(tenants, ["tnt_a", "tnt_c"]);
+    // Three more tenants with a due row each (after C: D, E, F, then A again), claims of 2:
+    // the first takes D and E and says where the next goes on; the next takes F (and A).
+    insert_due(
+        &db,
+        &[("tnt_d", 700, 1), ("tnt_e", 800, 1), ("tnt_f", 900, 1)],
+    )
+    .await;
+    let mut turns = traqlyte_store::ClaimTurns {
+        after: Some("tnt_c".to_string()),
+        ..Default::default()
+    };
+    let tenants_of = |claim: &traqlyte_store::Claim| {
+        let mut tenants: Vec<String> = claim
+            .deliveries
+            .iter()
+            .map(|d| d.tenant_id.clone())
+            .collect();
+        tenants.sort_unstable();
+        tenants
+    };
+    let claim = store
+        .claim_deliveries_fairly("dispatcher-3", 60_000_000, 2, &turns)
+        .await
+        .expect("claim");
+    assert_eq!(tenants_of(&claim), ["tnt_d", "tnt_e"]);
+    assert_eq!(claim.after.as_deref(), Some("tnt_e"));
+    turns.after = claim.after;
+    let claim = store
+        .claim_deliveries_fairly("dispatcher-3", 60_000_000, 2, &turns)
+        .await
+        .expect("claim");
+    assert!(
+        tenants_of(&claim).contains(&"tnt_f".to_string()),
+        "{claim:?}"
+    );
 }
 
 /// Tenant A has 120 due deliveries (thousands of collisions fanned out to receivers that
