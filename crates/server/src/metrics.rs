@@ -617,12 +617,31 @@ fn answer(state: &AppState, request: &Request, dedicated: bool) -> Response {
         .into_response()
 }
 
+/// Headers a proxy or a CDN adds to a request it relays (RFC 7239's `Forwarded`, `Via`,
+/// and the de facto ones nginx, HAProxy, Envoy, Cloudflare, Akamai and Fastly configs
+/// set). A proxy that sets none (nginx's `proxy_pass` alone) cannot be told from a local
+/// client: docs/operations.md asks for `--metrics-token` behind any proxy.
+const RELAY_HEADERS: [&str; 12] = [
+    "forwarded",
+    "via",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "x-envoy-external-address",
+    "true-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+];
+
 /// Whether a loopback peer's request is a local client's own: not relayed by a proxy on
-/// the same host (`Forwarded`, `X-Forwarded-For`), whose peer is always loopback, and
+/// the same host (any of [`RELAY_HEADERS`]), whose peer is always loopback, and
 /// addressed to a loopback name (a page whose host name was rebound to 127.0.0.1 sends
 /// its own name as `Host`). Either way every tenant's counters would be readable.
 fn direct_local(headers: &HeaderMap) -> bool {
-    let relayed = headers.contains_key("forwarded") || headers.contains_key("x-forwarded-for");
+    let relayed = RELAY_HEADERS.iter().any(|name| headers.contains_key(*name));
     let host = headers
         .get(axum::http::header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -748,6 +767,9 @@ mod tests {
                 ("x-forwarded-for", "203.0.113.9"),
             ]),
             with(&[("host", "localhost"), ("forwarded", "for=203.0.113.9")]),
+            with(&[("host", "127.0.0.1:8080"), ("x-real-ip", "203.0.113.9")]),
+            with(&[("host", "127.0.0.1:8080"), ("via", "1.1 nginx")]),
+            with(&[("host", "localhost"), ("cf-connecting-ip", "203.0.113.9")]),
         ] {
             assert!(
                 admit(&config, &refused, peer("127.0.0.1"), false).is_err(),
