@@ -105,15 +105,23 @@ fn forbidden_host(url: &reqwest::Url) -> Option<IpAddr> {
 }
 
 /// Addresses a webhook never calls: link-local ones (169.254.0.0/16 and fe80::/10, where
-/// cloud metadata services answer, and AWS's IPv6 one, fd00:ec2::254), and those that name
-/// no single host (unspecified, multicast, broadcast). Loopback and private addresses are
-/// allowed: an HTTP relay on the operator's network is how HTTPS endpoints are reached.
+/// cloud metadata services answer), the other metadata services' (AWS's IPv6
+/// fd00:ec2::254, Alibaba Cloud's 100.100.100.200), those that name no single host
+/// (unspecified, multicast, broadcast), and any of these written inside an IPv6 address
+/// that carries an IPv4 one (mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d`, translated
+/// `::ffff:0:a.b.c.d`, NAT64 `64:ff9b::a.b.c.d` and `64:ff9b:1::/48`, 6to4 `2002:…`).
+/// Loopback and private addresses are allowed: an HTTP relay on the operator's network is
+/// how HTTPS endpoints are reached.
 pub(crate) fn forbidden(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
-            v4.is_link_local() || v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()
+            v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4 == std::net::Ipv4Addr::new(100, 100, 100, 200)
         }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+        IpAddr::V6(v6) => match embedded_ipv4(v6) {
             Some(v4) => forbidden(IpAddr::V4(v4)),
             None => {
                 v6.is_unspecified()
@@ -122,6 +130,33 @@ pub(crate) fn forbidden(ip: IpAddr) -> bool {
                     || v6 == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
             }
         },
+    }
+}
+
+/// The IPv4 address an IPv6 one carries by a standard embedding, if any: IPv4-mapped and
+/// -compatible (`::ffff:0:0/96`, `::/96` but `::` and `::1`), IPv4-translated
+/// (`::ffff:0:0:0/96`), NAT64 (`64:ff9b::/96`, RFC 6052; `64:ff9b:1::/48`, RFC 8215, its
+/// last 32 bits) and 6to4 (`2002::/16`, RFC 3056, bits 16 to 48). A translator or relay
+/// on the path turns such an address into the IPv4 one.
+fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let last = |hi: u16, lo: u16| {
+        let [a, b] = hi.to_be_bytes();
+        let [c, d] = lo.to_be_bytes();
+        std::net::Ipv4Addr::new(a, b, c, d)
+    };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    match s {
+        [0, 0, 0, 0, 0, 0, hi, lo] if (hi, lo) != (0, 0) && (hi, lo) != (0, 1) => {
+            Some(last(hi, lo))
+        }
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => Some(last(hi, lo)),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(last(hi, lo)),
+        [0x64, 0xff9b, 1, _, _, _, hi, lo] => Some(last(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(last(hi, lo)),
+        _ => None,
     }
 }
 
@@ -412,6 +447,12 @@ mod tests {
             "http://[fe80::1]/",
             "http://[fd00:ec2::254]/",
             "http://[::ffff:169.254.169.254]/",
+            "http://100.100.100.200/latest/meta-data/",
+            "http://[64:ff9b::a9fe:a9fe]/",
+            "http://[64:ff9b:1::a9fe:a9fe]/",
+            "http://[::a9fe:a9fe]/",
+            "http://[::ffff:0:a9fe:a9fe]/",
+            "http://[2002:a9fe:a9fe::1]/",
             "http://0.0.0.0:9000/",
             "http://[::]/",
             "http://224.0.0.1/",
@@ -424,6 +465,9 @@ mod tests {
             "http://127.0.0.1:9000/hook",
             "http://[::1]:9000/hook",
             "http://10.0.0.7/hook",
+            "http://100.64.0.7/hook",
+            "http://[64:ff9b::a00:7]/hook",
+            "http://[2001:db8::7]/hook",
             "http://relay.internal/hook",
         ] {
             assert!(check_url(url).is_ok(), "{url}");
