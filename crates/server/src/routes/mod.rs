@@ -260,7 +260,7 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
     tracing::debug_span!(
         "request",
         method = %request.method(),
-        path = %request.uri().path(),
+        path = %loggable_path(request.uri().path()),
         version = ?request.version(),
     )
 }
@@ -398,6 +398,28 @@ async fn with_segment_error_fields(response: Response) -> Response {
     Response::from_parts(parts, axum::body::Body::from(value.to_string()))
 }
 
+/// `path` for a log line: a segment that holds a whole API key or write key (`DELETE
+/// /admin/tenants/{t}/keys/{key}` is refused when it names a whole key, but its path
+/// was logged, the key with it) is cut to its first 12 characters, a prefix the key
+/// listings show anyway.
+pub(crate) fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+    const KEEP: usize = 12;
+    let secret = |segment: &str| {
+        (segment.starts_with("tlk_") || segment.starts_with("tlw_")) && segment.len() > KEEP
+    };
+    if !path.split('/').any(secret) {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let cut: Vec<String> = path
+        .split('/')
+        .map(|segment| match segment.get(..KEEP) {
+            Some(kept) if secret(segment) => format!("{kept}…"),
+            _ => segment.to_string(),
+        })
+        .collect();
+    std::borrow::Cow::Owned(cut.join("/"))
+}
+
 /// The OpenLineage endpoint (`POST` a run event, `GET` Marquez's graph).
 const LINEAGE_PATH: &str = "/api/v1/lineage";
 
@@ -492,8 +514,10 @@ async fn json_errors(request: Request, next: Next) -> Response {
         );
     }
     if let Some(InternalCause(cause)) = response.extensions().get::<InternalCause>() {
+        let path = loggable_path(&path);
         tracing::error!(%method, %path, status = status.as_u16(), error = %cause, "request failed");
     } else {
+        let path = loggable_path(&path);
         tracing::debug!(%method, %path, status = status.as_u16(), "request refused");
     }
     // JSON errors are the API's; HTML error pages are the web UI's (`ui`).
@@ -588,6 +612,24 @@ async fn json_errors(request: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_whole_key_in_a_path_is_cut_for_the_log() {
+        let key = format!("tlk_{}", "a".repeat(48));
+        let path = format!("/admin/tenants/acme/keys/{key}");
+        assert_eq!(
+            loggable_path(&path),
+            "/admin/tenants/acme/keys/tlk_aaaaaaaa…"
+        );
+        assert_eq!(
+            loggable_path("/admin/tenants/acme/keys/tlk_abcd"),
+            "/admin/tenants/acme/keys/tlk_abcd"
+        );
+        assert_eq!(
+            loggable_path("/events/checkout/abc"),
+            "/events/checkout/abc"
+        );
+    }
 
     #[test]
     fn a_panic_is_an_opaque_500_whose_cause_is_kept_for_the_log() {

@@ -36,7 +36,7 @@ pub(crate) async fn reject_nul_parameters(request: Request, next: Next) -> Respo
     let Some(parameter) = nul_parameter(&mut parts).await else {
         return next.run(Request::from_parts(parts, body)).await;
     };
-    tracing::debug!(path = %parts.uri.path(), parameter = %parameter.escape_debug(), "NUL in a parameter refused");
+    tracing::debug!(path = %super::loggable_path(parts.uri.path()), parameter = %parameter.escape_debug(), "NUL in a parameter refused");
     let err = ApiError::invalid_parameter(
         parameter.clone(),
         format!("parameter {parameter:?} is invalid: {NUL_RULE}"),
