@@ -25,6 +25,27 @@ macro_rules! outln {
     };
 }
 
+/// `text` safe to print on an operator's terminal: each control character (an escape
+/// sequence's `ESC`, a newline that would forge a line of output) written as its Rust
+/// escape (`\u{1b}`, `\n`). Tenants' data (a contract's pointers, a rejected line's
+/// field) reaches the CLI's output this way; the server's log and pages escape it too.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_debug().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Writes one line of a command's output to stdout. A reader that stopped early
 /// (`traqlyte tenant list | head -1`, `traqlyte demo --json | head -1`) ends the process
 /// as it ends other Unix tools, by SIGPIPE's default action, where `println!` panicked
@@ -54,5 +75,18 @@ pub fn write_out(line: std::fmt::Arguments<'_>) {
             let _ = writeln!(std::io::stderr().lock(), "error: writing to stdout: {err}");
             std::process::exit(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod printable_tests {
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(super::printable("/a/b"), "/a/b");
+        assert_eq!(super::printable("/é/ü"), "/é/ü");
+        assert_eq!(
+            super::printable("/x\u{1b}[31mred\nSUSPECT /forged"),
+            "/x\\u{1b}[31mred\\nSUSPECT /forged"
+        );
     }
 }

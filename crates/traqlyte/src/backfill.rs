@@ -487,6 +487,7 @@ fn reject(progress: &ProgressBar, counts: &mut Counts, line: u64, reason: &str) 
     counts.rejected += 1;
     if counts.rejected <= REJECTIONS_SHOWN_MAX as u64 {
         // Above the progress bar on a terminal, not written over it.
+        let reason = traqlyte_tools::printable(reason);
         progress.suspend(|| errln!("line {line}: rejected: {reason}"));
     }
 }

@@ -78,6 +78,7 @@ pub(crate) async fn run(command: ScanCommand) -> Result<()> {
         .semantic_scan(scope, traqlyte_store::now_us, |p| {
             bar.set_position(p.done as u64);
             if let Some(pointer) = p.pointer {
+                let pointer = traqlyte_tools::printable(pointer);
                 bar.set_message(format!("grouping without {pointer}"));
             }
         })
@@ -124,7 +125,8 @@ fn describe(scan: &SemanticScan) -> String {
     );
     for skipped in &scan.fields_skipped {
         out.push_str(&format!(
-            "  not checked: {skipped} (not expressible as a SQLite JSON path)\n"
+            "  not checked: {} (not expressible as a SQLite JSON path)\n",
+            traqlyte_tools::printable(skipped)
         ));
     }
     if scan.findings.is_empty() {
@@ -133,7 +135,7 @@ fn describe(scan: &SemanticScan) -> String {
     for f in &scan.findings {
         out.push_str(&format!(
             "SUSPECT {}: {} groups, {} events agree on everything else (transport aside) and differ in it only\n",
-            f.pointer, f.groups, f.events
+            traqlyte_tools::printable(&f.pointer), f.groups, f.events
         ));
         for g in &f.examples {
             out.push_str(&format!(
