@@ -303,9 +303,14 @@ async fn kind(store: &Store, tenant: &TenantId, name: &str, version: Option<u32>
 
 /// Identifies one line exactly as the live routes do; the reason when it would refuse it.
 fn identify(kind: &Kind, line: &[u8]) -> Result<Item, String> {
-    // RunEvents take integers beyond ±2^53 in their facets, as `POST /api/v1/lineage` does.
+    // RunEvents take integers beyond ±2^53 in their facets, and read a `NaN` or an
+    // `Infinity` as `null`, as `POST /api/v1/lineage` does.
     let value = match kind {
-        Kind::RunEvent => strict_json::parse_wide_integers(line, RUN_EVENT_DEPTH_MAX),
+        Kind::RunEvent => strict_json::parse_wide_integers_reading_non_finite_in(
+            line,
+            RUN_EVENT_DEPTH_MAX,
+            &strict_json::Meter::unbounded(),
+        ),
         Kind::Contract(_) => strict_json::parse(line, JSON_DEPTH_MAX),
     }
     .map_err(|err| err.to_string())?;
