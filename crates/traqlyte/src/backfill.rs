@@ -502,11 +502,24 @@ fn reject(progress: &ProgressBar, counts: &mut Counts, line: u64, reason: &str) 
 /// goes: a file of many gigabytes takes no more memory than a plain one.
 fn inflated<R: BufRead + 'static>(mut reader: R) -> std::io::Result<Box<dyn BufRead>> {
     const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-    let gzip = reader.fill_buf()?.starts_with(&GZIP_MAGIC);
+    // The first two bytes, however the input arrives: a pipe's first read may hold one
+    // (the stream was then read as text, every line rejected).
+    let mut head = Vec::with_capacity(GZIP_MAGIC.len());
+    while head.len() < GZIP_MAGIC.len() {
+        let buffered = reader.fill_buf()?;
+        if buffered.is_empty() {
+            break;
+        }
+        let take = buffered.len().min(GZIP_MAGIC.len() - head.len());
+        head.extend_from_slice(&buffered[..take]);
+        reader.consume(take);
+    }
+    let gzip = head == GZIP_MAGIC;
+    let whole = BufReader::new(std::io::Cursor::new(head).chain(reader));
     Ok(if gzip {
-        Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(reader)))
+        Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(whole)))
     } else {
-        Box::new(reader)
+        Box::new(whole)
     })
 }
 
@@ -571,5 +584,47 @@ fn report(args: &BackfillArgs, counts: &Counts) {
             counts.collided,
             counts.rejected
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    /// A gzip stream is told by its first two bytes however the input delivers them (a
+    /// pipe's first read may hold one); plain text of one byte, or none, stays text.
+    #[test]
+    fn gzip_is_told_by_its_first_two_bytes_even_one_at_a_time() {
+        let text = b"{\"a\":1}\n{\"a\":2}\n".to_vec();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&text).expect("gzip");
+        let gz = gz.finish().expect("gzip");
+        for (input, capacity) in [
+            (gz.clone(), 1),
+            (gz, 8192),
+            (text.clone(), 1),
+            (b"x".to_vec(), 1),
+            (Vec::new(), 1),
+        ] {
+            let expected = if input.starts_with(&[0x1f, 0x8b]) {
+                text.clone()
+            } else {
+                input.clone()
+            };
+            let reader = BufReader::with_capacity(capacity, std::io::Cursor::new(input));
+            let mut out = Vec::new();
+            super::inflated(reader)
+                .expect("inflated")
+                .read_to_end(&mut out)
+                .expect("read");
+            assert_eq!(out, expected, "capacity {capacity}");
+        }
+        let lines: Vec<String> =
+            super::inflated(BufReader::with_capacity(1, std::io::Cursor::new(text)))
+                .expect("inflated")
+                .lines()
+                .map(|l| l.expect("line"))
+                .collect();
+        assert_eq!(lines, ["{\"a\":1}", "{\"a\":2}"]);
     }
 }
