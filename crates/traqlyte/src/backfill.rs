@@ -116,6 +116,19 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     let store = crate::tenants::open_for_tenant(&args.db).await?;
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
     let kind = kind(&store, &tenant, &args.contract, args.version).await?;
+    // Which version identifies the lines: a dry run and the real run each take the
+    // latest unless `--version` pins one, and a version registered between them changes
+    // every id (the dry run's "already present" becomes "inserted").
+    let version = match &kind {
+        Kind::Contract(contract) => contract.version(),
+        Kind::RunEvent => 1,
+    };
+    let chosen = if args.version.is_some() {
+        "as --version asks"
+    } else {
+        "the latest; pin it with --version to compare a dry run with the real run"
+    };
+    errln!("identifying lines under contract {} version {version} ({chosen})", args.contract);
     let horizon = args.horizon.dedupe_horizon_days;
     // Every day of the horizon has its partition before events are routed to them. Only
     // created, never detached: `serve` owns the horizon, and a backfill run with a
