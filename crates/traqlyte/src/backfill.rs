@@ -63,7 +63,8 @@ pub(crate) struct BackfillArgs {
     version: Option<u32>,
     /// The file: one JSON event a line (NDJSON); blank lines are skipped. `-` reads
     /// standard input; a gzip file (or stream: its first bytes tell) is inflated as it is
-    /// read, as Segment's and most archives' exports are written.
+    /// read, as most archives' exports are written. (Segment messages are not backfilled:
+    /// send them to `/v1/batch` with their source's write key.)
     #[arg(long)]
     file: PathBuf,
     /// Count what would happen, write nothing.
