@@ -129,7 +129,10 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     } else {
         "the latest; pin it with --version to compare a dry run with the real run"
     };
-    errln!("identifying lines under contract {} version {version} ({chosen})", args.contract);
+    errln!(
+        "identifying lines under contract {} version {version} ({chosen})",
+        args.contract
+    );
     let horizon = args.horizon.dedupe_horizon_days;
     // Every day of the horizon has its partition before events are routed to them. Only
     // created, never detached: `serve` owns the horizon, and a backfill run with a
@@ -516,19 +519,36 @@ fn reject(progress: &ProgressBar, counts: &mut Counts, line: u64, reason: &str) 
 /// goes: a file of many gigabytes takes no more memory than a plain one.
 fn inflated<R: BufRead + 'static>(mut reader: R) -> std::io::Result<Box<dyn BufRead>> {
     const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-    // The first two bytes, however the input arrives: a pipe's first read may hold one
-    // (the stream was then read as text, every line rejected).
-    let mut head = Vec::with_capacity(GZIP_MAGIC.len());
-    while head.len() < GZIP_MAGIC.len() {
+    // Other compressions, refused at once by name: read as text, each of their lines was
+    // rejected as invalid UTF-8, thousands of rejections for one archive.
+    const OTHER_MAGIC: [(&[u8], &str, &str); 3] = [
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd", "zstd -dc"),
+        (b"BZh", "bzip2", "bzip2 -dc"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0x00], "xz", "xz -dc"),
+    ];
+    const HEAD_BYTES: usize = 6;
+    // The first bytes, however the input arrives: a pipe's first read may hold one (a
+    // gzip stream was then read as text, every line rejected).
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    while head.len() < HEAD_BYTES {
         let buffered = reader.fill_buf()?;
         if buffered.is_empty() {
             break;
         }
-        let take = buffered.len().min(GZIP_MAGIC.len() - head.len());
+        let take = buffered.len().min(HEAD_BYTES - head.len());
         head.extend_from_slice(&buffered[..take]);
         reader.consume(take);
     }
-    let gzip = head == GZIP_MAGIC;
+    if let Some((_, name, command)) = OTHER_MAGIC
+        .iter()
+        .find(|(magic, _, _)| head.starts_with(magic))
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the input is {name}-compressed, which backfill does not read (gzip only): decompress it first, e.g. `{command} FILE | traqlyte backfill … --file -`"),
+        ));
+    }
+    let gzip = head.starts_with(&GZIP_MAGIC);
     let whole = BufReader::new(std::io::Cursor::new(head).chain(reader));
     Ok(if gzip {
         Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(whole)))
@@ -640,5 +660,15 @@ mod tests {
                 .map(|l| l.expect("line"))
                 .collect();
         assert_eq!(lines, ["{\"a\":1}", "{\"a\":2}"]);
+        // zstd, bzip2 and xz are refused by name, not read as lines of text.
+        for (input, name) in [
+            (vec![0x28, 0xb5, 0x2f, 0xfd, 0, 0], "zstd"),
+            (b"BZh91AY".to_vec(), "bzip2"),
+            (vec![0xfd, b'7', b'z', b'X', b'Z', 0x00, 0], "xz"),
+        ] {
+            let reader = BufReader::with_capacity(1, std::io::Cursor::new(input));
+            let refused = super::inflated(reader).err().expect("refused");
+            assert!(refused.to_string().contains(name), "{refused}");
+        }
     }
 }
