@@ -251,6 +251,8 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
     // The deliveries being posted: a claim may return one again if its post outlived the
     // lease (the same owner claims it), and it must not go out twice.
     let mut in_flight = std::collections::HashSet::new();
+    // Each post's task: the delivery and tenant it frees when it ends.
+    let mut tasks = std::collections::HashMap::new();
     // Each tenant's posts in flight, and where the next claim goes on from.
     let mut turns = traqlyte_store::ClaimTurns {
         per_tenant: Some(TENANT_POSTS_MAX),
@@ -263,14 +265,21 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
             _ = stopping.wait_for(|stop| *stop) => break,
             _ = ticker.tick() => {}
         }
-        while let Some(done) = posts.try_join_next() {
-            if let Ok((tenant, delivery_id)) = done {
-                in_flight.remove(&delivery_id);
-                if let Some(busy) = turns.in_flight.get_mut(&tenant) {
-                    *busy = busy.saturating_sub(1);
-                    if *busy == 0 {
-                        turns.in_flight.remove(&tenant);
-                    }
+        // A post that ended, however (a panic too: its task's id names it), frees its
+        // delivery and its tenant's share; a leaked count would starve the tenant.
+        while let Some(done) = posts.try_join_next_with_id() {
+            let task = match done {
+                Ok((task, ())) => task,
+                Err(err) => err.id(),
+            };
+            let Some((tenant, delivery_id)) = tasks.remove(&task) else {
+                continue;
+            };
+            in_flight.remove(&delivery_id);
+            if let Some(busy) = turns.in_flight.get_mut(&tenant) {
+                *busy = busy.saturating_sub(1);
+                if *busy == 0 {
+                    turns.in_flight.remove(&tenant);
                 }
             }
         }
@@ -303,12 +312,13 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
                 .or_default() += 1;
             let (state, client, owner) = (state.clone(), client.clone(), owner.clone());
             let stopping = stopping.clone();
-            posts.spawn(async move {
+            let names = (delivery.tenant_id.clone(), delivery.delivery_id.clone());
+            let task = posts.spawn(async move {
                 if let Err(err) = deliver(&state, &client, &owner, &delivery, &stopping).await {
                     tracing::warn!(error = %err, delivery = %delivery.delivery_id, "webhook delivery not recorded; its lease will run out");
                 }
-                (delivery.tenant_id, delivery.delivery_id)
             });
+            tasks.insert(task.id(), names);
         }
     }
     while posts.join_next().await.is_some() {}
