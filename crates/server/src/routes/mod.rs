@@ -375,7 +375,9 @@ fn tracking_table() -> [(&'static str, MethodRouter<AppState>); 16] {
 /// `payload["code"]` and `payload["message"]`, and without them "Unknown error", losing
 /// the reason). An answer that is not such an error is returned as it was.
 async fn with_segment_error_fields(response: Response) -> Response {
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
+    // The body is rewritten (or, unreadable, dropped): its length is the new body's.
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
     let Ok(bytes) = to_bytes(body, 1 << 20).await else {
         return Response::from_parts(parts, axum::body::Body::empty());
     };
@@ -393,8 +395,6 @@ async fn with_segment_error_fields(response: Response) -> Response {
         }
         _ => return Response::from_parts(parts, axum::body::Body::from(bytes)),
     }
-    let mut parts = parts;
-    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
     Response::from_parts(parts, axum::body::Body::from(value.to_string()))
 }
 
