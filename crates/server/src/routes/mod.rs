@@ -513,12 +513,19 @@ async fn json_errors(request: Request, next: Next) -> Response {
             HeaderValue::from_static("Basic realm=\"traqlyte\""),
         );
     }
-    if let Some(InternalCause(cause)) = response.extensions().get::<InternalCause>() {
-        let path = loggable_path(&path);
-        tracing::error!(%method, %path, status = status.as_u16(), error = %cause, "request failed");
-    } else {
-        let path = loggable_path(&path);
-        tracing::debug!(%method, %path, status = status.as_u16(), "request refused");
+    // A refusal told to retry in a moment (`Retry-After`: `store_busy`, `server_busy`,
+    // `contract_changing`) is DEBUG, its cause with it: under backpressure they come by
+    // the thousand. A failure with a cause of its own (a bug, the database's) is ERROR.
+    let path = loggable_path(&path);
+    let refusal = response.headers().contains_key(RETRY_AFTER);
+    match response.extensions().get::<InternalCause>() {
+        Some(InternalCause(cause)) if !refusal => {
+            tracing::error!(%method, %path, status = status.as_u16(), error = %cause, "request failed");
+        }
+        Some(InternalCause(cause)) => {
+            tracing::debug!(%method, %path, status = status.as_u16(), error = %cause, "request refused");
+        }
+        None => tracing::debug!(%method, %path, status = status.as_u16(), "request refused"),
     }
     // JSON errors are the API's; HTML error pages are the web UI's (`ui`).
     let is_ours = response
