@@ -95,7 +95,7 @@ impl Refusal {
 /// API parses a body (UTF-8, nesting within `depth_max`, no duplicate keys, no NaN).
 pub fn decode(subject: &str, payload: &[u8], depth_max: usize) -> Decoded {
     if subject == SEGMENT_SUBJECT {
-        return match parse(payload, depth_max) {
+        return match parse_segment(payload, depth_max) {
             Ok(value) => Decoded::Segment { value },
             Err(refusal) => Decoded::Dead(refusal),
         };
@@ -131,14 +131,41 @@ pub fn decode(subject: &str, payload: &[u8], depth_max: usize) -> Decoded {
     }
 }
 
+/// A Segment message's payload, read as `/v1/batch` reads one: a lone surrogate escape as
+/// U+FFFD and `NaN` or `Infinity` as `null` (each fix once, in either order), so the same
+/// message is stored from NATS that is stored over HTTP (it was a dead letter).
+fn parse_segment(payload: &[u8], depth_max: usize) -> Result<Value, Refusal> {
+    let mut bytes = std::borrow::Cow::Borrowed(payload);
+    let (mut surrogates, mut non_finite) = (false, false);
+    loop {
+        let fixed = match json::parse(&bytes, depth_max) {
+            Ok(value) => return Ok(value),
+            Err(json::ParseError::Syntax(_)) if !surrogates => {
+                surrogates = true;
+                json::replace_lone_surrogate_escapes(&bytes)
+            }
+            Err(json::ParseError::NonFiniteNumber { .. }) if !non_finite => {
+                non_finite = true;
+                json::replace_non_finite_literals(&bytes)
+            }
+            Err(err) => return Err(refusal_of(err)),
+        };
+        if let Some(fixed) = fixed {
+            bytes = std::borrow::Cow::Owned(fixed);
+        }
+    }
+}
+
 fn parse(payload: &[u8], depth_max: usize) -> Result<Value, Refusal> {
-    json::parse(payload, depth_max).map_err(|err| {
-        // One reason for every way a payload fails to parse; the detail keeps the
-        // parser's own code (`duplicate_key`, `number_out_of_range`, …).
-        let err = ApiError::from(err);
-        let detail = format!("{}: {}", err.code(), err.message());
-        Refusal::new("invalid_json", detail)
-    })
+    json::parse(payload, depth_max).map_err(refusal_of)
+}
+
+/// One reason for every way a payload fails to parse; the detail keeps the parser's own
+/// code (`duplicate_key`, `number_out_of_range`, …).
+fn refusal_of(err: json::ParseError) -> Refusal {
+    let err = ApiError::from(err);
+    let detail = format!("{}: {}", err.code(), err.message());
+    Refusal::new("invalid_json", detail)
 }
 
 #[cfg(test)]
@@ -171,6 +198,24 @@ mod tests {
             let refused = pinned_version(Some(bad)).expect_err(bad);
             assert_eq!(refused.reason, "invalid_contract_version", "{bad}");
         }
+    }
+
+    /// Read as `/v1/batch` reads it: `NaN` as `null`, a lone surrogate as U+FFFD; a
+    /// tenant contract's subject still refuses `NaN`, as `POST /events/{contract}` does.
+    #[test]
+    fn a_segment_message_s_nan_and_lone_surrogate_are_read_as_over_http() {
+        let decoded = decode(
+            SEGMENT_SUBJECT,
+            br#"{"type":"track","event":"E","properties":{"p":NaN,"t":"cut \ud83d"}}"#,
+            32,
+        );
+        let Decoded::Segment { value } = decoded else {
+            panic!("expected a Segment message, got {decoded:?}");
+        };
+        assert_eq!(value["properties"]["p"], Value::Null);
+        assert_eq!(value["properties"]["t"], "cut \u{fffd}");
+        let refused = reason(decode("traqlyte.checkout_completed", br#"{"a":NaN}"#, 32));
+        assert_eq!(refused, "invalid_json");
     }
 
     #[test]
