@@ -72,7 +72,7 @@ pub(crate) fn check_url(text: &str) -> Result<String, ApiError> {
     let url = reqwest::Url::parse(text).map_err(|e| refuse(&format!("url is not a URL: {e}")))?;
     if let Some(ip) = forbidden_host(&url) {
         return Err(refuse(&format!(
-            "url names {ip}, a link-local, unspecified, multicast or broadcast address (where cloud metadata services answer): webhooks never call one"
+            "url names {ip}, a cloud metadata service's, link-local, unspecified, multicast or broadcast address (or one inside an IPv6 address): webhooks never call one"
         )));
     }
     // The stored URL is the parsed one, which percent-encodes what the text held raw (a
@@ -121,6 +121,7 @@ pub(crate) fn forbidden(ip: IpAddr) -> bool {
                 || v4.is_broadcast()
                 || v4 == std::net::Ipv4Addr::new(100, 100, 100, 200)
         }
+        IpAddr::V6(v6) if local_nat64(v6).any(|v4| forbidden(IpAddr::V4(v4))) => true,
         IpAddr::V6(v6) => match embedded_ipv4(v6) {
             Some(v4) => forbidden(IpAddr::V4(v4)),
             None => {
@@ -133,10 +134,29 @@ pub(crate) fn forbidden(ip: IpAddr) -> bool {
     }
 }
 
+/// The IPv4 addresses an address of NAT64's local-use prefix `64:ff9b:1::/48` (RFC 8215)
+/// may carry: a network using it picks a longer prefix within it, and RFC 6052 places the
+/// IPv4 address after it (skipping bits 64 to 71): after /48, /56, /64 or /96. Every
+/// reading is checked; none for any other address.
+fn local_nat64(v6: std::net::Ipv6Addr) -> impl Iterator<Item = std::net::Ipv4Addr> {
+    let b = v6.octets();
+    let local = b[..6] == [0x00, 0x64, 0xff, 0x9b, 0x00, 0x01];
+    let readings = [
+        [b[6], b[7], b[9], b[10]],
+        [b[7], b[9], b[10], b[11]],
+        [b[9], b[10], b[11], b[12]],
+        [b[12], b[13], b[14], b[15]],
+    ];
+    readings
+        .into_iter()
+        .filter(move |_| local)
+        .map(std::net::Ipv4Addr::from)
+}
+
 /// The IPv4 address an IPv6 one carries by a standard embedding, if any: IPv4-mapped and
 /// -compatible (`::ffff:0:0/96`, `::/96` but `::` and `::1`), IPv4-translated
-/// (`::ffff:0:0:0/96`), NAT64 (`64:ff9b::/96`, RFC 6052; `64:ff9b:1::/48`, RFC 8215, its
-/// last 32 bits) and 6to4 (`2002::/16`, RFC 3056, bits 16 to 48). A translator or relay
+/// (`::ffff:0:0:0/96`), NAT64 (`64:ff9b::/96`, RFC 6052; the local-use `64:ff9b:1::/48`
+/// is [`local_nat64`]'s) and 6to4 (`2002::/16`, RFC 3056, bits 16 to 48). A translator or relay
 /// on the path turns such an address into the IPv4 one.
 fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
     let s = v6.segments();
@@ -154,7 +174,6 @@ fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
         }
         [0, 0, 0, 0, 0xffff, 0, hi, lo] => Some(last(hi, lo)),
         [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(last(hi, lo)),
-        [0x64, 0xff9b, 1, _, _, _, hi, lo] => Some(last(hi, lo)),
         [0x2002, hi, lo, ..] => Some(last(hi, lo)),
         _ => None,
     }
@@ -173,7 +192,7 @@ impl reqwest::dns::Resolve for AllowedAddresses {
                 found.filter(|addr| !forbidden(addr.ip())).collect();
             if allowed.is_empty() {
                 let refused: Box<dyn std::error::Error + Send + Sync> = format!(
-                    "{host} resolves to no address a webhook may call (link-local, unspecified, multicast or broadcast only)"
+                    "{host} resolves to no address a webhook may call (metadata services', link-local, unspecified, multicast or broadcast ones only)"
                 )
                 .into();
                 return Err(refused);
@@ -460,6 +479,8 @@ mod tests {
             "http://100.100.100.200/latest/meta-data/",
             "http://[64:ff9b::a9fe:a9fe]/",
             "http://[64:ff9b:1::a9fe:a9fe]/",
+            "http://[64:ff9b:1:a9fe:a9:fe00:0:1]/",
+            "http://[64:ff9b:1:0:a9:fea9:fe00:1]/",
             "http://[::a9fe:a9fe]/",
             "http://[::ffff:0:a9fe:a9fe]/",
             "http://[2002:a9fe:a9fe::1]/",
