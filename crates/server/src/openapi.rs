@@ -99,7 +99,7 @@ fn for_generated_clients(doc: &mut serde_json::Value) {
             json!({"$ref": "#/components/schemas/ErrorEnvelope"});
         envelope["headers"] = json!({
             "Retry-After": {
-                "description": "seconds to wait before retrying: on `503` answers whose cause clears within a moment (`server_busy`, `store_busy`, `contract_changing`, `request_timeout` on `/v1/*`)",
+                "description": "seconds to wait before retrying: on `503` answers whose cause clears within a moment (`server_busy`, `store_busy`, `contract_changing`, `request_timeout` on `/v1/*` and `POST /api/v1/lineage`)",
                 "schema": {"type": "integer", "minimum": 0}
             },
             "WWW-Authenticate": {

@@ -162,15 +162,27 @@ async fn framing_checked(
         .get_all(axum::http::header::HOST)
         .iter()
         .count();
-    let unknown_coding = request
+    let codings: Vec<String> = request
         .headers()
         .get_all(axum::http::header::TRANSFER_ENCODING)
         .iter()
         .flat_map(|value| value.to_str().unwrap_or("?").split(','))
-        .map(str::trim)
-        .find(|coding| !coding.eq_ignore_ascii_case("chunked"))
-        .map(str::to_string);
-    let err = if let Some(coding) = unknown_coding {
+        .map(|coding| coding.trim().to_ascii_lowercase())
+        .collect();
+    let unknown_coding = codings.iter().find(|coding| *coding != "chunked");
+    // A probe is served whatever its head: an old checker sending HTTP/1.1 without a
+    // Host would otherwise mark a healthy server down.
+    let probe = matches!(request.uri().path(), "/livez" | "/healthz");
+    let err = if codings.len() > 1 && unknown_coding.is_none() {
+        // RFC 9112, section 6.1: chunked is applied once; twice, a proxy in front may
+        // frame the body otherwise than this server.
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "Transfer-Encoding names chunked more than once (RFC 9112, section 6.1: it is applied once)",
+        )
+        .with_field("Transfer-Encoding")
+    } else if let Some(coding) = unknown_coding {
         // hyper reads the chunks and hands on the bytes still in every other coding: a
         // gzip body reached the JSON parser as gzip (RFC 9112, section 6.1: 501).
         ApiError::new(
@@ -179,7 +191,7 @@ async fn framing_checked(
             format!("Transfer-Encoding {coding:?} is not supported: send the body chunked or with Content-Length, and compress it with Content-Encoding: gzip"),
         )
         .with_field("Transfer-Encoding")
-    } else if request.version() != axum::http::Version::HTTP_11 || hosts == 1 {
+    } else if request.version() != axum::http::Version::HTTP_11 || hosts == 1 || probe {
         return next.run(request).await;
     } else {
         let rule = if hosts == 0 {
@@ -404,8 +416,10 @@ async fn with_segment_error_fields(response: Response) -> Response {
 /// listings show anyway.
 pub(crate) fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
     const KEEP: usize = 12;
+    // Percent-decoded first, as the router decodes it (`tlk%5F…` names a whole key too).
     let secret = |segment: &str| {
-        (segment.starts_with("tlk_") || segment.starts_with("tlw_")) && segment.len() > KEEP
+        let decoded = percent_decoded(segment);
+        (decoded.starts_with("tlk_") || decoded.starts_with("tlw_")) && decoded.len() > KEEP
     };
     if !path.split('/').any(secret) {
         return std::borrow::Cow::Borrowed(path);
@@ -418,6 +432,34 @@ pub(crate) fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
         })
         .collect();
     std::borrow::Cow::Owned(cut.join("/"))
+}
+
+/// `segment` with its `%XX` escapes decoded (an escape that is not one stays as written).
+fn percent_decoded(segment: &str) -> std::borrow::Cow<'_, str> {
+    if !segment.contains('%') {
+        return std::borrow::Cow::Borrowed(segment);
+    }
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let escaped = (bytes[at] == b'%')
+            .then(|| bytes.get(at + 1..at + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                at += 3;
+            }
+            None => {
+                out.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    std::borrow::Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The OpenLineage endpoint (`POST` a run event, `GET` Marquez's graph).
@@ -635,6 +677,11 @@ mod tests {
         assert_eq!(
             loggable_path("/events/checkout/abc"),
             "/events/checkout/abc"
+        );
+        let escaped = format!("/admin/tenants/acme/keys/tlk%5F{}", "a".repeat(48));
+        assert_eq!(
+            loggable_path(&escaped),
+            "/admin/tenants/acme/keys/tlk%5Faaaaaa…"
         );
     }
 

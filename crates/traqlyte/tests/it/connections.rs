@@ -319,15 +319,21 @@ async fn requests_hyper_refuses_are_answered_in_the_json_error_shape(backend: Ba
         ),
         (
             "HTTP/1.1 without a Host header",
-            b"GET /healthz HTTP/1.1\r\n\r\n".to_vec(),
+            b"GET /openapi.json HTTP/1.1\r\n\r\n".to_vec(),
             400,
             "invalid_host",
         ),
         (
             "HTTP/1.1 with two Host headers",
-            b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".to_vec(),
+            b"GET /openapi.json HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".to_vec(),
             400,
             "invalid_host",
+        ),
+        (
+            "chunked twice",
+            b"POST /contracts HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".to_vec(),
+            400,
+            "bad_request",
         ),
         (
             "a transfer coding other than chunked",
@@ -358,6 +364,16 @@ async fn requests_hyper_refuses_are_answered_in_the_json_error_shape(backend: Ba
         assert_eq!(json["error"]["code"], code, "{what}: {json}");
         assert!(json["error"]["message"].is_string(), "{what}: {json}");
     }
+    // A probe is served without a Host (an old health checker's HTTP/1.1).
+    let received = exchange(
+        &app,
+        b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n",
+        false,
+        "a probe without Host",
+    )
+    .await;
+    let (head, _) = split_head(&received).expect("an answer to the probe");
+    assert_eq!(status_of(&head), 200, "{head}");
     // The server still serves well-formed requests.
     let mut stream = connect(&app).await;
     assert_eq!(get_healthz(&mut stream).await, 200);
