@@ -145,7 +145,9 @@ async fn a_tenants_posts_in_flight_hold_only_its_share_and_claims_go_round(backe
     };
     assert_eq!((of("tnt_a"), of("tnt_b"), of("tnt_c")), (6, 3, 0));
     assert_eq!(claim.after, None, "every tenant was read");
-    // Starting after B: C, then A (around), B last; a claim of 2 takes C's and A's.
+    // Starting after B: C, then A (around), B last; a claim of 2 takes C's and A's (B has
+    // a due row again, which a claim starting from the first tenant would take).
+    insert_due(&db, &[("tnt_b", 550, 1)]).await;
     let turns = traqlyte_store::ClaimTurns {
         after: Some("tnt_b".to_string()),
         ..Default::default()
