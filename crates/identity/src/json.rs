@@ -426,6 +426,32 @@ pub fn replace_non_finite_literals(bytes: &[u8]) -> Option<Vec<u8>> {
     Some(buffer)
 }
 
+/// Which of [`browser_fix`]'s rewrites a document has had (each is tried once).
+#[derive(Debug, Default)]
+pub struct BrowserFixes {
+    surrogates: bool,
+    non_finite: bool,
+}
+
+/// The text to parse again after `err`, rewritten as a browser's encoder writes what
+/// strict JSON refuses: a lone surrogate escape as U+FFFD
+/// ([`replace_lone_surrogate_escapes`]), a `NaN` or an `Infinity` as `null`
+/// ([`replace_non_finite_literals`]); each once. `None` when no rewrite applies: `err`
+/// is the answer. The Segment routes and NATS's `traqlyte.segment` read messages so.
+pub fn browser_fix(err: &ParseError, bytes: &[u8], done: &mut BrowserFixes) -> Option<Vec<u8>> {
+    match err {
+        ParseError::Syntax(_) if !done.surrogates => {
+            done.surrogates = true;
+            replace_lone_surrogate_escapes(bytes)
+        }
+        ParseError::NonFiniteNumber { .. } if !done.non_finite => {
+            done.non_finite = true;
+            replace_non_finite_literals(bytes)
+        }
+        _ => None,
+    }
+}
+
 /// [`parse_wide_integers_in`] that reads a non-finite number as `null`
 /// ([`replace_non_finite_literals`]), for documents of producers that write them
 /// (OpenLineage's Python client). Only a document refused for one is scanned again.

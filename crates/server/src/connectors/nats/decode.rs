@@ -136,22 +136,14 @@ pub fn decode(subject: &str, payload: &[u8], depth_max: usize) -> Decoded {
 /// message is stored from NATS that is stored over HTTP (it was a dead letter).
 fn parse_segment(payload: &[u8], depth_max: usize) -> Result<Value, Refusal> {
     let mut bytes = std::borrow::Cow::Borrowed(payload);
-    let (mut surrogates, mut non_finite) = (false, false);
+    let mut fixes = json::BrowserFixes::default();
     loop {
-        let fixed = match json::parse(&bytes, depth_max) {
+        match json::parse(&bytes, depth_max) {
             Ok(value) => return Ok(value),
-            Err(json::ParseError::Syntax(_)) if !surrogates => {
-                surrogates = true;
-                json::replace_lone_surrogate_escapes(&bytes)
-            }
-            Err(json::ParseError::NonFiniteNumber { .. }) if !non_finite => {
-                non_finite = true;
-                json::replace_non_finite_literals(&bytes)
-            }
-            Err(err) => return Err(refusal_of(err)),
-        };
-        if let Some(fixed) = fixed {
-            bytes = std::borrow::Cow::Owned(fixed);
+            Err(err) => match json::browser_fix(&err, &bytes, &mut fixes) {
+                Some(fixed) => bytes = std::borrow::Cow::Owned(fixed),
+                None => return Err(refusal_of(err)),
+            },
         }
     }
 }

@@ -396,22 +396,12 @@ async fn read_authenticated(
     // as U+FFFD, and `NaN` or `Infinity` (Python's `json` writes them for a float
     // property) as `null`, as `JSON.stringify` writes it, rather than refusing the
     // request, and with it the whole batch. Each fix once, in either order.
-    let (mut surrogates, mut non_finite) = (false, false);
-    loop {
-        let fixed = match &parsed {
-            Err(json::ParseError::Syntax(_)) if !surrogates => {
-                surrogates = true;
-                json::replace_lone_surrogate_escapes(&bytes)
-            }
-            Err(json::ParseError::NonFiniteNumber { .. }) if !non_finite => {
-                non_finite = true;
-                json::replace_non_finite_literals(&bytes)
-            }
-            _ => break,
+    let mut fixes = json::BrowserFixes::default();
+    while let Err(err) = &parsed {
+        let Some(fixed) = json::browser_fix(err, &bytes, &mut fixes) else {
+            break;
         };
-        if let Some(fixed) = fixed {
-            (bytes, parsed) = in_room(Bytes::from(fixed)).await?;
-        }
+        (bytes, parsed) = in_room(Bytes::from(fixed)).await?;
     }
     let (value, numbers) = parsed.map_err(|err| {
         ApiError::from(err)
