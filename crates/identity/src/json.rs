@@ -398,13 +398,7 @@ pub fn replace_non_finite_literals(bytes: &[u8]) -> Option<Vec<u8>> {
     let (mut at, mut copied) = (0, 0);
     while at < bytes.len() {
         match bytes[at] {
-            b'"' => {
-                at += 1;
-                while at < bytes.len() && bytes[at] != b'"' {
-                    at += if bytes[at] == b'\\' { 2 } else { 1 };
-                }
-                at += 1;
-            }
+            b'"' => at = crate::number::string_end(bytes, at),
             b'N' | b'I' | b'-' | b'+' => {
                 let rest = &bytes[at..];
                 match TOKENS.iter().find(|token| rest.starts_with(token)) {
@@ -461,14 +455,14 @@ pub fn parse_wide_integers_reading_non_finite_in(
     meter: &Meter,
 ) -> Result<Value, ParseError> {
     match parse_wide_integers_in(bytes, depth_max, meter) {
-        Err(ParseError::NonFiniteNumber { .. }) => match replace_non_finite_literals(bytes) {
+        Err(err @ ParseError::NonFiniteNumber { .. }) => match replace_non_finite_literals(bytes) {
             // The failed parse's tree is gone: counted again, it refused as too large a
             // run event that fits (a review: 413 for a NaN at the end, 201 at the front).
             Some(fixed) => {
                 meter.restart();
                 parse_wide_integers_in(&fixed, depth_max, meter)
             }
-            None => parse_wide_integers_in(bytes, depth_max, meter),
+            None => Err(err),
         },
         parsed => parsed,
     }

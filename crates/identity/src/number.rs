@@ -278,7 +278,7 @@ pub(crate) enum Frame {
 }
 
 /// The offset just past the string literal that starts (with its quote) at `start`.
-fn string_end(bytes: &[u8], start: usize) -> usize {
+pub(crate) fn string_end(bytes: &[u8], start: usize) -> usize {
     let mut at = start + 1;
     while at < bytes.len() {
         match bytes[at] {

@@ -152,11 +152,7 @@ pub(crate) fn router(state: AppState) -> Router {
 /// transfer coding other than `chunked` is `501 unsupported_transfer_coding` (field
 /// `Transfer-Encoding`). The connection is closed after either answer, as after hyper's
 /// own `400`s: its framing is in doubt.
-async fn framing_checked(
-    request: axum::extract::Request,
-    next: middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
+async fn framing_checked(request: Request, next: Next) -> Response {
     let hosts = request
         .headers()
         .get_all(axum::http::header::HOST)
@@ -206,13 +202,8 @@ async fn framing_checked(
         )
         .with_field("Host")
     };
-    let mut response = err.into_response();
     // A framing fault of the connection's client, as hyper's own 400s are: it is closed.
-    response.headers_mut().insert(
-        axum::http::header::CONNECTION,
-        HeaderValue::from_static("close"),
-    );
-    response
+    err.closing_connection().into_response()
 }
 
 /// The answer to a handler's panic: an opaque 500 whose cause (the panic's message) is
