@@ -509,6 +509,11 @@ pub(crate) async fn track_latency(
         method: method_label(request.method()).to_string(),
         started: Instant::now(),
         timeout: Duration::from_millis(state.config.request_timeout_ms),
+        timeout_status: if crate::routes::timeout_is_503(request.method(), request.uri().path()) {
+            503
+        } else {
+            408
+        },
         status: None,
     };
     let response = next.run(request).await;
@@ -545,6 +550,9 @@ struct Timing {
     method: String,
     started: Instant,
     timeout: Duration,
+    /// The status a timed-out request is answered: `408`, or `503` where its clients
+    /// retry only a `5xx` ([`crate::routes::timeout_is_503`]).
+    timeout_status: u16,
     /// The handler's status; `None` while it runs.
     status: Option<u16>,
 }
@@ -555,7 +563,9 @@ impl Drop for Timing {
         // The timeout's clock starts a little before this one (in the layer outside): a
         // request ended within that margin of the timeout was timed out.
         let timed_out = elapsed + TIMEOUT_MARGIN >= self.timeout;
-        let status = self.status.unwrap_or(if timed_out { 408 } else { 499 });
+        let status = self
+            .status
+            .unwrap_or(if timed_out { self.timeout_status } else { 499 });
         metrics::histogram!(
             "traqlyte_http_request_duration_seconds",
             "route" => std::mem::take(&mut self.route),

@@ -461,6 +461,13 @@ fn is_tracking_path(path: &str) -> bool {
     TRACKING_PATHS.contains(&path)
 }
 
+/// Whether a request timed out is answered `503 request_timeout` (with `Retry-After`)
+/// rather than `408`: the tracking routes and a posted run event, whose clients retry a
+/// `5xx` only ([`json_errors`]). The latency histogram records the same status.
+pub(crate) fn timeout_is_503(method: &Method, path: &str) -> bool {
+    is_tracking_path(path) || (*method == Method::POST && path == LINEAGE_PATH)
+}
+
 /// CORS of the tracking routes: any origin may post (a write key is public in every page
 /// that carries analytics.js, and it can only add messages to its own source), its
 /// `Origin` answered back with credentials allowed: `navigator.sendBeacon` always sends
@@ -611,9 +618,7 @@ async fn json_errors(request: Request, next: Next) -> Response {
         // they retry it (a retry is a duplicate at worst; with group commit off a timed
         // out run event was rolled back, and lost). The CORS layer is inside the timeout:
         // its headers were added above, and are copied below, so a page can read it.
-        None if parts.status == StatusCode::REQUEST_TIMEOUT
-            && (tracking || (method == Method::POST && path == LINEAGE_PATH)) =>
-        {
+        None if parts.status == StatusCode::REQUEST_TIMEOUT && timeout_is_503(&method, &path) => {
             let mut response = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "request_timeout",

@@ -223,7 +223,7 @@ async fn bodies_past_the_room_in_flight_are_503_server_busy() {
     let started = std::time::Instant::now();
     let refused = post_big().await.expect("sent");
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    assert!(started.elapsed() >= std::time::Duration::from_millis(2_900));
     let header = |name: &str| {
         refused
             .headers()
@@ -408,18 +408,28 @@ async fn dense_batches_of_one_key_sent_at_once_are_all_served() {
 async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
     let config = ServerConfig {
         bodies_in_flight_bytes_max: 4 * 1024 * 1024,
-        request_timeout_ms: 2_000,
+        // The room wait is half of it (3 s); the slow bodies must outlive that wait by
+        // far on a loaded machine, or their timeout frees the room it waits for.
+        request_timeout_ms: 6_000,
         ..ServerConfig::default()
     };
     let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
     app.register_checkout_contract().await;
     // Four tenants' slow bodies (each held 6 times: bytes and likely tree) hold all of
-    // the room but 200 KiB (a share is 1 MiB).
+    // the room but 200 KiB (a share is 1 MiB). Their keys are made first, so the bodies
+    // start within moments of each other (a CI run under load once took long enough
+    // between them for the first to time out during the wait below).
+    let mut keys = Vec::new();
+    for _ in 0..4 {
+        keys.push(another_tenants_key(&app).await);
+    }
     let mut slow = Vec::new();
-    for length in [1 << 20, 1 << 20, 1 << 20, (824 << 10) / 6] {
-        let key = another_tenants_key(&app).await;
+    for (key, length) in keys
+        .iter()
+        .zip([1 << 20, 1 << 20, 1 << 20, (824 << 10) / 6])
+    {
         let path = "/events/checkout_completed/batch";
-        slow.push(slow_body(&app, path, Some(&key), Some(length)).await);
+        slow.push(slow_body(&app, path, Some(key), Some(length)).await);
     }
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
@@ -436,7 +446,7 @@ async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
     let started = std::time::Instant::now();
     let refused = post(dense(500)).await.expect("sent");
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    assert!(started.elapsed() >= std::time::Duration::from_millis(2_900));
     let body: serde_json::Value = refused.json().await.expect("JSON");
     assert_eq!(body["error"]["code"], "server_busy", "{body}");
     // A light request fits beside the slow ones, parsed tree and all.

@@ -713,7 +713,8 @@ async fn killed_with_batches_open(backend: Backend) {
 /// A single request whose batch outlives `--request-timeout-ms` (the test hook holds every
 /// batch open, or its answers after a one-statement commit, for longer) is answered 408,
 /// yet its event is written with the batch: a 408 is an unknown outcome, not a rollback
-/// (`docs/api.md`), and the client's resend is answered `duplicate`.
+/// (`docs/api.md`), and the client's resend is answered `duplicate`. A run event is
+/// answered `503` instead, in its answer and in the latency histogram.
 async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend_is_a_duplicate(
     backend: Backend,
 ) {
@@ -793,6 +794,34 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
         1.0,
         "{samples:?}"
     );
+    // A run event timed out alike is answered `503` (OpenLineage's clients retry a `5xx`
+    // only), and the histogram records `503` for it too, the status its client got (it
+    // recorded `408`).
+    let run = crate::lineage::run_event("timed_out_job", 1, &["in"], &["out"]);
+    let run = app
+        .client
+        .post(format!("{}/api/v1/lineage", server.address))
+        .bearer_auth(&app.key)
+        .header("content-type", "application/json")
+        .body(run.to_string())
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(run.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let samples = crate::metrics::scrape_at(&app, &server.address).await;
+    let count = |status| {
+        let labels = [
+            ("route", "/api/v1/lineage"),
+            ("method", "POST"),
+            ("status", status),
+        ];
+        crate::metrics::value_of(
+            &samples,
+            "traqlyte_http_request_duration_seconds_count",
+            &labels,
+        )
+    };
+    assert_eq!((count("503"), count("408")), (1.0, 0.0), "{samples:?}");
     let resent = app.post_event(&event).await;
     assert_eq!(resent.status, StatusCode::OK, "{}", resent.body);
     assert_eq!(resent.body["status"], "duplicate", "{}", resent.body);
