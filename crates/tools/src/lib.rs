@@ -26,17 +26,20 @@ macro_rules! outln {
 }
 
 /// `text` safe to print on an operator's terminal: each control character (an escape
-/// sequence's `ESC`, a newline that would forge a line of output) written as its Rust
-/// escape (`\u{1b}`, `\n`). Tenants' data (a contract's pointers, a rejected line's
-/// field) reaches the CLI's output this way; the server's log and pages escape it too.
+/// sequence's `ESC`, a newline that would forge a line of output) and each character
+/// that reorders or breaks what follows it (the bidirectional overrides, isolates and
+/// marks of "Trojan Source", which make `evil` display as `live`; the line and paragraph
+/// separators) written as its Rust escape (`\u{1b}`, `\n`, `\u{202e}`). Tenants' data (a
+/// contract's pointers, a rejected line's field) reaches the CLI's output this way; the
+/// server's log and pages escape it too.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(misleads_a_terminal) {
         return std::borrow::Cow::Borrowed(text);
     }
     std::borrow::Cow::Owned(
         text.chars()
             .map(|c| {
-                if c.is_control() {
+                if misleads_a_terminal(c) {
                     c.escape_debug().to_string()
                 } else {
                     c.to_string()
@@ -44,6 +47,23 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
             })
             .collect(),
     )
+}
+
+/// A control character, or one that changes how the text after it is displayed
+/// (Unicode's bidirectional formatting characters, UAX #9; the line and paragraph
+/// separators).
+fn misleads_a_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{200E}'
+                | '\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
 }
 
 /// Writes one line of a command's output to stdout. A reader that stopped early
@@ -88,5 +108,20 @@ mod printable_tests {
             super::printable("/x\u{1b}[31mred\nSUSPECT /forged"),
             "/x\\u{1b}[31mred\\nSUSPECT /forged"
         );
+    }
+
+    #[test]
+    fn characters_that_reorder_or_break_the_display_are_escaped() {
+        // "Trojan Source": U+202E shows `/order_\u{202e}di` as `/order_id`.
+        assert_eq!(
+            super::printable("/order_\u{202e}di\u{202c}"),
+            "/order_\\u{202e}di\\u{202c}"
+        );
+        assert_eq!(
+            super::printable("a\u{2066}b\u{2069}\u{200f}\u{061c}\u{2028}c"),
+            "a\\u{2066}b\\u{2069}\\u{200f}\\u{61c}\\u{2028}c"
+        );
+        // Right-to-left text itself is kept: only the formatting characters are escaped.
+        assert_eq!(super::printable("/שלום/مرحبا"), "/שלום/مرحبا");
     }
 }
