@@ -142,6 +142,22 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         .create_partitions(&horizon, traqlyte_store::now_us())
         .await
         .context("create partitions")?;
+    // SIGINT (Ctrl-C) or SIGTERM stops the run at the next line it reads: the batches
+    // committed stay, the batch in progress is not written, and the counts are printed,
+    // so the operator knows what is stored (they were lost with the process before). A
+    // second signal exits at once (a read waiting on a pipe that never ends).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            crate::stop_requested().await;
+            stop.store(true, std::sync::atomic::Ordering::Release);
+            errln!("stopping at the next line: the batch in progress is not written (a second signal exits at once)");
+            crate::stop_requested().await;
+            std::process::exit(130);
+        }
+    });
+    let stopped = || stop.load(std::sync::atomic::Ordering::Acquire);
     let progress = progress_bar(input_bytes);
     let mut reader = inflated(BufReader::new(progress.wrap_read(input)))
         .with_context(|| format!("read {}", args.file.display()))?;
@@ -163,7 +179,10 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         "longer than the {} MiB limit of one event",
         line_max / (1024 * 1024)
     );
-    loop {
+    let interrupted = loop {
+        if stopped() {
+            break true;
+        }
         line.clear();
         // Room for the limit and a `\r\n`: the limit is on the event, not its line ending.
         let read = reader
@@ -172,7 +191,9 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             .read_until(b'\n', &mut line)
             .with_context(|| unreadable(&args, number, &counts))?;
         if read == 0 {
-            break;
+            // A pipe's writer stopped by the same Ctrl-C ends the input early: not the
+            // whole file.
+            break stopped();
         }
         number += 1;
         if content_len(&line) > line_max {
@@ -195,7 +216,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             }
             Err(reason) => reject(&progress, &mut counts, number, &reason),
         }
-        if batch.len() == BATCH_LINES_MAX || batch_bytes >= BATCH_BYTES_MAX {
+        if (batch.len() == BATCH_LINES_MAX || batch_bytes >= BATCH_BYTES_MAX) && !stopped() {
             let rows = take_rows(&kind, &mut batch);
             batch_bytes = 0;
             if args.dry_run {
@@ -204,18 +225,29 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
                 write_batch(&store, &tenant, &kind, &rows, &mut counts, number).await?;
             }
         }
-    }
+    };
+    let pending = batch.len();
     let rows = take_rows(&kind, &mut batch);
     if args.dry_run {
-        dry_batch(&store, &mut dry, &tenant, &kind, &rows, &mut counts).await?;
+        if !interrupted {
+            dry_batch(&store, &mut dry, &tenant, &kind, &rows, &mut counts).await?;
+        }
         if let Some(tx) = dry.take() {
             tx.rollback().await?;
         }
-    } else if !rows.is_empty() {
+    } else if !rows.is_empty() && !interrupted {
         write_batch(&store, &tenant, &kind, &rows, &mut counts, number).await?;
     }
+    watcher.abort();
     progress.finish_and_clear();
-    report(&args, &counts);
+    let interrupted = interrupted.then_some(Interrupted {
+        after_line: number,
+        not_written: pending,
+    });
+    report(&args, &counts, interrupted.as_ref());
+    if let Some(interrupted) = interrupted {
+        return Err(interrupted.into());
+    }
     if counts.rejected > 0 {
         return Err(LinesRejected(counts.rejected).into());
     }
@@ -242,6 +274,28 @@ fn unreadable(args: &BackfillArgs, last_line: u64, counts: &Counts) -> String {
         counts.inserted, counts.already_present, counts.collided, counts.rejected
     )
 }
+
+/// A backfill stopped by SIGINT or SIGTERM after reading line `after_line`: the batches
+/// before were committed (a dry run's rolled back), the `not_written` lines of the batch
+/// in progress were not. The command exits with status 130, as a shell reports a
+/// process Ctrl-C stopped.
+#[derive(Debug)]
+pub(crate) struct Interrupted {
+    after_line: u64,
+    not_written: usize,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "interrupted after line {}: the {} identified line(s) of the batch in progress were not written, the batches before were (counts above). Running the same command again resumes: what is stored counts as already present",
+            self.after_line, self.not_written
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// A backfill that stored what it could but rejected lines (named on stderr): the
 /// command exits with status 3 (2 is a usage error's), so a script does not take a wrong
@@ -589,13 +643,17 @@ struct Summary {
     already_present: u64,
     collided: u64,
     rejected: u64,
+    /// The last line read by a run SIGINT or SIGTERM stopped (absent on a whole run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupted_after_line: Option<u64>,
 }
 
-fn report(args: &BackfillArgs, counts: &Counts) {
-    let (verb, mode) = if args.dry_run {
-        ("would insert", "dry run, nothing written")
-    } else {
-        ("inserted", "written")
+fn report(args: &BackfillArgs, counts: &Counts, interrupted: Option<&Interrupted>) {
+    let (verb, mode) = match (args.dry_run, interrupted) {
+        (true, None) => ("would insert", "dry run, nothing written"),
+        (true, Some(_)) => ("would insert", "dry run interrupted, nothing written"),
+        (false, None) => ("inserted", "written"),
+        (false, Some(_)) => ("inserted", "interrupted: the batches committed so far"),
     };
     if args.json {
         let summary = Summary {
@@ -605,6 +663,7 @@ fn report(args: &BackfillArgs, counts: &Counts) {
             already_present: counts.already_present,
             collided: counts.collided,
             rejected: counts.rejected,
+            interrupted_after_line: interrupted.map(|i| i.after_line),
         };
         match serde_json::to_string(&summary) {
             Ok(text) => outln!("{text}"),

@@ -378,6 +378,11 @@ fn main() -> Result<std::process::ExitCode> {
             errln!("{err}");
             Ok(std::process::ExitCode::from(3))
         }
+        // Stopped by a signal, its counts printed: 130, as a shell reports Ctrl-C.
+        Err(err) if err.is::<backfill::Interrupted>() => {
+            errln!("{err}");
+            Ok(std::process::ExitCode::from(130))
+        }
         Err(err) => Err(err),
     }
 }
@@ -748,7 +753,7 @@ async fn shutdown_signal() {
 }
 
 /// SIGINT (Ctrl-C) or SIGTERM.
-async fn stop_requested() {
+pub(crate) async fn stop_requested() {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };
