@@ -509,10 +509,24 @@ fn add_tracking_cors(origin: Option<&HeaderValue>, headers: &mut axum::http::Hea
 }
 
 async fn not_found(request: Request) -> ApiError {
-    ApiError::not_found(
-        "not_found",
-        format!("no route for {} {}", request.method(), request.uri().path()),
-    )
+    let path = request.uri().path();
+    let mut message = format!("no route for {} {path}", request.method());
+    // A client configured with a base URL ending in `/` asks for `//v1/batch` (or a
+    // hand-written URL for `/events/x/`): the routes take neither, and the answer says
+    // which path was likely meant.
+    let meant = without_extra_slashes(path);
+    if meant != path {
+        message.push_str(&format!(
+            ": paths have no trailing or doubled slashes (a base URL ending in /?), try {meant}"
+        ));
+    }
+    ApiError::not_found("not_found", message)
+}
+
+/// `path` with each run of slashes made one and a trailing slash dropped (`/` stays).
+fn without_extra_slashes(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
+    format!("/{}", parts.join("/"))
 }
 
 /// Rewrites any error response that is not already our JSON shape (the framework's own

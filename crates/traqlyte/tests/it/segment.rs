@@ -754,6 +754,14 @@ async fn bad_input_on_v1_is_a_clear_400_or_401_and_stores_nothing(backend: Backe
     );
     let answer = post_v1(&app, "/v1/batch", Some(&key), &json!("not an object")).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    // A library given a host ending in `/` asks for `//v1/batch`: the 404 names the path
+    // meant (it said only "no route").
+    for (path, meant) in [("//v1/batch", "/v1/batch"), ("/v1/track/", "/v1/track")] {
+        let answer = post_v1(&app, path, Some(&key), &good).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{}", answer.body);
+        let message = answer.body["error"]["message"].as_str().unwrap_or("");
+        assert!(message.ends_with(&format!("try {meant}")), "{message}");
+    }
     let malformed = app
         .send(
             app.client
