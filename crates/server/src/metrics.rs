@@ -487,11 +487,23 @@ pub(crate) fn record_webhook(result: &'static str) {
     metrics::counter!("traqlyte_webhook_deliveries_total", "result" => result).increment(1);
 }
 
-/// Route layer: the latency of every routed request by its route template. A request
-/// that ends without an answer from its handler is timed too, when it ends: `408` once
-/// it has run for the request timeout (the timeout layer, outside this one, answered
-/// it), else `499` (its client closed the connection, nginx's code), so the slowest
-/// requests are not missing from the histogram.
+/// When a request reached the timeout layer ([`stamp_received`]): its latency and its
+/// timeout are measured from here, the room wait (`body::take_room`) included.
+#[derive(Clone, Copy)]
+pub(crate) struct Received(Instant);
+
+/// Layer just outside the request timeout: stamps [`Received`].
+pub(crate) async fn stamp_received(mut request: Request, next: Next) -> Response {
+    request.extensions_mut().insert(Received(Instant::now()));
+    next.run(request).await
+}
+
+/// Route layer: the latency of every routed request by its route template, from when
+/// it reached the timeout layer ([`Received`]). A request that ends without an answer
+/// from its handler is timed too, when it ends: `408` (or the `503` of the routes that
+/// answer a timeout so) once it has run for the request timeout (the timeout layer,
+/// outside this one, answered it), else `499` (its client closed the connection,
+/// nginx's code), so the slowest requests are not missing from the histogram.
 pub(crate) async fn track_latency(
     State(state): State<AppState>,
     request: Request,
@@ -507,7 +519,10 @@ pub(crate) async fn track_latency(
     let mut timing = Timing {
         route,
         method: method_label(request.method()).to_string(),
-        started: Instant::now(),
+        started: request
+            .extensions()
+            .get::<Received>()
+            .map_or_else(Instant::now, |received| received.0),
         timeout: Duration::from_millis(state.config.request_timeout_ms),
         timeout_status: if crate::routes::timeout_is_503(request.method(), request.uri().path()) {
             503
@@ -541,8 +556,10 @@ fn method_label(method: &axum::http::Method) -> &'static str {
 }
 
 /// How much earlier than [`Timing::started`] the request timeout's clock may have
-/// started (the layers between them; more on a loaded machine).
-const TIMEOUT_MARGIN: Duration = Duration::from_millis(50);
+/// started: both are stamped in the same place ([`stamp_received`]); this is the clocks'
+/// granularity. (Stamped inside the room wait, a request timed out while it waited for
+/// room was recorded as `499`, and a stall of 50 ms on a loaded machine flipped a `408`.)
+const TIMEOUT_MARGIN: Duration = Duration::from_millis(1);
 
 /// One request's latency, recorded when it ends, answered or not.
 struct Timing {
@@ -560,8 +577,8 @@ struct Timing {
 impl Drop for Timing {
     fn drop(&mut self) {
         let elapsed = self.started.elapsed();
-        // The timeout's clock starts a little before this one (in the layer outside): a
-        // request ended within that margin of the timeout was timed out.
+        // The timeout's clock starts with this one (the layer outside it stamps both): a
+        // request ended at the timeout was timed out.
         let timed_out = elapsed + TIMEOUT_MARGIN >= self.timeout;
         let status = self
             .status

@@ -100,19 +100,21 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/lineage/stats", get(lineage::stats))
         .merge(segment_routes())
         .merge(ops_routes())
-        // Only routed requests are timed, by their route template (bounded labels).
+        // Room for the body before anything reads it (inside the timeout, so a wait for
+        // room counts against the request's time). A route layer: a request no route
+        // takes is answered `404` without room.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::body::take_room,
+        ))
+        // Only routed requests are timed, by their route template (bounded labels); the
+        // room wait included, so a `503 server_busy` is in the histogram too.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             crate::metrics::track_latency,
         ))
         .route("/metrics", get(crate::metrics::scrape))
         .fallback(not_found)
-        // Room for the body before anything reads it (inside the timeout, so a wait for
-        // room counts against the request's time).
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::body::take_room,
-        ))
         // First layer: it runs after routing (so path parameters have their names) and
         // before any handler or extractor binds a parameter to a query.
         .layer(middleware::from_fn(text::reject_nul_parameters))
@@ -124,6 +126,8 @@ pub(crate) fn router(state: AppState) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_millis(state.config.request_timeout_ms.max(1)),
         ))
+        // Where the timeout's clock starts: the latency histogram's starts there too.
+        .layer(middleware::from_fn(crate::metrics::stamp_received))
         // A handler that panics (a bug) is answered `500 internal`, its cause logged,
         // instead of the connection dropping with every request pipelined behind it.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))

@@ -128,27 +128,50 @@ async fn sqlite_writes_work_again_after_a_commit_failed_on_a_full_disk() {
 }
 
 /// A slow client: a request head announcing a body of `length` bytes (or chunked, when
-/// `None`) and one byte of it, then nothing. It holds its room until dropped.
+/// `None`) and one byte of it, then nothing. It holds its room until dropped. When
+/// `admitted`, the call returns once the server took room for it.
 async fn slow_body(
-    app: &crate::helpers::TestApp,
+    address: &str,
     path: &str,
     authorization: Option<&str>,
     length: Option<usize>,
+    admitted: bool,
 ) -> tokio::net::TcpStream {
-    use tokio::io::AsyncWriteExt;
-    let host = app.address.trim_start_matches("http://").to_string();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = address.trim_start_matches("http://").to_string();
     let mut slow = tokio::net::TcpStream::connect(&host)
         .await
         .expect("connect");
     let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    let expect = if admitted {
+        "Expect: 100-continue\r\n"
+    } else {
+        ""
+    };
     let (framing, first) = match length {
         Some(length) => (format!("Content-Length: {length}"), "["),
         None => ("Transfer-Encoding: chunked".to_string(), "1\r\n[\r\n"),
     };
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\n{framing}\r\n\r\n{first}"
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{auth}{expect}Content-Type: application/json\r\n{framing}\r\n\r\n"
     );
     slow.write_all(head.as_bytes()).await.expect("send");
+    if admitted {
+        // The server reads the body, and answers `100 Continue`, only once its room is
+        // taken: what follows the call meets that room taken (a sleep stood in for it,
+        // and a loaded machine outran it).
+        let mut answer = [0u8; 64];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(30), slow.read(&mut answer))
+            .await
+            .expect("room taken in time")
+            .expect("read");
+        assert!(
+            answer[..read].starts_with(b"HTTP/1.1 100 Continue"),
+            "not admitted: {}",
+            String::from_utf8_lossy(&answer[..read])
+        );
+    }
+    slow.write_all(first.as_bytes()).await.expect("send");
     slow
 }
 
@@ -190,7 +213,8 @@ async fn another_tenants_key(app: &crate::helpers::TestApp) -> String {
 async fn bodies_past_the_room_in_flight_are_503_server_busy() {
     let config = ServerConfig {
         bodies_in_flight_bytes_max: 1024 * 1024,
-        request_timeout_ms: 2_000,
+        // The room wait is half of it (3 s): the slow body outlives that wait by far.
+        request_timeout_ms: 6_000,
         ..ServerConfig::default()
     };
     let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
@@ -199,13 +223,13 @@ async fn bodies_past_the_room_in_flight_are_503_server_busy() {
     // 235 of its credential's 256 KiB.
     let bearer = format!("Bearer {}", app.key);
     let slow = slow_body(
-        &app,
+        &app.address,
         "/events/checkout_completed/batch",
         Some(&bearer),
         Some(40_000),
+        true,
     )
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
     let big = vec![checkout_event("busy-big"); 80];
     let bytes = serde_json::to_vec(&big).expect("JSON").len();
@@ -251,6 +275,46 @@ async fn bodies_past_the_room_in_flight_are_503_server_busy() {
     }
 }
 
+/// A request refused for want of room (`503 server_busy`) is in the latency histogram,
+/// with the time it waited: the room was taken outside the histogram's layer, and
+/// every such refusal, the first sign of a server out of room, was missing from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_refused_for_want_of_room_is_in_the_latency_histogram() {
+    let app = crate::helpers::spawn_app(Backend::Sqlite).await;
+    app.register_checkout_contract().await;
+    let flags = [
+        "--bodies-in-flight-bytes-max",
+        "1048576",
+        "--request-timeout-ms",
+        "2000",
+    ];
+    let server = crate::helpers::ServerProcess::start(app.database_url(), &flags);
+    let bearer = format!("Bearer {}", app.key);
+    let path = "/events/checkout_completed/batch";
+    let _slow = slow_body(&server.address, path, Some(&bearer), Some(40_000), true).await;
+    let refused = app
+        .client
+        .post(format!("{}{path}", server.address))
+        .bearer_auth(&app.key)
+        .json(&vec![checkout_event("no-room"); 80])
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let samples = crate::metrics::scrape_at(&app, &server.address).await;
+    let route = "/events/{contract}/batch";
+    let labels = [("route", route), ("method", "POST"), ("status", "503")];
+    let count = "traqlyte_http_request_duration_seconds_count";
+    let sum = "traqlyte_http_request_duration_seconds_sum";
+    assert_eq!(
+        crate::metrics::value_of(&samples, count, &labels),
+        1.0,
+        "{samples:?}"
+    );
+    // It waited half the request timeout for room.
+    assert!(crate::metrics::value_of(&samples, sum, &labels) >= 0.99);
+}
+
 /// Slow bodies of one tenant (its credential however its header spells it, its other
 /// keys, its Segment write keys), and of clients sending none (Segment's calls with the
 /// `writeKey` in the body, read before it is checked, or with a header that is no Basic
@@ -264,7 +328,8 @@ async fn bodies_past_the_room_in_flight_are_503_server_busy() {
 async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() {
     let config = ServerConfig {
         bodies_in_flight_bytes_max: 1024 * 1024,
-        request_timeout_ms: 4_000,
+        // The room wait is half of it (4 s): the slow bodies outlive the waits below.
+        request_timeout_ms: 8_000,
         ..ServerConfig::default()
     };
     let app = crate::helpers::spawn_app_with(Backend::Sqlite, config).await;
@@ -284,12 +349,14 @@ async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() 
     ];
     let mut slow = Vec::new();
     for (n, spelling) in spellings.iter().enumerate() {
-        slow.push(slow_body(&app, "/v1/batch", None, None).await);
+        // The first of each takes its share whole; the others wait for it.
+        let first = n == 0;
+        slow.push(slow_body(&app.address, "/v1/batch", None, None, first).await);
         let random = format!("Bearer not-a-write-key-{n}");
-        slow.push(slow_body(&app, "/v1/batch", Some(&random), None).await);
-        slow.push(slow_body(&app, "/api/v1/lineage", Some(spelling), Some(8 << 20)).await);
+        slow.push(slow_body(&app.address, "/v1/batch", Some(&random), None, false).await);
+        let lineage = "/api/v1/lineage";
+        slow.push(slow_body(&app.address, lineage, Some(spelling), Some(8 << 20), first).await);
     }
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     // Another tenant writes at once.
     let batch = vec![checkout_event("other-key"); 40];
     let started = std::time::Instant::now();
@@ -302,7 +369,8 @@ async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() 
         .await
         .expect("sent");
     assert_eq!(answer.status(), StatusCode::OK);
-    assert!(started.elapsed() < std::time::Duration::from_millis(900));
+    // Served without waiting for room (a wait would take 4 s).
+    assert!(started.elapsed() < std::time::Duration::from_millis(3_000));
     // The slow credential finds its share taken, and so do its tenant's other key and
     // Segment write key.
     // (At once: each waits half the request timeout for room, and the slow bodies are
@@ -340,7 +408,7 @@ async fn slow_bodies_of_one_client_or_of_anonymous_ones_leave_room_for_others() 
         json!({"writeKey": "tlw_x", "event": "e", "userId": "u", "pad": "x".repeat(3_000)})
             .to_string();
     for _ in 0..10 {
-        slow.push(slow_body(&app, "/v1/t", None, Some(beacon.len())).await);
+        slow.push(slow_body(&app.address, "/v1/t", None, Some(beacon.len()), false).await);
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let page = app
@@ -429,9 +497,8 @@ async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
         .zip([1 << 20, 1 << 20, 1 << 20, (824 << 10) / 6])
     {
         let path = "/events/checkout_completed/batch";
-        slow.push(slow_body(&app, path, Some(key), Some(length)).await);
+        slow.push(slow_body(&app.address, path, Some(key), Some(length), true).await);
     }
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
     let dense = |items: usize| format!("[{}]", vec![r#"{"a":{"b":{"c":{}}}}"#; items].join(","));
     let post = |body: String| {

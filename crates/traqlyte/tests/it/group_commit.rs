@@ -212,10 +212,13 @@ async fn app(backend: Backend, enabled: bool) -> TestApp {
         request_timeout_ms: 300_000,
         ..ServerConfig::default()
     };
-    // Nor may a write wait out SQLite's 10 s busy timeout and be answered `503 store_busy`
-    // (seen once, with group commit off, on a machine running two test suites at once).
+    // Nor may a write wait out SQLite's 10 s busy timeout, or the pool's 5 s wait for
+    // SQLite's one writer connection, and be answered `503 store_busy` (seen once, with
+    // group commit off, on a machine running two test suites at once; the pool's wait in
+    // 11 of 24 runs of three suites at once).
     crate::helpers::spawn_app_with_store(backend, config, |store| {
         store.sqlite_busy_timeout_ms = 300_000;
+        store.pool_acquire_timeout_ms = 300_000;
     })
     .await
 }
@@ -720,8 +723,10 @@ async fn a_request_answered_408_while_its_batch_is_open_is_stored_and_its_resend
 ) {
     let app = app(backend, true).await;
     app.register_checkout_contract().await;
-    let delay = [("TRAQLYTE_TEST_GROUP_COMMIT_DELAY_MS", "1500")];
-    let flags = ["--group-commit", "on", "--request-timeout-ms", "300"];
+    // The pool's acquire timeout is half the request timeout: 1 s leaves the server's
+    // start (a connection, the migration check) room on a loaded machine.
+    let delay = [("TRAQLYTE_TEST_GROUP_COMMIT_DELAY_MS", "3000")];
+    let flags = ["--group-commit", "on", "--request-timeout-ms", "1000"];
     let server = ServerProcess::start_with_env(app.database_url(), &flags, &delay);
     let event = checkout_event("timed-out-order");
     let first = app

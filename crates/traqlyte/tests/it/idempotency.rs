@@ -407,9 +407,10 @@ async fn keys_past_their_retention_are_purged_and_run_as_new(backend: Backend) {
 }
 
 async fn a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back(backend: Backend) {
+    // 1 s: the campaign's creation, a plain request, must fit in it on a loaded machine.
     let config = traqlyte_server::ServerConfig {
-        request_timeout_ms: 300,
-        test_publish_delay_ms: 2_000,
+        request_timeout_ms: 1_000,
+        test_publish_delay_ms: 3_000,
         ..Default::default()
     };
     let app = crate::helpers::spawn_app_with(backend, config).await;
@@ -424,8 +425,8 @@ async fn a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back(bac
     assert_eq!(answer.status, StatusCode::REQUEST_TIMEOUT);
     assert_eq!(answer.code(), "request_timeout");
     // The abandoned handler's transaction never commits: checked after the moment its
-    // delayed commit would have come (2 s after the request), not before.
-    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    // delayed commit would have come (3 s after the request), not before.
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
     assert_eq!(version_count(&app, &id).await, 0);
 }
 
@@ -546,8 +547,8 @@ async fn a_request_its_client_abandoned_leaves_no_reservation_behind(backend: Ba
     let hasty = crate::helpers::spawn_app_with(
         backend,
         traqlyte_server::ServerConfig {
-            request_timeout_ms: 400,
-            test_publish_delay_ms: 1_000,
+            request_timeout_ms: 1_000,
+            test_publish_delay_ms: 2_500,
             idempotency_stale_after_ms: 30_000,
             ..Default::default()
         },

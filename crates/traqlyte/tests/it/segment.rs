@@ -1905,7 +1905,13 @@ async fn a_tracking_request_the_server_timed_out_is_a_503_the_libraries_retry() 
     assert_eq!(answer["code"], "request_timeout", "{answer}");
     app.end_slow_event_inserts().await;
     assert_eq!(segment_stats(&app).await, (0, 0, 0));
-    let resent = app.send(post()).await;
+    // The resend must fit in 300 ms too: on a loaded machine it may not, and is retried
+    // as a client would (it is stored once either way).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut resent = app.send(post()).await;
+    while resent.status == StatusCode::SERVICE_UNAVAILABLE && std::time::Instant::now() < deadline {
+        resent = app.send(post()).await;
+    }
     assert_eq!(resent.body, json!({"success": true}));
     assert_eq!(segment_stats(&app).await, (1, 0, 0));
     refusals_are_not_logged_at_error(&app, &key).await;
@@ -1926,7 +1932,9 @@ async fn refusals_are_not_logged_at_error(app: &crate::helpers::TestApp, key: &s
     // none within the acquire timeout (half the request timeout).
     let mut server = crate::helpers::ServerProcess::start_logging(
         app.database_url(),
-        &["--request-timeout-ms", "300", "--pool-connections-max", "1"],
+        // 600 ms: the acquire timeout (300 ms) is the server's start's too, on a loaded
+        // machine.
+        &["--request-timeout-ms", "600", "--pool-connections-max", "1"],
         &[],
         log,
     );
