@@ -245,6 +245,11 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
         "Messages the NATS consumer has yet to fetch (its lag)",
     ),
     (
+        "traqlyte_nats_consumer_stalled",
+        Kind::Gauge,
+        "1 while the NATS server has left the consumer's checks unanswered for 15 s or more",
+    ),
+    (
         "traqlyte_nats_dead_letters_total",
         Kind::Counter,
         "Messages the NATS consumer recorded as dead letters, per stream and reason",
@@ -476,6 +481,16 @@ pub(crate) fn record_consumer_pending(stream: &str, consumer: &str, pending: u64
     }
     let labels = bounded("nats", &["stream", "consumer"], &[stream, consumer]);
     metrics::gauge!("traqlyte_nats_consumer_pending", labels).set(pending as f64);
+}
+
+/// Whether the NATS server has left the consumer's samples unanswered for longer than
+/// the consumer waits before saying so (1) or answers them (0).
+pub(crate) fn record_consumer_stalled(stream: &str, consumer: &str, stalled: bool) {
+    if !enabled() {
+        return;
+    }
+    let labels = bounded("nats", &["stream", "consumer"], &[stream, consumer]);
+    metrics::gauge!("traqlyte_nats_consumer_stalled", labels).set(f64::from(u8::from(stalled)));
 }
 
 /// Counts one webhook delivery attempt by its result (`delivered`, `failed`,

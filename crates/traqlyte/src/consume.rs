@@ -68,6 +68,11 @@ pub(crate) struct NatsBounds {
     /// redelivered after it.
     #[arg(long, default_value_t = 30_000)]
     nats_ack_wait_ms: u64,
+    /// How often the client pings the NATS server: three unanswered pings (a hung node,
+    /// a partition) make it reconnect, to another node of a cluster (at least 100).
+    #[arg(long, default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    nats_ping_interval_ms: u64,
     /// First Nak delay after a store error (doubled per consecutive failure).
     #[arg(long, default_value_t = 100)]
     nats_nak_delay_ms_min: u64,
@@ -128,6 +133,7 @@ impl NatsBounds {
         config.batch_bytes_max = self.nats_batch_bytes_max;
         config.fetch_wait_ms = self.nats_fetch_wait_ms;
         config.ack_wait_ms = self.nats_ack_wait_ms;
+        config.ping_interval_ms = self.nats_ping_interval_ms;
         config.nak_delay_ms_min = self.nats_nak_delay_ms_min;
         config.nak_delay_ms_max = self.nats_nak_delay_ms_max;
         Ok(config)

@@ -1241,6 +1241,101 @@ async fn a_three_node_cluster_losing_a_node_mid_load_still_stores_each_message_o
     assert!(duplicates >= 40, "{duplicates}");
 }
 
+/// A node that hangs (SIGSTOP: a frozen machine, a partition dropping packets; its TCP
+/// connections stay open) is left for another node of the cluster within a few pings,
+/// and consuming goes on there. Before, the client pinged once a minute and needed three
+/// unanswered pings: three minutes of nothing consumed, nothing said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_on_a_node_that_hangs_goes_on_through_another_node() {
+    let app = spawn_app(Backend::Sqlite).await;
+    app.register_checkout_contract().await;
+    let cluster = NatsCluster::start();
+    let js = jetstream(&cluster.nodes[1].url).await;
+    create_stream(&js, STREAM, 3).await;
+    // Given one node only: the client learns the others from it.
+    let ping = ["--nats-ping-interval-ms", "500"];
+    let _consumer = ConsumerProcess::start(&app, &cluster.nodes[0].url, &ping, &[]);
+    let body = |i: usize| serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
+    for i in 0..20 {
+        publish(
+            &js,
+            "traqlyte.checkout_completed",
+            &body(i),
+            &format!("m-{i}"),
+        )
+        .await;
+    }
+    wait_for(&app, "stored through the first node", |(stored, _)| {
+        stored == 20
+    })
+    .await;
+    cluster.nodes[0].signal("STOP");
+    for i in 20..40 {
+        publish(
+            &js,
+            "traqlyte.checkout_completed",
+            &body(i),
+            &format!("m-{i}"),
+        )
+        .await;
+    }
+    // Within the wait (60 s), far below three minutes.
+    let stored = wait_for(&app, "stored through another node", |(stored, _)| {
+        stored == 40
+    })
+    .await;
+    cluster.nodes[0].signal("CONT");
+    assert_eq!(stored.0, 40);
+}
+
+/// A NATS server that stops answering (here the only one hangs) is said to have, at WARN,
+/// after 15 s, and its answering again is said too; consuming goes on after. Before, a
+/// DEBUG line was all, and the process looked idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nats_server_that_stops_answering_is_warned_of_and_its_return_said() {
+    let (app, nats, js) = setup(Backend::Sqlite).await;
+    let ping = ["--nats-ping-interval-ms", "500"];
+    let mut consumer = ConsumerProcess::start_logged(&app, &nats.url, &ping);
+    consumer.wait_until_consuming().await;
+    publish_orders(&js, 5, 0).await;
+    wait_for(&app, "stored", |(stored, _)| stored == 5).await;
+    nats.signal("STOP");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let warned = loop {
+        let warned: Vec<Value> = consumer
+            .log_text()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .map(|line| line["fields"].clone())
+            .filter(|fields| {
+                fields["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("the NATS server has not answered"))
+            })
+            .collect();
+        if let Some(first) = warned.into_iter().next() {
+            break first;
+        }
+        assert!(Instant::now() < deadline, "{}", consumer.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        warned["silent_s"].as_u64().is_some_and(|s| s >= 15),
+        "{warned}"
+    );
+    nats.signal("CONT");
+    publish_orders(&js, 10, 0).await;
+    wait_for(&app, "stored after", |(stored, _)| stored == 10).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumer
+        .log_events("the NATS server answers again; consuming")
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "{}", consumer.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// SIGTERM stops a consumer whose NATS server is gone: its last acks cannot be sent, and
 /// waiting for a reconnection to send them would keep the process up for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -129,6 +129,16 @@ impl NatsNode {
         NatsNode::spawn("solo", None)
     }
 
+    /// Sends `signal` (`STOP`: the node hangs, like a frozen machine or a partition that
+    /// drops packets, its connections open but silent; `CONT`: it resumes).
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args([format!("-{signal}"), pid.clone()])
+            .status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -{signal} {pid}");
+    }
+
     /// SIGKILL, like a crashed machine.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

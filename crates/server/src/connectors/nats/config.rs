@@ -28,6 +28,10 @@ pub struct NatsConfig {
     /// Ack wait of a consumer this process creates: an unacked message is redelivered
     /// after this long (an existing consumer keeps its own).
     pub ack_wait_ms: u64,
+    /// How often the client pings the NATS server: a connection left unanswered for
+    /// three pings is taken for dead and the client reconnects (to another node of a
+    /// cluster), so a hung node or a partition is noticed in about three intervals.
+    pub ping_interval_ms: u64,
     /// First Nak delay after a store error; doubled on each consecutive failure.
     pub nak_delay_ms_min: u64,
     /// Largest Nak delay.
@@ -67,6 +71,7 @@ impl NatsConfig {
             batch_bytes_max: 8 * 1024 * 1024,
             fetch_wait_ms: 1_000,
             ack_wait_ms: 30_000,
+            ping_interval_ms: 10_000,
             nak_delay_ms_min: 100,
             nak_delay_ms_max: 30_000,
             json_depth_max: 32,

@@ -136,7 +136,12 @@ pub async fn run(
     }
     // A cluster is given as URLs separated by commas, which the client takes as a list.
     let urls: Vec<&str> = config.url.split(',').map(str::trim).collect();
-    let client = async_nats::connect(urls)
+    // Pinged every few seconds (the client's default is a minute): a node that hangs (a
+    // frozen machine, a partition dropping packets) is left after three unanswered
+    // pings, not after three minutes of nothing consumed and nothing said.
+    let client = async_nats::ConnectOptions::new()
+        .ping_interval(Duration::from_millis(config.ping_interval_ms.max(1)))
+        .connect(urls)
         .await
         .map_err(|e| ConsumerError::Connect {
             url: without_credentials(&config.url),
@@ -165,17 +170,22 @@ pub async fn run(
     let mut prefetched: Option<Vec<Message>> = None;
     let mut lag_sampled: Option<std::time::Instant> = None;
     let mut refused: Option<ConsumerError> = None;
+    let mut silence = Silence::new();
     while !*stopping.borrow() {
         if lag_sampled.is_none_or(|at| at.elapsed() >= LAG_SAMPLE_EVERY) {
             lag_sampled = Some(std::time::Instant::now());
             let checked =
                 check_durable(&client, &mut consumer, &worker.config, &mut progress_every).await;
             worker.progress_every = progress_every;
-            if let Err(err) = checked {
-                // As at start: what was fetched is stored first, then the process stops.
-                tracing::error!(error = %err, "the durable consumer can no longer be used; stopping");
-                refused = Some(err);
-                break;
+            match checked {
+                Ok(answered) => silence.sampled(answered, &client, &worker.config).await,
+                Err(err) => {
+                    // As at start: what was fetched is stored first, then the process
+                    // stops.
+                    tracing::error!(error = %err, "the durable consumer can no longer be used; stopping");
+                    refused = Some(err);
+                    break;
+                }
             }
         }
         let batch = match prefetched.take() {
@@ -240,17 +250,81 @@ const ACK_FLUSH_MAX: Duration = Duration::from_secs(5);
 /// How often the consumer's lag (`num_pending`) is sampled for `GET /metrics`.
 const LAG_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
+/// How long the NATS server may leave the samples unanswered before the consumer says
+/// so, marks itself stalled and reconnects.
+const SILENCE_WARN_AFTER: Duration = Duration::from_secs(15);
+
+/// How often a silence that lasts is said again (and a reconnection tried again).
+const SILENCE_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Whether the NATS server answers the consumer's samples ([`check_durable`]). A
+/// connection that hangs, or a cluster that lost its quorum, fetches nothing and fails
+/// nothing: every pull ends empty. Before, only a DEBUG line said so; the lag gauge kept
+/// its last value and the process looked idle. After [`SILENCE_WARN_AFTER`] without an
+/// answer it logs a warning (again every [`SILENCE_WARN_EVERY`]), sets
+/// `traqlyte_nats_consumer_stalled` and forces a reconnection (to another node of a
+/// cluster); the first answer after says so and clears the gauge.
+struct Silence {
+    last_answer: std::time::Instant,
+    warned: Option<std::time::Instant>,
+}
+
+impl Silence {
+    fn new() -> Silence {
+        Silence {
+            last_answer: std::time::Instant::now(),
+            warned: None,
+        }
+    }
+
+    async fn sampled(&mut self, answered: bool, client: &async_nats::Client, config: &NatsConfig) {
+        let now = std::time::Instant::now();
+        let silent = now.duration_since(self.last_answer);
+        if answered {
+            self.last_answer = now;
+            if self.warned.take().is_some() {
+                tracing::info!(
+                    stream = %config.stream,
+                    silent_s = silent.as_secs(),
+                    "the NATS server answers again; consuming"
+                );
+            }
+            crate::metrics::record_consumer_stalled(&config.stream, &config.durable, false);
+            return;
+        }
+        let due = self
+            .warned
+            .is_none_or(|at| now.duration_since(at) >= SILENCE_WARN_EVERY);
+        if silent < SILENCE_WARN_AFTER || !due {
+            return;
+        }
+        self.warned = Some(now);
+        tracing::warn!(
+            stream = %config.stream,
+            durable = %config.durable,
+            silent_s = silent.as_secs(),
+            "the NATS server has not answered the consumer for {} s: nothing is consumed meanwhile (a hung connection, a partition, a cluster without quorum); reconnecting",
+            silent.as_secs()
+        );
+        crate::metrics::record_consumer_stalled(&config.stream, &config.durable, true);
+        if let Err(err) = client.force_reconnect().await {
+            tracing::debug!(error = %err, "reconnection not requested");
+        }
+    }
+}
+
 /// Reads the durable's info (one request to the server): sets the lag gauge, refuses
 /// settings edited since the start ([`refuse_unsafe`]), takes a new ack wait's progress
 /// interval, and creates the durable again, as at start, when it no longer exists (deleted
 /// by an operator, or with its stream): every later pull would end without a message and
 /// the consumer would have stopped for good, its lag gauge frozen, saying nothing.
+/// `Ok(false)`: the server did not answer ([`Silence`]).
 async fn check_durable(
     client: &async_nats::Client,
     consumer: &mut PullConsumer,
     config: &NatsConfig,
     progress_every: &mut Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<bool, ConsumerError> {
     match consumer.get_info().await {
         Ok(info) => {
             crate::metrics::record_consumer_pending(
@@ -267,7 +341,7 @@ async fn check_durable(
                 );
                 *progress_every = every;
             }
-            Ok(())
+            Ok(true)
         }
         Err(err) if is_gone(&err.to_string()) => {
             tracing::warn!(
@@ -280,7 +354,7 @@ async fn check_durable(
                 Ok(created) => {
                     *consumer = created;
                     *progress_every = progress_interval(consumer.cached_info().config.ack_wait);
-                    Ok(())
+                    Ok(true)
                 }
                 // A durable found with settings the start refuses: as at start.
                 Err(
@@ -292,13 +366,13 @@ async fn check_durable(
                 // again at the next check, never a reason to stop.
                 Err(err) => {
                     tracing::warn!(error = %err, "the durable consumer could not be created again; trying again in 5 s");
-                    Ok(())
+                    Ok(true)
                 }
             }
         }
         Err(err) => {
             tracing::debug!(error = %err, "consumer info unavailable; lag not sampled");
-            Ok(())
+            Ok(false)
         }
     }
 }
