@@ -26,12 +26,13 @@ macro_rules! outln {
 }
 
 /// `text` safe to print on an operator's terminal: each control character (an escape
-/// sequence's `ESC`, a newline that would forge a line of output) and each character
-/// that reorders or breaks what follows it (the bidirectional overrides, isolates and
-/// marks of "Trojan Source", which make `evil` display as `live`; the line and paragraph
-/// separators) written as its Rust escape (`\u{1b}`, `\n`, `\u{202e}`). Tenants' data (a
-/// contract's pointers, a rejected line's field) reaches the CLI's output this way; the
-/// server's log and pages escape it too.
+/// sequence's `ESC`, a newline that would forge a line of output), each invisible one
+/// (`/order_<U+200B>id` displays as `/order_id`) and each that reorders or breaks what
+/// follows it (the bidirectional overrides, isolates and marks of "Trojan Source", which
+/// make `evil` display as `live`; the line and paragraph separators) written as its Rust
+/// escape (`\u{1b}`, `\n`, `\u{200b}`, `\u{202e}`). Tenants' data (a contract's pointers,
+/// a rejected line's field) reaches the CLI's output this way; the server's log escapes
+/// control characters.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(misleads_a_terminal) {
         return std::borrow::Cow::Borrowed(text);
@@ -39,8 +40,11 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(
         text.chars()
             .map(|c| {
-                if misleads_a_terminal(c) {
+                if c.is_control() {
                     c.escape_debug().to_string()
+                } else if misleads_a_terminal(c) {
+                    // Written whatever Rust deems printable (it prints a no-break space).
+                    format!("\\u{{{:x}}}", u32::from(c))
                 } else {
                     c.to_string()
                 }
@@ -49,21 +53,15 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     )
 }
 
-/// A control character, or one that changes how the text after it is displayed
-/// (Unicode's bidirectional formatting characters, UAX #9; the line and paragraph
-/// separators).
+/// A control character, or one that is invisible or changes how the text after it is
+/// displayed: the characters identity treats as invisible
+/// ([`traqlyte_identity::canonical::invisible`]: zero-width ones, Unicode's bidirectional
+/// formatting characters of UAX #9, other format characters), and the line and paragraph
+/// separators.
 fn misleads_a_terminal(c: char) -> bool {
     c.is_control()
-        || matches!(
-            c,
-            '\u{061C}'
-                | '\u{200E}'
-                | '\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{2028}'
-                | '\u{2029}'
-        )
+        || traqlyte_identity::canonical::invisible(c)
+        || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
 /// Writes one line of a command's output to stdout. A reader that stopped early
@@ -120,6 +118,11 @@ mod printable_tests {
         assert_eq!(
             super::printable("a\u{2066}b\u{2069}\u{200f}\u{061c}\u{2028}c"),
             "a\\u{2066}b\\u{2069}\\u{200f}\\u{61c}\\u{2028}c"
+        );
+        // Invisible characters too: a zero-width space, a soft hyphen.
+        assert_eq!(
+            super::printable("/order_\u{200b}id/\u{ad}x"),
+            "/order_\\u{200b}id/\\u{ad}x"
         );
         // Right-to-left text itself is kept: only the formatting characters are escaped.
         assert_eq!(super::printable("/שלום/مرحبا"), "/שלום/مرحبا");

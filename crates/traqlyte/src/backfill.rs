@@ -142,23 +142,10 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         .create_partitions(&horizon, traqlyte_store::now_us())
         .await
         .context("create partitions")?;
-    // SIGINT (Ctrl-C) or SIGTERM stops the run at the next line it reads: the batches
-    // committed stay, the batch in progress is not written, and the counts are printed,
-    // so the operator knows what is stored (they were lost with the process before). A
-    // second signal exits at once (a read waiting on a pipe that never ends).
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            crate::stop_requested().await;
-            stop.store(true, std::sync::atomic::Ordering::Release);
-            errln!("stopping at the next line: the batch in progress is not written (a second signal exits at once)");
-            crate::stop_requested().await;
-            std::process::exit(130);
-        }
-    });
-    let stopped = || stop.load(std::sync::atomic::Ordering::Acquire);
     let progress = progress_bar(input_bytes);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let watcher = watch_for_stop(stop.clone(), progress.clone());
+    let stopped = || stop.load(std::sync::atomic::Ordering::Acquire) != 0;
     let mut reader = inflated(BufReader::new(progress.wrap_read(input)))
         .with_context(|| format!("read {}", args.file.display()))?;
     // A real run opens each batch's transaction only once the batch is read, so the
@@ -240,9 +227,11 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     }
     watcher.abort();
     progress.finish_and_clear();
-    let interrupted = interrupted.then_some(Interrupted {
+    let interrupted = interrupted.then(|| Interrupted {
         after_line: number,
         not_written: pending,
+        dry_run: args.dry_run,
+        status: stop.load(std::sync::atomic::Ordering::Acquire),
     });
     report(&args, &counts, interrupted.as_ref());
     if let Some(interrupted) = interrupted {
@@ -275,18 +264,84 @@ fn unreadable(args: &BackfillArgs, last_line: u64, counts: &Counts) -> String {
     )
 }
 
+/// Watches for SIGINT (Ctrl-C) and SIGTERM, from now (the handlers are installed before
+/// this returns, so a signal at once is not the default action's silent death): the
+/// first stores the status the command then exits with in `stop` (130 for SIGINT, 143
+/// for SIGTERM, as a shell reports them), and the run stops at the next line it reads;
+/// the batches committed stay and the counts are printed, where the process died printing
+/// nothing. A second signal exits at once (a read waiting on a pipe that never ends).
+#[cfg(unix)]
+fn watch_for_stop(
+    stop: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    progress: ProgressBar,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let signals = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    );
+    tokio::spawn(async move {
+        let (Ok(mut interrupt), Ok(mut terminate)) = signals else {
+            errln!("warning: no signal handler; Ctrl-C stops the backfill without its counts");
+            return;
+        };
+        let status = tokio::select! {
+            _ = interrupt.recv() => 130,
+            _ = terminate.recv() => 143,
+        };
+        stop.store(status, std::sync::atomic::Ordering::Release);
+        progress.suspend(|| {
+            errln!("stopping at the next line read; what is committed stays (a second signal exits at once)");
+        });
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
+        }
+        std::process::exit(i32::from(status));
+    })
+}
+
+/// Ctrl-C only, elsewhere.
+#[cfg(not(unix))]
+fn watch_for_stop(
+    stop: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    progress: ProgressBar,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.store(130, std::sync::atomic::Ordering::Release);
+            progress.suspend(|| errln!("stopping at the next line read"));
+        }
+    })
+}
+
 /// A backfill stopped by SIGINT or SIGTERM after reading line `after_line`: the batches
 /// before were committed (a dry run's rolled back), the `not_written` lines of the batch
-/// in progress were not. The command exits with status 130, as a shell reports a
-/// process Ctrl-C stopped.
+/// in progress were not. The command exits with `status`: 130 (SIGINT) or 143 (SIGTERM).
 #[derive(Debug)]
 pub(crate) struct Interrupted {
     after_line: u64,
     not_written: usize,
+    dry_run: bool,
+    status: u8,
+}
+
+impl Interrupted {
+    /// The exit status: 128 and the signal's number, as a shell reports it.
+    pub(crate) fn status(&self) -> u8 {
+        self.status
+    }
 }
 
 impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.dry_run {
+            return write!(
+                f,
+                "interrupted after line {} (dry run: nothing was written; the counts above are of the lines before the batch in progress)",
+                self.after_line
+            );
+        }
         write!(
             f,
             "interrupted after line {}: the {} identified line(s) of the batch in progress were not written, the batches before were (counts above). Running the same command again resumes: what is stored counts as already present",

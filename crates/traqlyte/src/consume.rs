@@ -68,8 +68,9 @@ pub(crate) struct NatsBounds {
     /// redelivered after it.
     #[arg(long, default_value_t = 30_000)]
     nats_ack_wait_ms: u64,
-    /// How often the client pings the NATS server: three unanswered pings (a hung node,
-    /// a partition) make it reconnect, to another node of a cluster (at least 100).
+    /// How often the client pings the NATS server: a connection whose pings go
+    /// unanswered (a hung node, a partition) is left, for another node of a cluster,
+    /// after about three intervals (at least 100).
     #[arg(long, default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(100..))]
     nats_ping_interval_ms: u64,

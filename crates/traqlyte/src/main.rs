@@ -378,10 +378,13 @@ fn main() -> Result<std::process::ExitCode> {
             errln!("{err}");
             Ok(std::process::ExitCode::from(3))
         }
-        // Stopped by a signal, its counts printed: 130, as a shell reports Ctrl-C.
+        // Stopped by a signal, its counts printed: 130 or 143, as a shell reports them.
         Err(err) if err.is::<backfill::Interrupted>() => {
             errln!("{err}");
-            Ok(std::process::ExitCode::from(130))
+            let status = err
+                .downcast_ref::<backfill::Interrupted>()
+                .map_or(130, backfill::Interrupted::status);
+            Ok(std::process::ExitCode::from(status))
         }
         Err(err) => Err(err),
     }
@@ -753,7 +756,7 @@ async fn shutdown_signal() {
 }
 
 /// SIGINT (Ctrl-C) or SIGTERM.
-pub(crate) async fn stop_requested() {
+async fn stop_requested() {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -113,6 +113,8 @@ pub(crate) fn router(state: AppState) -> Router {
             state.clone(),
             crate::metrics::track_latency,
         ))
+        // Below the route layers: neither room nor timing. A route with a body must be
+        // added above them, or its body is parsed without room.
         .route("/metrics", get(crate::metrics::scrape))
         .fallback(not_found)
         // First layer: it runs after routing (so path parameters have their names) and
@@ -519,9 +521,9 @@ async fn not_found(request: Request) -> ApiError {
     // hand-written URL for `/events/x/`): the routes take neither, and the answer says
     // which path was likely meant.
     let meant = without_extra_slashes(path);
-    if meant != path {
+    if meant != path && meant != "/" {
         message.push_str(&format!(
-            ": paths have no trailing or doubled slashes (a base URL ending in /?), try {meant}"
+            ": no route has a doubled slash, nor a trailing one but Segment's /v1/import/ (a base URL ending in /?); try {meant}"
         ));
     }
     ApiError::not_found("not_found", message)
@@ -561,6 +563,7 @@ async fn json_errors(request: Request, next: Next) -> Response {
         );
     }
     let tracking = is_tracking_path(&path);
+    let timeout_answers_503 = timeout_is_503(&method, &path);
     if tracking && !response.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN) {
         add_tracking_cors(origin.as_ref(), response.headers_mut());
     }
@@ -636,7 +639,7 @@ async fn json_errors(request: Request, next: Next) -> Response {
         // they retry it (a retry is a duplicate at worst; with group commit off a timed
         // out run event was rolled back, and lost). The CORS layer is inside the timeout:
         // its headers were added above, and are copied below, so a page can read it.
-        None if parts.status == StatusCode::REQUEST_TIMEOUT && timeout_is_503(&method, &path) => {
+        None if parts.status == StatusCode::REQUEST_TIMEOUT && timeout_answers_503 => {
             let mut response = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "request_timeout",
@@ -675,6 +678,17 @@ async fn json_errors(request: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extra_slashes_are_taken_out_of_a_path() {
+        assert_eq!(without_extra_slashes("//v1/batch"), "/v1/batch");
+        assert_eq!(without_extra_slashes("/events/x/"), "/events/x");
+        assert_eq!(without_extra_slashes("/a//b///c//"), "/a/b/c");
+        assert_eq!(without_extra_slashes("/"), "/");
+        assert_eq!(without_extra_slashes("//"), "/");
+        // A percent-encoded slash is no slash of the path.
+        assert_eq!(without_extra_slashes("/a%2F/"), "/a%2F");
+    }
 
     #[test]
     fn a_whole_key_in_a_path_is_cut_for_the_log() {

@@ -22,58 +22,32 @@ crate::on_both_backends!(
 
 /// Ctrl-C stops a backfill with what it committed printed: the batches written stay, the
 /// batch in progress is not written, the summary says where it stopped, and the command
-/// exits 130; running it again resumes. Before, the process died with the signal and
-/// printed nothing: the operator of a multi-hour load could not tell what was stored.
-/// The input is a pipe whose writer the same Ctrl-C stops (`zcat … | traqlyte backfill
-/// --file -`), so the run meets the signal while it waits for lines.
+/// exits 130 (143 for SIGTERM); running it again resumes. A dry run stopped so says it
+/// wrote nothing. Before, the process died with the signal and printed nothing: the
+/// operator of a multi-hour load could not tell what was stored. The input is a pipe
+/// whose writer the same Ctrl-C stops (`zcat … | traqlyte backfill --file -`), so the run
+/// meets the signal while it waits for lines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backfill_stopped_by_ctrl_c_says_what_it_committed_and_resumes() {
-    use std::io::{BufRead, Write};
     let app = spawn_app(Backend::Sqlite).await;
     app.register_checkout_contract().await;
     let lines: Vec<String> = (0..2_500)
         .map(|i| checkout_event(&format!("stopped_{i}")).to_string())
         .collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
-        .args(["backfill", "--tenant", "test tenant", "--contract"])
-        .args(["checkout_completed", "--file", "-", "--json"])
-        .args(["--database-url", app.database_url()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run traqlyte backfill");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all((lines.join("\n") + "\n").as_bytes())
-        .expect("write lines");
-    // Two batches of 1,000 commit; the last 500 lines wait for the input's end.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while app.checkout_stats().await.0 < 2_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "two batches never committed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let pid = child.id().to_string();
-    let sent = Command::new("kill").args(["-INT", &pid]).status();
-    assert!(sent.is_ok_and(|s| s.success()), "kill -INT {pid}");
-    // The input ends only once the signal is taken (else the run would end whole).
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut said = String::new();
-    while !said.contains("stopping at the next line") {
-        let mut line = String::new();
-        let read = stderr.read_line(&mut line).expect("stderr");
-        assert!(read > 0, "the signal was not taken: {said}");
-        said.push_str(&line);
-    }
-    drop(stdin);
-    let output = child.wait_with_output().expect("wait");
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("stderr");
-    assert_eq!(output.status.code(), Some(130), "{said}{rest}");
-    let mut summary: Value = serde_json::from_slice(&output.stdout).expect("summary");
+    // A dry run stopped by SIGTERM writes nothing and says so.
+    let (status, mut summary, said) = stopped_backfill(&app, &lines, "TERM", true, 0).await;
+    assert_eq!(status, Some(143), "{said}");
+    assert!(summary["interrupted_after_line"].take().as_u64() > Some(2_000));
+    assert_eq!(
+        summary,
+        json!({"dry_run": true, "would_insert": 2_000, "already_present": 0, "collided": 0,
+               "rejected": 0, "interrupted_after_line": null})
+    );
+    assert!(said.contains("(dry run: nothing was written;"), "{said}");
+    assert_eq!(app.checkout_stats().await.0, 0);
+
+    let (status, mut summary, said) = stopped_backfill(&app, &lines, "INT", false, 2_000).await;
+    assert_eq!(status, Some(130), "{said}");
     // The run stops at the line it reads next: any of the third batch's.
     let last = summary["interrupted_after_line"].take();
     let last = last.as_u64().expect("the line it stopped after");
@@ -87,7 +61,7 @@ async fn a_backfill_stopped_by_ctrl_c_says_what_it_committed_and_resumes() {
         "interrupted after line {last}: the {} identified line(s) of the batch in progress were not written",
         last - 2_000
     );
-    assert!(rest.contains(&told), "{rest}");
+    assert!(said.contains(&told), "{said}");
     assert_eq!(app.checkout_stats().await.0, 2_000);
     // The same command on the whole file resumes.
     let file = Ndjson::new(&lines);
@@ -95,6 +69,67 @@ async fn a_backfill_stopped_by_ctrl_c_says_what_it_committed_and_resumes() {
         backfill(&app, "checkout_completed", &file.0, false),
         json!({"dry_run": false, "inserted": 500, "already_present": 2_000, "collided": 0, "rejected": 0})
     );
+}
+
+/// Backfills `lines` from a pipe, sends `signal` once two batches are through (stored, or
+/// for a dry run, read: `counted` stored events are there before), ends the input once
+/// the signal is taken, and returns the exit status, the JSON summary and stderr.
+async fn stopped_backfill(
+    app: &TestApp,
+    lines: &[String],
+    signal: &str,
+    dry_run: bool,
+    counted: i64,
+) -> (Option<i32>, Value, String) {
+    use std::io::{BufRead, Write};
+    let mut command = Command::new(env!("CARGO_BIN_EXE_traqlyte"));
+    command
+        .args(["backfill", "--tenant", "test tenant", "--contract"])
+        .args(["checkout_completed", "--file", "-", "--json"])
+        .args(["--database-url", app.database_url()]);
+    if dry_run {
+        command.arg("--dry-run");
+    }
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run traqlyte backfill");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .expect("write lines");
+    // Two batches of 1,000 go through; the last 500 lines wait for the input's end. A
+    // dry run stores nothing to wait for: the write above returned once the run had read
+    // all but what the pipe buffers (64 KiB, some 300 lines), so past its second batch.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !dry_run && app.checkout_stats().await.0 < counted {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two batches never committed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let pid = child.id().to_string();
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), pid.clone()])
+        .status();
+    assert!(sent.is_ok_and(|s| s.success()), "kill -{signal} {pid}");
+    // The input ends only once the signal is taken (else the run would end whole).
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    while !said.contains("stopping at the next line read") {
+        let mut line = String::new();
+        let read = stderr.read_line(&mut line).expect("stderr");
+        assert!(read > 0, "the signal was not taken: {said}");
+        said.push_str(&line);
+    }
+    drop(stdin);
+    let output = child.wait_with_output().expect("wait");
+    std::io::Read::read_to_string(&mut stderr, &mut said).expect("stderr");
+    let summary = serde_json::from_slice(&output.stdout).expect("summary");
+    (output.status.code(), summary, said)
 }
 
 /// An archive as exports write it (gzip) is inflated as it is read; `--file -` reads

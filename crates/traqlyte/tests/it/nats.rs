@@ -223,24 +223,16 @@ async fn wait_until_drained(js: &jetstream::Context) {
 /// Publishes orders `0..distinct`, then re-publishes the first `republished` of them with
 /// fresh message ids (a publisher retrying past JetStream's dedupe window).
 async fn publish_orders(js: &jetstream::Context, distinct: usize, republished: usize) {
-    let body = |i: usize| serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
-    for i in 0..distinct {
-        publish(
-            js,
-            "traqlyte.checkout_completed",
-            &body(i),
-            &format!("m-{i}"),
-        )
-        .await;
-    }
-    for i in 0..republished {
-        publish(
-            js,
-            "traqlyte.checkout_completed",
-            &body(i),
-            &format!("again-{i}"),
-        )
-        .await;
+    publish_orders_in(js, 0..distinct, "m").await;
+    publish_orders_in(js, 0..republished, "again").await;
+}
+
+/// Publishes the orders numbered `orders`, each with `Nats-Msg-Id` `{ids}-{i}`.
+async fn publish_orders_in(js: &jetstream::Context, orders: std::ops::Range<usize>, ids: &str) {
+    for i in orders {
+        let body = serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
+        let id = format!("{ids}-{i}");
+        publish(js, "traqlyte.checkout_completed", &body, &id).await;
     }
 }
 
@@ -926,10 +918,7 @@ async fn a_deleted_durable_is_created_again_and_one_edited_unsafely_stops_the_co
         .delete_consumer(DURABLE)
         .await
         .expect("delete the durable");
-    for i in 10..15 {
-        let body = serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
-        publish(&js, "traqlyte.checkout_completed", &body, &format!("m-{i}")).await;
-    }
+    publish_orders_in(&js, 10..15, "m").await;
     wait_for(
         &app,
         "orders after the durable was deleted",
@@ -1199,36 +1188,11 @@ async fn a_three_node_cluster_losing_a_node_mid_load_still_stores_each_message_o
     let urls = cluster.urls();
     let small = ["--nats-batch-messages-max", "10"];
     let _consumer = ConsumerProcess::start(&app, &urls, &small, &[]);
-    let body = |i: usize| serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
-    for i in 0..100 {
-        publish(
-            &js,
-            "traqlyte.checkout_completed",
-            &body(i),
-            &format!("m-{i}"),
-        )
-        .await;
-    }
+    publish_orders_in(&js, 0..100, "m").await;
     wait_for(&app, "first half flowing", |(stored, _)| stored > 0).await;
     cluster.nodes[2].kill();
-    for i in 100..200 {
-        publish(
-            &js,
-            "traqlyte.checkout_completed",
-            &body(i),
-            &format!("m-{i}"),
-        )
-        .await;
-    }
-    for i in 0..40 {
-        publish(
-            &js,
-            "traqlyte.checkout_completed",
-            &body(i),
-            &format!("again-{i}"),
-        )
-        .await;
-    }
+    publish_orders_in(&js, 100..200, "m").await;
+    publish_orders_in(&js, 0..40, "again").await;
     wait_for(&app, "all stored", |(stored, dups)| {
         stored == 200 && dups >= 40
     })
@@ -1255,30 +1219,13 @@ async fn a_consumer_on_a_node_that_hangs_goes_on_through_another_node() {
     // Given one node only: the client learns the others from it.
     let ping = ["--nats-ping-interval-ms", "500"];
     let _consumer = ConsumerProcess::start(&app, &cluster.nodes[0].url, &ping, &[]);
-    let body = |i: usize| serde_json::to_vec(&checkout_event(&format!("order-{i}"))).expect("JSON");
-    for i in 0..20 {
-        publish(
-            &js,
-            "traqlyte.checkout_completed",
-            &body(i),
-            &format!("m-{i}"),
-        )
-        .await;
-    }
+    publish_orders_in(&js, 0..20, "m").await;
     wait_for(&app, "stored through the first node", |(stored, _)| {
         stored == 20
     })
     .await;
     cluster.nodes[0].signal("STOP");
-    for i in 20..40 {
-        publish(
-            &js,
-            "traqlyte.checkout_completed",
-            &body(i),
-            &format!("m-{i}"),
-        )
-        .await;
-    }
+    publish_orders_in(&js, 20..40, "m").await;
     // Within the wait (60 s), far below three minutes.
     let stored = wait_for(&app, "stored through another node", |(stored, _)| {
         stored == 40

@@ -28,9 +28,10 @@ pub struct NatsConfig {
     /// Ack wait of a consumer this process creates: an unacked message is redelivered
     /// after this long (an existing consumer keeps its own).
     pub ack_wait_ms: u64,
-    /// How often the client pings the NATS server: a connection left unanswered for
-    /// three pings is taken for dead and the client reconnects (to another node of a
-    /// cluster), so a hung node or a partition is noticed in about three intervals.
+    /// How often the client pings the NATS server: a connection whose pings go
+    /// unanswered (two outstanding at the third) is taken for dead and the client
+    /// reconnects (to another node of a cluster), so a hung node or a partition is
+    /// noticed in about three intervals.
     pub ping_interval_ms: u64,
     /// First Nak delay after a store error; doubled on each consecutive failure.
     pub nak_delay_ms_min: u64,

@@ -170,15 +170,20 @@ pub async fn run(
     let mut prefetched: Option<Vec<Message>> = None;
     let mut lag_sampled: Option<std::time::Instant> = None;
     let mut refused: Option<ConsumerError> = None;
-    let mut silence = Silence::new();
+    let mut silence = Silence::default();
     while !*stopping.borrow() {
         if lag_sampled.is_none_or(|at| at.elapsed() >= LAG_SAMPLE_EVERY) {
-            lag_sampled = Some(std::time::Instant::now());
+            let began = std::time::Instant::now();
+            lag_sampled = Some(began);
             let checked =
                 check_durable(&client, &mut consumer, &worker.config, &mut progress_every).await;
             worker.progress_every = progress_every;
             match checked {
-                Ok(answered) => silence.sampled(answered, &client, &worker.config).await,
+                Ok(answered) => {
+                    silence
+                        .sampled(answered, began, &client, &worker.config)
+                        .await;
+                }
                 Err(err) => {
                     // As at start: what was fetched is stored first, then the process
                     // stops.
@@ -260,58 +265,97 @@ const SILENCE_WARN_EVERY: Duration = Duration::from_secs(60);
 /// Whether the NATS server answers the consumer's samples ([`check_durable`]). A
 /// connection that hangs, or a cluster that lost its quorum, fetches nothing and fails
 /// nothing: every pull ends empty. Before, only a DEBUG line said so; the lag gauge kept
-/// its last value and the process looked idle. After [`SILENCE_WARN_AFTER`] without an
-/// answer it logs a warning (again every [`SILENCE_WARN_EVERY`]), sets
-/// `traqlyte_nats_consumer_stalled` and forces a reconnection (to another node of a
-/// cluster); the first answer after says so and clears the gauge.
+/// its last value and the process looked idle. Once the checks have gone unanswered for
+/// [`SILENCE_WARN_AFTER`] (from the start of the first unanswered one) it logs a warning
+/// (again every [`SILENCE_WARN_EVERY`]), sets `traqlyte_nats_consumer_stalled` and, on a
+/// connection the client still holds for live, forces a reconnection (to another node of
+/// a cluster); the first answer after says so and clears the gauge.
+#[derive(Debug, Default)]
 struct Silence {
-    last_answer: std::time::Instant,
+    /// When the first check of the silence began.
+    unanswered_since: Option<std::time::Instant>,
+    /// When the silence was last warned of.
     warned: Option<std::time::Instant>,
 }
 
-impl Silence {
-    fn new() -> Silence {
-        Silence {
-            last_answer: std::time::Instant::now(),
-            warned: None,
-        }
-    }
+/// What a check's answer (or its absence) calls for ([`Silence::after_check`]).
+#[derive(Debug, PartialEq)]
+enum SilenceVerdict {
+    Nothing,
+    /// Warn, and reconnect: silent this long.
+    Warn(Duration),
+    /// Answered after a silence warned of, this long.
+    Recovered(Duration),
+}
 
-    async fn sampled(&mut self, answered: bool, client: &async_nats::Client, config: &NatsConfig) {
-        let now = std::time::Instant::now();
-        let silent = now.duration_since(self.last_answer);
+impl Silence {
+    /// The verdict on a check that began at `began` and ended at `now`, answered or not.
+    fn after_check(
+        &mut self,
+        answered: bool,
+        began: std::time::Instant,
+        now: std::time::Instant,
+    ) -> SilenceVerdict {
         if answered {
-            self.last_answer = now;
-            if self.warned.take().is_some() {
-                tracing::info!(
-                    stream = %config.stream,
-                    silent_s = silent.as_secs(),
-                    "the NATS server answers again; consuming"
-                );
-            }
-            crate::metrics::record_consumer_stalled(&config.stream, &config.durable, false);
-            return;
+            let since = self.unanswered_since.take();
+            return match (since, self.warned.take()) {
+                (Some(since), Some(_)) => SilenceVerdict::Recovered(now.duration_since(since)),
+                _ => SilenceVerdict::Nothing,
+            };
         }
+        let silent = now.duration_since(*self.unanswered_since.get_or_insert(began));
         let due = self
             .warned
             .is_none_or(|at| now.duration_since(at) >= SILENCE_WARN_EVERY);
         if silent < SILENCE_WARN_AFTER || !due {
-            return;
+            return SilenceVerdict::Nothing;
         }
         self.warned = Some(now);
-        tracing::warn!(
-            stream = %config.stream,
-            durable = %config.durable,
-            silent_s = silent.as_secs(),
-            "the NATS server has not answered the consumer for {} s: nothing is consumed meanwhile (a hung connection, a partition, a cluster without quorum); reconnecting",
-            silent.as_secs()
-        );
-        crate::metrics::record_consumer_stalled(&config.stream, &config.durable, true);
-        if let Err(err) = client.force_reconnect().await {
-            tracing::debug!(error = %err, "reconnection not requested");
+        SilenceVerdict::Warn(silent)
+    }
+
+    async fn sampled(
+        &mut self,
+        answered: bool,
+        began: std::time::Instant,
+        client: &async_nats::Client,
+        config: &NatsConfig,
+    ) {
+        let (stream, durable) = (&config.stream, &config.durable);
+        match self.after_check(answered, began, std::time::Instant::now()) {
+            SilenceVerdict::Nothing if answered => {
+                crate::metrics::record_consumer_stalled(stream, durable, false);
+            }
+            SilenceVerdict::Nothing => {}
+            SilenceVerdict::Recovered(silent) => {
+                tracing::info!(%stream, silent_s = silent.as_secs(), "the NATS server answers again; consuming");
+                crate::metrics::record_consumer_stalled(stream, durable, false);
+            }
+            SilenceVerdict::Warn(silent) => {
+                tracing::warn!(
+                    %stream,
+                    %durable,
+                    silent_s = silent.as_secs(),
+                    "the NATS server has not answered the consumer: nothing is consumed meanwhile (a hung connection, a partition, a cluster without quorum); reconnecting"
+                );
+                crate::metrics::record_consumer_stalled(stream, durable, true);
+                // Only a connection the client holds for live: one it is already
+                // replacing would be dropped again once made (its buffered acks lost,
+                // their messages redelivered). Bounded: the client's command queue may
+                // be full, and the loop (and SIGTERM) must not wait on it.
+                if client.connection_state() == async_nats::connection::State::Connected {
+                    let asked = tokio::time::timeout(RECONNECT_ASK_MAX, client.force_reconnect());
+                    if !matches!(asked.await, Ok(Ok(()))) {
+                        tracing::debug!("reconnection not requested");
+                    }
+                }
+            }
         }
     }
 }
+
+/// How long asking the client to reconnect may take.
+const RECONNECT_ASK_MAX: Duration = Duration::from_secs(1);
 
 /// Reads the durable's info (one request to the server): sets the lag gauge, refuses
 /// settings edited since the start ([`refuse_unsafe`]), takes a new ack wait's progress
@@ -1051,7 +1095,61 @@ impl Worker {
 
 #[cfg(test)]
 mod tests {
-    use super::without_credentials;
+    use super::{without_credentials, Silence, SilenceVerdict};
+    use std::time::{Duration, Instant};
+
+    /// A silence is measured from the start of its first unanswered check, warned of
+    /// once past 15 s and again each minute, and its end said only when it was warned
+    /// of; a single slow check after a long batch warns of nothing.
+    #[test]
+    fn a_silence_is_warned_of_past_15_s_each_minute_and_its_end_said() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut silence = Silence::default();
+        // Answered: nothing. A last answer long ago, then one check failing in 10 s.
+        assert_eq!(
+            silence.after_check(true, at(0), at(0)),
+            SilenceVerdict::Nothing
+        );
+        assert_eq!(
+            silence.after_check(false, at(30), at(40)),
+            SilenceVerdict::Nothing
+        );
+        assert_eq!(
+            silence.after_check(true, at(45), at(45)),
+            SilenceVerdict::Nothing
+        );
+        // A silence: from the start of its first check.
+        assert_eq!(
+            silence.after_check(false, at(50), at(60)),
+            SilenceVerdict::Nothing
+        );
+        assert_eq!(
+            silence.after_check(false, at(65), at(75)),
+            SilenceVerdict::Warn(Duration::from_secs(25))
+        );
+        assert_eq!(
+            silence.after_check(false, at(80), at(90)),
+            SilenceVerdict::Nothing
+        );
+        assert_eq!(
+            silence.after_check(false, at(130), at(140)),
+            SilenceVerdict::Warn(Duration::from_secs(90))
+        );
+        assert_eq!(
+            silence.after_check(true, at(145), at(146)),
+            SilenceVerdict::Recovered(Duration::from_secs(96))
+        );
+        // Over: a new silence starts afresh.
+        assert_eq!(
+            silence.after_check(false, at(150), at(160)),
+            SilenceVerdict::Nothing
+        );
+        assert_eq!(
+            silence.after_check(true, at(165), at(165)),
+            SilenceVerdict::Nothing
+        );
+    }
 
     #[test]
     fn credentials_are_cut_from_every_url_of_a_list() {
