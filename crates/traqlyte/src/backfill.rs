@@ -106,33 +106,11 @@ enum Item {
 /// Runs the command.
 pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     // The file first: a wrong path touches no database (no migration, no partitions).
-    let (input, input_bytes): (Box<dyn Read>, u64) = if args.file.as_os_str() == "-" {
-        (Box::new(std::io::stdin()), 0)
-    } else {
-        let file = std::fs::File::open(&args.file)
-            .with_context(|| format!("open {}", args.file.display()))?;
-        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-        (Box::new(file), bytes)
-    };
+    let (input, input_bytes) = open_input(&args.file)?;
     let store = crate::tenants::open_for_tenant(&args.db).await?;
     let tenant = crate::tenants::find(&store, &args.tenant).await?.tenant_id;
     let kind = kind(&store, &tenant, &args.contract, args.version).await?;
-    // Which version identifies the lines: a dry run and the real run each take the
-    // latest unless `--version` pins one, and a version registered between them changes
-    // every id (the dry run's "already present" becomes "inserted").
-    let version = match &kind {
-        Kind::Contract(contract) => contract.version(),
-        Kind::RunEvent => 1,
-    };
-    let chosen = if args.version.is_some() {
-        "as --version asks"
-    } else {
-        "the latest; pin it with --version to compare a dry run with the real run"
-    };
-    errln!(
-        "identifying lines under contract {} version {version} ({chosen})",
-        args.contract
-    );
+    announce_version(&args, &kind);
     let horizon = args.horizon.dedupe_horizon_days;
     // Every day of the horizon has its partition before events are routed to them. Only
     // created, never detached: `serve` owns the horizon, and a backfill run with a
@@ -148,12 +126,14 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
     let stopped = || stop.load(std::sync::atomic::Ordering::Acquire) != 0;
     let mut reader = inflated(BufReader::new(progress.wrap_read(input)))
         .with_context(|| format!("read {}", args.file.display()))?;
-    // A real run opens each batch's transaction only once the batch is read, so the
-    // write lock (SQLite's is the whole file's) is never held while input is awaited (a
-    // slow pipe). A dry run keeps one transaction for the whole file, rolled back at the
-    // end: its counts must see its own earlier batches, as the real run's commits do.
-    let mut dry: Option<traqlyte_store::StoreTx> = None;
-    let mut counts = Counts::default();
+    let mut batches = Batches {
+        store: &store,
+        tenant: &tenant,
+        kind: &kind,
+        dry_run: args.dry_run,
+        dry: None,
+        counts: Counts::default(),
+    };
     let mut batch: Vec<Item> = Vec::with_capacity(BATCH_LINES_MAX);
     let mut batch_bytes = 0usize;
     let mut line = Vec::new();
@@ -176,7 +156,7 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
             .by_ref()
             .take(line_max as u64 + 2)
             .read_until(b'\n', &mut line)
-            .with_context(|| unreadable(&args, number, &counts))?;
+            .with_context(|| unreadable(&args, number, &batches.counts))?;
         if read == 0 {
             // A pipe's writer stopped by the same Ctrl-C ends the input early: not the
             // whole file.
@@ -184,12 +164,12 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         }
         number += 1;
         if content_len(&line) > line_max {
-            reject(&progress, &mut counts, number, &too_long);
+            reject(&progress, &mut batches.counts, number, &too_long);
             // Only a line cut short by the limit has a rest to skip: a whole line's
             // newline is already read, and skipping would swallow the next line.
             if line.last() != Some(&b'\n') {
                 skip_rest_of_line(&mut reader)
-                    .with_context(|| unreadable(&args, number, &counts))?;
+                    .with_context(|| unreadable(&args, number, &batches.counts))?;
             }
             continue;
         }
@@ -201,30 +181,18 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
                 batch.push(item);
                 batch_bytes += line.len();
             }
-            Err(reason) => reject(&progress, &mut counts, number, &reason),
+            Err(reason) => reject(&progress, &mut batches.counts, number, &reason),
         }
         if (batch.len() == BATCH_LINES_MAX || batch_bytes >= BATCH_BYTES_MAX) && !stopped() {
-            let rows = take_rows(&kind, &mut batch);
             batch_bytes = 0;
-            if args.dry_run {
-                dry_batch(&store, &mut dry, &tenant, &kind, &rows, &mut counts).await?;
-            } else {
-                write_batch(&store, &tenant, &kind, &rows, &mut counts, number).await?;
-            }
+            batches.store(&mut batch, number).await?;
         }
     };
     let pending = batch.len();
-    let rows = take_rows(&kind, &mut batch);
-    if args.dry_run {
-        if !interrupted {
-            dry_batch(&store, &mut dry, &tenant, &kind, &rows, &mut counts).await?;
-        }
-        if let Some(tx) = dry.take() {
-            tx.rollback().await?;
-        }
-    } else if !rows.is_empty() && !interrupted {
-        write_batch(&store, &tenant, &kind, &rows, &mut counts, number).await?;
+    if !interrupted {
+        batches.store(&mut batch, number).await?;
     }
+    let counts = batches.end().await?;
     watcher.abort();
     progress.finish_and_clear();
     let interrupted = interrupted.then(|| Interrupted {
@@ -241,6 +209,80 @@ pub(crate) async fn run(args: BackfillArgs) -> Result<()> {
         return Err(LinesRejected(counts.rejected).into());
     }
     Ok(())
+}
+
+/// The file to read (`-`: standard input) and its size in bytes (0 when unknown).
+fn open_input(file: &std::path::Path) -> Result<(Box<dyn Read>, u64)> {
+    if file.as_os_str() == "-" {
+        return Ok((Box::new(std::io::stdin()), 0));
+    }
+    let opened = std::fs::File::open(file).with_context(|| format!("open {}", file.display()))?;
+    let bytes = opened.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok((Box::new(opened), bytes))
+}
+
+/// Says which version identifies the lines: a dry run and the real run each take the
+/// latest unless `--version` pins one, and a version registered between them changes
+/// every id (the dry run's "already present" becomes "inserted").
+fn announce_version(args: &BackfillArgs, kind: &Kind) {
+    let version = match kind {
+        Kind::Contract(contract) => contract.version(),
+        Kind::RunEvent => 1,
+    };
+    let chosen = if args.version.is_some() {
+        "as --version asks"
+    } else {
+        "the latest; pin it with --version to compare a dry run with the real run"
+    };
+    errln!(
+        "identifying lines under contract {} version {version} ({chosen})",
+        args.contract
+    );
+}
+
+/// Where the batches of a run go, and what they did. A real run opens each batch's
+/// transaction only once the batch is read, so the write lock (SQLite's is the whole
+/// file's) is never held while input is awaited (a slow pipe). A dry run keeps one
+/// transaction for the whole file, rolled back at the end: its counts must see its own
+/// earlier batches, as the real run's commits do.
+struct Batches<'a> {
+    store: &'a Store,
+    tenant: &'a TenantId,
+    kind: &'a Kind,
+    dry_run: bool,
+    dry: Option<StoreTx>,
+    counts: Counts,
+}
+
+impl Batches<'_> {
+    /// Stores (or, dry, counts) the items of `batch`, read up to line `last_line`.
+    async fn store(&mut self, batch: &mut Vec<Item>, last_line: u64) -> Result<()> {
+        let rows = take_rows(self.kind, batch);
+        if self.dry_run {
+            let (store, tenant, kind) = (self.store, self.tenant, self.kind);
+            return dry_batch(store, &mut self.dry, tenant, kind, &rows, &mut self.counts).await;
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        write_batch(
+            self.store,
+            self.tenant,
+            self.kind,
+            &rows,
+            &mut self.counts,
+            last_line,
+        )
+        .await
+    }
+
+    /// The counts, a dry run's transaction rolled back.
+    async fn end(mut self) -> Result<Counts> {
+        if let Some(tx) = self.dry.take() {
+            tx.rollback().await?;
+        }
+        Ok(self.counts)
+    }
 }
 
 /// Why a backfill stopped reading its file after line `last_line` (a truncated or corrupt
