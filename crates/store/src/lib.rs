@@ -145,7 +145,7 @@ pub enum StoreError {
     /// The SQLite file failed `PRAGMA quick_check` ([`Store::check_integrity`]): the
     /// first problem it names.
     #[error(
-        "the SQLite file is corrupt ({0}); nothing was written. Stop, and restore a copy taken with `sqlite3 FILE \".backup COPY\"` or `VACUUM INTO` (docs/operations.md, Backups): a file copied with `cp` while a server wrote it is corrupt this way"
+        "the SQLite file is corrupt ({0}); nothing was written. Stop, and restore a copy taken with `sqlite3 FILE \"VACUUM INTO 'COPY'\"` (docs/operations.md, Backups): a file copied with `cp` while a server wrote it is corrupt this way"
     )]
     CorruptFile(String),
     /// A partition due to leave the horizon was not detached: a transaction holding a
@@ -445,6 +445,25 @@ impl Store {
             tracing::warn!(error = %err, "reading the database's clock failed; stamping with this machine's");
         }
         Ok(store)
+    }
+
+    /// Closes every connection of this store (and of its clones), waiting for those in
+    /// use to be given back. On SQLite, the last connection to the file closed
+    /// checkpoints the write-ahead log into it and deletes `-wal` and `-shm`: a command
+    /// that ends without closing left its last commits in `-wal`, and a copy of the file
+    /// alone, taken once every process had stopped, lacked them.
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Sqlite(store) => {
+                store.writer.close().await;
+                store.reader.close().await;
+            }
+            Backend::Postgres(store) => {
+                store.pool.close().await;
+                store.ddl.close().await;
+                store.health.close().await;
+            }
+        }
     }
 
     /// `"sqlite"` or `"postgres"`.

@@ -368,7 +368,12 @@ fn main() -> Result<std::process::ExitCode> {
         .enable_all()
         .build()
         .context("start the async runtime")?;
-    match runtime.block_on(run(cli.command)) {
+    let ran = runtime.block_on(async {
+        let ran = run(cli.command).await;
+        close_opened().await;
+        ran
+    });
+    match ran {
         Ok(()) => Ok(std::process::ExitCode::SUCCESS),
         // A command that finished its work but not all of it (a backfill with rejected
         // lines): its report is printed; the status tells a script. 3, not 2: clap's
@@ -670,10 +675,42 @@ async fn resolve_contract(contract: &str, source: &ContractSource) -> Result<Con
 async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {
     let mut config = StoreConfig::new(&db.database_url);
     config.pool_connections_max = pool_connections_max;
-    Store::connect(&config)
+    let store = Store::connect(&config)
         .await
-        .with_context(|| format!("connect to {}", redact(&db.database_url)))
+        .with_context(|| format!("connect to {}", redact(&db.database_url)))?;
+    OPENED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(store.clone());
+    Ok(store)
 }
+
+/// Every store a command opened ([`connect`]), closed when it ends ([`close_opened`]).
+static OPENED: std::sync::Mutex<Vec<Store>> = std::sync::Mutex::new(Vec::new());
+
+/// Closes the stores the command opened, however it ended: on SQLite the last
+/// connection closed checkpoints `-wal` into the file and deletes it, so the file alone
+/// holds what the command reported stored (a `tenant create` or a `backfill` left its
+/// last commits in `-wal`, and a copy of the file alone lacked them). Bounded: a
+/// connection a failed command still holds must not keep the process up.
+async fn close_opened() {
+    let opened = std::mem::take(
+        &mut *OPENED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    for store in opened {
+        if tokio::time::timeout(CLOSE_WAIT_MAX, store.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!("a database connection was still in use at exit; it was not closed");
+        }
+    }
+}
+
+/// How long closing a command's store may wait for its connections.
+const CLOSE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Which database a process runs on, for its start-up log line: a SQLite file's
 /// absolute path (the default `traqlyte.db` is relative to the working directory, and a
