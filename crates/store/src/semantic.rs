@@ -107,7 +107,8 @@ struct GroupRow {
 }
 
 const COUNT_EVENTS: &str = "SELECT COUNT(*) FROM events_any_age
-     WHERE tenant_id = $1 AND contract_name = $2 AND contract_version = $3 AND received_at_us >= $4";
+     WHERE tenant_id = $1 AND contract_name = $2 AND contract_version = $3
+       AND received_at_us >= $4 AND received_at_us < $5";
 
 const INSERT_SCAN: &str = "INSERT INTO semantic_scans
      (tenant_id, contract_name, contract_version, scanned_at_us, report) VALUES ($1, $2, $3, $4, $5)";
@@ -133,7 +134,11 @@ impl Store {
     ) -> Result<SemanticScan, StoreError> {
         let contract = scope.contract;
         let fields: Vec<String> = contract.fields().map(|f| f.pointer.clone()).collect();
-        let events = self.semantic_event_count(scope).await?;
+        // Every statement counts the events received before the scan began: events
+        // arriving while it runs (each statement reads its own snapshot) joined later
+        // fields' groups, and a finding counted more events than the scan had scanned.
+        let until_us = now_us();
+        let events = self.semantic_event_count(scope, until_us).await?;
         let mut scan = SemanticScan {
             contract: contract.name().as_str().to_string(),
             version: contract.version(),
@@ -150,7 +155,7 @@ impl Store {
                 total: fields.len(),
                 pointer: Some(pointer),
             });
-            match self.semantic_field(scope, pointer).await? {
+            match self.semantic_field(scope, pointer, until_us).await? {
                 FieldResult::Skipped => scan.fields_skipped.push(pointer.clone()),
                 FieldResult::Checked(finding) => {
                     scan.fields_checked.push(pointer.clone());
@@ -227,24 +232,31 @@ impl Store {
         Ok(scans)
     }
 
-    async fn semantic_event_count(&self, scope: SemanticScope<'_>) -> Result<i64, StoreError> {
+    async fn semantic_event_count(
+        &self,
+        scope: SemanticScope<'_>,
+        until_us: i64,
+    ) -> Result<i64, StoreError> {
         with_pool!(self, reader, |pool| {
             let query = sqlx::query_scalar(COUNT_EVENTS)
                 .bind(scope.tenant.as_str())
                 .bind(scope.contract.name().as_str())
                 .bind(i64::from(scope.contract.version()))
-                .bind(scope.since_us.unwrap_or(i64::MIN));
+                .bind(scope.since_us.unwrap_or(i64::MIN))
+                .bind(until_us);
             Ok(query.fetch_one(pool).await?)
         })
     }
 
     /// Groups the scope's events by their content without `pointer` (and without the
-    /// transport pointers): one statement, binding `$1`–`$4` (tenant, contract name,
-    /// version, arrival lower bound), then the paths removed.
+    /// transport pointers): one statement, binding `$1`–`$5` (tenant, contract name,
+    /// version, arrival bounds: from `since_us`, before `until_us`), then the paths
+    /// removed.
     async fn semantic_field(
         &self,
         scope: SemanticScope<'_>,
         pointer: &str,
+        until_us: i64,
     ) -> Result<FieldResult, StoreError> {
         let suspect = Pointer::parse(pointer)
             .map_err(|e| StoreError::Corrupt(format!("a stored contract's pointer: {e}")))?;
@@ -270,7 +282,8 @@ impl Store {
                             .bind(scope.tenant.as_str())
                             .bind(scope.contract.name().as_str())
                             .bind(i64::from(scope.contract.version()))
-                            .bind(scope.since_us.unwrap_or(i64::MIN));
+                            .bind(scope.since_us.unwrap_or(i64::MIN))
+                            .bind(until_us);
                         for p in removed {
                             query = query.bind(p.tokens().to_vec());
                         }
@@ -301,7 +314,8 @@ impl Store {
                     .bind(scope.tenant.as_str())
                     .bind(scope.contract.name().as_str())
                     .bind(i64::from(scope.contract.version()))
-                    .bind(scope.since_us.unwrap_or(i64::MIN));
+                    .bind(scope.since_us.unwrap_or(i64::MIN))
+                    .bind(until_us);
                 for path in paths {
                     query = query.bind(path);
                 }
@@ -343,7 +357,7 @@ fn outer_sql(inner: &str) -> String {
     )
 }
 
-/// PostgreSQL: `removed` pointers bound as `text[]` paths from `$5` on. A payload may
+/// PostgreSQL: `removed` pointers bound as `text[]` paths from `$6` on. A payload may
 /// hold a NUL (`\u0000` in its JSON text), which `jsonb` refuses: it is read as U+FFFD
 /// followed by `nul_marker` (hex digits drawn at random for the scan), the same for every
 /// row, so payloads equal but for their NULs group together and the scan never fails on
@@ -357,11 +371,11 @@ fn pg_field_sql(removed: usize, safe: bool, nul_marker: &str) -> String {
     let document = format!("CAST(replace(payload, '\\u0000', '\\ufffd{nul_marker}') AS JSONB)");
     let removal = if safe {
         (0..removed).fold(document.to_string(), |doc, i| {
-            format!("traqlyte_jsonb_remove({doc}, CAST(${} AS TEXT[]))", i + 5)
+            format!("traqlyte_jsonb_remove({doc}, CAST(${} AS TEXT[]))", i + 6)
         })
     } else {
         let paths: String = (0..removed)
-            .map(|i| format!(" #- CAST(${} AS TEXT[])", i + 5))
+            .map(|i| format!(" #- CAST(${} AS TEXT[])", i + 6))
             .collect();
         format!("{document}{paths}")
     };
@@ -369,19 +383,21 @@ fn pg_field_sql(removed: usize, safe: bool, nul_marker: &str) -> String {
         "SELECT COUNT(DISTINCT event_id) AS n, MIN(encode(event_id, 'hex')) AS a,
                 MAX(encode(event_id, 'hex')) AS b
          FROM events_any_age
-         WHERE tenant_id = $1 AND contract_name = $2 AND contract_version = $3 AND received_at_us >= $4
+         WHERE tenant_id = $1 AND contract_name = $2 AND contract_version = $3
+           AND received_at_us >= $4 AND received_at_us < $5
          GROUP BY md5(CAST({removal} AS TEXT))
          HAVING COUNT(DISTINCT event_id) > 1"
     ))
 }
 
-/// SQLite: `paths` JSON paths bound from `$5` on.
+/// SQLite: `paths` JSON paths bound from `$6` on.
 fn sqlite_field_sql(paths: usize) -> String {
-    let list: Vec<String> = (0..paths).map(|i| format!("${}", i + 5)).collect();
+    let list: Vec<String> = (0..paths).map(|i| format!("${}", i + 6)).collect();
     outer_sql(&format!(
         "SELECT COUNT(DISTINCT event_id) AS n, MIN(event_id) AS a, MAX(event_id) AS b
          FROM events_any_age
-         WHERE tenant_id = $1 AND contract_name = $2 AND contract_version = $3 AND received_at_us >= $4
+         WHERE tenant_id = $1 AND contract_name = $2 AND contract_version = $3
+           AND received_at_us >= $4 AND received_at_us < $5
          GROUP BY json_remove(payload, {})
          HAVING COUNT(DISTINCT event_id) > 1",
         list.join(", ")

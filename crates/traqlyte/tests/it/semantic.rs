@@ -193,6 +193,21 @@ async fn the_scan_names_an_emit_time_in_the_identity_with_its_group_count(backen
         (later["events"].clone(), later["findings"].clone()),
         (json!(0), json!([]))
     );
+    // A scan counts only what arrived before it began (here, a clock before every
+    // arrival): what arrived while it ran joined later fields' groups, and a finding
+    // counted more events than the scan had scanned.
+    let tenant = app.tenant().await;
+    let name = traqlyte_identity::ContractName::parse("page_view").expect("a name");
+    let contract = app.store.contract(&tenant, &name, Some(1)).await;
+    let contract = contract.expect("read").expect("the contract");
+    let scope = traqlyte_store::SemanticScope {
+        tenant: &tenant,
+        contract: &contract,
+        since_us: None,
+    };
+    let before = app.store.semantic_scan(scope, || 1, |_| {}).await;
+    let before = before.expect("scan");
+    assert_eq!((before.events, before.findings.len()), (0, 0), "{before:?}");
 }
 
 async fn a_sound_contract_has_no_semantic_duplicates(backend: Backend) {
