@@ -448,15 +448,25 @@ impl Store {
     }
 
     /// Closes every connection of this store (and of its clones), waiting for those in
-    /// use to be given back. On SQLite, the last connection to the file closed
-    /// checkpoints the write-ahead log into it and deletes `-wal` and `-shm`: a command
-    /// that ends without closing left its last commits in `-wal`, and a copy of the file
-    /// alone, taken once every process had stopped, lacked them.
+    /// use to be given back. On SQLite, the write-ahead log is first checkpointed into
+    /// the file and truncated (`PRAGMA wal_checkpoint(TRUNCATE)`; the last connection
+    /// closed also deletes it, but a connection the store dropped rather than closed
+    /// (sqlx closes those on a thread of their own) may be the last, and the process may
+    /// end first): a command that ended without either left its last commits in `-wal`,
+    /// and a copy of the file alone, taken once every process had stopped, lacked them.
+    /// Another process reading the file meanwhile (a running `serve`) may keep part of
+    /// the log; its own close moves it.
     pub async fn close(&self) {
         match &self.backend {
             Backend::Sqlite(store) => {
-                store.writer.close().await;
                 store.reader.close().await;
+                if let Err(err) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .execute(&store.writer)
+                    .await
+                {
+                    tracing::debug!(error = %err, "the write-ahead log was not checkpointed at close");
+                }
+                store.writer.close().await;
             }
             Backend::Postgres(store) => {
                 store.pool.close().await;
