@@ -533,17 +533,12 @@ pub(crate) async fn track_latency(
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let mut timing = Timing {
         route,
-        method: method_label(request.method()).to_string(),
+        method: request.method().clone(),
         started: request
             .extensions()
             .get::<Received>()
             .map_or_else(Instant::now, |received| received.0),
         timeout: Duration::from_millis(state.config.request_timeout_ms),
-        timeout_status: if crate::routes::timeout_is_503(request.method(), request.uri().path()) {
-            503
-        } else {
-            408
-        },
         status: None,
     };
     let response = next.run(request).await;
@@ -579,14 +574,25 @@ const TIMEOUT_MARGIN: Duration = Duration::from_millis(1);
 /// One request's latency, recorded when it ends, answered or not.
 struct Timing {
     route: String,
-    method: String,
+    method: axum::http::Method,
     started: Instant,
     timeout: Duration,
-    /// The status a timed-out request is answered: `408`, or `503` where its clients
-    /// retry only a `5xx` ([`crate::routes::timeout_is_503`]).
-    timeout_status: u16,
     /// The handler's status; `None` while it runs.
     status: Option<u16>,
+}
+
+impl Timing {
+    /// The status of a request that ended without its handler's answer: the one its
+    /// timeout was answered (`408`, or `503` where its clients retry only a `5xx`:
+    /// [`crate::routes::timeout_is_503`], asked of the route template, which is the
+    /// path on those routes), else `499`. Worked out only then, never on the way in.
+    fn ended_unanswered(&self, timed_out: bool) -> u16 {
+        match timed_out {
+            false => 499,
+            true if crate::routes::timeout_is_503(&self.method, &self.route) => 503,
+            true => 408,
+        }
+    }
 }
 
 impl Drop for Timing {
@@ -597,11 +603,11 @@ impl Drop for Timing {
         let timed_out = elapsed + TIMEOUT_MARGIN >= self.timeout;
         let status = self
             .status
-            .unwrap_or(if timed_out { self.timeout_status } else { 499 });
+            .unwrap_or_else(|| self.ended_unanswered(timed_out));
         metrics::histogram!(
             "traqlyte_http_request_duration_seconds",
             "route" => std::mem::take(&mut self.route),
-            "method" => std::mem::take(&mut self.method),
+            "method" => method_label(&self.method),
             "status" => status.to_string()
         )
         .record(elapsed.as_secs_f64());

@@ -357,7 +357,11 @@ fn outer_sql(inner: &str) -> String {
     )
 }
 
-/// PostgreSQL: `removed` pointers bound as `text[]` paths from `$6` on. A payload may
+/// The first parameter of a field statement's paths: `$1`–`$5` are the scope's
+/// (tenant, contract name, version, arrival bounds), bound by [`Store::semantic_field`].
+const PATHS_FROM: usize = 6;
+
+/// PostgreSQL: `removed` pointers bound as `text[]` paths from [`PATHS_FROM`] on. A payload may
 /// hold a NUL (`\u0000` in its JSON text), which `jsonb` refuses: it is read as U+FFFD
 /// followed by `nul_marker` (hex digits drawn at random for the scan), the same for every
 /// row, so payloads equal but for their NULs group together and the scan never fails on
@@ -371,11 +375,14 @@ fn pg_field_sql(removed: usize, safe: bool, nul_marker: &str) -> String {
     let document = format!("CAST(replace(payload, '\\u0000', '\\ufffd{nul_marker}') AS JSONB)");
     let removal = if safe {
         (0..removed).fold(document.to_string(), |doc, i| {
-            format!("traqlyte_jsonb_remove({doc}, CAST(${} AS TEXT[]))", i + 6)
+            format!(
+                "traqlyte_jsonb_remove({doc}, CAST(${} AS TEXT[]))",
+                i + PATHS_FROM
+            )
         })
     } else {
         let paths: String = (0..removed)
-            .map(|i| format!(" #- CAST(${} AS TEXT[])", i + 6))
+            .map(|i| format!(" #- CAST(${} AS TEXT[])", i + PATHS_FROM))
             .collect();
         format!("{document}{paths}")
     };
@@ -390,9 +397,9 @@ fn pg_field_sql(removed: usize, safe: bool, nul_marker: &str) -> String {
     ))
 }
 
-/// SQLite: `paths` JSON paths bound from `$6` on.
+/// SQLite: `paths` JSON paths bound from [`PATHS_FROM`] on.
 fn sqlite_field_sql(paths: usize) -> String {
-    let list: Vec<String> = (0..paths).map(|i| format!("${}", i + 6)).collect();
+    let list: Vec<String> = (0..paths).map(|i| format!("${}", i + PATHS_FROM)).collect();
     outer_sql(&format!(
         "SELECT COUNT(DISTINCT event_id) AS n, MIN(event_id) AS a, MAX(event_id) AS b
          FROM events_any_age
