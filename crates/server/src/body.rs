@@ -117,18 +117,24 @@ fn inflate(compressed: &[u8], limit_bytes: usize) -> Result<Bytes, ApiError> {
 /// The room for request bodies in flight, one permit a KiB
 /// ([`crate::ServerConfig::bodies_in_flight_bytes_max`]), and the share of it each
 /// tenant may hold: a request takes its KiB from its tenant's share, then from the room.
-/// A share is keyed by the tenant of the credential the request presents
-/// ([`Rooms::share`]: a hash of the tenant picks one of [`CREDENTIAL_SHARES`] slots), so a
-/// tenant's API keys and Segment write keys hold one share together (keyed by credential,
-/// a tenant with four of them held the whole room); a credential that names no tenant
-/// (refused before its body is read by every route that takes one from a header) is
-/// keyed by itself. Requests presenting none (Segment's calls that carry `writeKey` in
+/// A share is the tenant's own, keyed by the tenant of the credential the request
+/// presents ([`Rooms::share`]), so a tenant's API keys and Segment write keys hold one
+/// share together (keyed by credential, a tenant with four of them held the whole room)
+/// and no other tenant's bodies take from it (a hash of the tenant once picked one of
+/// 256 slots: two tenants meeting in one made each other wait, and one in forty runs of
+/// a test saw it). A credential that names no tenant (refused before its body is read by
+/// every route that takes one from a header) is keyed by itself, a hash of it picking one
+/// of [`CREDENTIAL_SHARES`] slots (anyone can send new ones: a share each would be no
+/// bound). Requests presenting none (Segment's calls that carry `writeKey` in
 /// the body, read before it is checked) share one slot of their own, an eighth of the
 /// room. So neither one tenant's slow or dense bodies nor anonymous ones can take the
 /// room every tenant writes through.
 pub(crate) struct Rooms {
     all: std::sync::Arc<tokio::sync::Semaphore>,
     all_kib: u32,
+    /// Each tenant's share while a request of it holds room.
+    tenant_shares: std::sync::Mutex<TenantShares<TenantId>>,
+    /// Shares of credentials that name no tenant, by a hash of the credential.
     shares: Vec<std::sync::Arc<tokio::sync::Semaphore>>,
     share_kib: u32,
     anonymous: std::sync::Arc<tokio::sync::Semaphore>,
@@ -141,6 +147,43 @@ pub(crate) struct Rooms {
     /// the request's own, then a `401` before its body is read).
     tenants: std::sync::Mutex<std::collections::HashMap<u64, TenantId>>,
 }
+
+/// Each tenant's share of the room, kept only while a request holds it (a tenant with
+/// nothing in flight has its whole share, so a new one is the same): a share whose last
+/// holder is gone is forgotten when the map next doubles, so it holds at most about
+/// twice the most tenants with requests in flight at once.
+struct TenantShares<Tenant> {
+    shares: std::collections::HashMap<Tenant, std::sync::Weak<tokio::sync::Semaphore>>,
+    /// Entries at which the forgotten shares are next swept out.
+    sweep_at: usize,
+}
+
+impl<Tenant: Clone + Eq + std::hash::Hash> TenantShares<Tenant> {
+    fn new() -> TenantShares<Tenant> {
+        TenantShares {
+            shares: std::collections::HashMap::new(),
+            sweep_at: TENANT_SHARES_SWEPT_FROM,
+        }
+    }
+
+    /// The share of `tenant`, `kib` in size when it holds none.
+    fn of(&mut self, tenant: &Tenant, kib: u32) -> std::sync::Arc<tokio::sync::Semaphore> {
+        if let Some(share) = self.shares.get(tenant).and_then(std::sync::Weak::upgrade) {
+            return share;
+        }
+        if self.shares.len() >= self.sweep_at {
+            self.shares.retain(|_, share| share.strong_count() > 0);
+            self.sweep_at = (2 * self.shares.len()).max(TENANT_SHARES_SWEPT_FROM);
+        }
+        let share = std::sync::Arc::new(tokio::sync::Semaphore::new(kib as usize));
+        self.shares
+            .insert(tenant.clone(), std::sync::Arc::downgrade(&share));
+        share
+    }
+}
+
+/// Entries of [`TenantShares`] below which forgotten shares are left where they are.
+const TENANT_SHARES_SWEPT_FROM: usize = 1_024;
 
 /// Credentials whose tenant [`Rooms`] remembers; past it the memory starts again.
 const CREDENTIALS_REMEMBERED_MAX: usize = 10_000;
@@ -184,8 +227,8 @@ impl Credential {
     }
 }
 
-/// Slots of credential shares ([`Rooms`]): two credentials whose headers hash to one slot
-/// share it.
+/// Slots of the shares of credentials that name no tenant ([`Rooms`]): two whose headers
+/// hash to one slot share it.
 pub(crate) const CREDENTIAL_SHARES: usize = 256;
 
 impl Rooms {
@@ -197,6 +240,7 @@ impl Rooms {
         Rooms {
             all: semaphore(all_kib),
             all_kib,
+            tenant_shares: std::sync::Mutex::new(TenantShares::new()),
             shares: (0..CREDENTIAL_SHARES)
                 .map(|_| semaphore(share_kib))
                 .collect(),
@@ -245,12 +289,14 @@ impl Rooms {
                 }
             }
         };
-        let key = match &tenant {
-            Some(tenant) => self.hasher.hash_one(tenant.as_str()),
-            None => hash,
+        let share = match &tenant {
+            Some(tenant) => {
+                let mut shares = self.tenant_shares.lock().unwrap_or_else(|e| e.into_inner());
+                shares.of(tenant, self.share_kib)
+            }
+            None => self.shares[hash as usize % self.shares.len()].clone(),
         };
-        let slot = key as usize % self.shares.len();
-        (self.shares[slot].clone(), self.share_kib)
+        (share, self.share_kib)
     }
 
     fn remembered(&self, hash: u64) -> Option<TenantId> {
@@ -882,7 +928,7 @@ mod tests {
 
     use axum::body::{Body, Bytes};
 
-    use super::{collect, Unread};
+    use super::{collect, TenantShares, Unread, TENANT_SHARES_SWEPT_FROM};
 
     static DROPPED: AtomicUsize = AtomicUsize::new(0);
 
@@ -947,5 +993,50 @@ mod tests {
             .await
             .expect("empty")
             .is_empty());
+    }
+
+    /// Every tenant has a share of its own, whatever their number (a hash of the tenant
+    /// picked one of 256 shared slots: one run in forty of a test met two tenants in one); a
+    /// tenant's requests in flight hold one share; the shares no request holds are
+    /// swept, so the map stays within about twice the most tenants in flight at once.
+    #[test]
+    fn each_tenant_has_a_share_of_its_own_kept_while_held() {
+        let mut shares = TenantShares::new();
+        let held: Vec<_> = (0..5_000).map(|n| (n, shares.of(&n, 16))).collect();
+        for (n, share) in &held {
+            let again = shares.of(n, 16);
+            assert!(
+                std::sync::Arc::ptr_eq(share, &again),
+                "tenant {n}: one share"
+            );
+        }
+        let distinct: std::collections::HashSet<_> = held
+            .iter()
+            .map(|(_, share)| std::sync::Arc::as_ptr(share))
+            .collect();
+        assert_eq!(distinct.len(), 5_000, "no two tenants share one");
+
+        // A share taken from while held stays taken from; once no request holds it, a
+        // tenant starts whole again.
+        let permit = held[0].1.clone().try_acquire_many_owned(10).expect("room");
+        drop(held);
+        assert_eq!(shares.of(&0, 16).available_permits(), 6);
+        drop(permit);
+        assert_eq!(shares.of(&0, 16).available_permits(), 16);
+        // Kept: at most twice the most held at once (5,000), then, none held, as many
+        // as are taken before the next sweep.
+        for n in 5_000..25_000 {
+            drop(shares.of(&n, 16));
+            assert!(
+                shares.shares.len() <= 10_001,
+                "{n}: {}",
+                shares.shares.len()
+            );
+        }
+        assert!(
+            shares.shares.len() <= TENANT_SHARES_SWEPT_FROM,
+            "{} shares kept with none held",
+            shares.shares.len()
+        );
     }
 }
