@@ -306,54 +306,29 @@ fn unreadable(args: &BackfillArgs, last_line: u64, counts: &Counts) -> String {
     )
 }
 
-/// Watches for SIGINT (Ctrl-C) and SIGTERM, from now (the handlers are installed before
-/// this returns, so a signal at once is not the default action's silent death): the
-/// first stores the status the command then exits with in `stop` (130 for SIGINT, 143
-/// for SIGTERM, as a shell reports them), and the run stops at the next line it reads;
-/// the batches committed stay and the counts are printed, where the process died printing
-/// nothing. A second signal exits at once (a read waiting on a pipe that never ends).
-#[cfg(unix)]
+/// Watches for SIGINT (Ctrl-C) and SIGTERM, from now (listened for before this returns,
+/// so a signal at once is not the default action's silent death): the first stores the
+/// status the command then exits with in `stop` (130 for SIGINT, 143 for SIGTERM, as a
+/// shell reports them), and the run stops at the next line it reads; the batches
+/// committed stay and the counts are printed, where the process died printing nothing. A
+/// second signal exits at once (a read waiting on a pipe that never ends).
 fn watch_for_stop(
     stop: std::sync::Arc<std::sync::atomic::AtomicU8>,
     progress: ProgressBar,
 ) -> tokio::task::JoinHandle<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let signals = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    );
+    let signals = crate::signals::Stop::listen();
     tokio::spawn(async move {
-        let (Ok(mut interrupt), Ok(mut terminate)) = signals else {
+        let Ok(mut signals) = signals else {
             errln!("warning: no signal handler; Ctrl-C stops the backfill without its counts");
             return;
         };
-        let status = tokio::select! {
-            _ = interrupt.recv() => 130,
-            _ = terminate.recv() => 143,
-        };
+        let status = signals.next().await;
         stop.store(status, std::sync::atomic::Ordering::Release);
         progress.suspend(|| {
             errln!("stopping at the next line read; what is committed stays (a second signal exits at once)");
         });
-        tokio::select! {
-            _ = interrupt.recv() => {},
-            _ = terminate.recv() => {},
-        }
+        signals.next().await;
         std::process::exit(i32::from(status));
-    })
-}
-
-/// Ctrl-C only, elsewhere.
-#[cfg(not(unix))]
-fn watch_for_stop(
-    stop: std::sync::Arc<std::sync::atomic::AtomicU8>,
-    progress: ProgressBar,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stop.store(130, std::sync::atomic::Ordering::Release);
-            progress.suspend(|| errln!("stopping at the next line read"));
-        }
     })
 }
 

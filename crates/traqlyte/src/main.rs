@@ -31,6 +31,7 @@ mod campaigns;
 mod consume;
 mod partitions;
 mod scan;
+mod signals;
 mod sources;
 mod tenants;
 
@@ -397,7 +398,7 @@ fn main() -> Result<std::process::ExitCode> {
 
 async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Demo(args) => demo::run(args, shutdown_signal()).await,
+        Command::Demo(args) => demo::run(args, signals::shutdown()).await,
         Command::Serve(args) => serve(*args).await,
         Command::Migrate(db) => {
             let store = connect(&db, 4).await?;
@@ -428,7 +429,7 @@ async fn run(command: Command) -> Result<()> {
         Command::Partitions(command) => partitions::run(command).await,
         Command::Scan(command) => scan::run(command).await,
         Command::Campaign(command) => campaigns::run(command).await,
-        Command::Consume(command) => consume::run(command, shutdown_signal()).await,
+        Command::Consume(command) => consume::run(command, signals::shutdown()).await,
         Command::Bench(command) => bench::run(command).await,
     }
 }
@@ -521,7 +522,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         );
     };
     let Some(mut nats) = nats else {
-        return traqlyte_server::serve(store, config, on_bound, shutdown_signal())
+        return traqlyte_server::serve(store, config, on_bound, signals::shutdown())
             .await
             .context("serve HTTP");
     };
@@ -545,8 +546,9 @@ async fn serve_and_consume(
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let signalled = stop.clone();
+    let shutdown = signals::shutdown();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        shutdown.await;
         let _ = signalled.send(true);
     });
     let consumer = tokio::spawn({
@@ -776,41 +778,6 @@ fn init_logging(format: &str, default_filter: &str) {
         builder.json().init();
     } else {
         builder.init();
-    }
-}
-
-async fn shutdown_signal() {
-    stop_requested().await;
-    tracing::info!("shutting down; a second signal exits at once");
-    // A second signal does not wait for the drain (a service manager's stop timeout, an
-    // operator's second Ctrl-C): everything acknowledged is already durable; requests
-    // not answered are retried by their clients, messages not acked are redelivered.
-    tokio::spawn(async {
-        stop_requested().await;
-        tracing::warn!("second signal: exiting without waiting for requests in flight");
-        std::process::exit(130);
-    });
-}
-
-/// SIGINT (Ctrl-C) or SIGTERM.
-async fn stop_requested() {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => {},
-        _ = terminate => {},
     }
 }
 

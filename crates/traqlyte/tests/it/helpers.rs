@@ -309,14 +309,22 @@ impl ServerProcess {
 
     /// Whether the process exited within `limit`.
     pub async fn exited_within(&mut self, limit: std::time::Duration) -> bool {
+        self.exit_within(limit).await.is_some()
+    }
+
+    /// How the process exited, if it did within `limit`.
+    pub async fn exit_within(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
         let deadline = std::time::Instant::now() + limit;
         while std::time::Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return true;
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        false
+        None
     }
 }
 
