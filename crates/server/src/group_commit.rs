@@ -62,6 +62,11 @@ pub struct GroupCommitConfig {
     pub batch_max: usize,
     /// Most batch transactions of one kind open at once.
     pub flushes_max: usize,
+    /// How long one batch's store work may take before it is abandoned and its flush
+    /// slot freed ([`Worker::run`]): a minute, far past what a batch takes on a
+    /// database that answers (each statement gives up on a lock within seconds) and
+    /// past the default request timeout, so no request still waits for the batch.
+    pub deadline: Duration,
 }
 
 impl GroupCommitConfig {
@@ -81,6 +86,7 @@ impl Default for GroupCommitConfig {
             wait_us: 500,
             batch_max: 256,
             flushes_max: 4,
+            deadline: Duration::from_secs(60),
         }
     }
 }
@@ -290,6 +296,7 @@ impl<F: Flush> Queue<F> {
             batch_max,
             flushes: Arc::new(Semaphore::new(flushes_max)),
             flushes_max,
+            deadline: config.deadline,
             lookups,
         };
         tokio::spawn(worker.run(receiver));
@@ -315,6 +322,7 @@ struct Worker<F: Flush> {
     batch_max: usize,
     flushes: Arc<Semaphore>,
     flushes_max: usize,
+    deadline: Duration,
     lookups: Arc<Lookups>,
 }
 
@@ -355,8 +363,27 @@ impl<F: Flush> Worker<F> {
             }
             let (store, flush, lookups) =
                 (self.store.clone(), self.flush.clone(), self.lookups.clone());
+            let deadline = self.deadline;
             tokio::spawn(async move {
-                write_batch(&store, &*flush, &lookups, batch).await;
+                // A batch waiting on a database that vanished without a reset (a host
+                // powered off, a failover to another address, a partition) would wait
+                // for ever, and once every slot was held so did every single request
+                // of its kind: a review saw single events `408` for minutes after the
+                // database was back, batches served. Past its deadline it is dropped
+                // (its connection closed as the pool takes it back) and its slot freed;
+                // its requests were answered by their timeout, and a resend meets
+                // whatever it stored.
+                let items = batch.len();
+                if tokio::time::timeout(deadline, write_batch(&store, &*flush, &lookups, batch))
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        items,
+                        deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+                        "group commit batch got no answer from the database within its deadline: abandoned, its outcome unknown"
+                    );
+                }
                 drop(permit);
             });
         }

@@ -297,7 +297,8 @@ async fn maintain_partitions(
             PARTITIONS_RETRY_AFTER
         };
         tokio::time::sleep(wait).await;
-        succeeded = match maintain_partitions_once(&store, &horizon, role).await {
+        let round = maintain_partitions_once(&store, &horizon, role);
+        succeeded = match traqlyte_store::within(ROUND_DEADLINE, round).await {
             Ok(()) => true,
             Err(err) => {
                 tracing::warn!(error = %err, "partition maintenance failed; retrying in a minute");
@@ -306,6 +307,11 @@ async fn maintain_partitions(
         };
     }
 }
+
+/// How long one round of a background task's store work (partition maintenance, tally
+/// roll-ups, folds, purges) may take before it is given up and tried again at the next
+/// ([`traqlyte_store::within`]): far past what a round takes, but not for ever.
+const ROUND_DEADLINE: std::time::Duration = std::time::Duration::from_secs(900);
 
 /// How soon a failed maintenance run is retried.
 const PARTITIONS_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
@@ -322,17 +328,15 @@ async fn roll_up_tallies(state: AppState) {
     let mut ticker = tokio::time::interval(TALLY_ROLL_UP_EVERY);
     loop {
         ticker.tick().await;
-        match state
-            .store
-            .roll_up_tallies(traqlyte_store::now_us() - TALLY_ROLL_UP_AGE_US)
-            .await
-        {
+        let before = traqlyte_store::now_us() - TALLY_ROLL_UP_AGE_US;
+        match traqlyte_store::within(ROUND_DEADLINE, state.store.roll_up_tallies(before)).await {
             Ok(0) => {}
             Ok(folded) => tracing::debug!(folded, "tally rows rolled up"),
             Err(err) => tracing::warn!(error = %err, "tally roll-up failed"),
         }
         let hours_before = traqlyte_store::now_us() - traqlyte_store::MINUTE_TALLIES_KEPT_US;
-        if let Err(err) = state.store.roll_up_tallies_to_hours(hours_before).await {
+        let round = state.store.roll_up_tallies_to_hours(hours_before);
+        if let Err(err) = traqlyte_store::within(ROUND_DEADLINE, round).await {
             tracing::warn!(error = %err, "tally roll-up into hours failed");
         }
     }
@@ -348,7 +352,7 @@ async fn fold_unit_metrics(state: AppState) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match state.store.fold_unit_metrics().await {
+        match traqlyte_store::within(ROUND_DEADLINE, state.store.fold_unit_metrics()).await {
             Ok(0) => {}
             Ok(moved) => tracing::debug!(moved, "per-unit sums folded"),
             Err(err) => tracing::warn!(error = %err, "folding per-unit sums failed"),
@@ -517,11 +521,13 @@ const CLOCK_SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(60)
 /// Keeps the times this process stamps on the store's clock (`Store::sync_clock`), as its
 /// own clock drifts or is stepped. Also run by `traqlyte consume nats`.
 pub async fn sync_clock(store: Store) {
+    /// One reading is one statement.
+    const CLOCK_SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
     let mut ticker = tokio::time::interval(CLOCK_SYNC_EVERY);
     ticker.tick().await;
     loop {
         ticker.tick().await;
-        if let Err(err) = store.sync_clock().await {
+        if let Err(err) = traqlyte_store::within(CLOCK_SYNC_DEADLINE, store.sync_clock()).await {
             tracing::warn!(error = %err, "reading the database's clock failed; keeping the last offset");
         }
     }
@@ -543,7 +549,8 @@ async fn purge_webhook_deliveries(store: Store) {
     let mut ticker = tokio::time::interval(WEBHOOK_DELIVERIES_PURGE_EVERY);
     loop {
         ticker.tick().await;
-        match store.purge_webhook_deliveries(kept_us).await {
+        let round = store.purge_webhook_deliveries(kept_us);
+        match traqlyte_store::within(ROUND_DEADLINE, round).await {
             Ok(0) => {}
             Ok(purged) => tracing::info!(purged, "posted webhook deliveries purged"),
             Err(err) => tracing::warn!(error = %err, "webhook delivery purge failed"),
@@ -561,7 +568,8 @@ async fn purge_idempotency_keys(state: AppState) {
     let mut ticker = tokio::time::interval(every);
     loop {
         ticker.tick().await;
-        match state.store.idempotency_purge(retention_us).await {
+        let round = state.store.idempotency_purge(retention_us);
+        match traqlyte_store::within(ROUND_DEADLINE, round).await {
             Ok(0) => {}
             Ok(purged) => tracing::info!(purged, "idempotency keys purged"),
             Err(err) => tracing::warn!(error = %err, "idempotency purge failed"),

@@ -190,6 +190,29 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
 }
 
+/// `work`, given up past `deadline` as a connection lost under it
+/// ([`StoreError::outcome_unknown`]): for work no request waits on (a background task's
+/// round), which nothing else bounds. A database gone without a reset (a host powered
+/// off, a failover to another address, a partition) never answers, and a task waiting
+/// on it waited for good (a review saw the webhook dispatcher and the clock's sync stuck
+/// until the dead sockets were closed). Dropped, the work's connection is closed as the
+/// pool takes it back.
+pub async fn within<T>(
+    deadline: std::time::Duration,
+    work: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::connection_lost(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "no answer from the database within {} s",
+                deadline.as_secs()
+            ),
+        ))),
+    }
+}
+
 impl StoreError {
     /// The error of a connection that failed under a statement (see
     /// [`StoreError::outcome_unknown`]); for fault-injection hooks.

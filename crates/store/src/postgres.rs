@@ -11,6 +11,34 @@ use crate::{StoreConfig, StoreError};
 /// How long a pooled connection may have been idle and still be handed out unchecked.
 const ALIVE_BYPASS_WINDOW: Duration = Duration::from_millis(500);
 
+/// How long a connection given back in the middle of its work (a request timed out, a
+/// transaction dropped) may take to finish it before it is thrown away ([`settled`]).
+const SETTLE_ON_RELEASE: Duration = Duration::from_secs(2);
+
+/// Whether a connection given back to a pool can be kept: one given back in the middle
+/// of its work (a request that timed out mid-statement, a transaction dropped, whose
+/// `ROLLBACK` is queued) first reads the rest of the answers it awaits, within
+/// [`SETTLE_ON_RELEASE`]. sqlx did that with no bound, on a task of its own, holding the
+/// connection's pool slot: a database gone without a reset (a host powered off, a
+/// failover to another address, a partition) stranded every connection in use at the
+/// time, for good (a review behind a proxy that stops forwarding: after the third outage
+/// all 16 were stranded and every write was `503 store_busy` while the database was back,
+/// readiness 200). Past the bound the connection is closed where it stands (its slot is
+/// freed and the pool opens another). A connection whose work was done waits for
+/// nothing here (no round trip: the answers it awaits are none); sqlx's own check that
+/// follows (a round trip) has no bound, a window of microseconds per release.
+async fn settled(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
+    // `flush` reads what the connection still awaits (sqlx's `wait_until_ready`);
+    // hidden in sqlx's docs, but the one call that costs nothing when nothing is owed.
+    match tokio::time::timeout(SETTLE_ON_RELEASE, sqlx::Connection::flush(conn)).await {
+        Ok(result) => result.map(|()| true),
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "a connection given back mid-work got no answer within 2 s: closed",
+        ))),
+    }
+}
+
 #[derive(Clone)]
 pub(crate) struct PgStore {
     pub(crate) pool: PgPool,
@@ -75,6 +103,7 @@ impl PgStore {
             // setting is overridden for this process's sessions; any other is kept.
             // And no JIT ([`session_settings`]).
             .after_connect(|conn, _meta| Box::pin(session_settings(conn)))
+            .after_release(|conn, _meta| Box::pin(settled(conn)))
             .connect(&config.database_url)
             .await
             .map_err(|err| match (err, why) {
@@ -89,6 +118,7 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(5))
             .idle_timeout(Duration::from_secs(60))
             .after_connect(|conn, _meta| Box::pin(session_settings(conn)))
+            .after_release(|conn, _meta| Box::pin(settled(conn)))
             .connect_lazy(&config.database_url)?;
         let health = PgPoolOptions::new()
             .max_connections(1)
@@ -96,6 +126,7 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(1))
             .max_lifetime(None)
             .idle_timeout(None)
+            .after_release(|conn, _meta| Box::pin(settled(conn)))
             .connect_lazy(&config.database_url)?;
         Ok(PgStore {
             pool,

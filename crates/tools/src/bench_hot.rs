@@ -574,6 +574,7 @@ pub(crate) async fn single(args: SingleArgs) -> Result<()> {
             wait_us: args.group_commit_wait_us,
             batch_max: args.group_commit_max,
             flushes_max: args.group_commit_flushes,
+            ..GroupCommitConfig::default()
         },
     )
     .await?;

@@ -242,6 +242,9 @@ pub(crate) const STOP_GRACE: Duration = Duration::from_millis(WEBHOOK_TIMEOUT_MS
 /// next poll. Before stopping, the posts in flight are finished (posted and recorded), so
 /// a stopping server leaves no delivery posted but unrecorded, which its lease would post
 /// again after a restart.
+/// How long the store work of a claim, or of a delivery besides its post, may take.
+const STORE_DEADLINE: Duration = Duration::from_secs(60);
+
 pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Receiver<bool>) {
     let mut owner_bytes = [0u8; 8];
     if getrandom::getrandom(&mut owner_bytes).is_err() {
@@ -307,11 +310,13 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
         if room == 0 {
             continue;
         }
-        let claimed = match state
-            .store
-            .claim_deliveries_fairly(&owner, DELIVERY_LEASE_MS * 1_000, room, &turns)
-            .await
-        {
+        // Bounded, as each delivery's work is: a database gone without a reset would
+        // hold the dispatcher, or a post's share, for good.
+        let claim =
+            state
+                .store
+                .claim_deliveries_fairly(&owner, DELIVERY_LEASE_MS * 1_000, room, &turns);
+        let claimed = match traqlyte_store::within(STORE_DEADLINE, claim).await {
             Ok(claim) => {
                 turns.after = claim.after;
                 claim.deliveries
@@ -333,7 +338,9 @@ pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Recei
             let stopping = stopping.clone();
             let names = (delivery.tenant_id.clone(), delivery.delivery_id.clone());
             let task = posts.spawn(async move {
-                if let Err(err) = deliver(&state, &client, &owner, &delivery, &stopping).await {
+                let delivered = deliver(&state, &client, &owner, &delivery, &stopping);
+                let deadline = STORE_DEADLINE + Duration::from_millis(WEBHOOK_TIMEOUT_MS);
+                if let Err(err) = traqlyte_store::within(deadline, delivered).await {
                     tracing::warn!(error = %err, delivery = %delivery.delivery_id, "webhook delivery not recorded; its lease will run out");
                 }
             });

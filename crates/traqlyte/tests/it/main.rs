@@ -40,6 +40,7 @@ mod segment;
 mod semantic;
 mod supersessions;
 mod ui;
+mod vanished;
 
 /// Generates, for each listed `async fn name(backend: Backend)`, one test per backend.
 #[macro_export]

@@ -63,9 +63,11 @@ impl ConsumerProcess {
         log: Option<PathBuf>,
     ) -> ConsumerProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_traqlyte"));
+        command.envs(env.iter().copied()).args(["consume", "nats"]);
+        if !extra.contains(&"--database-url") {
+            command.args(["--database-url", app.database_url()]);
+        }
         command
-            .envs(env.iter().copied())
-            .args(["consume", "nats", "--database-url", app.database_url()])
             .args(["--url", url, "--stream", STREAM, "--durable", DURABLE])
             .args(["--tenant", "test tenant", "--nats-fetch-wait-ms", "200"])
             .args(extra)
@@ -1285,6 +1287,38 @@ async fn a_nats_server_that_stops_answering_is_warned_of_and_its_return_said() {
 
 /// SIGTERM stops a consumer whose NATS server is gone: its last acks cannot be sent, and
 /// waiting for a reconnection to send them would keep the process up for ever.
+/// PostgreSQL gone without a reset (`vanished.rs`) while messages flow, then back: the
+/// batch whose statement went unanswered is given up after its deadline (twice the ack
+/// wait, 10 s at least), its messages Nak'd, and every message is stored once. Before,
+/// the consumer waited on the dead connection for good and its progress reports kept
+/// the batch from redelivery: nothing more was stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_gone_without_a_reset_holds_the_consumer_no_longer_than_a_deadline() {
+    let (app, nats, js) = setup(Backend::Postgres).await;
+    let (proxy, through) = crate::vanished::Proxy::in_front_of(app.database_url()).await;
+    let _consumer = ConsumerProcess::start(&app, &nats.url, &["--database-url", &through], &[]);
+    // Messages flow one at a time, so a batch is being stored, or the next one's
+    // connection (used moments ago, so handed out unchecked) is, when the network goes.
+    let publishing = tokio::spawn({
+        let js = js.clone();
+        async move {
+            for i in 0..1_500 {
+                publish_orders_in(&js, i..i + 1, "m").await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    });
+    wait_for(&app, "the first stored", |(stored, _)| stored >= 100).await;
+    proxy.black_hole();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.network_back();
+    publishing.await.expect("published");
+    wait_for(&app, "every message stored", |(stored, _)| stored == 1_500).await;
+    wait_until_drained(&js).await;
+    assert_eq!(counts(&app).await.0, 1_500);
+    assert_no_dead_letters(&app).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_stops_a_consumer_whose_nats_server_is_gone() {
     let (app, mut nats, js) = setup(Backend::Sqlite).await;

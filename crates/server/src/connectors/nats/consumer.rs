@@ -113,6 +113,20 @@ enum BatchError {
     /// The Segment path's error (its cause is a store error too).
     #[error("storing Segment messages: {0}")]
     Segment(String),
+    /// The store gave no answer within the batch's deadline ([`store_deadline`]).
+    #[error("the database gave no answer within {} s: the batch was abandoned, what it committed is unknown", .0.as_secs())]
+    Deadline(Duration),
+}
+
+/// How long a batch's store work may take before it is abandoned, its messages that did
+/// not commit Nak'd: twice the ack wait (the durable's; the progress reports come every
+/// third of it), 10 s at least. A database gone without a reset (a host powered off, a
+/// failover to another address, a partition) never answers, and the batch's progress
+/// reports kept its messages from redelivery for good, the consumer stuck (a review: 567
+/// messages held, 7,813 waiting, SIGTERM not heeded). A healthy batch takes well under
+/// a second, and each of its statements gives up on a lock within seconds.
+fn store_deadline(progress_every: Duration) -> Duration {
+    (progress_every * 6).max(Duration::from_secs(10))
 }
 
 /// Consumes until `shutdown` completes, then finishes the batch in flight (stored and
@@ -724,7 +738,13 @@ impl Worker {
     async fn handle(&mut self, batch: Vec<Message>) {
         let mut pending = Vec::with_capacity(batch.len());
         let every = self.progress_every;
-        let stored = in_progress(&batch, every, self.store_batch(&batch, &mut pending)).await;
+        let deadline = store_deadline(every);
+        let storing = async {
+            tokio::time::timeout(deadline, self.store_batch(&batch, &mut pending))
+                .await
+                .unwrap_or(Err(BatchError::Deadline(deadline)))
+        };
+        let stored = in_progress(&batch, every, storing).await;
         match stored {
             Ok(counts) => {
                 self.failures = 0;
