@@ -186,10 +186,22 @@ const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'on', fal
 /// retries with `--late-events reconcile` 16 s against 0.2 s).
 const NO_JIT: &str = "SET jit = off";
 
-/// What every session of the store's pools sets when it connects: [`NO_JIT`] and
-/// [`DURABLE_COMMITS`].
+/// TCP keepalives on PostgreSQL's side of the session's connection, 30 s idle then a
+/// probe every 10 s, 3 unanswered ending it (the operating system's default is two
+/// hours of silence): a client gone without a reset (this process's host powered off,
+/// a partition that outlasts the closing of its sockets) left a session that could hold
+/// the row locks of an open transaction, and a retry of the same events waited on them,
+/// for hours. Ignored on a Unix-domain socket. This side has no keepalives (sqlx offers
+/// none): its waits have bounds of their own ([`settled`], the server's deadlines).
+const KEEPALIVES: &str = "SELECT set_config('tcp_keepalives_idle', '30', false),
+     set_config('tcp_keepalives_interval', '10', false),
+     set_config('tcp_keepalives_count', '3', false)";
+
+/// What every session of the store's pools sets when it connects: [`NO_JIT`],
+/// [`KEEPALIVES`] and [`DURABLE_COMMITS`].
 async fn session_settings(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query(NO_JIT).execute(&mut *conn).await?;
+    sqlx::query(KEEPALIVES).execute(&mut *conn).await?;
     sqlx::query(DURABLE_COMMITS).execute(conn).await?;
     Ok(())
 }

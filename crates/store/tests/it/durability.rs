@@ -1,6 +1,6 @@
 //! Every acknowledged write is durable first: the store's PostgreSQL sessions never
 //! commit with `synchronous_commit = off`, whatever the database or role says, and keep
-//! any other level an operator chose.
+//! any other level an operator chose. And the sessions' other settings.
 
 use crate::db::{Backend, TestDb};
 
@@ -27,6 +27,18 @@ async fn the_store_commits_durably_on_a_database_set_to_asynchronous_commits() {
         .await
         .expect("read jit");
     assert_eq!(jit.as_deref(), Some("off"));
+    // PostgreSQL probes the connection after 30 s of silence (the system's default is
+    // two hours): a session this process's vanished host left open, and the locks of its
+    // transaction, end within a minute or so.
+    let store = db.store().await;
+    for (setting, value) in [
+        ("tcp_keepalives_idle", "30"),
+        ("tcp_keepalives_interval", "10"),
+        ("tcp_keepalives_count", "3"),
+    ] {
+        let read = store.session_setting(setting).await.expect("read");
+        assert_eq!(read.as_deref(), Some(value), "{setting}");
+    }
     let sqlite = TestDb::create(Backend::Sqlite).await;
     let level = sqlite
         .store()
