@@ -63,9 +63,10 @@ pub struct GroupCommitConfig {
     /// Most batch transactions of one kind open at once.
     pub flushes_max: usize,
     /// How long one batch's store work may take before it is abandoned and its flush
-    /// slot freed ([`Worker::run`]): a minute, far past what a batch takes on a
-    /// database that answers (each statement gives up on a lock within seconds) and
-    /// past the default request timeout, so no request still waits for the batch.
+    /// slot freed: a minute, far past what a batch takes on a database that answers (a
+    /// batch waiting on a lock, a manual session's or DDL's, is given up too). The
+    /// server raises it to its request timeout and a second when that is longer, so no
+    /// request still waits for a batch given up.
     pub deadline: Duration,
 }
 

@@ -103,7 +103,16 @@ pub async fn serve(
     let address = listener.local_addr()?;
     on_bound(address);
     let limits = listener::Limits::from_config(&config);
-    let group_commit = GroupCommit::start(&store, config.group_commit, config.late_events);
+    let request_timeout = std::time::Duration::from_millis(config.request_timeout_ms);
+    let group_commit = GroupCommit::start(
+        &store,
+        GroupCommitConfig {
+            deadline: (config.group_commit.deadline)
+                .max(request_timeout + std::time::Duration::from_secs(1)),
+            ..config.group_commit
+        },
+        config.late_events,
+    );
     let state = AppState {
         store,
         bodies: Arc::new(body::Rooms::new(&config)),

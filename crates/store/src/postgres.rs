@@ -26,7 +26,8 @@ const SETTLE_ON_RELEASE: Duration = Duration::from_secs(2);
 /// readiness 200). Past the bound the connection is closed where it stands (its slot is
 /// freed and the pool opens another). A connection whose work was done waits for
 /// nothing here (no round trip: the answers it awaits are none); sqlx's own check that
-/// follows (a round trip) has no bound, a window of microseconds per release.
+/// follows (a round trip) has no bound: an outage beginning within it strands the
+/// connection until the kernel gives up on it.
 async fn settled(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
     // `flush` reads what the connection still awaits (sqlx's `wait_until_ready`);
     // hidden in sqlx's docs, but the one call that costs nothing when nothing is owed.
@@ -192,10 +193,16 @@ const NO_JIT: &str = "SET jit = off";
 /// a partition that outlasts the closing of its sockets) left a session that could hold
 /// the row locks of an open transaction, and a retry of the same events waited on them,
 /// for hours. Ignored on a Unix-domain socket. This side has no keepalives (sqlx offers
-/// none): its waits have bounds of their own ([`settled`], the server's deadlines).
+/// none): its waits have bounds of their own ([`settled`], the server's deadlines). And
+/// from PostgreSQL 14, a statement whose client closed the connection (a connection
+/// given back mid-statement and not [`settled`]) is stopped within a second
+/// (`client_connection_check_interval`), where it ran to its end, beside the backends of
+/// the connections the pool opened instead.
 const KEEPALIVES: &str = "SELECT set_config('tcp_keepalives_idle', '30', false),
      set_config('tcp_keepalives_interval', '10', false),
-     set_config('tcp_keepalives_count', '3', false)";
+     set_config('tcp_keepalives_count', '3', false),
+     CASE WHEN current_setting('server_version_num')::int >= 140000
+          THEN set_config('client_connection_check_interval', '1000', false) END";
 
 /// What every session of the store's pools sets when it connects: [`NO_JIT`],
 /// [`KEEPALIVES`] and [`DURABLE_COMMITS`].

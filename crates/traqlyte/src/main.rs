@@ -546,9 +546,8 @@ async fn serve_and_consume(
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let signalled = stop.clone();
-    let shutdown = signals::shutdown();
     tokio::spawn(async move {
-        shutdown.await;
+        signals::shutdown().await;
         let _ = signalled.send(true);
     });
     let consumer = tokio::spawn({

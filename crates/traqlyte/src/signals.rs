@@ -47,28 +47,26 @@ impl Stop {
     }
 }
 
-/// Resolves on the first SIGINT or SIGTERM, listened for from the call (not from the
-/// first poll: `serve` polls it once it is listening). A second signal exits at once
-/// with the first one's status, not waiting for the drain (a service manager's stop
-/// timeout, an operator's second Ctrl-C): everything acknowledged is already durable;
-/// requests not answered are retried by their clients, messages not acked are
-/// redelivered.
-pub(crate) fn shutdown() -> impl std::future::Future<Output = ()> {
-    let stop = Stop::listen();
-    async move {
-        let mut stop = match stop {
-            Ok(stop) => stop,
-            Err(err) => {
-                tracing::warn!(%err, "no signal handler: SIGINT and SIGTERM end the process without a drain");
-                return std::future::pending().await;
-            }
-        };
-        let status = stop.next().await;
-        tracing::info!("shutting down; a second signal exits at once");
-        tokio::spawn(async move {
-            stop.next().await;
-            tracing::warn!("second signal: exiting without waiting for requests in flight");
-            std::process::exit(i32::from(status));
-        });
-    }
+/// Resolves on the first SIGINT or SIGTERM, listened for from its first poll: until a
+/// command awaits it (`serve` once it listens, `demo` once its run is done), a signal
+/// ends the process as by default, where one listened for but not yet heeded would be
+/// ignored. A second signal exits at once with the first one's status, not waiting for
+/// the drain (a service manager's stop timeout, an operator's second Ctrl-C):
+/// everything acknowledged is already durable; requests not answered are retried by
+/// their clients, messages not acked are redelivered.
+pub(crate) async fn shutdown() {
+    let mut stop = match Stop::listen() {
+        Ok(stop) => stop,
+        Err(err) => {
+            tracing::warn!(%err, "no signal handler: SIGINT and SIGTERM end the process without a drain");
+            return std::future::pending().await;
+        }
+    };
+    let status = stop.next().await;
+    tracing::info!("shutting down; a second signal exits at once");
+    tokio::spawn(async move {
+        stop.next().await;
+        tracing::warn!("second signal: exiting without waiting for requests in flight");
+        std::process::exit(i32::from(status));
+    });
 }

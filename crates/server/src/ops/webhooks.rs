@@ -235,6 +235,9 @@ fn signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Option<Stri
 /// timeout, and a moment to record them.
 pub(crate) const STOP_GRACE: Duration = Duration::from_millis(WEBHOOK_TIMEOUT_MS + 2_000);
 
+/// How long the store work of a claim, or of a delivery besides its post, may take.
+const STORE_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Polls the outbox until `stopping` turns true, each poll claiming as many deliveries as
 /// [`DELIVERIES_PER_CLAIM_MAX`] leaves beside the posts still in flight: a post waits for
 /// no other, so a receiver that never answers holds only its own deliveries (each up to
@@ -242,9 +245,6 @@ pub(crate) const STOP_GRACE: Duration = Duration::from_millis(WEBHOOK_TIMEOUT_MS
 /// next poll. Before stopping, the posts in flight are finished (posted and recorded), so
 /// a stopping server leaves no delivery posted but unrecorded, which its lease would post
 /// again after a restart.
-/// How long the store work of a claim, or of a delivery besides its post, may take.
-const STORE_DEADLINE: Duration = Duration::from_secs(60);
-
 pub(crate) async fn run(state: AppState, mut stopping: tokio::sync::watch::Receiver<bool>) {
     let mut owner_bytes = [0u8; 8];
     if getrandom::getrandom(&mut owner_bytes).is_err() {

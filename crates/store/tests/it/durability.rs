@@ -35,6 +35,8 @@ async fn the_store_commits_durably_on_a_database_set_to_asynchronous_commits() {
         ("tcp_keepalives_idle", "30"),
         ("tcp_keepalives_interval", "10"),
         ("tcp_keepalives_count", "3"),
+        // A statement whose client left is stopped within a second (PostgreSQL 14+).
+        ("client_connection_check_interval", "1s"),
     ] {
         let read = store.session_setting(setting).await.expect("read");
         assert_eq!(read.as_deref(), Some(value), "{setting}");

@@ -1285,8 +1285,6 @@ async fn a_nats_server_that_stops_answering_is_warned_of_and_its_return_said() {
     }
 }
 
-/// SIGTERM stops a consumer whose NATS server is gone: its last acks cannot be sent, and
-/// waiting for a reconnection to send them would keep the process up for ever.
 /// PostgreSQL gone without a reset (`vanished.rs`) while messages flow, then back: the
 /// batch whose statement went unanswered is given up after its deadline (twice the ack
 /// wait, 10 s at least), its messages Nak'd, and every message is stored once. Before,
@@ -1319,6 +1317,8 @@ async fn a_database_gone_without_a_reset_holds_the_consumer_no_longer_than_a_dea
     assert_no_dead_letters(&app).await;
 }
 
+/// SIGTERM stops a consumer whose NATS server is gone: its last acks cannot be sent, and
+/// waiting for a reconnection to send them would keep the process up for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_stops_a_consumer_whose_nats_server_is_gone() {
     let (app, mut nats, js) = setup(Backend::Sqlite).await;

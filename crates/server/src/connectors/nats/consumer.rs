@@ -124,7 +124,8 @@ enum BatchError {
 /// failover to another address, a partition) never answers, and the batch's progress
 /// reports kept its messages from redelivery for good, the consumer stuck (a review: 567
 /// messages held, 7,813 waiting, SIGTERM not heeded). A healthy batch takes well under
-/// a second, and each of its statements gives up on a lock within seconds.
+/// a second; one waiting on a lock (a manual session's, DDL) is given up too, its
+/// messages redelivered, as after any store error.
 fn store_deadline(progress_every: Duration) -> Duration {
     (progress_every * 6).max(Duration::from_secs(10))
 }
