@@ -405,6 +405,10 @@ pub struct StoreConfig {
     /// well under the request timeout, or a database outage is answered as a client's
     /// timeout (`408`) after the whole request timeout instead.
     pub pool_acquire_timeout_ms: u64,
+    /// How long every connection of the PostgreSQL pool may be in use with none given
+    /// back, its work done, before [`Store::pool_stranded_for`] says so (`/healthz` is
+    /// then `503`): stranded connections, or a database that stalls.
+    pub pool_stranded_after_ms: u64,
 }
 
 impl StoreConfig {
@@ -416,6 +420,7 @@ impl StoreConfig {
             sqlite_busy_timeout_ms: 10_000,
             walk_timeout_ms: 30_000,
             pool_acquire_timeout_ms: 5_000,
+            pool_stranded_after_ms: 30_000,
         }
     }
 }
@@ -525,6 +530,18 @@ impl Store {
         match self.backend {
             Backend::Sqlite(_) => sqlite,
             Backend::Postgres(_) => postgres,
+        }
+    }
+
+    /// How long every connection of the PostgreSQL pool has been in use with none given
+    /// back, its work done, when that is [`StoreConfig::pool_stranded_after_ms`] or more:
+    /// the API's requests wait on connections that do not come back (stranded on a
+    /// database gone without a reset, or a database that stalls), while [`Store::ping`]
+    /// asks on a connection of its own and may well get an answer. `None` on SQLite.
+    pub fn pool_stranded_for(&self) -> Option<std::time::Duration> {
+        match &self.backend {
+            Backend::Postgres(pg) => pg.stranded_for(),
+            Backend::Sqlite(_) => None,
         }
     }
 

@@ -56,6 +56,32 @@ pub(crate) struct PgStore {
     pub(crate) health: PgPool,
     /// How long one statement of a lineage walk or a report may run (`StoreConfig::walk_timeout_ms`).
     pub(crate) walk_timeout_ms: u64,
+    /// When a connection of `pool` was last given back with its work done
+    /// ([`settled`]), in milliseconds since `born`.
+    given_back: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    born: std::time::Instant,
+    /// `StoreConfig::pool_stranded_after_ms`.
+    stranded_after: Duration,
+}
+
+impl PgStore {
+    /// How long every connection of `pool` has been in use with none given back, when
+    /// that is `stranded_after` or more ([`crate::Store::pool_stranded_for`]). A pool
+    /// not full, or with a connection idle, is not stranded, whatever the time since the
+    /// last was given back: a quiet server's one long scan is not a stranded pool.
+    pub(crate) fn stranded_for(&self) -> Option<Duration> {
+        let max = self.pool.options().get_max_connections();
+        if self.pool.size() < max || self.pool.num_idle() > 0 {
+            return None;
+        }
+        let given_back = self.given_back.load(std::sync::atomic::Ordering::Relaxed);
+        let since = Duration::from_millis(millis_since(self.born).saturating_sub(given_back));
+        (since >= self.stranded_after).then_some(since)
+    }
+}
+
+fn millis_since(born: std::time::Instant) -> u64 {
+    u64::try_from(born.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl PgStore {
@@ -80,6 +106,9 @@ impl PgStore {
                 }
                 Ok(Ok(())) => None,
             };
+        let born = std::time::Instant::now();
+        let given_back = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let noted = given_back.clone();
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_connections_max.max(1))
             .acquire_timeout(Duration::from_millis(config.pool_acquire_timeout_ms.max(1)))
@@ -104,7 +133,16 @@ impl PgStore {
             // setting is overridden for this process's sessions; any other is kept.
             // And no JIT ([`session_settings`]).
             .after_connect(|conn, _meta| Box::pin(session_settings(conn)))
-            .after_release(|conn, _meta| Box::pin(settled(conn)))
+            .after_release(move |conn, _meta| {
+                let noted = noted.clone();
+                Box::pin(async move {
+                    let kept = settled(conn).await;
+                    if matches!(kept, Ok(true)) {
+                        noted.store(millis_since(born), std::sync::atomic::Ordering::Relaxed);
+                    }
+                    kept
+                })
+            })
             .connect(&config.database_url)
             .await
             .map_err(|err| match (err, why) {
@@ -134,6 +172,9 @@ impl PgStore {
             ddl,
             health,
             walk_timeout_ms: config.walk_timeout_ms,
+            given_back,
+            born,
+            stranded_after: Duration::from_millis(config.pool_stranded_after_ms),
         })
     }
 }

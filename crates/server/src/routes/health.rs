@@ -49,7 +49,9 @@ const HEALTH_PING_MS: u64 = 1_000;
 
 /// `GET /healthz` (readiness): 503 `database_unavailable` when the database does not
 /// answer within [`HEALTH_PING_MS`], or takes no writes (a PostgreSQL standby, a demoted
-/// primary after a failover, or `default_transaction_read_only` on).
+/// primary after a failover, or `default_transaction_read_only` on), or every connection
+/// of the pool has been in use with none given back for long
+/// ([`traqlyte_store::Store::pool_stranded_for`]: the check's own connection answered).
 #[utoipa::path(get, path = "/healthz", tag = "health",
     responses((status = 200, body = Health),
         (status = "4XX", response = crate::openapi::ErrorEnvelope),
@@ -57,12 +59,22 @@ const HEALTH_PING_MS: u64 = 1_000;
 pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     let bound = std::time::Duration::from_millis(HEALTH_PING_MS);
     let (cause, message) = match tokio::time::timeout(bound, state.store.ping()).await {
-        Ok(Ok(())) => {
-            return Ok(Json(Health {
-                backend: state.store.backend_name(),
-                status: "ok",
-            }))
-        }
+        // The check's own connection answers, but the API's do not come back.
+        Ok(Ok(())) => match state.store.pool_stranded_for() {
+            None => {
+                return Ok(Json(Health {
+                    backend: state.store.backend_name(),
+                    status: "ok",
+                }))
+            }
+            Some(stranded) => (
+                format!(
+                    "every pooled connection in use for {} s, none given back",
+                    stranded.as_secs()
+                ),
+                "every connection of the server's pool is in use, none given back for long: the database stalls, or the connections wait on one gone without a reset",
+            ),
+        },
         // Every write would fail: not ready, though the database answers.
         Ok(Err(err @ traqlyte_store::StoreError::ReadOnly)) => (
             err.to_string(),

@@ -297,3 +297,81 @@ async fn a_database_gone_without_a_reset_is_served_again_once_back() {
     }
     assert!(stored.iter().all(|(_, n)| *n == 1), "{stored:?}");
 }
+
+/// Every connection of the pool in use with none given back (here a database that
+/// stalls, a manual session's lock on `events`; or connections stranded on a database
+/// gone without a reset) makes `/healthz` `503`, though its own connection answers; once
+/// they come back, `200`. Before, a review saw `200` while every write was `503
+/// store_busy`, so a load balancer kept the replica in rotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pool_whose_connections_do_not_come_back_is_not_ready() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let direct = db.url.clone();
+    let app = spawn_app_on(db, traqlyte_server::ServerConfig::default(), |store| {
+        store.pool_connections_max = 2;
+        store.pool_stranded_after_ms = 1_000;
+    })
+    .await;
+    app.register_checkout_contract().await;
+    assert_eq!(app.get("/healthz").await.status, StatusCode::OK);
+
+    let mut lock = <sqlx::PgConnection as sqlx::Connection>::connect(&direct)
+        .await
+        .expect("connect");
+    sqlx::raw_sql("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut lock)
+        .await
+        .expect("lock");
+    // Batches wait on the lock, each holding a connection of the two.
+    let mut requests = tokio::task::JoinSet::new();
+    for round in 10..14 {
+        let (client, url, key) = (
+            app.client.clone(),
+            app.url("/events/checkout_completed/batch"),
+            app.key.clone(),
+        );
+        let body = json!((0..5)
+            .map(|i| checkout_event(&format!("stalled_{round}_{i}")))
+            .collect::<Vec<_>>());
+        requests.spawn(async move { client.post(url).bearer_auth(key).json(&body).send().await });
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let health = app.get("/healthz").await;
+        if health.status == StatusCode::SERVICE_UNAVAILABLE {
+            assert_eq!(
+                health.body["error"]["code"], "database_unavailable",
+                "{}",
+                health.body
+            );
+            break;
+        }
+        assert_eq!(health.status, StatusCode::OK, "{}", health.body);
+        assert!(
+            Instant::now() < deadline,
+            "still ready with every connection held"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    sqlx::raw_sql("COMMIT")
+        .execute(&mut lock)
+        .await
+        .expect("unlock");
+    while let Some(answer) = requests.join_next().await {
+        let status = answer.expect("task").expect("answered").status();
+        // Those that found no connection within the acquire timeout were refused.
+        assert!(
+            status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE,
+            "{status}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.get("/healthz").await.status != StatusCode::OK {
+        assert!(
+            Instant::now() < deadline,
+            "not ready again once the connections came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
