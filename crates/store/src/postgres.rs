@@ -65,26 +65,6 @@ pub(crate) struct PgStore {
 }
 
 impl PgStore {
-    /// How long every connection of `pool` has been in use with none given back, when
-    /// that is `stranded_after` or more ([`crate::Store::pool_stranded_for`]). A pool
-    /// not full, or with a connection idle, is not stranded, whatever the time since the
-    /// last was given back: a quiet server's one long scan is not a stranded pool.
-    pub(crate) fn stranded_for(&self) -> Option<Duration> {
-        let max = self.pool.options().get_max_connections();
-        if self.pool.size() < max || self.pool.num_idle() > 0 {
-            return None;
-        }
-        let given_back = self.given_back.load(std::sync::atomic::Ordering::Relaxed);
-        let since = Duration::from_millis(millis_since(self.born).saturating_sub(given_back));
-        (since >= self.stranded_after).then_some(since)
-    }
-}
-
-fn millis_since(born: std::time::Instant) -> u64 {
-    u64::try_from(born.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-impl PgStore {
     pub(crate) async fn connect(config: &StoreConfig) -> Result<PgStore, StoreError> {
         // Best effort, within the acquire timeout: a database out of reach, starting or
         // out of connection slots gives no verdict, and the pool below answers for it
@@ -177,6 +157,24 @@ impl PgStore {
             stranded_after: Duration::from_millis(config.pool_stranded_after_ms),
         })
     }
+
+    /// How long every connection of `pool` has been in use with none given back, when
+    /// that is `stranded_after` or more ([`crate::Store::pool_stranded_for`]). A pool
+    /// not full, or with a connection idle, is not stranded, whatever the time since the
+    /// last was given back: a quiet server's one long scan is not a stranded pool.
+    pub(crate) fn stranded_for(&self) -> Option<Duration> {
+        let max = self.pool.options().get_max_connections();
+        if self.pool.size() < max || self.pool.num_idle() > 0 {
+            return None;
+        }
+        let given_back = self.given_back.load(std::sync::atomic::Ordering::Relaxed);
+        let since = Duration::from_millis(millis_since(self.born).saturating_sub(given_back));
+        (since >= self.stranded_after).then_some(since)
+    }
+}
+
+fn millis_since(born: std::time::Instant) -> u64 {
+    u64::try_from(born.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Refuses a connection pooler that runs one client connection's statements on several
@@ -220,36 +218,37 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> Result<i32, StoreError> {
 const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'on', false)
      WHERE current_setting('synchronous_commit') = 'off'";
 
-/// No JIT for the session. The store's statements are short, and on the partitioned
-/// `events` (a table per day, hundreds of days of detached ones) PostgreSQL's JIT
-/// compiled thousands of functions for one: a review measured the fingerprint read of a
-/// backfill re-checking 385 detached days at 13.3 s of JIT for 15 ms of execution (a
-/// second backfill run 2 min 33 s with JIT, 9.6 s without; a live batch of 1,000 old
-/// retries with `--late-events reconcile` 16 s against 0.2 s).
-const NO_JIT: &str = "SET jit = off";
-
-/// TCP keepalives on PostgreSQL's side of the session's connection, 30 s idle then a
-/// probe every 10 s, 3 unanswered ending it (the operating system's default is two
-/// hours of silence): a client gone without a reset (this process's host powered off,
-/// a partition that outlasts the closing of its sockets) left a session that could hold
-/// the row locks of an open transaction, and a retry of the same events waited on them,
-/// for hours. Ignored on a Unix-domain socket. This side has no keepalives (sqlx offers
-/// none): its waits have bounds of their own ([`settled`], the server's deadlines). And
-/// from PostgreSQL 14, a statement whose client closed the connection (a connection
-/// given back mid-statement and not [`settled`]) is stopped within a second
-/// (`client_connection_check_interval`), where it ran to its end, beside the backends of
-/// the connections the pool opened instead.
-const KEEPALIVES: &str = "SELECT set_config('tcp_keepalives_idle', '30', false),
+/// The session's settings, in one statement (a round trip per connection opened):
+///
+/// - No JIT. The store's statements are short, and on the partitioned `events` (a table
+///   per day, hundreds of days of detached ones) PostgreSQL's JIT compiled thousands of
+///   functions for one: a review measured the fingerprint read of a backfill re-checking
+///   385 detached days at 13.3 s of JIT for 15 ms of execution (a second backfill run
+///   2 min 33 s with JIT, 9.6 s without; a live batch of 1,000 old retries with
+///   `--late-events reconcile` 16 s against 0.2 s).
+/// - TCP keepalives on PostgreSQL's side of the session's connection, 30 s idle then a
+///   probe every 10 s, 3 unanswered ending it (the operating system's default is two
+///   hours of silence): a client gone without a reset (this process's host powered off,
+///   a partition that outlasts the closing of its sockets) left a session that could
+///   hold the row locks of an open transaction, and a retry of the same events waited on
+///   them, for hours. Ignored on a Unix-domain socket. This side has no keepalives (sqlx
+///   offers none): its waits have bounds of their own ([`settled`], the server's
+///   deadlines).
+/// - From PostgreSQL 14, a statement whose client closed the connection (a connection
+///   given back mid-statement and not [`settled`]) is stopped within a second
+///   (`client_connection_check_interval`), where it ran to its end, beside the backends
+///   of the connections the pool opened instead.
+const SESSION_SETTINGS: &str = "SELECT set_config('jit', 'off', false),
+     set_config('tcp_keepalives_idle', '30', false),
      set_config('tcp_keepalives_interval', '10', false),
      set_config('tcp_keepalives_count', '3', false),
      CASE WHEN current_setting('server_version_num')::int >= 140000
           THEN set_config('client_connection_check_interval', '1000', false) END";
 
-/// What every session of the store's pools sets when it connects: [`NO_JIT`],
-/// [`KEEPALIVES`] and [`DURABLE_COMMITS`].
+/// What every session of the store's pools sets when it connects: [`SESSION_SETTINGS`]
+/// and [`DURABLE_COMMITS`].
 async fn session_settings(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query(NO_JIT).execute(&mut *conn).await?;
-    sqlx::query(KEEPALIVES).execute(&mut *conn).await?;
+    sqlx::query(SESSION_SETTINGS).execute(&mut *conn).await?;
     sqlx::query(DURABLE_COMMITS).execute(conn).await?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! and keeps the server's side of them open, silent, for as long as the test runs (as a
 //! peer whose packets vanish), and leaves connections opened meanwhile unanswered; once
 //! the network is back, new connections pass, and the database's side of the dead ones
-//! is closed, as its keepalives end them in production (`postgres::KEEPALIVES`), with
+//! is closed, as its keepalives end them in production (`postgres::SESSION_SETTINGS`), with
 //! the locks of their open transactions.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +16,23 @@ use reqwest::StatusCode;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::helpers::{checkout_event, spawn_app_on, Backend, TestDb};
+use crate::helpers::{checkout_event, lock_events, spawn_app_on, Backend, TestApp, TestDb};
+
+/// Requests posted on tasks of their own, each its answer.
+type Posted = tokio::task::JoinSet<reqwest::Result<reqwest::Response>>;
+
+/// Posts `body` to `path` with the app's key on a task of `requests`.
+fn post_behind(requests: &mut Posted, app: &TestApp, path: &str, body: serde_json::Value) {
+    let (client, url, key) = (app.client.clone(), app.url(path), app.key.clone());
+    requests.spawn(async move { client.post(url).bearer_auth(key).json(&body).send().await });
+}
+
+/// A batch body of five checkout events, orders `{orders}_0` to `{orders}_4`.
+fn batch_of_five(orders: &str) -> serde_json::Value {
+    json!((0..5)
+        .map(|i| checkout_event(&format!("{orders}_{i}")))
+        .collect::<Vec<_>>())
+}
 
 /// A TCP proxy to one address that can black-hole what it carries.
 pub(crate) struct Proxy {
@@ -200,11 +216,7 @@ async fn a_database_gone_without_a_reset_is_served_again_once_back() {
     })
     .await;
     app.register_checkout_contract().await;
-    let batch = |round: usize| {
-        json!((0..5)
-            .map(|i| checkout_event(&format!("vanished_batch_{round}_{i}")))
-            .collect::<Vec<_>>())
-    };
+    let batch = |round: usize| batch_of_five(&format!("vanished_batch_{round}"));
 
     // Three outages, each meeting requests in flight (more than the pool's
     // connections), then the network back.
@@ -217,16 +229,10 @@ async fn a_database_gone_without_a_reset_is_served_again_once_back() {
         // trip, has no bound: one caught by the hole would stay stranded).
         tokio::time::sleep(Duration::from_millis(300)).await;
         proxy.black_hole();
-        let mut requests = tokio::task::JoinSet::new();
+        let mut requests = Posted::new();
         for i in 0..8 {
-            let (client, url, key) = (
-                app.client.clone(),
-                app.url("/events/checkout_completed"),
-                app.key.clone(),
-            );
             let event = checkout_event(&format!("unanswered_{round}_{i}"));
-            requests
-                .spawn(async move { client.post(url).bearer_auth(key).json(&event).send().await });
+            post_behind(&mut requests, &app, "/events/checkout_completed", event);
         }
         let batch_answer = app
             .post_json("/events/checkout_completed/batch", &batch(round))
@@ -306,7 +312,6 @@ async fn a_database_gone_without_a_reset_is_served_again_once_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pool_whose_connections_do_not_come_back_is_not_ready() {
     let db = TestDb::create(Backend::Postgres).await;
-    let direct = db.url.clone();
     let app = spawn_app_on(db, traqlyte_server::ServerConfig::default(), |store| {
         store.pool_connections_max = 2;
         store.pool_stranded_after_ms = 1_000;
@@ -315,25 +320,17 @@ async fn a_pool_whose_connections_do_not_come_back_is_not_ready() {
     app.register_checkout_contract().await;
     assert_eq!(app.get("/healthz").await.status, StatusCode::OK);
 
-    let mut lock = <sqlx::PgConnection as sqlx::Connection>::connect(&direct)
-        .await
-        .expect("connect");
-    sqlx::raw_sql("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut lock)
-        .await
-        .expect("lock");
+    let mut lock = lock_events(&app).await;
     // Batches wait on the lock, each holding a connection of the two.
-    let mut requests = tokio::task::JoinSet::new();
+    let mut requests = Posted::new();
     for round in 10..14 {
-        let (client, url, key) = (
-            app.client.clone(),
-            app.url("/events/checkout_completed/batch"),
-            app.key.clone(),
+        let body = batch_of_five(&format!("stalled_{round}"));
+        post_behind(
+            &mut requests,
+            &app,
+            "/events/checkout_completed/batch",
+            body,
         );
-        let body = json!((0..5)
-            .map(|i| checkout_event(&format!("stalled_{round}_{i}")))
-            .collect::<Vec<_>>());
-        requests.spawn(async move { client.post(url).bearer_auth(key).json(&body).send().await });
     }
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
