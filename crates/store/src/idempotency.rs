@@ -118,16 +118,9 @@ macro_rules! take_over_key {
     };
 }
 
-/// Keys reserved more than `$1` µs ago on the store's clock.
-macro_rules! purge_keys {
-    ($backend:ident) => {
-        concat!(
-            "DELETE FROM idempotency_keys WHERE reserved_at_us < ",
-            store_now_us!($backend),
-            " - $1"
-        )
-    };
-}
+/// At most `$2` keys reserved before `$1` ([`Store::purge_in_chunks`]), by the age index.
+const PURGE_KEYS: &str = "DELETE FROM idempotency_keys WHERE (tenant_id, idem_key) IN (
+     SELECT tenant_id, idem_key FROM idempotency_keys WHERE reserved_at_us < $1 LIMIT $2)";
 
 pub(crate) const PG_SELECT_KEY: &str = select_key!(postgres);
 const SQLITE_SELECT_KEY: &str = select_key!(sqlite);
@@ -135,8 +128,6 @@ const PG_INSERT_KEY: &str = insert_key!(postgres);
 const SQLITE_INSERT_KEY: &str = insert_key!(sqlite);
 const PG_TAKE_OVER_KEY: &str = take_over_key!(postgres);
 const SQLITE_TAKE_OVER_KEY: &str = take_over_key!(sqlite);
-const PG_PURGE_KEYS: &str = purge_keys!(postgres);
-const SQLITE_PURGE_KEYS: &str = purge_keys!(sqlite);
 
 impl Store {
     /// The key's row, if any (one round trip).
@@ -220,14 +211,12 @@ impl Store {
         })
     }
 
-    /// Deletes keys reserved more than `older_than_us` ago on the store's clock; returns
-    /// how many.
+    /// Deletes keys reserved more than `older_than_us` ago on the store's clock, in
+    /// statements of at most [`crate::ops::PURGED_AT_ONCE`] keys (one statement for all
+    /// of them held the SQLite write lock, and every ingestion, for as long as a backlog
+    /// took to delete); returns how many.
     pub async fn idempotency_purge(&self, older_than_us: i64) -> Result<u64, StoreError> {
-        let sql = self.by_backend(PG_PURGE_KEYS, SQLITE_PURGE_KEYS);
-        with_pool!(self, writer, |pool| {
-            let done = sqlx::query(sql).bind(older_than_us).execute(pool).await?;
-            Ok(done.rows_affected())
-        })
+        self.purge_in_chunks(PURGE_KEYS, older_than_us).await
     }
 }
 

@@ -287,8 +287,11 @@ pub(crate) const INSERT_COLLISION_RETURNING: &str = "INSERT INTO event_collision
 
 /// A collision's deliveries, one per live webhook of its tenant, due at once (`$3`, the
 /// time of logging on the store's clock, which also orders a tenant's deliveries).
-/// Most deliveries one statement of [`Store::purge_webhook_deliveries`] deletes.
-pub const DELIVERIES_PURGED_AT_ONCE: i64 = 10_000;
+/// Most rows one statement of a purge deletes ([`Store::purge_webhook_deliveries`],
+/// [`Store::idempotency_purge`]): a backlog (a shortened retention, a first purge of a
+/// large table) is deleted in many short transactions, none holding many row locks or,
+/// on SQLite, the write lock for long.
+pub const PURGED_AT_ONCE: i64 = 10_000;
 
 const INSERT_DELIVERIES: &str = "INSERT INTO webhook_deliveries
      (tenant_id, delivery_id, webhook_id, collision_id, created_at_us, next_attempt_at_us)
@@ -809,24 +812,39 @@ impl Store {
 
     /// Deletes deliveries posted or abandoned (`delivered_at_us` set: never claimed
     /// again) before `older_than_us` ago on the store's clock, all tenants, in
-    /// statements of at most [`DELIVERIES_PURGED_AT_ONCE`] rows so no transaction holds
-    /// many locks; returns how many. Deliveries still due are never touched.
+    /// statements of at most [`PURGED_AT_ONCE`] rows; returns how many. Deliveries still
+    /// due are never touched.
     pub async fn purge_webhook_deliveries(&self, older_than_us: i64) -> Result<u64, StoreError> {
+        self.purge_in_chunks(
+            "DELETE FROM webhook_deliveries WHERE (tenant_id, delivery_id) IN (
+               SELECT tenant_id, delivery_id FROM webhook_deliveries
+               WHERE delivered_at_us IS NOT NULL AND delivered_at_us < $1 LIMIT $2)",
+            older_than_us,
+        )
+        .await
+    }
+
+    /// Runs `delete`, a statement deleting at most `$2` rows older than `$1` (a time on
+    /// the store's clock: now less `older_than_us`, read once), with `$2` =
+    /// [`PURGED_AT_ONCE`], until a run deletes fewer; returns how many in all. Each
+    /// statement commits on its own, so a purge stopped half-way (its deadline, a
+    /// restart) keeps what it deleted and the next one goes on.
+    pub(crate) async fn purge_in_chunks(
+        &self,
+        delete: &'static str,
+        older_than_us: i64,
+    ) -> Result<u64, StoreError> {
         let before = self.clock_us().await?.saturating_sub(older_than_us);
         let mut purged = 0;
         loop {
-            let done = with_pool!(self, writer, |pool| sqlx::query(
-                "DELETE FROM webhook_deliveries WHERE (tenant_id, delivery_id) IN (
-                   SELECT tenant_id, delivery_id FROM webhook_deliveries
-                   WHERE delivered_at_us IS NOT NULL AND delivered_at_us < $1 LIMIT $2)"
-            )
-            .bind(before)
-            .bind(DELIVERIES_PURGED_AT_ONCE)
-            .execute(pool)
-            .await?
-            .rows_affected());
+            let done = with_pool!(self, writer, |pool| sqlx::query(delete)
+                .bind(before)
+                .bind(PURGED_AT_ONCE)
+                .execute(pool)
+                .await?
+                .rows_affected());
             purged += done;
-            if done < DELIVERIES_PURGED_AT_ONCE as u64 {
+            if done < PURGED_AT_ONCE as u64 {
                 return Ok(purged);
             }
         }

@@ -180,7 +180,7 @@ fn millis_since(born: std::time::Instant) -> u64 {
 /// Refuses a connection pooler that runs one client connection's statements on several
 /// PostgreSQL sessions (PgBouncer's `pool_mode = transaction` or `statement`, and proxies
 /// like it): this store's prepared statements and its durable-commit setting
-/// ([`DURABLE_COMMITS`]) belong to a session, and on shared sessions statements met
+/// ([`SESSION_SETTINGS`]) belong to a session, and on shared sessions statements met
 /// another client's statements of the same name (a reviewer saw valid API keys answered
 /// `401`, and `500`s). The probe: a first connection runs a statement, which gives its
 /// server session back to such a pooler; a second connection, the first still open, opens
@@ -214,12 +214,11 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> Result<i32, StoreError> {
     Ok(row.try_get::<i32, _>(0)?)
 }
 
-/// Turns `synchronous_commit = off` into `on` for the session; leaves any other level.
-const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'on', false)
-     WHERE current_setting('synchronous_commit') = 'off'";
-
 /// The session's settings, in one statement (a round trip per connection opened):
 ///
+/// - Durable commits: `synchronous_commit = off` (a database's or role's default) turns
+///   into `on` for the session, so an acknowledged write is on disk; any other level
+///   (`local`, `remote_write`, `remote_apply`) is kept.
 /// - No JIT. The store's statements are short, and on the partitioned `events` (a table
 ///   per day, hundreds of days of detached ones) PostgreSQL's JIT compiled thousands of
 ///   functions for one: a review measured the fingerprint read of a backfill re-checking
@@ -239,17 +238,17 @@ const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'on', fal
 ///   (`client_connection_check_interval`), where it ran to its end, beside the backends
 ///   of the connections the pool opened instead.
 const SESSION_SETTINGS: &str = "SELECT set_config('jit', 'off', false),
+     CASE WHEN current_setting('synchronous_commit') = 'off'
+          THEN set_config('synchronous_commit', 'on', false) END,
      set_config('tcp_keepalives_idle', '30', false),
      set_config('tcp_keepalives_interval', '10', false),
      set_config('tcp_keepalives_count', '3', false),
      CASE WHEN current_setting('server_version_num')::int >= 140000
           THEN set_config('client_connection_check_interval', '1000', false) END";
 
-/// What every session of the store's pools sets when it connects: [`SESSION_SETTINGS`]
-/// and [`DURABLE_COMMITS`].
+/// What every session of the store's pools sets when it connects: [`SESSION_SETTINGS`].
 async fn session_settings(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query(SESSION_SETTINGS).execute(&mut *conn).await?;
-    sqlx::query(DURABLE_COMMITS).execute(conn).await?;
+    sqlx::query(SESSION_SETTINGS).execute(conn).await?;
     Ok(())
 }
 

@@ -12,6 +12,7 @@ mod partitions;
 mod placeholders;
 mod plan;
 mod plans;
+mod purges;
 mod report_reads;
 mod schema;
 mod tenants;

@@ -19,7 +19,7 @@ async fn posted_deliveries_older_than_the_retention_are_purged_and_due_ones_kept
     store.migrate().await.expect("migrate");
     const DAY_US: i64 = 86_400_000_000;
     let now = traqlyte_store::now_us();
-    let old_posted = traqlyte_store::ops::DELIVERIES_PURGED_AT_ONCE + 5;
+    let old_posted = traqlyte_store::ops::PURGED_AT_ONCE + 5;
     // (delivery number, created, delivered): old posted ones (more than one statement's
     // worth), one posted yesterday, one old one still due.
     let mut rows: Vec<String> = (1..=old_posted)
