@@ -550,11 +550,17 @@ async fn serve_and_consume(
         signals::shutdown().await;
         let _ = signalled.send(true);
     });
+    // The consumer's start checks and connection come before the API listens: a replica
+    // whose consumer cannot start exits 1 without ever answering `/healthz`.
+    let start = traqlyte_server::connectors::nats::start(store.clone(), nats);
+    let started = tokio::select! {
+        started = start => started.context("consume NATS JetStream")?,
+        () = until_stopped(stopped.clone()) => return Ok(()),
+    };
     let consumer = tokio::spawn({
-        let (store, stop, stopped) = (store.clone(), stop.clone(), stopped.clone());
+        let (stop, stopped) = (stop.clone(), stopped.clone());
         async move {
-            let result =
-                traqlyte_server::connectors::nats::run(store, nats, until_stopped(stopped)).await;
+            let result = started.run(until_stopped(stopped)).await;
             let _ = stop.send(true);
             result
         }

@@ -681,6 +681,45 @@ async fn a_consumer_refuses_a_segment_source_that_does_not_work(backend: Backend
     }
 }
 
+/// `serve --nats-*` whose NATS server is out of reach exits 1 without its API ever
+/// listening: the API listened first and answered `/healthz` until the consumer's
+/// connection timed out (a review saw four seconds of `200`), so a load balancer saw a
+/// ready replica that was about to exit. Two ways out of reach: a port that refuses, and
+/// one that accepts and never speaks (a host behind a proxy whose upstream is gone).
+#[tokio::test]
+async fn serve_whose_nats_server_is_out_of_reach_exits_without_listening() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let refused_port = refused.local_addr().expect("address").port();
+    drop(refused);
+    for url in [
+        format!("nats://127.0.0.1:{refused_port}"),
+        format!("nats://{}", silent.local_addr().expect("address")),
+    ] {
+        let database_url = app.database_url().to_string();
+        let output = tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+                .args(["serve", "--database-url", &database_url])
+                .args(["--listen", "127.0.0.1:0", "--nats-url", &url])
+                .args(["--nats-stream", STREAM, "--nats-durable", DURABLE])
+                .args(["--nats-tenant", "test tenant"])
+                .output()
+                .expect("run traqlyte serve")
+        })
+        .await
+        .expect("joined");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+        );
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("connect to NATS"), "{stderr}");
+        assert!(!stdout.contains("listening"), "{stdout}");
+        assert!(!stderr.contains("listening"), "{stderr}");
+    }
+}
+
 /// The tenant's dead letters once there are `n` of them (fails after the settle wait).
 async fn wait_for_letters(app: &TestApp, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);

@@ -130,15 +130,31 @@ fn store_deadline(progress_every: Duration) -> Duration {
     (progress_every * 6).max(Duration::from_secs(10))
 }
 
-/// Consumes until `shutdown` completes, then finishes the batch in flight (stored and
-/// acked, or Nak'd) and returns. Fails at start when the tenant, the server, the stream
-/// or an explicit-ack durable consumer is missing; afterwards errors are logged and
-/// retried, never fatal.
+/// [`start`], then [`Started::run`]: consumes until `shutdown` completes.
 pub async fn run(
     store: Store,
     config: NatsConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ConsumerError> {
+    start(store, config).await?.run(shutdown).await
+}
+
+/// A consumer whose start checks passed ([`start`]), connected, not yet consuming.
+pub struct Started {
+    store: Store,
+    config: NatsConfig,
+    tenant: TenantId,
+    client: async_nats::Client,
+    consumer: PullConsumer,
+    progress_every: Duration,
+}
+
+/// Checks what consuming needs and connects: fails when the tenant, the Segment source,
+/// the server, the stream or an explicit-ack durable consumer is missing. `serve
+/// --nats-*` runs it before its HTTP API listens, so a replica whose consumer cannot
+/// start is never seen ready (its API answered `/healthz` until the connection's
+/// timeout, then the process exited).
+pub async fn start(store: Store, config: NatsConfig) -> Result<Started, ConsumerError> {
     let tenant = store
         .tenant_by_name(&config.tenant)
         .await?
@@ -162,106 +178,135 @@ pub async fn run(
             url: without_credentials(&config.url),
             cause: e.to_string(),
         })?;
-    let mut consumer = durable_consumer(client.clone(), &config).await?;
+    let consumer = durable_consumer(client.clone(), &config).await?;
     // The durable's own ack wait (an existing one keeps its own, whatever this
     // process was given).
-    let mut progress_every = progress_interval(consumer.cached_info().config.ack_wait);
-    tracing::info!(stream = %config.stream, durable = %config.durable, tenant = %tenant, "consuming");
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    });
-    let mut worker = Worker {
+    let progress_every = progress_interval(consumer.cached_info().config.ack_wait);
+    Ok(Started {
         store,
-        tenant,
         config,
-        failures: 0,
-        stopping: stopping.clone(),
+        tenant,
+        client,
+        consumer,
         progress_every,
-    };
-    let fetching = worker.config.clone();
-    let mut last_full = false;
-    let mut prefetched: Option<Vec<Message>> = None;
-    let mut lag_sampled: Option<std::time::Instant> = None;
-    let mut refused: Option<ConsumerError> = None;
-    let mut silence = Silence::default();
-    while !*stopping.borrow() {
-        if lag_sampled.is_none_or(|at| at.elapsed() >= LAG_SAMPLE_EVERY) {
-            let began = std::time::Instant::now();
-            lag_sampled = Some(began);
-            let checked =
-                check_durable(&client, &mut consumer, &worker.config, &mut progress_every).await;
-            worker.progress_every = progress_every;
-            match checked {
-                Ok(answered) => {
-                    silence
-                        .sampled(answered, began, &client, &worker.config)
+    })
+}
+
+impl Started {
+    /// Consumes until `shutdown` completes, then finishes the batch in flight (stored and
+    /// acked, or Nak'd) and returns. Errors are logged and retried, never fatal, but for
+    /// a durable consumer that can no longer be used (deleted, or changed to one this
+    /// process cannot consume).
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ConsumerError> {
+        let Started {
+            store,
+            config,
+            tenant,
+            client,
+            mut consumer,
+            mut progress_every,
+        } = self;
+        tracing::info!(stream = %config.stream, durable = %config.durable, tenant = %tenant, "consuming");
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+        let mut worker = Worker {
+            store,
+            tenant,
+            config,
+            failures: 0,
+            stopping: stopping.clone(),
+            progress_every,
+        };
+        let fetching = worker.config.clone();
+        let mut last_full = false;
+        let mut prefetched: Option<Vec<Message>> = None;
+        let mut lag_sampled: Option<std::time::Instant> = None;
+        let mut refused: Option<ConsumerError> = None;
+        let mut silence = Silence::default();
+        while !*stopping.borrow() {
+            if lag_sampled.is_none_or(|at| at.elapsed() >= LAG_SAMPLE_EVERY) {
+                let began = std::time::Instant::now();
+                lag_sampled = Some(began);
+                let checked =
+                    check_durable(&client, &mut consumer, &worker.config, &mut progress_every)
                         .await;
-                }
-                Err(err) => {
-                    // As at start: what was fetched is stored first, then the process
-                    // stops.
-                    tracing::error!(error = %err, "the durable consumer can no longer be used; stopping");
-                    refused = Some(err);
-                    break;
+                worker.progress_every = progress_every;
+                match checked {
+                    Ok(answered) => {
+                        silence
+                            .sampled(answered, began, &client, &worker.config)
+                            .await;
+                    }
+                    Err(err) => {
+                        // As at start: what was fetched is stored first, then the process
+                        // stops.
+                        tracing::error!(error = %err, "the durable consumer can no longer be used; stopping");
+                        refused = Some(err);
+                        break;
+                    }
                 }
             }
+            let batch = match prefetched.take() {
+                Some(batch) => batch,
+                None => fetch(&consumer, &fetching, last_full).await,
+            };
+            last_full = batch.len() >= fetching.batch_messages_max;
+            if batch.is_empty() {
+                continue;
+            }
+            crate::metrics::record_batch_size("nats", batch.len());
+            if last_full {
+                // A full batch says more are waiting: pull the next one while this one is
+                // stored and acked, so the pull's round trip overlaps the commit. The next
+                // batch is only delivered, not acked, until its own commit, and kept in
+                // progress until this one is handled, so a slow commit does not let the
+                // broker redeliver it to another consumer meanwhile.
+                let handled = tokio::sync::Notify::new();
+                let (_, next) = tokio::join!(
+                    async {
+                        worker.handle(batch).await;
+                        handled.notify_one();
+                    },
+                    async {
+                        let next = fetch(&consumer, &fetching, true).await;
+                        in_progress(&next, progress_every, handled.notified()).await;
+                        next
+                    }
+                );
+                prefetched = Some(next);
+            } else {
+                worker.handle(batch).await;
+            }
         }
-        let batch = match prefetched.take() {
-            Some(batch) => batch,
-            None => fetch(&consumer, &fetching, last_full).await,
-        };
-        last_full = batch.len() >= fetching.batch_messages_max;
-        if batch.is_empty() {
-            continue;
-        }
-        crate::metrics::record_batch_size("nats", batch.len());
-        if last_full {
-            // A full batch says more are waiting: pull the next one while this one is
-            // stored and acked, so the pull's round trip overlaps the commit. The next
-            // batch is only delivered, not acked, until its own commit, and kept in
-            // progress until this one is handled, so a slow commit does not let the
-            // broker redeliver it to another consumer meanwhile.
-            let handled = tokio::sync::Notify::new();
-            let (_, next) = tokio::join!(
-                async {
-                    worker.handle(batch).await;
-                    handled.notify_one();
-                },
-                async {
-                    let next = fetch(&consumer, &fetching, true).await;
-                    in_progress(&next, progress_every, handled.notified()).await;
-                    next
-                }
-            );
-            prefetched = Some(next);
-        } else {
+        // A batch pulled ahead is stored before stopping rather than left to redelivery.
+        if let Some(batch) = prefetched.filter(|b| !b.is_empty()) {
             worker.handle(batch).await;
         }
-    }
-    // A batch pulled ahead is stored before stopping rather than left to redelivery.
-    if let Some(batch) = prefetched.filter(|b| !b.is_empty()) {
-        worker.handle(batch).await;
-    }
-    // Acks are buffered by the client: send them before the process exits. With the
-    // server unreachable the flush would wait for a reconnection for ever and SIGTERM
-    // would not stop the process: it is bounded, and what it could not send is
-    // redelivered (and absorbed as duplicates).
-    match tokio::time::timeout(ACK_FLUSH_MAX, client.flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
-            tracing::warn!(error = %err, "flushing the last acks failed; those messages will be redelivered");
-        }
-        Err(_) => {
-            tracing::warn!(
+        // Acks are buffered by the client: send them before the process exits. With the
+        // server unreachable the flush would wait for a reconnection for ever and SIGTERM
+        // would not stop the process: it is bounded, and what it could not send is
+        // redelivered (and absorbed as duplicates).
+        match tokio::time::timeout(ACK_FLUSH_MAX, client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "flushing the last acks failed; those messages will be redelivered");
+            }
+            Err(_) => {
+                tracing::warn!(
                 waited_ms = ACK_FLUSH_MAX.as_millis() as u64,
                 "the NATS server did not take the last acks; those messages will be redelivered"
             );
+            }
         }
+        tracing::info!(durable = %worker.config.durable, "consumer stopped");
+        refused.map_or(Ok(()), Err)
     }
-    tracing::info!(durable = %worker.config.durable, "consumer stopped");
-    refused.map_or(Ok(()), Err)
 }
 
 /// How long stopping waits for the last acks to reach the NATS server.

@@ -17,5 +17,5 @@ mod consumer;
 mod decode;
 
 pub use config::NatsConfig;
-pub use consumer::{run, ConsumerError};
+pub use consumer::{run, start, ConsumerError, Started};
 pub use decode::{decode, Decoded, Refusal, SEGMENT_SUBJECT, SUBJECT_PREFIX};
