@@ -10,7 +10,9 @@ use serde_json::{Map, Number, Value};
 use thiserror::Error;
 
 use crate::canonical::EXACT_INTEGER_MAX;
-use crate::number::{first_refused, first_refused_per_item, NumberFault, RefusedNumber};
+use crate::number::{
+    first_out_of_range, first_refused, first_refused_per_item, NumberFault, RefusedNumber,
+};
 
 /// The most deeply nested document the parser can ever accept; `serde_json` stops at 128.
 pub const DEPTH_MAX_CEILING: usize = 120;
@@ -44,8 +46,12 @@ pub enum ParseError {
     /// An object repeats a key.
     #[error("object has the key {key:?} twice; duplicate keys are ambiguous (RFC 8259, I-JSON)")]
     DuplicateKey {
-        /// The clashing key, normalised.
+        /// The repeated key.
         key: String,
+        /// The RFC 6901 pointer of its second occurrence, the first such in document
+        /// order (found on the error path only, by a scan of the text; empty when the
+        /// scan finds none).
+        pointer: String,
     },
     /// A number the canonical form cannot hold without merging it with another value
     /// (see [`crate::number`]); `field` is its RFC 6901 pointer.
@@ -237,7 +243,7 @@ fn parse_judging_numbers(
     scan: fn(&str) -> Option<RefusedNumber>,
     meter: &Meter,
 ) -> Result<Value, ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, scan, meter)?;
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, meter)?;
     match suspect_number.then(|| scan(text)).flatten() {
         Some(refused) => Err(refused_number_error(refused)),
         None => Ok(value),
@@ -264,7 +270,7 @@ pub fn parse_reporting_numbers_in(
     item_depth: usize,
     meter: &Meter,
 ) -> Result<(Value, Vec<RefusedNumber>), ParseError> {
-    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, first_refused, meter)?;
+    let (value, text, suspect_number) = parse_any_numbers(bytes, depth_max, meter)?;
     let refused = if suspect_number {
         first_refused_per_item(text, item_depth)
     } else {
@@ -278,7 +284,6 @@ pub fn parse_reporting_numbers_in(
 fn parse_any_numbers<'t>(
     bytes: &'t [u8],
     depth_max: usize,
-    scan: fn(&str) -> Option<RefusedNumber>,
     meter: &Meter,
 ) -> Result<(Value, &'t str, bool), ParseError> {
     let text = std::str::from_utf8(bytes).map_err(|err| ParseError::InvalidUtf8 {
@@ -311,8 +316,15 @@ fn parse_any_numbers<'t>(
                 depth_max,
                 pointer: too_deep_at(text, depth_max),
             },
+            // Named where it is, as a key equal to another after normalisation is.
+            Some(ParseError::DuplicateKey { key, .. }) => {
+                duplicate_key_at(text).unwrap_or(ParseError::DuplicateKey {
+                    key,
+                    pointer: String::new(),
+                })
+            }
             Some(failure) => failure,
-            None => classify(text, &err, scan),
+            None => classify(text, &err),
         }),
     }
 }
@@ -331,6 +343,41 @@ fn too_deep_at(text: &str, depth_max: usize) -> String {
         false
     });
     pointer
+}
+
+/// The first key of `text` repeated in its object, in document order, with the pointer of
+/// its second occurrence. A scan of the text for the error path only, as [`too_deep_at`]:
+/// the one the parse met may lie inside the repeated key's value (it parses a value
+/// before it files the key), so the key is taken from the scan too, to match the pointer.
+fn duplicate_key_at(text: &str) -> Option<ParseError> {
+    use crate::number::Frame;
+    // The keys seen so far in each open container (arrays' stay empty).
+    let mut seen: Vec<std::collections::HashSet<String>> = Vec::new();
+    let mut found = None;
+    crate::number::scan_values(text, &mut |frames, value| {
+        if let Some(Frame::Object {
+            key: (from, to), ..
+        }) = frames.last()
+        {
+            let key: String = serde_json::from_str(&text[*from..*to]).unwrap_or_default();
+            seen.truncate(frames.len());
+            if let Some(keys) = seen.last_mut() {
+                if !keys.insert(key.clone()) {
+                    found = Some(ParseError::DuplicateKey {
+                        key,
+                        pointer: crate::number::pointer_of(text, frames),
+                    });
+                    return false;
+                }
+            }
+        }
+        if matches!(value, crate::number::Scanned::Container) {
+            seen.truncate(frames.len());
+            seen.push(std::collections::HashSet::new());
+        }
+        true
+    });
+    found
 }
 
 /// `bytes` (JSON text) with each `\uXXXX` escape of a surrogate that is not half of a
@@ -477,18 +524,13 @@ pub fn refused_number_error(refused: RefusedNumber) -> ParseError {
     }
 }
 
-/// `scan` names the number the parser stopped at when it is beyond the double range: the
-/// first number the caller's rule refuses, which the text before it does not hold.
-fn classify(
-    text: &str,
-    err: &serde_json::Error,
-    scan: fn(&str) -> Option<RefusedNumber>,
-) -> ParseError {
+/// A number beyond the double range is named where it is ([`first_out_of_range`]).
+fn classify(text: &str, err: &serde_json::Error) -> ParseError {
     let (line, column) = (err.line(), err.column());
     // serde_json refuses a literal beyond the double range (`1e400`) as a syntax error;
     // the text before it is valid, so the scan finds it and names its place.
     if err.to_string().starts_with("number out of range") {
-        if let Some(refused) = scan(text) {
+        if let Some(refused) = first_out_of_range(text) {
             return refused_number_error(refused);
         }
     }
@@ -637,7 +679,10 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
                 }
                 serde_json::map::Entry::Occupied(taken) => {
                     let key = taken.key().clone();
-                    return Err(self.fail(ParseError::DuplicateKey { key }));
+                    return Err(self.fail(ParseError::DuplicateKey {
+                        key,
+                        pointer: String::new(),
+                    }));
                 }
             }
         }
@@ -730,6 +775,72 @@ mod tests {
         let inside = parse(b"[\"\xEF\xBB\xBFa\"]", 3).expect("parsed");
         assert_eq!(inside[0], "\u{FEFF}a");
         assert!(parse(b"[1,\xEF\xBB\xBF2]", 3).is_err());
+    }
+
+    /// A repeated key is named by the pointer of its second occurrence, the first in
+    /// document order, with the key to match: an escaped spelling repeats a key too, and
+    /// where the repeated key's value holds a repeat of its own, the outer one is named.
+    #[test]
+    fn a_repeated_key_is_named_where_it_is() {
+        let cases: [(&str, &str, &str); 6] = [
+            (r#"{"a": 1, "a": 2}"#, "a", "/a"),
+            (r#"{"x": {"a": 1, "b": [1], "a": 2}}"#, "a", "/x/a"),
+            (
+                r#"[{"a": 1}, {"a": 2, "b": {"c": 1, "c": 2}}]"#,
+                "c",
+                "/1/b/c",
+            ),
+            (r#"{"a": 1, "a": {"b": 1, "b": 2}}"#, "a", "/a"),
+            (r#"{"k/~": 1, "k/~": 2}"#, "k/~", "/k~1~0"),
+            (
+                r#"{"a": {"a": 1}, "b": {"a": 1}, "c": [{"a": 1}], "c": 2}"#,
+                "c",
+                "/c",
+            ),
+        ];
+        for (input, key, pointer) in cases {
+            match parse(input.as_bytes(), 8) {
+                Err(ParseError::DuplicateKey {
+                    key: got_key,
+                    pointer: got_pointer,
+                }) => assert_eq!(
+                    (got_key.as_str(), got_pointer.as_str()),
+                    (key, pointer),
+                    "{input}"
+                ),
+                other => panic!("{input}: {other:?}"),
+            }
+        }
+    }
+
+    /// A body refused for a number beyond the double range names that number, not an
+    /// inexact one before it, which alone would refuse only its item of a batch (the
+    /// answer named `/0/amount`, and a client that fixed it was refused again).
+    #[test]
+    fn a_number_beyond_the_double_range_is_named_past_an_inexact_one() {
+        let text = br#"[{"amount": 9007199254740993}, {"amount": 1e400}]"#;
+        for err in [
+            parse_reporting_numbers(text, 8, 1).unwrap_err(),
+            parse(text, 8).unwrap_err(),
+            parse_wide_integers(text, 8).unwrap_err(),
+        ] {
+            match err {
+                ParseError::NumberOutOfRange {
+                    field,
+                    literal,
+                    fault,
+                } => assert_eq!(
+                    (field.as_str(), literal.as_str(), fault),
+                    ("/1/amount", "1e400", NumberFault::OutOfRange)
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Inexact alone: the item is reported, the body parsed.
+        let (_, refused) =
+            parse_reporting_numbers(br#"[{"amount": 9007199254740993}]"#, 8, 1).expect("parsed");
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].pointer, "/0/amount");
     }
 
     #[test]

@@ -123,6 +123,16 @@ pub fn first_refused_beyond_wide_integers(text: &str) -> Option<RefusedNumber> {
     first_refused_unless(text, is_wide_integer)
 }
 
+/// The first number literal of `text` beyond the double range (`1e400`), with its
+/// pointer: where the parser stopped, whatever number before it breaks only the
+/// exactness rule (one such refuses an item of a batch, not the whole body, and naming it
+/// sent a client to fix the wrong number).
+pub fn first_out_of_range(text: &str) -> Option<RefusedNumber> {
+    first_refused_unless(text, |literal| {
+        check_literal(literal) != Err(NumberFault::OutOfRange)
+    })
+}
+
 /// The first refused number literal of `text` that `passes` does not let through.
 fn first_refused_unless(text: &str, passes: fn(&str) -> bool) -> Option<RefusedNumber> {
     let mut first = None;
@@ -268,7 +278,7 @@ pub(crate) fn scan_values(text: &str, at_value: &mut dyn FnMut(&[Frame], Scanned
 /// included), or an array with the index of its current item.
 pub(crate) enum Frame {
     Object {
-        /// The clashing key, normalised.
+        /// The span of the current key in the text, its quotes included.
         key: (usize, usize),
         expect_key: bool,
     },

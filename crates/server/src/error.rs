@@ -279,8 +279,11 @@ impl From<ParseError> for ApiError {
             ParseError::NumberOutOfRange { field, .. } => {
                 ApiError::unprocessable(err.code(), err.to_string()).with_field(field.clone())
             }
-            // The place is named: which facet of a large event is too deep.
-            ParseError::TooDeep { pointer, .. } if !pointer.is_empty() => {
+            // The place is named: which facet of a large event is too deep, which key of
+            // which object is repeated.
+            ParseError::TooDeep { pointer, .. } | ParseError::DuplicateKey { pointer, .. }
+                if !pointer.is_empty() =>
+            {
                 ApiError::new(StatusCode::BAD_REQUEST, err.code(), err.to_string())
                     .with_field(pointer.clone())
             }
