@@ -257,10 +257,16 @@ impl Server {
 
     async fn stop(self) -> Result<()> {
         let _ = self.stop.send(());
-        self.task
+        let served = self
+            .task
             .await
             .context("the server task failed")?
-            .context("serve HTTP")
+            .context("serve HTTP");
+        // The write-ahead log checkpointed into the file and removed, as every command
+        // leaves its SQLite file (bounded: a connection still held must not keep the
+        // process up).
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.store.close()).await;
+        served
     }
 }
 

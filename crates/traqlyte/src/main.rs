@@ -473,6 +473,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let store = Store::connect(&store_config)
         .await
         .with_context(|| format!("connect to {}", redact(&args.db.database_url)))?;
+    closed_at_exit(&store);
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), database = %database_shown(&args.db.database_url), applied = ?applied, "database ready");
     let config = ServerConfig {
@@ -685,11 +686,18 @@ async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {
     let store = Store::connect(&config)
         .await
         .with_context(|| format!("connect to {}", redact(&db.database_url)))?;
+    closed_at_exit(&store);
+    Ok(store)
+}
+
+/// Has [`close_opened`] close `store` when the command ends: `serve` opened its store
+/// without it, and on SQLite a stopped server left its commits in `-wal` (a review found
+/// the file alone empty after a clean SIGTERM, where docs/operations.md says it is whole).
+fn closed_at_exit(store: &Store) {
     OPENED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .push(store.clone());
-    Ok(store)
 }
 
 /// Every store a command opened ([`connect`]), closed when it ends ([`close_opened`]).

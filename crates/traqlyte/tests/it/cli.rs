@@ -100,6 +100,63 @@ async fn a_command_leaves_its_commits_in_the_sqlite_file_not_beside_it() {
     assert!(stdout.contains("acme"), "{stdout}");
 }
 
+/// `serve` stopped by SIGTERM leaves the SQLite file whole too: it opened its store
+/// without the other commands' closing, and a review found the file alone empty (every
+/// commit in `-wal`) after a clean stop.
+#[tokio::test]
+async fn a_stopped_server_leaves_its_commits_in_the_sqlite_file() {
+    let db = TestDb::create(Backend::Sqlite).await;
+    let path = traqlyte_store::database_file(&db.url).expect("a SQLite file");
+    let created = traqlyte(&["tenant", "create", "acme", "--database-url", &db.url], "");
+    assert!(created.status.success(), "{created:?}");
+    let key = String::from_utf8_lossy(&created.stdout).trim().to_string();
+    let mut server = crate::helpers::ServerProcess::start(&db.url, &[]);
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: serde_json::Value| {
+        client
+            .post(format!("{}{path}", server.address))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+    };
+    let contract = post("/contracts", crate::helpers::checkout_contract())
+        .await
+        .expect("sent");
+    assert_eq!(contract.status(), reqwest::StatusCode::CREATED);
+    for i in 0..5 {
+        let event = crate::helpers::checkout_event(&format!("kept-{i}"));
+        let stored = post("/events/checkout_completed", event)
+            .await
+            .expect("sent");
+        assert_eq!(stored.status(), reqwest::StatusCode::OK);
+    }
+    server.terminate();
+    let status = server
+        .exit_within(std::time::Duration::from_secs(30))
+        .await
+        .expect("stopped");
+    assert!(status.success(), "{status:?}");
+    let wal = std::path::PathBuf::from(format!("{}-wal", path.display()));
+    let left = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert_eq!(left, 0, "{} holds commits", wal.display());
+    let copy = std::path::PathBuf::from(format!("{}.copy", path.display()));
+    std::fs::copy(&path, &copy).expect("copy the file alone");
+    let events: i64 = {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", copy.display()))
+            .await
+            .expect("open the copy");
+        sqlx::query_scalar("SELECT COUNT(*) FROM events")
+            .fetch_one(&mut conn)
+            .await
+            .expect("count")
+    };
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", copy.display()));
+    }
+    assert_eq!(events, 5);
+}
+
 /// A listing whose reader stops early (`traqlyte tenant list | head -0`) ends as other
 /// Unix tools do, by SIGPIPE; it panicked ("failed printing to stdout: Broken pipe",
 /// a backtrace, status 101).
