@@ -227,7 +227,7 @@ pub(crate) async fn post_batch(
             }
         }
     }
-    tracing::info!(tenant = %tenant, contract = %contract.name(), inserted = totals.inserted, duplicates = totals.duplicates, collisions = totals.collisions, rejected = totals.rejected, "batch stored");
+    tracing::debug!(tenant = %tenant, contract = %contract.name(), inserted = totals.inserted, duplicates = totals.duplicates, collisions = totals.collisions, rejected = totals.rejected, "batch stored");
     Ok(Json(BatchAnswer { results, totals }).into_response())
 }
 
