@@ -409,6 +409,16 @@ pub struct StoreConfig {
     /// back, its work done, before [`Store::pool_stranded_for`] says so (`/healthz` is
     /// then `503`): stranded connections, or a database that stalls.
     pub pool_stranded_after_ms: u64,
+    /// PostgreSQL: how long a statement of the store's sessions waits for a lock (a row
+    /// another transaction inserted and has not committed, a table's lock) before it
+    /// fails as busy (`503 store_busy`, retry), where the database's or role's
+    /// `lock_timeout` is 0 (no bound, PostgreSQL's default; one set there is kept); 0 here
+    /// leaves it. Live retries of the events a `backfill --dry-run` held for its whole
+    /// run waited as long, each group commit batch holding one until its minute was out,
+    /// and four of them held every slot of their kind: every tenant's single events were
+    /// `408` on that server (a multi-process review). Migrations wait as the database
+    /// says; partition maintenance has bounds of its own.
+    pub lock_timeout_ms: u64,
 }
 
 impl StoreConfig {
@@ -421,6 +431,7 @@ impl StoreConfig {
             walk_timeout_ms: 30_000,
             pool_acquire_timeout_ms: 5_000,
             pool_stranded_after_ms: 30_000,
+            lock_timeout_ms: 5_000,
         }
     }
 }

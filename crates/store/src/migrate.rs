@@ -159,6 +159,13 @@ impl crate::Store {
                 // migration until PostgreSQL next writes to it; PostgreSQL 14 and later
                 // can check the client every second instead (a no-op where it cannot).
                 sqlx::query(PG_CHECK_CLIENT).execute(&mut **t).await?;
+                // Another migrator's lock, and the table locks a migration's DDL needs,
+                // are waited for as the database says, not within the pool's bound for
+                // requests (`StoreConfig::lock_timeout_ms`): a process starting beside
+                // another's long migration waits for it.
+                sqlx::query("SET LOCAL lock_timeout TO DEFAULT")
+                    .execute(&mut **t)
+                    .await?;
                 let free: bool = sqlx::query_scalar(PG_TRY_LOCK)
                     .bind(PG_MIGRATION_LOCK)
                     .fetch_one(&mut **t)

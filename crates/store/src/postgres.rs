@@ -86,6 +86,7 @@ impl PgStore {
                 }
                 Ok(Ok(())) => None,
             };
+        let lock_timeout_ms = config.lock_timeout_ms;
         let born = std::time::Instant::now();
         let given_back = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let noted = given_back.clone();
@@ -111,8 +112,8 @@ impl PgStore {
             // `synchronous_commit` on (or a stronger or local level): a database or role
             // set to `off` would acknowledge commits a crash of PostgreSQL loses. Such a
             // setting is overridden for this process's sessions; any other is kept.
-            // And no JIT ([`session_settings`]).
-            .after_connect(|conn, _meta| Box::pin(session_settings(conn)))
+            // And no JIT, and a bound on lock waits ([`session_settings`]).
+            .after_connect(move |conn, _meta| Box::pin(session_settings(conn, lock_timeout_ms)))
             .after_release(move |conn, _meta| {
                 let noted = noted.clone();
                 Box::pin(async move {
@@ -136,7 +137,7 @@ impl PgStore {
             // queue) ends as `503 store_busy`, logged, not as the request's `408`.
             .acquire_timeout(Duration::from_secs(5))
             .idle_timeout(Duration::from_secs(60))
-            .after_connect(|conn, _meta| Box::pin(session_settings(conn)))
+            .after_connect(move |conn, _meta| Box::pin(session_settings(conn, lock_timeout_ms)))
             .after_release(|conn, _meta| Box::pin(settled(conn)))
             .connect_lazy(&config.database_url)?;
         let health = PgPoolOptions::new()
@@ -233,6 +234,8 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> Result<i32, StoreError> {
 ///   them, for hours. Ignored on a Unix-domain socket. This side has no keepalives (sqlx
 ///   offers none): its waits have bounds of their own ([`settled`], the server's
 ///   deadlines).
+/// - A bound on lock waits, `$1` ms ([`crate::StoreConfig::lock_timeout_ms`]), where the
+///   session's `lock_timeout` is 0 (the default: none) and `$1` is not 0.
 /// - From PostgreSQL 14, a statement whose client closed the connection (a connection
 ///   given back mid-statement and not [`settled`]) is stopped within a second
 ///   (`client_connection_check_interval`), where it ran to its end, beside the backends
@@ -240,6 +243,8 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> Result<i32, StoreError> {
 const SESSION_SETTINGS: &str = "SELECT set_config('jit', 'off', false),
      CASE WHEN current_setting('synchronous_commit') = 'off'
           THEN set_config('synchronous_commit', 'on', false) END,
+     CASE WHEN $1 <> '0' AND current_setting('lock_timeout') = '0'
+          THEN set_config('lock_timeout', $1, false) END,
      set_config('tcp_keepalives_idle', '30', false),
      set_config('tcp_keepalives_interval', '10', false),
      set_config('tcp_keepalives_count', '3', false),
@@ -247,8 +252,14 @@ const SESSION_SETTINGS: &str = "SELECT set_config('jit', 'off', false),
           THEN set_config('client_connection_check_interval', '1000', false) END";
 
 /// What every session of the store's pools sets when it connects: [`SESSION_SETTINGS`].
-async fn session_settings(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query(SESSION_SETTINGS).execute(conn).await?;
+async fn session_settings(
+    conn: &mut sqlx::PgConnection,
+    lock_timeout_ms: u64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(SESSION_SETTINGS)
+        .bind(lock_timeout_ms.to_string())
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

@@ -758,3 +758,104 @@ async fn readiness_holds_while_every_pooled_connection_is_busy() {
     let stored = waiting.await.expect("task").expect("answered");
     assert_eq!(stored.status(), StatusCode::OK);
 }
+
+/// A `backfill --dry-run` holds the rows it would insert for its whole run. Live retries
+/// of its events wait on those rows: each group commit batch holding one waited for as
+/// long as the dry run lasted (up to the batch's minute), and four of them held every
+/// slot of single events, so every other event on the server was `408` after the request
+/// timeout (a multi-process review). Now a statement waits for a lock 5 s at most
+/// (`StoreConfig::lock_timeout_ms`): the retries are `503 store_busy`, their slots come
+/// free, and the other events are stored while the dry run still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_retries_of_a_dry_runs_events_do_not_hold_up_the_other_single_events() {
+    use std::io::Write;
+    let app = spawn_app(Backend::Postgres).await;
+    app.register_checkout_contract().await;
+    let mut dry_run = std::process::Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+        .args(["backfill", "--tenant", "test tenant", "--dry-run", "--json"])
+        .args(["--contract", "checkout_completed", "--file", "-"])
+        .args(["--database-url", app.database_url()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn traqlyte backfill");
+    let mut input = dry_run.stdin.take().expect("stdin");
+    // One whole batch: written (and its rows held) while the dry run waits for more.
+    for i in 0..1_000 {
+        let line = serde_json::to_string(&checkout_event(&format!("dry-{i}"))).expect("JSON");
+        writeln!(input, "{line}").expect("write a line");
+    }
+    input.flush().expect("flush");
+    let mut watcher = sqlx::PgConnection::connect(app.database_url())
+        .await
+        .expect("connect");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        // Its batch written: the tally row is the batch's last statement (an open
+        // transaction alone may not have inserted the events yet).
+        let idle: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND state = 'idle in transaction'
+               AND query LIKE 'INSERT INTO event_tallies%'",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .expect("read the sessions");
+        if idle > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dry run wrote no batch"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Four live retries of the dry run's events, apart, so each starts a batch of its own.
+    let post = |event: serde_json::Value| {
+        let request = app
+            .client
+            .post(app.url("/events/checkout_completed"))
+            .bearer_auth(&app.key)
+            .json(&event);
+        tokio::spawn(async move {
+            let answer = request.send().await.expect("sent");
+            let (status, retry_after) = (
+                answer.status(),
+                answer.headers().contains_key("retry-after"),
+            );
+            let body: serde_json::Value = answer.json().await.expect("a JSON body");
+            (status, retry_after, body)
+        })
+    };
+    let mut held = Vec::new();
+    for i in 0..4 {
+        held.push(post(checkout_event(&format!("dry-{i}"))));
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+    let others: Vec<_> = (0..8)
+        .map(|i| post(checkout_event(&format!("other-{i}"))))
+        .collect();
+    for task in held {
+        let (status, retry_after, body) = task.await.expect("request task");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["error"]["code"], "store_busy", "{body}");
+        assert!(retry_after, "{body}");
+    }
+    for task in others {
+        let (status, _, body) = task.await.expect("request task");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "inserted", "{body}");
+    }
+    // Still running: the other events went through while it held its rows.
+    assert!(dry_run.try_wait().expect("wait").is_none());
+    drop(input);
+    let output = dry_run.wait_with_output().expect("wait");
+    assert!(output.status.success(), "{output:?}");
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(summary["would_insert"], 1_000, "{summary}");
+    assert_eq!(app.checkout_stats().await.0, 8, "the other events alone");
+    for i in 0..4 {
+        let stored = app.post_event(&checkout_event(&format!("dry-{i}"))).await;
+        assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
+    }
+}

@@ -315,6 +315,8 @@ async fn a_pool_whose_connections_do_not_come_back_is_not_ready() {
     let app = spawn_app_on(db, traqlyte_server::ServerConfig::default(), |store| {
         store.pool_connections_max = 2;
         store.pool_stranded_after_ms = 1_000;
+        // Waits as long as the lock is held: connections that do not come back.
+        store.lock_timeout_ms = 0;
     })
     .await;
     app.register_checkout_contract().await;
