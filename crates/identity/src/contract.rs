@@ -151,7 +151,10 @@ impl Contract {
         let document = ContractDocument::deserialize(serde_path_to_error::Deserializer::new(
             value, &mut track,
         ))
-        .map_err(|err| ContractError::new(serde_field(&track.path(), &err), err.to_string()))?;
+        .map_err(|err| {
+            let (field, message) = serde_refusal(&track.path(), &err);
+            ContractError::new(field, message)
+        })?;
         Contract::from_document(document, Rules::Registration)
     }
 
@@ -628,8 +631,10 @@ fn canonical_field(value: &Value, spec: &FieldSpec) -> Result<Option<Value>, Ide
 
 /// The contract field a serde error is about, spelled as the API names fields
 /// (`fields[0].pointer`): the path where it failed, and for a missing field the field
-/// itself (serde reports it at the object that lacks it).
-fn serde_field(path: &serde_path_to_error::Path, err: &serde_json::Error) -> String {
+/// itself (serde reports it at the object that lacks it); and the message, "`x` is
+/// required" for a missing field as on every other route (serde's "missing field `x`"
+/// otherwise).
+fn serde_refusal(path: &serde_path_to_error::Path, err: &serde_json::Error) -> (String, String) {
     let at = if path.iter().next().is_none() {
         String::new()
     } else {
@@ -639,9 +644,11 @@ fn serde_field(path: &serde_path_to_error::Path, err: &serde_json::Error) -> Str
     let missing = text
         .strip_prefix("missing field `")
         .and_then(|rest| rest.split('`').next());
-    match missing {
+    let field = match missing {
         Some(name) if at.is_empty() => name.to_string(),
         Some(name) => format!("{at}.{name}"),
-        None => at,
-    }
+        None => return (at, text),
+    };
+    let message = format!("`{field}` is required");
+    (field, message)
 }

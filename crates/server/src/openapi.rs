@@ -81,6 +81,9 @@ fn times_as_date_time(schema: &mut serde_json::Map<String, serde_json::Value>) {
 /// - the error envelope is one named schema (`ErrorEnvelope`), not one inline copy a
 ///   generator turns into a class per operation, and its answer declares the
 ///   `Retry-After` and `WWW-Authenticate` headers some errors carry;
+/// - an operation that takes an idempotency key declares `Idempotent-Replayed` on its
+///   answers (`true` on an answer replayed from the key's first request), and the
+///   envelope's `Retry-After` names `409 request_in_flight` too;
 /// - `POST /campaigns/{id}/publish` takes no body as well (an empty body publishes the
 ///   current arms), and the lineage routes' node parameters are required (without one
 ///   the answer is `400 missing_parameter`).
@@ -99,8 +102,12 @@ fn for_generated_clients(doc: &mut serde_json::Value) {
             json!({"$ref": "#/components/schemas/ErrorEnvelope"});
         envelope["headers"] = json!({
             "Retry-After": {
-                "description": "seconds to wait before retrying: on `503` answers whose cause clears within a moment (`server_busy`, `store_busy`, `contract_changing`, `request_timeout` on `/v1/*` and `POST /api/v1/lineage`)",
+                "description": "seconds to wait before retrying: on `503` answers whose cause clears within a moment (`server_busy`, `store_busy`, `contract_changing`, `request_timeout` on `/v1/*` and `POST /api/v1/lineage`), and on `409 request_in_flight` (the key's first request still runs)",
                 "schema": {"type": "integer", "minimum": 0}
+            },
+            "Idempotent-Replayed": {
+                "description": "`true` on an answer replayed from an earlier request with the same idempotency key (a stored `4xx` too)",
+                "schema": {"type": "string", "enum": ["true"]}
             },
             "WWW-Authenticate": {
                 "description": "on `401`: `Bearer realm=\"traqlyte\"` (`Basic realm=\"traqlyte\"` on `/v1/*`)",
@@ -109,6 +116,7 @@ fn for_generated_clients(doc: &mut serde_json::Value) {
         });
         doc["components"]["schemas"]["ErrorEnvelope"] = schema;
     }
+    replayed_answers(doc);
     if let Some(body) = doc.pointer_mut("/paths/~1campaigns~1{id}~1publish/post/requestBody") {
         body["required"] = Value::Bool(false);
     }
@@ -122,6 +130,37 @@ fn for_generated_clients(doc: &mut serde_json::Value) {
                 .iter_mut()
                 .filter(|p| p["name"] == json!(name))
                 .for_each(|p| p["required"] = Value::Bool(true));
+        }
+    }
+}
+
+/// Declares `Idempotent-Replayed` on the `2xx` answers of every operation that takes
+/// `X-TL-Idempotency-Key` (its error answers share the envelope, which declares it).
+fn replayed_answers(doc: &mut serde_json::Value) {
+    use serde_json::{json, Value};
+    let Some(Value::Object(paths)) = doc.get_mut("paths") else {
+        return;
+    };
+    for operation in paths
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(|p| p.values_mut())
+    {
+        let keyed = operation["parameters"].as_array().is_some_and(|ps| {
+            ps.iter()
+                .any(|p| p["name"] == json!("X-TL-Idempotency-Key"))
+        });
+        let Some(Value::Object(answers)) = operation.get_mut("responses").filter(|_| keyed) else {
+            continue;
+        };
+        for (_, answer) in answers
+            .iter_mut()
+            .filter(|(status, _)| status.starts_with('2'))
+        {
+            answer["headers"]["Idempotent-Replayed"] = json!({
+                "description": "`true` on an answer replayed from the first request with this idempotency key; absent otherwise",
+                "schema": {"type": "string", "enum": ["true"]}
+            });
         }
     }
 }
@@ -422,6 +461,19 @@ mod tests {
             "#/components/schemas/ErrorEnvelope"
         );
         assert!(envelope["headers"]["Retry-After"].is_object(), "{envelope}");
+        assert!(
+            envelope["headers"]["Idempotent-Replayed"].is_object(),
+            "{envelope}"
+        );
+        // Every operation taking a key declares the replay on its answers; one taking
+        // none does not.
+        let published = &doc["paths"]["/campaigns/{id}/publish"]["post"]["responses"]["201"];
+        assert!(
+            published["headers"]["Idempotent-Replayed"].is_object(),
+            "{published}"
+        );
+        let event = &doc["paths"]["/events/{contract}"]["post"]["responses"]["200"];
+        assert!(event["headers"]["Idempotent-Replayed"].is_null(), "{event}");
         assert_eq!(
             doc["components"]["schemas"]["ErrorEnvelope"]["required"][0],
             "error"

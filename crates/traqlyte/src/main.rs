@@ -179,7 +179,8 @@ struct ServeArgs {
     /// How long idempotency keys are kept before the purge deletes them (at least 1).
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..))]
     idempotency_retention_hours: u64,
-    /// A request taking longer than this (body and handling) is answered 408 (at least 1).
+    /// A request taking longer than this (body and handling) is answered 408, 503
+    /// request_timeout on /v1/* and POST /api/v1/lineage (at least 1).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_ms: u64,
     /// Most memory of request bodies read or handled at once, over every request: each
@@ -236,7 +237,8 @@ struct ServeArgs {
     #[arg(long, env = "TRAQLYTE_GROUP_COMMIT", value_enum, default_value = "on")]
     group_commit: OnOff,
     /// How long a group-commit batch waits for more requests after its first, in µs,
-    /// while another batch of its kind is being written (a lone request never waits).
+    /// while another batch of its kind is being written (a lone request never waits);
+    /// 0 to 2,000.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=2_000))]
     group_commit_wait_us: u64,
     /// Most requests one group-commit batch (one transaction) holds.
@@ -341,7 +343,8 @@ struct ContractSource {
 
 #[derive(Args)]
 struct IdArgs {
-    /// A contract JSON file, or a registered contract's name (with --api-key).
+    /// A contract JSON file, a registered contract's name (with --api-key), or the
+    /// built-in openlineage.run_event.
     contract: String,
     #[command(flatten)]
     source: ContractSource,

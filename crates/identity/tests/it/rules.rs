@@ -276,6 +276,20 @@ fn a_field_inside_a_set_field_is_refused() {
     }
 }
 
+/// A missing field is worded as on every other route ("`x` is required", the field
+/// named), not serde's "missing field `x`".
+#[test]
+fn a_missing_contract_field_is_named_and_required() {
+    for (document, field) in [
+        (json!({"name": "c", "version": 1}), "fields"),
+        (json!({"name": "c", "version": 1, "fields": [{}]}), "fields[0].pointer"),
+    ] {
+        let err = Contract::from_json(&document).expect_err("a missing field");
+        assert_eq!(err.field, field, "{document}");
+        assert_eq!(err.message, format!("`{field}` is required"), "{document}");
+    }
+}
+
 #[test]
 fn a_pointer_not_in_nfc_is_refused_by_the_contract() {
     // Event keys are normalised to NFC before lookup, so a decomposed pointer would never
