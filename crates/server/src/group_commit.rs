@@ -425,6 +425,20 @@ async fn write_batch<F: Flush>(
     let early = test_lose_answer(early);
     let early = match early {
         Ok(early) => early,
+        // One statement: it stored nothing. The transaction below would wait as long
+        // again on the same rows.
+        Err(err) if split_on(&err, items.len()) => {
+            tracing::warn!(error = %err, items = items.len(), "group commit batch waited out a lock; writing its items one by one");
+            return write_one_by_one(
+                store,
+                flush,
+                lookups,
+                items,
+                replies,
+                Some(ITEM_LOCK_WAIT_MS),
+            )
+            .await;
+        }
         // The statement may have committed before its answer was lost: judged again, the
         // batch's own rows would be answered (and counted) as duplicates of themselves.
         // A database out of reach, or a wait for a lock or a connection given up, would
@@ -469,29 +483,86 @@ async fn write_batch<F: Flush>(
         // a database out of reach or a wait given up would be met by each item alone,
         // one wait after the other, past its request's timeout. Every request is
         // answered the error (503, retry) at once.
+        Err(err) if split_on(&err, items.len()) => {
+            tracing::warn!(error = %err, items = items.len(), "group commit batch waited out a lock; writing its items one by one");
+            write_one_by_one(
+                store,
+                flush,
+                lookups,
+                items,
+                replies,
+                Some(ITEM_LOCK_WAIT_MS),
+            )
+            .await;
+        }
         Err(err) if items.len() == 1 || futile_to_write_again(&err) => {
             answer_all_failed(replies, err)
         }
         Err(err) => {
             tracing::warn!(error = %err, items = items.len(), "group commit batch failed; writing its items one by one");
-            let mut replies = replies.into_iter();
-            for item in &items {
-                let Some(reply) = replies.next() else { break };
-                let answer = match write_in_one_tx(store, flush, std::slice::from_ref(item)).await {
-                    Ok(mut answers) => answers
-                        .pop()
-                        .ok_or_else(|| ApiError::internal("store returned no outcome"))
-                        .and_then(|a| answered(lookups, item.0.as_ref(), a)),
-                    Err(err) if futile_to_write_again(&err) => {
-                        // The rest would meet it too: answered with it now.
-                        let rest: Vec<_> = std::iter::once(reply).chain(replies).collect();
-                        return answer_all_failed(rest, err);
-                    }
-                    Err(err) => Err(err.into()),
-                };
-                answer_item(flush, &item.1, reply, answer);
-            }
+            write_one_by_one(store, flush, lookups, items, replies, None).await;
         }
+    }
+}
+
+/// How long an item written alone after its batch waited out a lock waits for one
+/// ([`split_on`]): the batch already waited the whole lock timeout, so a row still held
+/// is held for long (a `backfill --dry-run`'s, a manual session's).
+const ITEM_LOCK_WAIT_MS: u32 = 200;
+
+/// How many items written alone may wait out a lock before the rest of the batch is
+/// answered with it at once: a table's lock (DDL, `LOCK TABLE`) holds every item, and
+/// they would each wait in turn.
+const ITEM_LOCK_WAITS_MAX: usize = 2;
+
+/// Whether a batch of `items` that failed with `err` is written again item by item, a
+/// wait given up though it is ([`futile_to_write_again`]): a lock waited out is most
+/// likely one item's, its row held by another transaction (a live retry of an event a
+/// `backfill --dry-run` holds), and the batch's other items, any tenant's, are stored
+/// rather than answered `503` with it (a read-back: one held retry made the whole batch
+/// `503`).
+fn split_on(err: &StoreError, items: usize) -> bool {
+    items > 1 && err.lock_waited_out()
+}
+
+/// Writes each item in a transaction of its own and answers it; with `lock_wait`, each
+/// waits that long at most for a lock, and once [`ITEM_LOCK_WAITS_MAX`] items have waited
+/// one out the rest are answered that error. An error the rest would meet too (the
+/// database out of reach) answers every item left at once.
+async fn write_one_by_one<F: Flush>(
+    store: &Store,
+    flush: &F,
+    lookups: &Lookups,
+    items: Vec<(Option<ApiKey>, F::Item)>,
+    replies: Vec<Reply<F>>,
+    lock_wait: Option<u32>,
+) {
+    let mut replies = replies.into_iter();
+    let mut lock_waits = 0;
+    for item in &items {
+        let Some(reply) = replies.next() else { break };
+        let written = write_in_one_tx_within(store, flush, std::slice::from_ref(item), lock_wait);
+        let answer = match written.await {
+            Ok(mut answers) => answers
+                .pop()
+                .ok_or_else(|| ApiError::internal("store returned no outcome"))
+                .and_then(|a| answered(lookups, item.0.as_ref(), a)),
+            Err(err) if lock_wait.is_some() && err.lock_waited_out() => {
+                lock_waits += 1;
+                if lock_waits == ITEM_LOCK_WAITS_MAX {
+                    let rest: Vec<_> = std::iter::once(reply).chain(replies).collect();
+                    return answer_all_failed(rest, err);
+                }
+                Err(err.into())
+            }
+            Err(err) if futile_to_write_again(&err) => {
+                // The rest would meet it too: answered with it now.
+                let rest: Vec<_> = std::iter::once(reply).chain(replies).collect();
+                return answer_all_failed(rest, err);
+            }
+            Err(err) => Err(err.into()),
+        };
+        answer_item(flush, &item.1, reply, answer);
     }
 }
 
@@ -570,7 +641,20 @@ async fn write_in_one_tx<F: Flush>(
     flush: &F,
     items: &[(Option<ApiKey>, F::Item)],
 ) -> Result<Vec<Option<F::Answer>>, StoreError> {
+    write_in_one_tx_within(store, flush, items, None).await
+}
+
+/// [`write_in_one_tx`], its waits for locks bounded by `lock_wait` ms when given.
+async fn write_in_one_tx_within<F: Flush>(
+    store: &Store,
+    flush: &F,
+    items: &[(Option<ApiKey>, F::Item)],
+    lock_wait: Option<u32>,
+) -> Result<Vec<Option<F::Answer>>, StoreError> {
     let mut tx = flush.begin(store).await?;
+    if let Some(ms) = lock_wait {
+        tx.bound_lock_waits(ms).await?;
+    }
     #[cfg(feature = "test-hooks")]
     test_delay().await;
     let keys = keys_of(items);

@@ -272,6 +272,20 @@ impl StoreError {
         }
     }
 
+    /// A PostgreSQL statement that waited for a lock past its `lock_timeout`
+    /// ([`StoreConfig::lock_timeout_ms`], SQLSTATE `55P03`; one of
+    /// [`StoreError::waited_out`]): another transaction holds a row or a table it needs.
+    pub fn lock_waited_out(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(db))
+                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_none() =>
+            {
+                db.code().as_deref() == Some("55P03")
+            }
+            _ => false,
+        }
+    }
+
     /// `self` as the error of a read bounded by [`StoreConfig::walk_timeout_ms`]: a
     /// statement PostgreSQL stopped at that bound is [`StoreError::QueryTimeout`], the
     /// request timeout's own answer; every other error is itself.
@@ -411,9 +425,10 @@ pub struct StoreConfig {
     pub pool_stranded_after_ms: u64,
     /// PostgreSQL: how long a statement of the store's sessions waits for a lock (a row
     /// another transaction inserted and has not committed, a table's lock) before it
-    /// fails as busy (`503 store_busy`, retry), where the database's or role's
-    /// `lock_timeout` is 0 (no bound, PostgreSQL's default; one set there is kept); 0 here
-    /// leaves it. Live retries of the events a `backfill --dry-run` held for its whole
+    /// fails as busy (`503 store_busy`, retry), where `lock_timeout` has PostgreSQL's
+    /// default (0, no bound); one set in the configuration, for the database or the role
+    /// or in the URL, 0 too, is kept; 0 here leaves it. Each wait is bounded, not a
+    /// statement's sum of them. Live retries of the events a `backfill --dry-run` held for its whole
     /// run waited as long, each group commit batch holding one until its minute was out,
     /// and four of them held every slot of their kind: every tenant's single events were
     /// `408` on that server (a multi-process review). Migrations wait as the database

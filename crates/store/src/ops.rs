@@ -285,14 +285,18 @@ pub(crate) const INSERT_COLLISION_RETURNING: &str = "INSERT INTO event_collision
       stored_payload, incoming_payload, received_at_us, source)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING collision_id";
 
-/// A collision's deliveries, one per live webhook of its tenant, due at once (`$3`, the
-/// time of logging on the store's clock, which also orders a tenant's deliveries).
 /// Most rows one statement of a purge deletes ([`Store::purge_webhook_deliveries`],
 /// [`Store::idempotency_purge`]): a backlog (a shortened retention, a first purge of a
 /// large table) is deleted in many short transactions, none holding many row locks or,
 /// on SQLite, the write lock for long.
 pub const PURGED_AT_ONCE: i64 = 10_000;
 
+/// A pause between two statements of a purge, so a writer of another process (SQLite's
+/// one write lock, retried by its busy handler) gets its turn in a long purge.
+const PURGE_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// A collision's deliveries, one per live webhook of its tenant, due at once (`$3`, the
+/// time of logging on the store's clock, which also orders a tenant's deliveries).
 const INSERT_DELIVERIES: &str = "INSERT INTO webhook_deliveries
      (tenant_id, delivery_id, webhook_id, collision_id, created_at_us, next_attempt_at_us)
      SELECT tenant_id, webhook_id || '.' || CAST(CAST($2 AS BIGINT) AS TEXT), webhook_id, $2, $3, $3
@@ -853,6 +857,7 @@ impl Store {
             if done < PURGED_AT_ONCE as u64 {
                 return Ok(purged);
             }
+            tokio::time::sleep(PURGE_PAUSE).await;
         }
     }
 

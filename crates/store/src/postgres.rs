@@ -234,8 +234,10 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> Result<i32, StoreError> {
 ///   them, for hours. Ignored on a Unix-domain socket. This side has no keepalives (sqlx
 ///   offers none): its waits have bounds of their own ([`settled`], the server's
 ///   deadlines).
-/// - A bound on lock waits, `$1` ms ([`crate::StoreConfig::lock_timeout_ms`]), where the
-///   session's `lock_timeout` is 0 (the default: none) and `$1` is not 0.
+/// - A bound on each wait for a lock, `$1` ms ([`crate::StoreConfig::lock_timeout_ms`]),
+///   where `lock_timeout` has PostgreSQL's default (0, none) and `$1` is not 0: a value
+///   set in the configuration file, for the database or the role, or in the URL's
+///   `options`, 0 too, is kept.
 /// - From PostgreSQL 14, a statement whose client closed the connection (a connection
 ///   given back mid-statement and not [`settled`]) is stopped within a second
 ///   (`client_connection_check_interval`), where it ran to its end, beside the backends
@@ -243,7 +245,8 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> Result<i32, StoreError> {
 const SESSION_SETTINGS: &str = "SELECT set_config('jit', 'off', false),
      CASE WHEN current_setting('synchronous_commit') = 'off'
           THEN set_config('synchronous_commit', 'on', false) END,
-     CASE WHEN $1 <> '0' AND current_setting('lock_timeout') = '0'
+     CASE WHEN $1 <> '0'
+           AND (SELECT source FROM pg_settings WHERE name = 'lock_timeout') = 'default'
           THEN set_config('lock_timeout', $1, false) END,
      set_config('tcp_keepalives_idle', '30', false),
      set_config('tcp_keepalives_interval', '10', false),

@@ -129,6 +129,18 @@ impl Store {
 }
 
 impl StoreTx {
+    /// Bounds this transaction's waits for locks to `ms` (PostgreSQL's `SET LOCAL
+    /// lock_timeout`; nothing on SQLite, whose one writer holds the whole file).
+    pub async fn bound_lock_waits(&mut self, ms: u32) -> Result<(), StoreError> {
+        if let TxInner::Postgres(t) = &mut self.inner {
+            sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+                .bind(ms.to_string())
+                .execute(&mut **t)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Commits durably.
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.inner {

@@ -282,7 +282,10 @@ fn a_field_inside_a_set_field_is_refused() {
 fn a_missing_contract_field_is_named_and_required() {
     for (document, field) in [
         (json!({"name": "c", "version": 1}), "fields"),
-        (json!({"name": "c", "version": 1, "fields": [{}]}), "fields[0].pointer"),
+        (
+            json!({"name": "c", "version": 1, "fields": [{}]}),
+            "fields[0].pointer",
+        ),
     ] {
         let err = Contract::from_json(&document).expect_err("a missing field");
         assert_eq!(err.field, field, "{document}");

@@ -41,6 +41,25 @@ async fn the_store_commits_durably_on_a_database_set_to_asynchronous_commits() {
         let read = store.session_setting(setting).await.expect("read");
         assert_eq!(read.as_deref(), Some(value), "{setting}");
     }
+    // A wait for a lock ends after 5 s where PostgreSQL's default (none) is in force; a
+    // value the operator set, none included, is kept.
+    let lock_timeout = store.session_setting("lock_timeout").await.expect("read");
+    assert_eq!(lock_timeout.as_deref(), Some("5s"));
+    for (database_level, sessions_level) in [("0", "0"), ("2000", "2s")] {
+        db.raw()
+            .await
+            .execute(&format!(
+                "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = {database_level}', current_database()); END $$"
+            ))
+            .await;
+        let read = db
+            .store()
+            .await
+            .session_setting("lock_timeout")
+            .await
+            .expect("read");
+        assert_eq!(read.as_deref(), Some(sessions_level), "{database_level}");
+    }
     let sqlite = TestDb::create(Backend::Sqlite).await;
     let level = sqlite
         .store()
