@@ -428,16 +428,7 @@ async fn write_batch<F: Flush>(
         // One statement: it stored nothing. The transaction below would wait as long
         // again on the same rows.
         Err(err) if split_on(&err, items.len()) => {
-            tracing::warn!(error = %err, items = items.len(), "group commit batch waited out a lock; writing its items one by one");
-            return write_one_by_one(
-                store,
-                flush,
-                lookups,
-                items,
-                replies,
-                Some(ITEM_LOCK_WAIT_MS),
-            )
-            .await;
+            return write_split(&err, store, flush, lookups, items, replies).await;
         }
         // The statement may have committed before its answer was lost: judged again, the
         // batch's own rows would be answered (and counted) as duplicates of themselves.
@@ -484,16 +475,7 @@ async fn write_batch<F: Flush>(
         // one wait after the other, past its request's timeout. Every request is
         // answered the error (503, retry) at once.
         Err(err) if split_on(&err, items.len()) => {
-            tracing::warn!(error = %err, items = items.len(), "group commit batch waited out a lock; writing its items one by one");
-            write_one_by_one(
-                store,
-                flush,
-                lookups,
-                items,
-                replies,
-                Some(ITEM_LOCK_WAIT_MS),
-            )
-            .await;
+            write_split(&err, store, flush, lookups, items, replies).await;
         }
         Err(err) if items.len() == 1 || futile_to_write_again(&err) => {
             answer_all_failed(replies, err)
@@ -523,6 +505,21 @@ const ITEM_LOCK_WAITS_MAX: usize = 2;
 /// `503`).
 fn split_on(err: &StoreError, items: usize) -> bool {
     items > 1 && err.lock_waited_out()
+}
+
+/// Writes a batch that waited out a lock ([`split_on`]) item by item, each item waiting
+/// [`ITEM_LOCK_WAIT_MS`] at most.
+async fn write_split<F: Flush>(
+    err: &StoreError,
+    store: &Store,
+    flush: &F,
+    lookups: &Lookups,
+    items: Vec<(Option<ApiKey>, F::Item)>,
+    replies: Vec<Reply<F>>,
+) {
+    tracing::warn!(error = %err, items = items.len(), "group commit batch waited out a lock; writing its items one by one");
+    let lock_wait = Some(ITEM_LOCK_WAIT_MS);
+    write_one_by_one(store, flush, lookups, items, replies, lock_wait).await;
 }
 
 /// Writes each item in a transaction of its own and answers it; with `lock_wait`, each

@@ -790,27 +790,17 @@ async fn live_retries_of_a_dry_runs_events_do_not_hold_up_the_other_single_event
     let mut watcher = sqlx::PgConnection::connect(app.database_url())
         .await
         .expect("connect");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        // Its batch written: the tally row is the batch's last statement (an open
-        // transaction alone may not have inserted the events yet).
-        let idle: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND state = 'idle in transaction'
-               AND query LIKE 'INSERT INTO event_tallies%'",
-        )
-        .fetch_one(&mut watcher)
-        .await
-        .expect("read the sessions");
-        if idle > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the dry run wrote no batch"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    // Its batch written: the tally row is the batch's last statement (an open
+    // transaction alone may not have inserted the events yet).
+    crate::helpers::wait_for_rows(
+        &mut watcher,
+        "SELECT COUNT(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND state = 'idle in transaction'
+           AND query LIKE 'INSERT INTO event_tallies%'",
+        std::time::Duration::from_secs(60),
+        "the dry run wrote no batch",
+    )
+    .await;
     // Four live retries of the dry run's events, apart, so each starts a batch of its own.
     let post = |event: serde_json::Value| {
         let request = app

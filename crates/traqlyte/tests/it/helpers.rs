@@ -681,19 +681,33 @@ pub fn tenant_name(text: &str) -> traqlyte_store::TenantName {
 /// it at.
 pub async fn wait_for_lock_waiter(conn: &mut sqlx::PgConnection, condition: &str) {
     let sql = format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND {condition}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let waited = std::time::Duration::from_secs(10);
+    wait_for_rows(
+        conn,
+        &sql,
+        waited,
+        &format!("no session waited: {condition}"),
+    )
+    .await;
+}
+
+/// Polls `count_sql` (one `COUNT`) until it counts a row; fails with `what` after `limit`.
+pub async fn wait_for_rows(
+    conn: &mut sqlx::PgConnection,
+    count_sql: &str,
+    limit: std::time::Duration,
+    what: &str,
+) {
+    let deadline = std::time::Instant::now() + limit;
     loop {
-        let (waiters,): (i64,) = sqlx::query_as(&sql)
+        let (rows,): (i64,) = sqlx::query_as(count_sql)
             .fetch_one(&mut *conn)
             .await
-            .expect("pg_locks");
-        if waiters > 0 {
+            .expect("count");
+        if rows > 0 {
             return;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no session waited: {condition}"
-        );
+        assert!(std::time::Instant::now() < deadline, "{what}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
