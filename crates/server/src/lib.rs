@@ -328,8 +328,6 @@ const PARTITIONS_RETRY_AFTER: std::time::Duration = std::time::Duration::from_se
 /// How often per-call tally rows are folded, and how old a row must be to be folded.
 const TALLY_ROLL_UP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 const TALLY_ROLL_UP_AGE_US: i64 = 120_000_000;
-/// The width of the rows the per-call tally rows are folded into.
-const TALLY_MINUTE_US: i64 = 60_000_000;
 
 /// Folds old per-call tally rows into per-minute rows, and minute rows older than
 /// [`traqlyte_store::MINUTE_TALLIES_KEPT_US`] into per-hour rows, periodically, so `GET
@@ -341,8 +339,8 @@ async fn roll_up_tallies(state: AppState) {
         ticker.tick().await;
         // Whole minutes only: a minute split between two rounds was folded into two
         // rows (a soak review counted 1.7 a key and minute where one is meant).
-        let before = (traqlyte_store::now_us() - TALLY_ROLL_UP_AGE_US).div_euclid(TALLY_MINUTE_US)
-            * TALLY_MINUTE_US;
+        let minute = traqlyte_store::TALLY_BUCKET_US;
+        let before = (traqlyte_store::now_us() - TALLY_ROLL_UP_AGE_US).div_euclid(minute) * minute;
         match traqlyte_store::within(ROUND_DEADLINE, state.store.roll_up_tallies(before)).await {
             Ok(0) => {}
             Ok(folded) => tracing::debug!(folded, "tally rows rolled up"),

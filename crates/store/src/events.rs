@@ -608,7 +608,7 @@ struct TallyCounts {
 }
 
 /// Width of a rolled-up tally row.
-const TALLY_BUCKET_US: i64 = 60_000_000;
+pub const TALLY_BUCKET_US: i64 = 60_000_000;
 
 /// The other per-request count tables folded beside `event_tallies`: (table, the
 /// columns that key a row besides `at_us`, the summed columns).

@@ -58,7 +58,7 @@ pub use campaigns::{
 pub use deadletters::{
     DeadLetter, DeadLetterCursor, NewDeadLetter, DEAD_LETTERS_PAGE_BYTES_MAX, DEAD_LETTERS_PAGE_MAX,
 };
-pub use events::MINUTE_TALLIES_KEPT_US;
+pub use events::{MINUTE_TALLIES_KEPT_US, TALLY_BUCKET_US};
 pub use experiments::{
     Assignment, AssignmentId, DedupeKey, DuplicatesInBucket, MetricArmSums, MetricWindow,
     NewOutcome, OutcomeResult, StoredOutcome, UnitId, UnitsByVersion, WindowSums,
@@ -276,14 +276,7 @@ impl StoreError {
     /// ([`StoreConfig::lock_timeout_ms`], SQLSTATE `55P03`; one of
     /// [`StoreError::waited_out`]): another transaction holds a row or a table it needs.
     pub fn lock_waited_out(&self) -> bool {
-        match self {
-            StoreError::Database(sqlx::Error::Database(db))
-                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_none() =>
-            {
-                db.code().as_deref() == Some("55P03")
-            }
-            _ => false,
-        }
+        self.postgres_code_is("55P03")
     }
 
     /// `self` as the error of a read bounded by [`StoreConfig::walk_timeout_ms`]: a
@@ -302,11 +295,16 @@ impl StoreError {
     /// by `pg_cancel_backend`). Nothing was written. Not [`StoreError::is_busy`]: the
     /// same request may meet it every time, so no client is told to retry in a second.
     pub fn statement_timed_out(&self) -> bool {
+        self.postgres_code_is("57014")
+    }
+
+    /// Whether `self` is PostgreSQL's error of SQLSTATE `code`.
+    fn postgres_code_is(&self, code: &str) -> bool {
         matches!(
             self,
             StoreError::Database(sqlx::Error::Database(db))
                 if db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some()
-                    && db.code().as_deref() == Some("57014")
+                    && db.code().as_deref() == Some(code)
         )
     }
 

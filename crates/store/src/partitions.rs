@@ -377,9 +377,11 @@ async fn lock_and_list(conn: &mut sqlx::PgConnection) -> Result<Vec<Listed>, Sto
 /// [`StoreError::Busy`] for a wait that outlasted `lock_timeout` (SQLSTATE `55P03`):
 /// contention, which a retry gets past, not a fault of the server.
 fn busy_on_lock_timeout(err: sqlx::Error) -> StoreError {
-    match &err {
-        sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03") => StoreError::Busy,
-        _ => StoreError::Database(err),
+    let err = StoreError::Database(err);
+    if err.lock_waited_out() {
+        StoreError::Busy
+    } else {
+        err
     }
 }
 
