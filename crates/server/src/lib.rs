@@ -337,10 +337,7 @@ async fn roll_up_tallies(state: AppState) {
     let mut ticker = tokio::time::interval(TALLY_ROLL_UP_EVERY);
     loop {
         ticker.tick().await;
-        // Whole minutes only: a minute split between two rounds was folded into two
-        // rows (a soak review counted 1.7 a key and minute where one is meant).
-        let minute = traqlyte_store::TALLY_BUCKET_US;
-        let before = (traqlyte_store::now_us() - TALLY_ROLL_UP_AGE_US).div_euclid(minute) * minute;
+        let before = traqlyte_store::now_us() - TALLY_ROLL_UP_AGE_US;
         match traqlyte_store::within(ROUND_DEADLINE, state.store.roll_up_tallies(before)).await {
             Ok(0) => {}
             Ok(folded) => tracing::debug!(folded, "tally rows rolled up"),

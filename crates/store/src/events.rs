@@ -708,14 +708,17 @@ async fn fold_tallies(
 }
 
 impl Store {
-    /// Folds the per-call tally rows older than `before_us` into one row per (tenant,
-    /// contract, source, minute), so `GET /stats` reads a bounded number of rows; the
-    /// per-request rows of Segment sources and metric bindings likewise (per source, per
-    /// binding). Counts are unchanged: on PostgreSQL the rows are moved by one statement
-    /// (delete-returning feeding the insert), on SQLite inside one `BEGIN IMMEDIATE`
-    /// transaction, so no concurrent insert can slip between reading and deleting.
-    /// Returns how many per-call `event_tallies` rows were folded.
+    /// Folds the per-call tally rows of the minutes that ended before `before_us` into one
+    /// row per (tenant, contract, source, minute), so `GET /stats` reads a bounded number
+    /// of rows; the per-request rows of Segment sources and metric bindings likewise (per
+    /// source, per binding). Only whole minutes are folded: a minute split between two
+    /// rounds would be two rows (a soak review counted 1.7 a key and minute). Counts are
+    /// unchanged: on PostgreSQL the rows are moved by one statement (delete-returning
+    /// feeding the insert), on SQLite inside one `BEGIN IMMEDIATE` transaction, so no
+    /// concurrent insert can slip between reading and deleting. Returns how many per-call
+    /// `event_tallies` rows were folded.
     pub async fn roll_up_tallies(&self, before_us: i64) -> Result<u64, StoreError> {
+        let before_us = before_us.div_euclid(TALLY_BUCKET_US) * TALLY_BUCKET_US;
         let mut tx = self.begin().await?;
         for table in OTHER_TALLIES {
             fold_tallies(&mut tx, table, (0, 1), before_us, TALLY_BUCKET_US).await?;

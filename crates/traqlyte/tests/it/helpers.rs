@@ -662,10 +662,15 @@ pub fn checkout_event(order: &str) -> Value {
 /// minutes away: a test whose counts land in hourly buckets, or whose "today" names a
 /// partition, would see them split across two hours or days if it ran across one.
 pub async fn clear_of_hour_boundary() {
-    const HOUR_US: i64 = 3_600_000_000;
+    clear_of_boundary(3_600_000_000, 120_000_000).await;
+}
+
+/// Waits, when the next multiple of `width_us` (UTC) is less than `margin_us` away, until
+/// just past it.
+pub async fn clear_of_boundary(width_us: i64, margin_us: i64) {
     let now = traqlyte_store::now_us();
-    let to_boundary = HOUR_US - now.rem_euclid(HOUR_US);
-    if to_boundary < 120_000_000 {
+    let to_boundary = width_us - now.rem_euclid(width_us);
+    if to_boundary < margin_us {
         let wait = u64::try_from(to_boundary + 1_000_000).unwrap_or(0);
         tokio::time::sleep(std::time::Duration::from_micros(wait)).await;
     }

@@ -180,9 +180,11 @@ async fn a_batch_over_the_event_limit_is_refused_whole(backend: Backend) {
 }
 
 async fn rolling_up_tallies_keeps_every_count_in_fewer_rows(backend: Backend) {
+    use traqlyte_store::TALLY_BUCKET_US;
     crate::helpers::clear_of_hour_boundary().await;
     let app = spawn_app(backend).await;
     app.register_checkout_contract().await;
+    crate::helpers::clear_of_boundary(TALLY_BUCKET_US, 15_000_000).await;
     for order in 0..5 {
         app.post_event(&checkout_event(&format!("order_{order}")))
             .await;
@@ -192,18 +194,30 @@ async fn rolling_up_tallies_keeps_every_count_in_fewer_rows(backend: Backend) {
     let before = app.checkout_stats().await;
     assert_eq!(before, (5, 5, 0));
     let rows_before = app.store.tally_rows().await.expect("rows");
-    let folded = app
+    // Only whole minutes are folded: a cutoff inside this minute (the posts began at
+    // least 15 s before its end) folds none of its rows, which a later round would fold into a second row.
+    let within = app
         .store
         .roll_up_tallies(traqlyte_store::now_us() + 1_000_000)
         .await
+        .expect("roll up within the minute");
+    assert_eq!(within, 0, "a minute that has not ended is not folded");
+    let folded = app
+        .store
+        .roll_up_tallies(traqlyte_store::now_us() + TALLY_BUCKET_US)
+        .await
         .expect("roll up");
     assert_eq!(folded, rows_before as u64, "every per-call row is folded");
-    assert!(app.store.tally_rows().await.expect("rows") < rows_before);
+    assert_eq!(
+        app.store.tally_rows().await.expect("rows"),
+        1,
+        "one row for the key and its minute"
+    );
     assert_eq!(app.checkout_stats().await, before, "no count changes");
     // Folding again finds nothing new and changes nothing.
     assert_eq!(
         app.store
-            .roll_up_tallies(traqlyte_store::now_us() + 1_000_000)
+            .roll_up_tallies(traqlyte_store::now_us() + TALLY_BUCKET_US)
             .await
             .expect("again"),
         0

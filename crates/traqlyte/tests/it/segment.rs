@@ -1386,7 +1386,7 @@ async fn rolling_up_source_and_binding_tallies_keeps_every_count(backend: Backen
     assert_eq!(bindings_before, vec![[Some(6), Some(6), Some(0)]; 2]);
     for _ in 0..2 {
         app.store
-            .roll_up_tallies(traqlyte_store::now_us() + 1_000_000)
+            .roll_up_tallies(traqlyte_store::now_us() + traqlyte_store::TALLY_BUCKET_US)
             .await
             .expect("roll up");
         assert_eq!(counts(source_row(&app, "web").await), source_before);
