@@ -496,6 +496,31 @@ impl Store {
             .await?))
     }
 
+    /// The transport pointers of the contract version `entry` was identified under (a
+    /// built-in contract's, or the tenant's registered version), which its diff marks;
+    /// none for a version not found.
+    pub async fn collision_transport(
+        &self,
+        tenant: &str,
+        entry: &CollisionEntry,
+    ) -> Result<Vec<String>, StoreError> {
+        let pointers = |contract: &traqlyte_identity::Contract| -> Vec<String> {
+            contract.transport().map(str::to_string).collect()
+        };
+        if let Some(builtin) = traqlyte_identity::openlineage::builtin_contract(&entry.contract) {
+            return Ok(pointers(builtin));
+        }
+        let (Ok(name), Ok(version)) = (
+            traqlyte_identity::ContractName::parse(&entry.contract),
+            u32::try_from(entry.contract_version),
+        ) else {
+            return Ok(Vec::new());
+        };
+        let tenant = TenantId::from_stored(tenant.to_string());
+        let contract = self.contract(&tenant, &name, Some(version)).await?;
+        Ok(contract.as_ref().map(pointers).unwrap_or_default())
+    }
+
     /// The columns of [`CollisionEntry`]; PostgreSQL stores the event id as text too in
     /// this log (it is a log, not a key), so both read it the same way.
     fn collision_columns(&self) -> String {

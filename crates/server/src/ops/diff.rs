@@ -27,26 +27,42 @@ pub struct FieldChange {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Value>)]
     pub stored: Option<Value>,
+    /// The field is (or lies under) a transport pointer of the contract version, left out
+    /// of the fingerprint: it differs between retries and did not make the collision.
+    pub transport: bool,
 }
 
 /// The changes from `stored` to `incoming`, objects by key (sorted), arrays by index,
 /// anything else compared whole; at most [`DIFF_CHANGES_MAX`] and [`DIFF_BYTES_MAX`],
-/// and whether it was cut.
-pub fn diff(stored: &Value, incoming: &Value) -> (Vec<FieldChange>, bool) {
-    let mut out = Listed::default();
+/// and whether it was cut. A change at or under one of the `transport` pointers (the
+/// contract version's) is marked [`FieldChange::transport`].
+pub fn diff(stored: &Value, incoming: &Value, transport: &[&str]) -> (Vec<FieldChange>, bool) {
+    let mut out = Listed {
+        transport,
+        changes: Vec::new(),
+        bytes: 0,
+        truncated: false,
+    };
     walk(stored, incoming, &mut String::new(), &mut out);
     (out.changes, out.truncated)
 }
 
-/// The changes listed so far, their bytes, and whether one was left out.
-#[derive(Default)]
-struct Listed {
+/// The changes listed so far, their bytes, and whether one was left out; the transport
+/// pointers that mark a change.
+struct Listed<'a> {
+    transport: &'a [&'a str],
     changes: Vec<FieldChange>,
     bytes: usize,
     truncated: bool,
 }
 
-fn walk(stored: &Value, incoming: &Value, path: &mut String, out: &mut Listed) {
+/// Whether the field at `path` is the one `pointer` names or lies under it.
+fn under(path: &str, pointer: &str) -> bool {
+    path.strip_prefix(pointer)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+fn walk(stored: &Value, incoming: &Value, path: &mut String, out: &mut Listed<'_>) {
     if out.truncated {
         return;
     }
@@ -77,7 +93,12 @@ fn walk(stored: &Value, incoming: &Value, path: &mut String, out: &mut Listed) {
     }
 }
 
-fn child(stored: Option<&Value>, incoming: Option<&Value>, path: &mut String, out: &mut Listed) {
+fn child(
+    stored: Option<&Value>,
+    incoming: Option<&Value>,
+    path: &mut String,
+    out: &mut Listed<'_>,
+) {
     match (stored, incoming) {
         (Some(a), Some(b)) => walk(a, b, path, out),
         (Some(a), None) => push(out, "removed", path, Some(a), None),
@@ -87,7 +108,7 @@ fn child(stored: Option<&Value>, incoming: Option<&Value>, path: &mut String, ou
 }
 
 fn push(
-    out: &mut Listed,
+    out: &mut Listed<'_>,
     change: &'static str,
     path: &str,
     stored: Option<&Value>,
@@ -105,6 +126,7 @@ fn push(
         incoming: incoming.cloned(),
         path: path.to_string(),
         stored: stored.cloned(),
+        transport: out.transport.iter().any(|pointer| under(path, pointer)),
     });
 }
 
@@ -136,7 +158,7 @@ mod tests {
     use super::*;
 
     fn paths(stored: Value, incoming: Value) -> Vec<(String, &'static str)> {
-        diff(&stored, &incoming)
+        diff(&stored, &incoming, &[])
             .0
             .into_iter()
             .map(|c| (c.path, c.change))
@@ -146,7 +168,7 @@ mod tests {
     #[test]
     fn equal_documents_have_no_changes() {
         let doc = json!({"a": [1, {"b": null}], "c": "x"});
-        assert_eq!(diff(&doc, &doc), (vec![], false));
+        assert_eq!(diff(&doc, &doc, &[]), (vec![], false));
     }
 
     #[test]
@@ -169,11 +191,43 @@ mod tests {
     fn nested_objects_are_walked_and_keys_escaped() {
         let stored = json!({"a/b": {"c~d": 1, "same": true}});
         let incoming = json!({"a/b": {"c~d": 2, "same": true}});
-        let (changes, _) = diff(&stored, &incoming);
+        let (changes, _) = diff(&stored, &incoming, &[]);
         assert_eq!(changes.len(), 1);
         assert_eq!(changes[0].path, "/a~1b/c~0d");
         assert_eq!(changes[0].stored, Some(json!(1)));
         assert_eq!(changes[0].incoming, Some(json!(2)));
+    }
+
+    /// A collision's diff lists what retries change too (a sent time, an attempt
+    /// counter): those fields are marked, so the changes that made the collision stand
+    /// out. A transport pointer marks its subtree, not a sibling sharing its prefix.
+    #[test]
+    fn changes_under_a_transport_pointer_are_marked() {
+        let stored =
+            json!({"meta": {"sent_at": "a", "host": "h1"}, "meta_x": 1, "total": 10, "attempt": 1});
+        let incoming =
+            json!({"meta": {"sent_at": "b", "host": "h2"}, "meta_x": 2, "total": 12, "attempt": 2});
+        let (changes, _) = diff(&stored, &incoming, &["/meta/sent_at", "/attempt", "/meta_"]);
+        let marked: Vec<(&str, bool)> = changes
+            .iter()
+            .map(|c| (c.path.as_str(), c.transport))
+            .collect();
+        assert_eq!(
+            marked,
+            vec![
+                ("/attempt", true),
+                ("/meta/host", false),
+                ("/meta/sent_at", true),
+                ("/meta_x", false),
+                ("/total", false),
+            ]
+        );
+        let (whole, _) = diff(
+            &json!({"a": 1}),
+            &json!({"a": 1, "ctx": {"lib": "x"}}),
+            &["/ctx"],
+        );
+        assert!(whole[0].transport, "an added transport object is marked");
     }
 
     #[test]
@@ -192,7 +246,7 @@ mod tests {
     fn a_long_diff_is_cut_and_marked() {
         let stored: serde_json::Map<String, Value> =
             (0..300).map(|i| (format!("k{i:03}"), json!(i))).collect();
-        let (changes, truncated) = diff(&Value::Object(stored), &json!({}));
+        let (changes, truncated) = diff(&Value::Object(stored), &json!({}), &[]);
         assert_eq!(changes.len(), DIFF_CHANGES_MAX);
         assert!(truncated);
     }
@@ -205,12 +259,12 @@ mod tests {
         let key = "~".repeat(450_000);
         let stored = json!({ key.clone(): vec![0; 201] });
         let incoming = json!({ key: vec![1; 201] });
-        let (changes, truncated) = diff(&stored, &incoming);
+        let (changes, truncated) = diff(&stored, &incoming, &[]);
         assert_eq!(changes.len(), 1, "the first change, 900 KB of path, alone");
         assert!(truncated);
         let small_stored = json!({"list": vec![0; 50]});
         let small_incoming = json!({"list": vec![1; 50]});
-        let (changes, truncated) = diff(&small_stored, &small_incoming);
+        let (changes, truncated) = diff(&small_stored, &small_incoming, &[]);
         assert_eq!((changes.len(), truncated), (50, false));
         // 150 changes under 1 KB keys: fewer than the 200 a diff may list, more than its
         // 64 KiB hold.
@@ -221,7 +275,7 @@ mod tests {
                     .collect(),
             )
         };
-        let (changes, truncated) = diff(&wide(0), &wide(1));
+        let (changes, truncated) = diff(&wide(0), &wide(1), &[]);
         assert!(truncated);
         assert!((60..=64).contains(&changes.len()), "{}", changes.len());
     }

@@ -362,6 +362,9 @@ pub struct DiffEntry {
     /// The stored value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored: Option<Value>,
+    /// At or under a transport pointer: not a cause of the collision.
+    #[serde(default)]
+    pub transport: bool,
 }
 
 /// `GET /ops/collisions`: every collision of the tenant, newest first, paginated.
@@ -402,8 +405,29 @@ pub(crate) async fn collision_page(
     let next_cursor = crate::error::next_cursor(more, &rows, |r| {
         format_cursor(r.received_at_us, r.collision_id)
     });
+    // Each contract version's transport pointers, read once a page.
+    let mut transports: BTreeMap<(&str, i64), Vec<String>> = BTreeMap::new();
+    for row in &rows {
+        let version = (row.contract.as_str(), row.contract_version);
+        if let std::collections::btree_map::Entry::Vacant(slot) = transports.entry(version) {
+            slot.insert(
+                state
+                    .store
+                    .collision_transport(tenant.as_str(), row)
+                    .await?,
+            );
+        }
+    }
+    let collisions = rows
+        .iter()
+        .map(|row| {
+            let version = (row.contract.as_str(), row.contract_version);
+            let pointers = transports.get(&version).map_or(&[][..], Vec::as_slice);
+            collision_view(row, pointers)
+        })
+        .collect();
     Ok(CollisionPage {
-        collisions: rows.iter().map(collision_view).collect(),
+        collisions,
         next_cursor,
     })
 }
@@ -423,12 +447,14 @@ pub(crate) fn parse_cursor(text: &str) -> Option<CollisionCursor> {
     })
 }
 
-/// A stored collision with its diff.
-pub(crate) fn collision_view(row: &CollisionEntry) -> CollisionView {
+/// A stored collision with its diff, the changes under one of `transport` (its contract
+/// version's transport pointers, `Store::collision_transport`) marked.
+pub(crate) fn collision_view(row: &CollisionEntry, transport: &[String]) -> CollisionView {
     let parse = |text: &str| serde_json::from_str(text).unwrap_or(Value::String(text.to_string()));
     let stored = parse(&row.stored_payload);
     let incoming = parse(&row.incoming_payload);
-    let (changes, truncated) = diff::diff(&stored, &incoming);
+    let transport: Vec<&str> = transport.iter().map(String::as_str).collect();
+    let (changes, truncated) = diff::diff(&stored, &incoming, &transport);
     CollisionView {
         collision_id: row.collision_id,
         contract: row.contract.clone(),
@@ -440,6 +466,7 @@ pub(crate) fn collision_view(row: &CollisionEntry) -> CollisionView {
                 incoming: c.incoming,
                 path: c.path,
                 stored: c.stored,
+                transport: c.transport,
             })
             .collect(),
         diff_truncated: truncated,

@@ -375,8 +375,11 @@ async fn deliver(
             .await?;
         return Ok(());
     };
+    let transport = store
+        .collision_transport(&delivery.tenant_id, &collision)
+        .await?;
     let body = Delivery {
-        collision: collision_view(&collision),
+        collision: collision_view(&collision, &transport),
         delivery_id: &delivery.delivery_id,
         webhook_id: &delivery.webhook_id,
     };

@@ -148,7 +148,10 @@ fn collisions_section(page: &CollisionPage) -> Markup {
                             @for d in &c.diff {
                                 tr data-path=(d.path) {
                                     td.head data-label="Field" { code data-field="path" { (d.path) } }
-                                    td data-label="Change" data-field="change" { (d.change) }
+                                    td data-label="Change" data-field="change" {
+                                        (d.change)
+                                        @if d.transport { " " span.meta data-field="transport" title="a transport field: it differs between retries and is not in the fingerprint" { "(transport)" } }
+                                    }
                                     td data-label="Stored" { code data-field="stored" { (json_or_dash(&d.stored)) } }
                                     td data-label="Incoming" { code data-field="incoming" { (json_or_dash(&d.incoming)) } }
                                 }

@@ -264,6 +264,7 @@ async fn collide(app: &TestApp, order: &str, note: &str, amount: f64) {
     other["note"] = json!(note);
     other["amount"] = json!(amount);
     other["extra"] = json!({"k": 1});
+    other["attempt"] = json!(2);
     let refused = app.post_event(&other).await;
     assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
 }
@@ -291,8 +292,9 @@ async fn collisions_are_listed_newest_first_with_their_field_diffs_and_paginated
         newest["stored_payload"]["note"],
         "content outside the identity"
     );
-    // The amount rounds to the same identity (precision 2) but is other content.
-    let diff: Vec<(String, String)> = newest["diff"]
+    // The amount rounds to the same identity (precision 2) but is other content; the
+    // attempt counter is transport (a retry's), marked as not making the collision.
+    let diff: Vec<(String, String, bool)> = newest["diff"]
         .as_array()
         .expect("diff")
         .iter()
@@ -300,18 +302,20 @@ async fn collisions_are_listed_newest_first_with_their_field_diffs_and_paginated
             (
                 d["path"].as_str().unwrap().into(),
                 d["change"].as_str().unwrap().into(),
+                d["transport"].as_bool().expect("transport"),
             )
         })
         .collect();
     assert_eq!(
         diff,
         [
-            ("/extra".to_string(), "added".to_string()),
-            ("/note".to_string(), "changed".to_string()),
+            ("/attempt".to_string(), "changed".to_string(), true),
+            ("/extra".to_string(), "added".to_string(), false),
+            ("/note".to_string(), "changed".to_string(), false),
         ]
     );
-    assert_eq!(newest["diff"][1]["stored"], "content outside the identity");
-    assert_eq!(newest["diff"][1]["incoming"], "third");
+    assert_eq!(newest["diff"][2]["stored"], "content outside the identity");
+    assert_eq!(newest["diff"][2]["incoming"], "third");
     let older = &listed[1]["diff"];
     assert_eq!(older[0]["path"], "/amount");
     assert_eq!(older[0]["incoming"], json!(129.994));
@@ -638,7 +642,17 @@ async fn the_ops_page_in_chromium_shows_the_numbers_of_the_json(backend: Backend
         .iter()
         .find(|e| e.attr("data-field") == Some("path"))
         .expect("a diff row");
-    assert_eq!(path.text, "/extra");
+    assert_eq!(path.text, "/attempt");
+    let marked: Vec<&str> = elements
+        .iter()
+        .filter(|e| e.attr("data-field") == Some("transport"))
+        .map(|e| e.text.as_str())
+        .collect();
+    assert_eq!(
+        marked,
+        ["(transport)"],
+        "the attempt counter alone is marked"
+    );
     let bar = elements
         .iter()
         .find(|e| e.attr("data-field") == Some("chart.duplicate_rate"));

@@ -864,7 +864,8 @@ async fn a_reused_message_id_with_other_content_is_a_collision_and_changes_nothi
         post_v1(&app, "/v1/track", Some(&key), &first).await.status,
         StatusCode::OK
     );
-    let changed = track("m-1", "user-1", "order-1", 99.0);
+    let mut changed = track("m-1", "user-1", "order-1", 99.0);
+    changed["sentAt"] = json!("2030-01-01T00:00:00.000Z");
     let answer = post_v1(&app, "/v1/track", Some(&key), &changed).await;
     assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
     assert_eq!(answer.code(), "collision");
@@ -885,6 +886,17 @@ async fn a_reused_message_id_with_other_content_is_a_collision_and_changes_nothi
         collisions.body["collisions"].as_array().map(Vec::len),
         Some(1)
     );
+    // The diff marks `sentAt` (a transport field of the built-in contract, new on every
+    // retry) apart from the revenue that made the collision.
+    let logged = app.get("/ops/collisions").await;
+    let diff = &logged.body["collisions"][0]["diff"];
+    let marked = |path: &str| {
+        diff.as_array()
+            .and_then(|changes| changes.iter().find(|c| c["path"] == path))
+            .map(|c| c["transport"].clone())
+    };
+    assert_eq!(marked("/sentAt"), Some(json!(true)), "{diff}");
+    assert_eq!(marked("/properties/revenue"), Some(json!(false)), "{diff}");
 }
 
 /// A track call of analytics.js: `userId` is `null` for an anonymous page.
