@@ -280,6 +280,11 @@ const SELECT_COLLISION: &str =
 
 /// Logs one collision and queues it for every live webhook of the tenant, in the
 /// caller's transaction.
+/// A collision's key, new or not ([`StoreTx::log_collision`]).
+const INSERT_COLLISION_KEY: &str = "INSERT INTO event_collision_keys
+     (tenant_id, contract_name, event_id, stored_fingerprint, incoming_fingerprint)
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+
 pub(crate) const INSERT_COLLISION_RETURNING: &str = "INSERT INTO event_collisions
      (tenant_id, contract_name, event_id, contract_version, stored_fingerprint, incoming_fingerprint,
       stored_payload, incoming_payload, received_at_us, source)
@@ -917,13 +922,27 @@ fn usage<DB: sqlx::Database>(pool: &'static str, p: &sqlx::Pool<DB>) -> PoolUsag
 
 impl StoreTx {
     /// Logs one collision under the transaction's source and queues a delivery for each
-    /// live webhook of the tenant; returns the collision's id.
+    /// live webhook of the tenant; returns the collision's id. A collision logged before
+    /// (the same event id, stored and incoming fingerprints: a retried `409`, a
+    /// redelivery, a backfill run again) is not logged again: `None` (migration `0034`).
     pub(crate) async fn log_collision(
         &mut self,
         tenant: &TenantId,
         row: &CollisionInsert<'_>,
         now: i64,
-    ) -> Result<i64, StoreError> {
+    ) -> Result<Option<i64>, StoreError> {
+        let new = with_tx!(self, |conn| sqlx::query(INSERT_COLLISION_KEY)
+            .bind(tenant.as_str())
+            .bind(row.contract)
+            .bind(row.event_id)
+            .bind(row.stored_fingerprint)
+            .bind(row.incoming_fingerprint)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected());
+        if new == 0 {
+            return Ok(None);
+        }
         let source = self.source.as_str().to_string();
         let id: i64 = with_tx!(self, |conn| sqlx::query_scalar(INSERT_COLLISION_RETURNING)
             .bind(tenant.as_str())
@@ -945,7 +964,7 @@ impl StoreTx {
             .execute(&mut *conn)
             .await
             .map(|_| ())?);
-        Ok(id)
+        Ok(Some(id))
     }
 }
 
