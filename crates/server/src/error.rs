@@ -384,7 +384,7 @@ impl From<StoreError> for ApiError {
             )
             .with_cause(other),
             other if other.is_busy() => ApiError::store_busy(
-                "the database is busy or unreachable (a lock held by another writer, every connection in use, or no connection to be had); nothing was written, retry shortly",
+                "the database is busy or unreachable (a lock held by another writer, every connection in use, or no connection to be had): the request was not carried out and nothing was written, retry shortly",
             )
             .with_cause(other),
             other => ApiError::internal(other),

@@ -145,7 +145,7 @@ pub enum StoreError {
     /// The SQLite file failed `PRAGMA quick_check` ([`Store::check_integrity`]): the
     /// first problem it names.
     #[error(
-        "the SQLite file is corrupt ({0}); nothing was written. Stop, and restore a copy taken with `sqlite3 FILE \"VACUUM INTO 'COPY'\"` (docs/operations.md, Backups): a file copied with `cp` while a server wrote it is corrupt this way"
+        "the SQLite file is corrupt ({0}); nothing was written. Stop, and restore a copy taken with `sqlite3 FILE \"VACUUM INTO 'COPY'\"` (docs/operations.md, Backups): a file copied with `cp` while a server wrote it is corrupt this way, and so is a good copy put in place beside the old `-wal` and `-shm` files of a server that crashed (SQLite applies them to it): delete those two first"
     )]
     CorruptFile(String),
     /// A partition due to leave the horizon was not detached: a transaction holding a

@@ -126,7 +126,10 @@ const COUNT_CORRECTED: &str = "SELECT COUNT(DISTINCT outcome_id) FROM outcome_su
      WHERE tenant_id = $1 AND campaign_id = $2";
 
 /// Rows without an outcome id (stored before migration `0015`), a batch at a time (SQLite).
-const SELECT_MISSING_IDS: &str = "SELECT tenant_id, campaign_id, assignment_id, dedupe_key
+/// The next outcomes without an id, through the partial index `outcomes_missing_id`
+/// (SQLite migration `0035`).
+pub(crate) const SELECT_MISSING_IDS: &str =
+    "SELECT tenant_id, campaign_id, assignment_id, dedupe_key
      FROM outcomes WHERE outcome_id IS NULL LIMIT 1000";
 
 const SET_OUTCOME_ID: &str = "UPDATE outcomes SET outcome_id = $4

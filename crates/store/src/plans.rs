@@ -63,6 +63,14 @@ pub static KEYSET_PAGES: LazyLock<Vec<(&str, String, &str, &str)>> = LazyLock::n
     ]
 });
 
+/// SQLite statements that must be answered through an index, `(what, statement, the
+/// index)`: each runs where a scan of a large table would stop the server.
+pub const SQLITE_LOOKUPS: &[(&str, &str, &str)] = &[(
+    "the outcomes a start gives their id",
+    crate::outcome_corrections::SELECT_MISSING_IDS,
+    "outcomes_missing_id",
+)];
+
 /// `(what, statement, the index that must answer it)`.
 pub const LOOKUPS: &[(&str, &str, &str)] = &[
     (
