@@ -32,7 +32,9 @@
 //! judged by the store in input order (the first inserted, the second a duplicate or a
 //! collision), as two concurrent transactions would be. There is no in-process cache of
 //! recent ids: a cache could answer only what the store would, and the store's answer for
-//! a retry (the stored row, the tally) is needed anyway.
+//! a retry (the stored row, the tally) is needed anyway. The one memory of rows is
+//! `HeldRows`: rows another transaction held past a lock wait, whose items are written
+//! apart from their batch, never answered from it.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -256,6 +258,12 @@ trait Flush: Send + Sync + 'static {
         std::future::ready(Ok(Vec::new()))
     }
 
+    /// The row an item writes, named across batches ([`HeldRows`]); `None` for a kind
+    /// whose rows are not remembered. The default names none.
+    fn row_key(&self, _item: &Self::Item) -> Option<String> {
+        None
+    }
+
     /// Counts in the metrics an item stored with `answer` whose request no longer hears
     /// it (it timed out, or its client left, while the item was queued or written): its
     /// handler, which counts what it is answered, never will. The default counts nothing.
@@ -299,6 +307,7 @@ impl<F: Flush> Queue<F> {
             flushes_max,
             deadline: config.deadline,
             lookups,
+            held: Arc::new(HeldRows::default()),
         };
         tokio::spawn(worker.run(receiver));
         Queue { sender }
@@ -325,6 +334,7 @@ struct Worker<F: Flush> {
     flushes_max: usize,
     deadline: Duration,
     lookups: Arc<Lookups>,
+    held: Arc<HeldRows>,
 }
 
 impl<F: Flush> Worker<F> {
@@ -362,8 +372,12 @@ impl<F: Flush> Worker<F> {
                     }
                 }
             }
-            let (store, flush, lookups) =
-                (self.store.clone(), self.flush.clone(), self.lookups.clone());
+            let (store, flush, lookups, held) = (
+                self.store.clone(),
+                self.flush.clone(),
+                self.lookups.clone(),
+                self.held.clone(),
+            );
             let deadline = self.deadline;
             tokio::spawn(async move {
                 // A batch waiting on a database that vanished without a reset (a host
@@ -375,10 +389,8 @@ impl<F: Flush> Worker<F> {
                 // its requests were answered by their timeout, and a resend meets
                 // whatever it stored.
                 let items = batch.len();
-                if tokio::time::timeout(deadline, write_batch(&store, &*flush, &lookups, batch))
-                    .await
-                    .is_err()
-                {
+                let written = write_batch(&store, &*flush, &lookups, &held, batch);
+                if tokio::time::timeout(deadline, written).await.is_err() {
                     tracing::warn!(
                         items,
                         deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
@@ -407,11 +419,37 @@ fn sleep(wait: Duration) -> tokio::task::JoinHandle<()> {
 }
 
 /// Writes a batch in one transaction and answers each item; on a failed transaction,
-/// each item alone.
+/// each item alone. Items whose row recently waited out a lock ([`HeldRows`]) are set
+/// aside and written after it, each alone, waiting [`ITEM_LOCK_WAIT_MS`] at most: a
+/// client retrying a row a `backfill --dry-run` holds no longer holds its batch up for
+/// the whole lock timeout each time.
 async fn write_batch<F: Flush>(
     store: &Store,
     flush: &F,
     lookups: &Lookups,
+    held: &HeldRows,
+    batch: Vec<Pending<F>>,
+) {
+    let (batch, set_aside) = held.set_aside(flush, batch);
+    if !batch.is_empty() {
+        write_batch_of(store, flush, lookups, held, batch).await;
+    }
+    if !set_aside.is_empty() {
+        let (items, replies) = set_aside
+            .into_iter()
+            .map(|(key, item, reply)| ((key, item), reply))
+            .unzip();
+        let lock_wait = Some(ITEM_LOCK_WAIT_MS);
+        write_one_by_one(store, flush, lookups, held, items, replies, lock_wait).await;
+    }
+}
+
+/// [`write_batch`] of the items not set aside.
+async fn write_batch_of<F: Flush>(
+    store: &Store,
+    flush: &F,
+    lookups: &Lookups,
+    held: &HeldRows,
     batch: Vec<Pending<F>>,
 ) {
     crate::metrics::record_batch_size("group_commit", batch.len());
@@ -428,13 +466,16 @@ async fn write_batch<F: Flush>(
         // One statement: it stored nothing. The transaction below would wait as long
         // again on the same rows.
         Err(err) if split_on(&err, items.len()) => {
-            return write_split(&err, store, flush, lookups, items, replies).await;
+            return write_split(&err, store, flush, lookups, held, items, replies).await;
         }
         // The statement may have committed before its answer was lost: judged again, the
         // batch's own rows would be answered (and counted) as duplicates of themselves.
         // A database out of reach, or a wait for a lock or a connection given up, would
         // only be met again by the transaction below, one wait after the other.
-        Err(err) if futile_to_write_again(&err) => return answer_all_failed(replies, err),
+        Err(err) if futile_to_write_again(&err) => {
+            note_if_alone(held, flush, &items, &err);
+            return answer_all_failed(replies, err);
+        }
         // Any other failure stored nothing (one statement): the transaction below meets
         // the same error and writes the items one by one.
         Err(err) => {
@@ -475,14 +516,15 @@ async fn write_batch<F: Flush>(
         // one wait after the other, past its request's timeout. Every request is
         // answered the error (503, retry) at once.
         Err(err) if split_on(&err, items.len()) => {
-            write_split(&err, store, flush, lookups, items, replies).await;
+            write_split(&err, store, flush, lookups, held, items, replies).await;
         }
         Err(err) if items.len() == 1 || futile_to_write_again(&err) => {
+            note_if_alone(held, flush, &items, &err);
             answer_all_failed(replies, err)
         }
         Err(err) => {
             tracing::warn!(error = %err, items = items.len(), "group commit batch failed; writing its items one by one");
-            write_one_by_one(store, flush, lookups, items, replies, None).await;
+            write_one_by_one(store, flush, lookups, held, items, replies, None).await;
         }
     }
 }
@@ -496,6 +538,92 @@ const ITEM_LOCK_WAIT_MS: u32 = 200;
 /// answered with it at once: a table's lock (DDL, `LOCK TABLE`) holds every item, and
 /// they would each wait in turn.
 const ITEM_LOCK_WAITS_MAX: usize = 2;
+
+/// How long a row that waited out a lock is remembered ([`HeldRows`]).
+const HELD_FOR: Duration = Duration::from_secs(60);
+
+/// Most rows remembered at once ([`HeldRows`]); past it, none more until some expire.
+const HELD_ROWS_MAX: usize = 10_000;
+
+/// The rows (by [`Flush::row_key`]) whose write alone waited out a lock within
+/// [`HELD_FOR`]: another transaction holds them for long (a `backfill --dry-run` holds
+/// the rows it would insert for its whole run). A later item writing one is set aside
+/// from its batch ([`write_batch`]), which would otherwise wait the whole lock timeout
+/// on it again before splitting. Memory only decides how an item is written, never its
+/// answer: a row no longer held is stored as in any batch.
+#[derive(Default)]
+struct HeldRows {
+    rows: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl HeldRows {
+    fn rows(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::Instant>> {
+        // A panic while the map was held leaves it whole (single inserts and removes).
+        self.rows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers `item`'s row as held.
+    fn note<F: Flush>(&self, flush: &F, item: &F::Item) {
+        let Some(key) = flush.row_key(item) else {
+            return;
+        };
+        let mut rows = self.rows();
+        if rows.len() >= HELD_ROWS_MAX {
+            rows.retain(|_, at| at.elapsed() < HELD_FOR);
+            if rows.len() >= HELD_ROWS_MAX {
+                return;
+            }
+        }
+        rows.insert(key, std::time::Instant::now());
+    }
+
+    /// Forgets `item`'s row: it was written.
+    fn forget<F: Flush>(&self, flush: &F, item: &F::Item) {
+        let mut rows = self.rows();
+        if rows.is_empty() {
+            return;
+        }
+        if let Some(key) = flush.row_key(item) {
+            rows.remove(&key);
+        }
+    }
+
+    /// Splits `batch` into the items to write together and those whose row was held
+    /// within [`HELD_FOR`].
+    fn set_aside<F: Flush>(
+        &self,
+        flush: &F,
+        batch: Vec<Pending<F>>,
+    ) -> (Vec<Pending<F>>, Vec<Pending<F>>) {
+        let rows = self.rows();
+        if rows.is_empty() {
+            return (batch, Vec::new());
+        }
+        batch.into_iter().partition(|(_, item, _)| {
+            flush
+                .row_key(item)
+                .and_then(|key| rows.get(&key))
+                .is_none_or(|at| at.elapsed() >= HELD_FOR)
+        })
+    }
+}
+
+/// Remembers the row of a batch of one item that waited out a lock (a batch of more is
+/// split, and its items written alone say which row was held).
+fn note_if_alone<F: Flush>(
+    held: &HeldRows,
+    flush: &F,
+    items: &[(Option<ApiKey>, F::Item)],
+    err: &StoreError,
+) {
+    if let [(_, item)] = items {
+        if err.lock_waited_out() {
+            held.note(flush, item);
+        }
+    }
+}
 
 /// Whether a batch of `items` that failed with `err` is written again item by item, a
 /// wait given up though it is ([`futile_to_write_again`]): a lock waited out is most
@@ -514,22 +642,25 @@ async fn write_split<F: Flush>(
     store: &Store,
     flush: &F,
     lookups: &Lookups,
+    held: &HeldRows,
     items: Vec<(Option<ApiKey>, F::Item)>,
     replies: Vec<Reply<F>>,
 ) {
     tracing::warn!(error = %err, items = items.len(), "group commit batch waited out a lock; writing its items one by one");
     let lock_wait = Some(ITEM_LOCK_WAIT_MS);
-    write_one_by_one(store, flush, lookups, items, replies, lock_wait).await;
+    write_one_by_one(store, flush, lookups, held, items, replies, lock_wait).await;
 }
 
 /// Writes each item in a transaction of its own and answers it; with `lock_wait`, each
-/// waits that long at most for a lock, and once [`ITEM_LOCK_WAITS_MAX`] items have waited
-/// one out the rest are answered that error. An error the rest would meet too (the
-/// database out of reach) answers every item left at once.
+/// waits that long at most for a lock, its row is remembered in `held` when it waited one
+/// out (forgotten once written), and once [`ITEM_LOCK_WAITS_MAX`] items have waited one
+/// out the rest are answered that error. An error the rest would meet too (the database
+/// out of reach) answers every item left at once.
 async fn write_one_by_one<F: Flush>(
     store: &Store,
     flush: &F,
     lookups: &Lookups,
+    held: &HeldRows,
     items: Vec<(Option<ApiKey>, F::Item)>,
     replies: Vec<Reply<F>>,
     lock_wait: Option<u32>,
@@ -540,11 +671,17 @@ async fn write_one_by_one<F: Flush>(
         let Some(reply) = replies.next() else { break };
         let written = write_in_one_tx_within(store, flush, std::slice::from_ref(item), lock_wait);
         let answer = match written.await {
-            Ok(mut answers) => answers
-                .pop()
-                .ok_or_else(|| ApiError::internal("store returned no outcome"))
-                .and_then(|a| answered(lookups, item.0.as_ref(), a)),
+            Ok(mut answers) => {
+                if lock_wait.is_some() {
+                    held.forget(flush, &item.1);
+                }
+                answers
+                    .pop()
+                    .ok_or_else(|| ApiError::internal("store returned no outcome"))
+                    .and_then(|a| answered(lookups, item.0.as_ref(), a))
+            }
             Err(err) if lock_wait.is_some() && err.lock_waited_out() => {
+                held.note(flush, &item.1);
                 lock_waits += 1;
                 if lock_waits == ITEM_LOCK_WAITS_MAX {
                     let rest: Vec<_> = std::iter::once(reply).chain(replies).collect();
@@ -799,6 +936,11 @@ impl Flush for EventsFlush {
     type Item = (TenantId, (Arc<Contract>, bool, NewEvent));
     type Answer = EventAnswer;
 
+    fn row_key(&self, (tenant, (contract, _, event)): &Self::Item) -> Option<String> {
+        let id = &event.identified.event_id;
+        Some(format!("{tenant}/{}/{}", contract.name(), id.as_str()))
+    }
+
     fn count_unheard(&self, (tenant, (contract, _, event)): &Self::Item, answer: &EventAnswer) {
         if let EventAnswer::Stored(outcome) = answer {
             crate::metrics::record_events(
@@ -908,6 +1050,13 @@ struct LineageFlush {
 impl Flush for LineageFlush {
     type Item = (TenantId, RunEventRow);
     type Answer = EventOutcome;
+
+    fn row_key(&self, (tenant, row): &Self::Item) -> Option<String> {
+        Some(format!(
+            "{tenant}/{}",
+            row.event.identified.event_id.as_str()
+        ))
+    }
 
     fn count_unheard(&self, (tenant, row): &Self::Item, outcome: &EventOutcome) {
         crate::metrics::record_events(

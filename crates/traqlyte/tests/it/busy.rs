@@ -840,6 +840,33 @@ async fn live_retries_of_a_dry_runs_events_do_not_hold_up_the_other_single_event
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body["status"], "inserted", "{body}");
     }
+    // The same retries again: their rows are remembered as held, so each is written
+    // alone with a short wait instead of holding a slot for the 5 s lock timeout, and the
+    // other events sent behind them are stored at once (they waited 5 s a round).
+    let round = std::time::Instant::now();
+    let mut held = Vec::new();
+    for i in 0..4 {
+        held.push(post(checkout_event(&format!("dry-{i}"))));
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+    let others: Vec<_> = (0..8)
+        .map(|i| post(checkout_event(&format!("later-{i}"))))
+        .collect();
+    for task in others {
+        let (status, _, body) = task.await.expect("request task");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "inserted", "{body}");
+    }
+    let others_done = round.elapsed();
+    for task in held {
+        let (status, _, body) = task.await.expect("request task");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["error"]["code"], "store_busy", "{body}");
+    }
+    assert!(
+        others_done < std::time::Duration::from_secs(4),
+        "the held retries held the others up again: {others_done:?}"
+    );
     // Still running: the other events went through while it held its rows.
     assert!(dry_run.try_wait().expect("wait").is_none());
     drop(input);
@@ -847,7 +874,7 @@ async fn live_retries_of_a_dry_runs_events_do_not_hold_up_the_other_single_event
     assert!(output.status.success(), "{output:?}");
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(summary["would_insert"], 1_000, "{summary}");
-    assert_eq!(app.checkout_stats().await.0, 8, "the other events alone");
+    assert_eq!(app.checkout_stats().await.0, 16, "the other events alone");
     for i in 0..5 {
         let stored = app.post_event(&checkout_event(&format!("dry-{i}"))).await;
         assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
