@@ -288,6 +288,28 @@ impl StoreTx {
             .collect()
     }
 
+    /// For each of `events`, whether its occurrence day has no attached partition, which
+    /// a live transaction's insert of it refuses ([`StoreError::OutsideHorizon`]): a day
+    /// inside a server's horizon that maintenance with a shorter one detached. Read in this
+    /// transaction; always `false` on SQLite (one table).
+    pub async fn lacking_live_partition(
+        &mut self,
+        contract: &Contract,
+        events: &[NewEvent],
+    ) -> Result<Vec<bool>, StoreError> {
+        let TxInner::Postgres(conn) = &mut self.inner else {
+            return Ok(vec![false; events.len()]);
+        };
+        let (attached, _) = partitions::partition_days(conn).await?;
+        Ok(events
+            .iter()
+            .map(|event| {
+                let day = partition_day(contract, event.identified.occurred_at_us);
+                day != partitions::UNTIMED_DAY && !attached.contains(&day)
+            })
+            .collect())
+    }
+
     /// The dedupe path into one table (on PostgreSQL; SQLite has one table).
     async fn insert_into(
         &mut self,

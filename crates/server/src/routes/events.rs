@@ -196,9 +196,8 @@ pub(crate) async fn post_batch(
             Err(err) => results[index].error = Some(err.into_body()),
         }
     }
-    let mut tx = begin_batch(&state, &contract, &events).await?;
-    let outcomes = tx.insert_events(&tenant, &contract, &events).await?;
-    tx.commit().await?;
+    let (events, positions, outcomes) =
+        store_batch(&state, &tenant, &contract, events, positions, &mut results).await?;
     let mut totals = BatchTotals {
         rejected: submitted - events.len(),
         ..BatchTotals::default()
@@ -452,6 +451,59 @@ pub(crate) async fn begin_ingest(state: &AppState) -> Result<StoreTx, ApiError> 
         LateEvents::Refuse => state.store.begin().await?,
         LateEvents::Reconcile => state.store.begin_backfill().await?,
     })
+}
+
+/// Stores a batch's admitted events (at `positions` of the request) in one transaction:
+/// the events written, their positions and their outcomes. An event whose day has no live
+/// partition although the server's horizon admits it (`partitions maintain` ran with a
+/// shorter horizon) fails the live transaction whole, and the batch is written again:
+/// reconciled as a backfill would when the server reconciles late events, else without
+/// those events, each `rejected` with `outside_horizon` (a review: one such event made the
+/// whole batch `422`, its valid events unstored; the NATS consumer already took them
+/// apart).
+async fn store_batch<'a>(
+    state: &AppState,
+    tenant: &TenantId,
+    contract: &Contract,
+    events: Vec<NewEvent>,
+    positions: Vec<usize>,
+    results: &mut [ItemResult<'a>],
+) -> Result<(Vec<NewEvent>, Vec<usize>, Vec<EventOutcome>), ApiError> {
+    let mut tx = begin_batch(state, contract, &events).await?;
+    match tx.insert_events(tenant, contract, &events).await {
+        Ok(outcomes) => {
+            tx.commit().await?;
+            return Ok((events, positions, outcomes));
+        }
+        Err(traqlyte_store::StoreError::OutsideHorizon) => drop(tx),
+        Err(err) => return Err(err.into()),
+    }
+    if state.config.late_events == LateEvents::Reconcile {
+        let mut tx = state.store.begin_backfill().await?;
+        let outcomes = tx.insert_events(tenant, contract, &events).await?;
+        tx.commit().await?;
+        return Ok((events, positions, outcomes));
+    }
+    let mut tx = state.store.begin().await?;
+    let lacking = tx.lacking_live_partition(contract, &events).await?;
+    let (mut kept, mut kept_positions) = (Vec::new(), Vec::new());
+    for ((event, index), lacks) in events.into_iter().zip(positions).zip(lacking) {
+        if lacks {
+            let message = format!(
+                "no live partition holds the event's occurrence day (partitions are maintained with a shorter dedupe horizon than this server's); nothing of it was written: load it with `traqlyte backfill --contract {}`",
+                contract.name()
+            );
+            let refusal = ApiError::unprocessable("outside_horizon", message)
+                .with_field(contract.occurred_at().unwrap_or(""));
+            results[index].error = Some(refusal.into_body());
+        } else {
+            kept.push(event);
+            kept_positions.push(index);
+        }
+    }
+    let outcomes = tx.insert_events(tenant, contract, &kept).await?;
+    tx.commit().await?;
+    Ok((kept, kept_positions, outcomes))
 }
 
 /// The transaction of a batch: a backfill's only when late events are reconciled and

@@ -194,6 +194,33 @@ async fn late_events_taken_by_reconciliation_are_counted_apart(backend: Backend)
         (3, 2, 0),
         "nothing of it was written"
     );
+    // A day inside this server's horizon that maintenance with a shorter one detached:
+    // a batch of it and a recent event, none before the horizon, is reconciled whole (it
+    // was `422`, the recent event unstored).
+    cli_json(
+        &app,
+        &[
+            "partitions",
+            "maintain",
+            "--dedupe-horizon-days",
+            "2",
+            "--json",
+        ],
+    );
+    let batch = json!([
+        event_at("order_recent", now),
+        event_at("order_detached", now - 3 * DAY_US)
+    ]);
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &batch)
+        .await;
+    assert_eq!(
+        answer.item_statuses(),
+        vec!["inserted", "inserted"],
+        "{}",
+        answer.body
+    );
+    assert_eq!(app.checkout_stats().await, (5, 2, 0));
 }
 
 async fn duplicates_straddling_midnight_from_several_processes_while_partitions_change_are_stored_once(
@@ -301,7 +328,34 @@ async fn a_detached_day_stays_readable_and_partitions_status_shows_it(backend: B
             assert_eq!(again.code(), "outside_horizon", "{}", again.body);
         }
     }
-    assert_eq!(app.checkout_stats().await.0, 1, "one row");
+    // In a batch, that event is refused alone: today's is stored beside it (the whole
+    // batch was `422`, today's event unstored), and a bad item keeps its own error.
+    let mut bad = event_at("order_bad_time", now);
+    bad["occurred_at"] = json!("not a time");
+    let batch = json!([event_at("order_today", now), event, bad]);
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &batch)
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let results = &answer.body["results"];
+    assert_eq!(results[0]["status"], "inserted", "{}", answer.body);
+    assert_eq!(results[2]["status"], "rejected", "{}", answer.body);
+    assert_eq!(
+        results[2]["error"]["code"], "invalid_timestamp",
+        "{}",
+        answer.body
+    );
+    match backend {
+        Backend::Sqlite => assert_eq!(results[1]["status"], "duplicate", "{}", answer.body),
+        Backend::Postgres => {
+            assert_eq!(results[1]["status"], "rejected", "{}", answer.body);
+            let error = &results[1]["error"];
+            assert_eq!(error["code"], "outside_horizon", "{}", answer.body);
+            assert_eq!(error["field"], "/occurred_at", "{}", answer.body);
+            assert_eq!(answer.body["rejected"], 2, "{}", answer.body);
+        }
+    }
+    assert_eq!(app.checkout_stats().await.0, 2, "one row each");
 }
 
 /// PostgreSQL only: there maintenance takes locks another process can hold.
