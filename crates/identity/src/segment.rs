@@ -282,12 +282,13 @@ pub fn identify_message_owned(
         message_contract().identify_with_fingerprint(Value::Object(projection), fingerprint)?;
     identified.retry_of = retry_of;
     identified.may_precede_identify = fields.user_id.is_none() && fields.anonymous_id.is_some();
-    let corrected = corrected_timestamp(envelope.received_at_us, sent_at, fields.timestamp_us);
+    let mut corrected = corrected_timestamp(envelope.received_at_us, sent_at, fields.timestamp_us);
     if !crate::timestamp::writable_in_rfc3339(corrected) {
-        return Err(SegmentError::Invalid {
-            field: "sentAt".to_string(),
-            reason: "timestamp and sentAt put the clock-skew-corrected time (receivedAt - (sentAt - timestamp)) outside the years 0001 to 9999".to_string(),
-        });
+        // A correction past the years 0001–9999 (a `timestamp` of .NET's default date
+        // sent by a clock a few seconds ahead) takes the client's timestamp as it is: the
+        // transport field `sentAt` must not decide whether a retry is taken (a review: it
+        // was refused or stored by the client's clock alone).
+        corrected = fields.timestamp_us.unwrap_or(envelope.received_at_us);
     }
     identified.occurred_at_us = Some(corrected);
     let payload = stored_payload(content, envelope.received_at_us, corrected);

@@ -220,6 +220,31 @@ fn the_event_time_is_corrected_for_clock_skew_as_segment_documents() {
     );
 }
 
+/// A correction that would leave the years 0001–9999 keeps the client's timestamp: a
+/// retry of .NET's default date must not be taken or refused by its `sentAt` alone.
+#[test]
+fn a_correction_outside_the_writable_years_keeps_the_clients_timestamp() {
+    let received = parse_rfc3339_micros(RECEIVED).expect("a time");
+    let mut ids = Vec::new();
+    for sent_at in ["2026-11-30T12:00:15Z", "2026-11-30T12:00:05Z"] {
+        let mut message = track(Some("m-min"));
+        message["timestamp"] = json!("0001-01-01T00:00:00Z");
+        message["sentAt"] = json!(sent_at);
+        let taken = identify(&message).expect("taken, whatever the client's clock");
+        let corrected = taken.identified.occurred_at_us.expect("a time");
+        let first = parse_rfc3339_micros("0001-01-01T00:00:00Z").expect("a time");
+        let sent = parse_rfc3339_micros(sent_at).expect("a time");
+        let expected = if received - (sent - first) < first {
+            first
+        } else {
+            received - (sent - first)
+        };
+        assert_eq!(corrected, expected, "{sent_at}");
+        ids.push(taken.identified.event_id);
+    }
+    assert_eq!(ids[0], ids[1], "one message");
+}
+
 #[test]
 fn the_batch_sent_at_and_context_apply_to_each_message_and_the_write_key_is_not_kept() {
     let mut message = track(Some("m-1"));
