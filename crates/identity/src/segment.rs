@@ -709,6 +709,9 @@ fn stored_payload(content: Value, received_at_us: i64, corrected_us: i64) -> Val
     let mut payload = content;
     if let Value::Object(map) = &mut payload {
         map.remove("writeKey");
+        // The server's own: a client's `originalTimestamp` (transport) is not kept, not
+        // even on a message without a `timestamp`, which has none.
+        map.remove("originalTimestamp");
         if let Some(original) = map.remove("timestamp") {
             map.insert("originalTimestamp".into(), original);
         }

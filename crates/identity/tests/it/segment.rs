@@ -218,6 +218,22 @@ fn the_event_time_is_corrected_for_clock_skew_as_segment_documents() {
         message.payload["receivedAt"],
         json!("2026-11-30T12:00:10.000000Z")
     );
+    // The server sets `originalTimestamp` (and `receivedAt`): a client's is not kept, on
+    // a message without a `timestamp` either.
+    let mut untimed = track(Some("m-2"));
+    untimed.as_object_mut().map(|m| m.remove("timestamp"));
+    untimed["originalTimestamp"] = json!("1998-01-01T00:00:00Z");
+    untimed["receivedAt"] = json!("1999-01-01T00:00:00Z");
+    let stored = identify(&untimed).expect("valid");
+    assert!(
+        stored.payload.get("originalTimestamp").is_none(),
+        "{}",
+        stored.payload
+    );
+    assert_eq!(
+        stored.payload["receivedAt"],
+        json!("2026-11-30T12:00:10.000000Z")
+    );
 }
 
 /// A correction that would leave the years 0001–9999 keeps the client's timestamp: a
