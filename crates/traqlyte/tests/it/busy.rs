@@ -759,6 +759,28 @@ async fn readiness_holds_while_every_pooled_connection_is_busy() {
     assert_eq!(stored.status(), StatusCode::OK);
 }
 
+/// A request's status, whether it had `Retry-After`, and its JSON body.
+type Answered = tokio::task::JoinHandle<(StatusCode, bool, serde_json::Value)>;
+
+/// Each request was answered `503 store_busy` with `Retry-After`.
+async fn all_busy(tasks: Vec<Answered>) {
+    for task in tasks {
+        let (status, retry_after, body) = task.await.expect("request task");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["error"]["code"], "store_busy", "{body}");
+        assert!(retry_after, "{body}");
+    }
+}
+
+/// Each request's event was inserted.
+async fn all_inserted(tasks: Vec<Answered>) {
+    for task in tasks {
+        let (status, _, body) = task.await.expect("request task");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "inserted", "{body}");
+    }
+}
+
 /// A `backfill --dry-run` holds the rows it would insert for its whole run. Live retries
 /// of its events wait on those rows: each group commit batch holding one waited for as
 /// long as the dry run lasted (up to the batch's minute), and four of them held every
@@ -829,17 +851,8 @@ async fn live_retries_of_a_dry_runs_events_do_not_hold_up_the_other_single_event
     let others: Vec<_> = (0..8)
         .map(|i| post(checkout_event(&format!("other-{i}"))))
         .collect();
-    for task in held {
-        let (status, retry_after, body) = task.await.expect("request task");
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-        assert_eq!(body["error"]["code"], "store_busy", "{body}");
-        assert!(retry_after, "{body}");
-    }
-    for task in others {
-        let (status, _, body) = task.await.expect("request task");
-        assert_eq!(status, StatusCode::OK, "{body}");
-        assert_eq!(body["status"], "inserted", "{body}");
-    }
+    all_busy(held).await;
+    all_inserted(others).await;
     // The same retries again: their rows are remembered as held, so each is written
     // alone with a short wait instead of holding a slot for the 5 s lock timeout, and the
     // other events sent behind them are stored at once (they waited 5 s a round).
@@ -852,17 +865,9 @@ async fn live_retries_of_a_dry_runs_events_do_not_hold_up_the_other_single_event
     let others: Vec<_> = (0..8)
         .map(|i| post(checkout_event(&format!("later-{i}"))))
         .collect();
-    for task in others {
-        let (status, _, body) = task.await.expect("request task");
-        assert_eq!(status, StatusCode::OK, "{body}");
-        assert_eq!(body["status"], "inserted", "{body}");
-    }
+    all_inserted(others).await;
     let others_done = round.elapsed();
-    for task in held {
-        let (status, _, body) = task.await.expect("request task");
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-        assert_eq!(body["error"]["code"], "store_busy", "{body}");
-    }
+    all_busy(held).await;
     assert!(
         others_done < std::time::Duration::from_secs(4),
         "the held retries held the others up again: {others_done:?}"
