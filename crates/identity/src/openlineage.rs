@@ -76,7 +76,8 @@ pub const DATASET_VERSION_BYTES_MAX: usize = 256;
 // names, file paths) are far shorter.
 
 const EVENT_TYPES: [&str; 6] = ["START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"];
-const METADATA_KEYS: [&str; 2] = ["_producer", "_schemaURL"];
+/// Facet metadata keys left out of the fingerprint wherever they appear.
+pub const METADATA_KEYS: [&str; 2] = ["_producer", "_schemaURL"];
 const TOP_LEVEL_METADATA: [&str; 3] = ["eventTime", "producer", "schemaURL"];
 
 /// Why a body is not an acceptable OpenLineage RunEvent. `field` is spelled as in the

@@ -48,6 +48,19 @@ pub const TRANSPORT_POINTERS: [&str; 6] = [
     "/originalTimestamp",
 ];
 
+/// [`TRANSPORT_POINTERS`] as they lie in a stored payload (`stored_payload`), which a
+/// collision's diff marks: there the corrected `timestamp`, renewed with each retry's
+/// `receivedAt` and `sentAt`, is transport, and `originalTimestamp` holds the client's
+/// `timestamp`, which is content (in the fingerprint).
+pub const STORED_TRANSPORT_POINTERS: [&str; 6] = [
+    "/sentAt",
+    "/writeKey",
+    "/context/library",
+    "/_metadata",
+    "/receivedAt",
+    "/timestamp",
+];
+
 /// The kind of a Segment message, its `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MessageType {
@@ -445,9 +458,10 @@ fn fingerprints_without_transport(
 /// computed from the row's payload after undoing what [`stored_payload`] added (the
 /// corrected `timestamp` and `receivedAt`; the client's `timestamp` back from
 /// `originalTimestamp`). Empty for a payload without both ids, and for one whose undoing
-/// does not give back the stored row's own fingerprint, `stored_fingerprint` (a client
-/// that sent `originalTimestamp` or `receivedAt` itself): the undone message would not be
-/// the one that was stored, and its forms could make a real collision a duplicate.
+/// does not give back the stored row's own fingerprint, `stored_fingerprint` (a row
+/// stored before a client's own `originalTimestamp` was dropped from the payload): the
+/// undone message would not be the one that was stored, and its forms could make a real
+/// collision a duplicate.
 pub(crate) fn anonymous_forms_of_stored(
     stored: &str,
     stored_fingerprint: &Fingerprint,

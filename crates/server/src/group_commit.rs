@@ -430,6 +430,7 @@ async fn write_batch<F: Flush>(
     held: &HeldRows,
     batch: Vec<Pending<F>>,
 ) {
+    crate::metrics::record_batch_size("group_commit", batch.len());
     let (batch, set_aside) = held.set_aside(flush, batch);
     if !batch.is_empty() {
         write_batch_of(store, flush, lookups, held, batch).await;
@@ -452,7 +453,6 @@ async fn write_batch_of<F: Flush>(
     held: &HeldRows,
     batch: Vec<Pending<F>>,
 ) {
-    crate::metrics::record_batch_size("group_commit", batch.len());
     let (mut items, mut replies) = (Vec::with_capacity(batch.len()), Vec::new());
     for (key, item, reply) in batch {
         items.push((key, item));
@@ -591,21 +591,25 @@ impl HeldRows {
     }
 
     /// Splits `batch` into the items to write together and those whose row was held
-    /// within [`HELD_FOR`].
+    /// within [`HELD_FOR`]; rows remembered longer are forgotten first, so a batch names
+    /// its items' rows only while some row is remembered.
     fn set_aside<F: Flush>(
         &self,
         flush: &F,
         batch: Vec<Pending<F>>,
     ) -> (Vec<Pending<F>>, Vec<Pending<F>>) {
-        let rows = self.rows();
+        let mut rows = self.rows();
+        if rows.is_empty() {
+            return (batch, Vec::new());
+        }
+        rows.retain(|_, at| at.elapsed() < HELD_FOR);
         if rows.is_empty() {
             return (batch, Vec::new());
         }
         batch.into_iter().partition(|(_, item, _)| {
             flush
                 .row_key(item)
-                .and_then(|key| rows.get(&key))
-                .is_none_or(|at| at.elapsed() >= HELD_FOR)
+                .is_none_or(|key| !rows.contains_key(&key))
         })
     }
 }

@@ -582,7 +582,14 @@ impl StoreTx {
         collisions: &[plan::Collision<'_>],
         now: i64,
     ) -> Result<(), StoreError> {
-        for c in collisions {
+        if !self.collision_log {
+            return Ok(());
+        }
+        // In key order, as the event rows are inserted: two transactions logging the same
+        // collisions in other orders waited on each other's keys (a read-back's deadlock).
+        let mut ordered: Vec<&plan::Collision<'_>> = collisions.iter().collect();
+        ordered.sort_by(|a, b| collision_key(a).cmp(&collision_key(b)));
+        for c in ordered {
             let row = crate::ops::CollisionInsert {
                 contract: contract.name().as_str(),
                 event_id: c.event.identified.event_id.as_str(),
@@ -619,6 +626,17 @@ impl StoreTx {
             .map(|_| ())?);
         Ok(())
     }
+}
+
+/// A collision's key in `event_collision_keys` (besides the tenant and contract): the
+/// order its log takes them in.
+fn collision_key<'a>(c: &'a plan::Collision<'_>) -> (&'a str, &'a str, &'a str) {
+    let event = &c.event.identified;
+    (
+        event.event_id.as_str(),
+        c.stored_fingerprint.as_str(),
+        event.fingerprint.as_str(),
+    )
 }
 
 /// One tally row's counts.

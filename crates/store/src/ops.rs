@@ -278,13 +278,13 @@ pub const COLLISIONS_PAGE_BYTES_MAX: i64 = 32 * 1024 * 1024;
 const SELECT_COLLISION: &str =
     "SELECT {columns} FROM event_collisions WHERE tenant_id = $1 AND collision_id = $2";
 
-/// Logs one collision and queues it for every live webhook of the tenant, in the
-/// caller's transaction.
 /// A collision's key, new or not ([`StoreTx::log_collision`]).
 const INSERT_COLLISION_KEY: &str = "INSERT INTO event_collision_keys
      (tenant_id, contract_name, event_id, stored_fingerprint, incoming_fingerprint)
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
 
+/// Logs one collision, in the caller's transaction ([`StoreTx::log_collision`] then
+/// queues it for every live webhook of the tenant).
 pub(crate) const INSERT_COLLISION_RETURNING: &str = "INSERT INTO event_collisions
      (tenant_id, contract_name, event_id, contract_version, stored_fingerprint, incoming_fingerprint,
       stored_payload, incoming_payload, received_at_us, source)
@@ -502,8 +502,9 @@ impl Store {
     }
 
     /// The transport pointers of the contract version `entry` was identified under (a
-    /// built-in contract's, or the tenant's registered version), which its diff marks;
-    /// none for a version not found.
+    /// built-in contract's, Segment's as its payloads are stored, OpenLineage's with
+    /// `*/_producer` and `*/_schemaURL` for those keys at any depth, or the tenant's
+    /// registered version), which its diff marks; none for a version not found.
     pub async fn collision_transport(
         &self,
         tenant: &str,
@@ -512,8 +513,17 @@ impl Store {
         let pointers = |contract: &traqlyte_identity::Contract| -> Vec<String> {
             contract.transport().map(str::to_string).collect()
         };
-        if let Some(builtin) = traqlyte_identity::openlineage::builtin_contract(&entry.contract) {
-            return Ok(pointers(builtin));
+        if entry.contract == traqlyte_identity::segment::MESSAGE_CONTRACT {
+            // The payload is the message as stored, not as sent.
+            let stored = traqlyte_identity::segment::STORED_TRANSPORT_POINTERS;
+            return Ok(stored.iter().map(|p| p.to_string()).collect());
+        }
+        if entry.contract == traqlyte_identity::openlineage::RUN_EVENT_CONTRACT {
+            // Facets' own metadata keys are left out of the fingerprint at any depth.
+            let mut all = pointers(traqlyte_identity::openlineage::run_event_contract());
+            let keys = traqlyte_identity::openlineage::METADATA_KEYS;
+            all.extend(keys.iter().map(|key| format!("*/{key}")));
+            return Ok(all);
         }
         let (Ok(name), Ok(version)) = (
             traqlyte_identity::ContractName::parse(&entry.contract),

@@ -125,9 +125,8 @@ const ADJUST_UNIT_METRICS: &str = "INSERT INTO unit_metric_deltas
 const COUNT_CORRECTED: &str = "SELECT COUNT(DISTINCT outcome_id) FROM outcome_supersessions
      WHERE tenant_id = $1 AND campaign_id = $2";
 
-/// Rows without an outcome id (stored before migration `0015`), a batch at a time (SQLite).
-/// The next outcomes without an id, through the partial index `outcomes_missing_id`
-/// (SQLite migration `0035`).
+/// Rows without an outcome id (stored before migration `0015`), a batch at a time
+/// (SQLite), through the partial index `outcomes_missing_id` (migration `0035`).
 pub(crate) const SELECT_MISSING_IDS: &str =
     "SELECT tenant_id, campaign_id, assignment_id, dedupe_key
      FROM outcomes WHERE outcome_id IS NULL LIMIT 1000";

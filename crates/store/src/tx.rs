@@ -18,6 +18,10 @@ pub struct StoreTx {
     /// DDL pool, never the pool this transaction's own connection came from. `None` on
     /// every other transaction, which never writes an old day.
     pub(crate) ddl_pool: Option<sqlx::PgPool>,
+    /// Whether the collisions this transaction meets are logged (and their keys taken):
+    /// not in a dry run, which rolls them back and must not hold their keys meanwhile
+    /// (see [`StoreTx::without_collision_log`]).
+    pub(crate) collision_log: bool,
 }
 
 pub(crate) enum TxInner {
@@ -112,6 +116,7 @@ impl Store {
             any_age: false,
             source: crate::ops::IngestSource::http(),
             ddl_pool: None,
+            collision_log: true,
         })
     }
 
@@ -129,6 +134,15 @@ impl Store {
 }
 
 impl StoreTx {
+    /// Judges collisions without logging them: a `backfill --dry-run`'s transaction, open
+    /// for its whole file and rolled back, would hold each collision's key
+    /// (`event_collision_keys`) meanwhile, and a live retry of that collision would wait
+    /// on it and be answered `503` until the dry run ended (a read-back). Outcomes and
+    /// counts are unchanged.
+    pub fn without_collision_log(&mut self) {
+        self.collision_log = false;
+    }
+
     /// Bounds this transaction's waits for locks to `ms` (PostgreSQL's `SET LOCAL
     /// lock_timeout`; nothing on SQLite, whose one writer holds the whole file).
     pub async fn bound_lock_waits(&mut self, ms: u32) -> Result<(), StoreError> {

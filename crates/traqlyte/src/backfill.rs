@@ -569,7 +569,11 @@ async fn dry_batch(
 ) -> Result<()> {
     let tx = match dry {
         Some(tx) => tx,
-        None => dry.insert(begin(store).await?),
+        None => {
+            let mut tx = begin(store).await?;
+            tx.without_collision_log();
+            dry.insert(tx)
+        }
     };
     count(insert_rows(tx, tenant, kind, rows).await?, counts);
     Ok(())

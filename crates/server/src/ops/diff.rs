@@ -56,8 +56,12 @@ struct Listed<'a> {
     truncated: bool,
 }
 
-/// Whether the field at `path` is the one `pointer` names or lies under it.
+/// Whether the field at `path` is the one `pointer` names or lies under it; a pointer
+/// `*/KEY` names a key `KEY` at any depth (OpenLineage's facet `_producer`).
 fn under(path: &str, pointer: &str) -> bool {
+    if let Some(key) = pointer.strip_prefix("*/") {
+        return path.split('/').skip(1).any(|token| token == key);
+    }
     path.strip_prefix(pointer)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
@@ -228,6 +232,20 @@ mod tests {
             &["/ctx"],
         );
         assert!(whole[0].transport, "an added transport object is marked");
+        let facets = |p: &str| json!({"run": {"facets": {"f": {"_producer": p, "x": p}}}});
+        let (nested, _) = diff(&facets("a"), &facets("b"), &["*/_producer"]);
+        let marked: Vec<(&str, bool)> = nested
+            .iter()
+            .map(|c| (c.path.as_str(), c.transport))
+            .collect();
+        assert_eq!(
+            marked,
+            vec![
+                ("/run/facets/f/_producer", true),
+                ("/run/facets/f/x", false)
+            ],
+            "a key at any depth"
+        );
     }
 
     #[test]

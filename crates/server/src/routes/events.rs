@@ -490,7 +490,7 @@ async fn store_batch<'a>(
     for ((event, index), lacks) in events.into_iter().zip(positions).zip(lacking) {
         if lacks {
             let message = format!(
-                "no live partition holds the event's occurrence day (partitions are maintained with a shorter dedupe horizon than this server's); nothing of it was written: load it with `traqlyte backfill --contract {}`",
+                "no live partition holds the event's occurrence day (maintenance detached it, run with a shorter dedupe horizon than this server's, or has not created it yet); nothing of it was written: load it with `traqlyte backfill --contract {}`",
                 contract.name()
             );
             let refusal = ApiError::unprocessable("outside_horizon", message)

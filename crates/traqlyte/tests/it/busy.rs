@@ -803,11 +803,17 @@ async fn live_retries_of_a_dry_runs_events_do_not_hold_up_the_other_single_event
         .spawn()
         .expect("spawn traqlyte backfill");
     let mut input = dry_run.stdin.take().expect("stdin");
+    // A stored event, and in the dry run's batch another event under its identity.
+    let stored = app.post_event(&checkout_event("stored-0")).await;
+    assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
+    let mut colliding = checkout_event("stored-0");
+    colliding["note"] = serde_json::json!("other content");
     // One whole batch: written (and its rows held) while the dry run waits for more.
-    for i in 0..1_000 {
+    for i in 0..999 {
         let line = serde_json::to_string(&checkout_event(&format!("dry-{i}"))).expect("JSON");
         writeln!(input, "{line}").expect("write a line");
     }
+    writeln!(input, "{colliding}").expect("write a line");
     input.flush().expect("flush");
     let mut watcher = sqlx::PgConnection::connect(app.database_url())
         .await
@@ -872,14 +878,22 @@ async fn live_retries_of_a_dry_runs_events_do_not_hold_up_the_other_single_event
         others_done < std::time::Duration::from_secs(4),
         "the held retries held the others up again: {others_done:?}"
     );
+    // The dry run judged its collision without logging it: a live delivery of the same
+    // collision is answered at once, not held behind the dry run's key of it.
+    let live = app.post_event(&colliding).await;
+    assert_eq!(live.status, StatusCode::CONFLICT, "{}", live.body);
     // Still running: the other events went through while it held its rows.
     assert!(dry_run.try_wait().expect("wait").is_none());
     drop(input);
     let output = dry_run.wait_with_output().expect("wait");
     assert!(output.status.success(), "{output:?}");
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    assert_eq!(summary["would_insert"], 1_000, "{summary}");
-    assert_eq!(app.checkout_stats().await.0, 16, "the other events alone");
+    assert_eq!(summary["would_insert"], 999, "{summary}");
+    assert_eq!(summary["collided"], 1, "{summary}");
+    assert_eq!(app.checkout_stats().await.0, 17, "the other events alone");
+    let logged = app.get("/ops/collisions").await;
+    let logged = logged.body["collisions"].as_array().map(Vec::len);
+    assert_eq!(logged, Some(1), "the live delivery's, not the dry run's");
     for i in 0..5 {
         let stored = app.post_event(&checkout_event(&format!("dry-{i}"))).await;
         assert_eq!(stored.body["status"], "inserted", "{}", stored.body);

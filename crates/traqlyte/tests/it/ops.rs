@@ -29,6 +29,7 @@ on_both_backends!(
     the_hourly_trend_per_source_equals_a_workload_of_known_duplicate_rates,
     collisions_are_listed_newest_first_with_their_field_diffs_and_paginated,
     a_webhook_receives_each_collision_once,
+    batches_logging_the_same_collisions_in_other_orders_both_answer,
     unreachable_receivers_do_not_hold_back_a_working_one,
     a_receiver_that_never_answers_does_not_delay_later_collisions,
     a_webhook_url_is_measured_as_stored,
@@ -508,6 +509,56 @@ async fn a_webhook_receives_each_collision_once(backend: Backend) {
         .expect("DELETE");
     assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
     assert_eq!(app.get("/ops/webhooks").await.body["webhooks"], json!([]));
+}
+
+/// Two batches delivering the same new collisions at once, in opposite orders, are both
+/// answered, each collision logged once: the log's keys are taken in key order, as the
+/// event rows are (taken in input order, such batches deadlocked, one answered `503`).
+async fn batches_logging_the_same_collisions_in_other_orders_both_answer(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.register_checkout_contract().await;
+    let orders: Vec<String> = (0..200).map(|i| format!("order-{i}")).collect();
+    let stored: Vec<Value> = orders.iter().map(|o| checkout_event(o)).collect();
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &json!(stored))
+        .await;
+    assert_eq!(answer.body["inserted"], 200, "{}", answer.body);
+    for round in 0..3 {
+        let forward: Vec<Value> = orders
+            .iter()
+            .map(|o| colliding(o, &format!("round {round}"), 129.99))
+            .collect();
+        let backward: Vec<Value> = forward.iter().rev().cloned().collect();
+        let send = |batch: Vec<Value>| {
+            let request = app
+                .client
+                .post(app.url("/events/checkout_completed/batch"))
+                .bearer_auth(&app.key)
+                .json(&batch);
+            tokio::spawn(async move {
+                let answer = request.send().await.expect("sent");
+                let status = answer.status();
+                (status, answer.json::<Value>().await.expect("JSON"))
+            })
+        };
+        let (one, other) = (send(forward), send(backward));
+        for task in [one, other] {
+            let (status, body) = task.await.expect("task");
+            assert_eq!(status, StatusCode::OK, "round {round}: {body}");
+            assert_eq!(body["collisions"], 200, "round {round}: {body}");
+        }
+    }
+    let mut logged = 0;
+    let mut path = "/ops/collisions?limit=200".to_string();
+    loop {
+        let page = app.get(&path).await.body;
+        logged += page["collisions"].as_array().map_or(0, Vec::len);
+        let Some(cursor) = page["next_cursor"].as_str() else {
+            break;
+        };
+        path = format!("/ops/collisions?limit=200&cursor={cursor}");
+    }
+    assert_eq!(logged, 600, "each collision once");
 }
 
 /// The URL's limit holds for the URL as stored, percent-encoded: raw non-ASCII text under

@@ -889,6 +889,10 @@ async fn a_reused_message_id_with_other_content_is_a_collision_and_changes_nothi
     };
     assert_eq!(marked("/sentAt"), Some(json!(true)), "{diff}");
     assert_eq!(marked("/properties/revenue"), Some(json!(false)), "{diff}");
+    // As stored, `timestamp` is the server's corrected time (new on every retry) and
+    // `originalTimestamp` the client's `timestamp` (content); both differ here.
+    assert_eq!(marked("/timestamp"), Some(json!(true)), "{diff}");
+    assert_eq!(marked("/originalTimestamp"), Some(json!(false)), "{diff}");
 }
 
 /// A track call of analytics.js: `userId` is `null` for an anonymous page.
