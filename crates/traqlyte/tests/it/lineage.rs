@@ -224,6 +224,31 @@ async fn invalid_corpus_events_are_refused_naming_the_field_and_write_nothing(ba
     let log = app.get("/contracts/openlineage.run_event/collisions").await;
     assert_eq!(log.status, StatusCode::OK, "{}", log.body);
     assert_eq!(log.body["collisions"].as_array().map(Vec::len), Some(1));
+    // 079 again with its parent facet's `_producer` changed (outside the fingerprint, at
+    // any depth) and a field added to the facet: the diff marks the first transport.
+    let mut other: Value = serde_json::from_str(&corpus_body("079")).expect("JSON");
+    other["run"]["facets"]["parent"]["_producer"] = json!("https://example.com/other");
+    other["run"]["facets"]["parent"]["note"] = json!("content");
+    let answer = app.post_lineage(other.to_string()).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT, "{}", answer.body);
+    let newest = app.get("/ops/collisions?limit=1").await.body;
+    let marks: Vec<(String, bool)> = newest["collisions"][0]["diff"]
+        .as_array()
+        .expect("diff")
+        .iter()
+        .map(|c| {
+            let path = c["path"].as_str().unwrap_or("").to_string();
+            (path, c["transport"].as_bool().unwrap_or(false))
+        })
+        .collect();
+    assert_eq!(
+        marks,
+        [
+            ("/run/facets/parent/_producer".to_string(), true),
+            ("/run/facets/parent/note".to_string(), false)
+        ],
+        "{newest}"
+    );
     let shown = app.get("/contracts/openlineage.run_event").await;
     assert_eq!(shown.body["name"], "openlineage.run_event");
 }

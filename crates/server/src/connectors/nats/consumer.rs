@@ -973,7 +973,7 @@ impl Worker {
                             pending[index].fate = Fate::Dead(Refusal::new(
                                 "outside_horizon",
                                 format!(
-                                    "no live partition holds the event's occurrence day (partitions are maintained with a shorter horizon than this consumer's); load it with `traqlyte backfill --contract {}`",
+                                    "no live partition holds the event's occurrence day (maintenance detached it, run with a shorter dedupe horizon than this consumer's, or has not created it yet); load it with `traqlyte backfill --contract {}`",
                                     contract.name()
                                 ),
                             ));
