@@ -1248,6 +1248,72 @@ mod tests {
     use super::{batch_waits, groups, scatter};
     use std::time::Duration;
 
+    /// Items named by themselves, for [`super::HeldRows`].
+    struct Named;
+
+    impl super::Flush for Named {
+        type Item = String;
+        type Answer = ();
+
+        fn begin(
+            &self,
+            store: &super::Store,
+        ) -> impl super::Future<Output = Result<super::StoreTx, super::StoreError>> + Send {
+            store.begin()
+        }
+
+        fn row_key(&self, item: &String) -> Option<String> {
+            Some(item.clone())
+        }
+
+        async fn write(
+            &self,
+            _tx: &mut super::StoreTx,
+            items: &[String],
+            _latest: &super::LatestVersions,
+        ) -> Result<Vec<()>, super::StoreError> {
+            Ok(vec![(); items.len()])
+        }
+    }
+
+    fn pending(names: &[&str]) -> Vec<super::Pending<Named>> {
+        names
+            .iter()
+            .map(|name| (None, name.to_string(), tokio::sync::oneshot::channel().0))
+            .collect()
+    }
+
+    fn names(pending: &[super::Pending<Named>]) -> Vec<&str> {
+        pending.iter().map(|(_, name, _)| name.as_str()).collect()
+    }
+
+    /// A held row's item is set apart while it is remembered; once older than
+    /// `HELD_FOR` it is forgotten (and the map emptied, so batches stop naming rows); a
+    /// full memory takes no more.
+    #[test]
+    fn held_rows_set_their_items_apart_for_a_while_and_within_a_bound() {
+        let held = super::HeldRows::default();
+        held.note(&Named, &"a".to_string());
+        let (together, apart) = held.set_aside(&Named, pending(&["a", "b"]));
+        assert_eq!((names(&together), names(&apart)), (vec!["b"], vec!["a"]));
+        held.forget(&Named, &"a".to_string());
+        assert!(held.rows().is_empty(), "written: forgotten");
+        let long_ago = std::time::Instant::now()
+            .checked_sub(super::HELD_FOR + Duration::from_secs(1))
+            .expect("a past instant");
+        held.rows().insert("a".to_string(), long_ago);
+        let (together, apart) = held.set_aside(&Named, pending(&["a", "b"]));
+        assert_eq!(names(&together), vec!["a", "b"]);
+        assert!(apart.is_empty());
+        assert!(held.rows().is_empty(), "expired rows are pruned");
+        for i in 0..super::HELD_ROWS_MAX {
+            held.note(&Named, &format!("row-{i}"));
+        }
+        held.note(&Named, &"one more".to_string());
+        assert_eq!(held.rows().len(), super::HELD_ROWS_MAX);
+        assert!(!held.rows().contains_key("one more"));
+    }
+
     #[test]
     fn a_batch_waits_only_while_another_of_its_kind_is_written() {
         let wait = Duration::from_micros(500);
