@@ -211,20 +211,24 @@ mod tests {
             json!({"meta": {"sent_at": "a", "host": "h1"}, "meta_x": 1, "total": 10, "attempt": 1});
         let incoming =
             json!({"meta": {"sent_at": "b", "host": "h2"}, "meta_x": 2, "total": 12, "attempt": 2});
-        let (changes, _) = diff(&stored, &incoming, &["/meta/sent_at", "/attempt", "/meta_"]);
-        let marked: Vec<(&str, bool)> = changes
-            .iter()
-            .map(|c| (c.path.as_str(), c.transport))
-            .collect();
+        let marked = |stored: &Value, incoming: &Value, transport: &[&str]| {
+            let (changes, _) = diff(stored, incoming, transport);
+            let marks: Vec<(String, bool)> =
+                changes.into_iter().map(|c| (c.path, c.transport)).collect();
+            marks
+        };
+        let pairs = |marks: &[(&str, bool)]| -> Vec<(String, bool)> {
+            marks.iter().map(|(p, t)| (p.to_string(), *t)).collect()
+        };
         assert_eq!(
-            marked,
-            vec![
+            marked(&stored, &incoming, &["/meta/sent_at", "/attempt", "/meta_"]),
+            pairs(&[
                 ("/attempt", true),
                 ("/meta/host", false),
                 ("/meta/sent_at", true),
                 ("/meta_x", false),
                 ("/total", false),
-            ]
+            ])
         );
         let (whole, _) = diff(
             &json!({"a": 1}),
@@ -233,17 +237,12 @@ mod tests {
         );
         assert!(whole[0].transport, "an added transport object is marked");
         let facets = |p: &str| json!({"run": {"facets": {"f": {"_producer": p, "x": p}}}});
-        let (nested, _) = diff(&facets("a"), &facets("b"), &["*/_producer"]);
-        let marked: Vec<(&str, bool)> = nested
-            .iter()
-            .map(|c| (c.path.as_str(), c.transport))
-            .collect();
         assert_eq!(
-            marked,
-            vec![
+            marked(&facets("a"), &facets("b"), &["*/_producer"]),
+            pairs(&[
                 ("/run/facets/f/_producer", true),
                 ("/run/facets/f/x", false)
-            ],
+            ]),
             "a key at any depth"
         );
     }
