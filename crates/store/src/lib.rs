@@ -71,8 +71,9 @@ pub use model::{
     TenantId,
 };
 pub use ops::{
-    Bucket, Claim, ClaimTurns, ClaimedDelivery, CollisionCursor, CollisionEntry, CollisionsQuery,
-    IngestSource, PoolUsage, TrendQuery, TrendRow, Webhook, WEBHOOKS_PER_TENANT_MAX,
+    lacking_partition_message, Bucket, Claim, ClaimTurns, ClaimedDelivery, CollisionCursor,
+    CollisionEntry, CollisionsQuery, IngestSource, PoolUsage, TrendQuery, TrendRow, Webhook,
+    WEBHOOKS_PER_TENANT_MAX,
 };
 pub use outcome_corrections::{
     stored_outcome_id, CorrectionResult, OutcomeCorrection, OutcomeHistory,
@@ -187,7 +188,19 @@ pub enum StoreError {
     SharedSessions,
     /// Any database error.
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    /// Wraps `err`; a PostgreSQL refusal to write (`25006`) also marks the process's
+    /// sessions opened so far for renewal (`postgres::note_read_only`).
+    fn from(err: sqlx::Error) -> Self {
+        let err = StoreError::Database(err);
+        if err.postgres_code_is("25006") {
+            postgres::note_read_only();
+        }
+        err
+    }
 }
 
 /// `work`, given up past `deadline` as a connection lost under it
@@ -582,6 +595,7 @@ impl Store {
                 .fetch_one(&pg.health)
                 .await?;
                 if read_only {
+                    postgres::note_read_only();
                     return Err(StoreError::ReadOnly);
                 }
                 Ok(())

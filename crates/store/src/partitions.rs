@@ -377,7 +377,7 @@ async fn lock_and_list(conn: &mut sqlx::PgConnection) -> Result<Vec<Listed>, Sto
 /// [`StoreError::Busy`] for a wait that outlasted `lock_timeout` (SQLSTATE `55P03`):
 /// contention, which a retry gets past, not a fault of the server.
 fn busy_on_lock_timeout(err: sqlx::Error) -> StoreError {
-    let err = StoreError::Database(err);
+    let err = StoreError::from(err);
     if err.lock_waited_out() {
         StoreError::Busy
     } else {

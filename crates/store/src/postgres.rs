@@ -11,6 +11,46 @@ use crate::{StoreConfig, StoreError};
 /// How long a pooled connection may have been idle and still be handed out unchecked.
 const ALIVE_BYPASS_WINDOW: Duration = Duration::from_millis(500);
 
+/// When a PostgreSQL session of this process was last found taking no writes (SQLSTATE
+/// `25006` on a write, or [`crate::Store::ping`]'s finding), in nanoseconds since
+/// [`epoch`]; 0 for never. Every connection opened before then is closed instead of
+/// being handed out again ([`opened_before_read_only`]): a session keeps the
+/// `default_transaction_read_only` it started with, so after a per-database or per-role
+/// setting was lifted (`ALTER DATABASE … RESET`) the sessions a server held stayed
+/// read-only, the probe's for ever and the API's until sqlx's 30-minute lifetime, and
+/// writes and readiness stayed `503` (a review). After a failover behind an address that
+/// moved, the same renewal reaches the new primary. While the database stays read-only
+/// each refusal renews its connection: a connect per refused request, for an outage.
+/// One mark for the process, not per pool: a process serves one database, and a second
+/// store's connections renewed once cost a connect each.
+static READ_ONLY_SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The instant [`READ_ONLY_SEEN`] counts from: the first time anything asked.
+fn epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
+fn nanos_since_epoch() -> u64 {
+    u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Marks now as the last time a session was found taking no writes ([`READ_ONLY_SEEN`]).
+pub(crate) fn note_read_only() {
+    READ_ONLY_SEEN.fetch_max(
+        nanos_since_epoch().max(1),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Whether a connection opened `age` ago was opened before a session was last found
+/// taking no writes, and may hold a read-only default the database no longer has.
+fn opened_before_read_only(age: Duration) -> bool {
+    let seen = READ_ONLY_SEEN.load(std::sync::atomic::Ordering::Relaxed);
+    let age = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+    seen != 0 && nanos_since_epoch().saturating_sub(age) <= seen
+}
+
 /// How long a connection given back in the middle of its work (a request timed out, a
 /// transaction dropped) may take to finish it before it is thrown away ([`settled`]).
 const SETTLE_ON_RELEASE: Duration = Duration::from_secs(2);
@@ -52,7 +92,8 @@ pub(crate) struct PgStore {
     /// `pool` a burst that kept every connection busy past the check's bound made a
     /// healthy database look down, taking every replica out of a load balancer at once.
     /// Opened on first use and kept (renewing it would fail readiness on a cluster at
-    /// `max_connections` while the API's pool still works).
+    /// `max_connections` while the API's pool still works), unless it was found taking
+    /// no writes ([`READ_ONLY_SEEN`]).
     pub(crate) health: PgPool,
     /// How long one statement of a lineage walk or a report may run (`StoreConfig::walk_timeout_ms`).
     pub(crate) walk_timeout_ms: u64,
@@ -102,6 +143,9 @@ impl PgStore {
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
+                    if opened_before_read_only(meta.age) {
+                        return Ok(false);
+                    }
                     if meta.idle_for >= ALIVE_BYPASS_WINDOW {
                         sqlx::Connection::ping(conn).await?;
                     }
@@ -146,6 +190,9 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(1))
             .max_lifetime(None)
             .idle_timeout(None)
+            .before_acquire(|_conn, meta| {
+                Box::pin(async move { Ok(!opened_before_read_only(meta.age)) })
+            })
             .after_release(|conn, _meta| Box::pin(settled(conn)))
             .connect_lazy(&config.database_url)?;
         Ok(PgStore {

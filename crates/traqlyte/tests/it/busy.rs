@@ -550,6 +550,24 @@ async fn a_parsed_body_takes_room_for_its_tree_as_well_as_its_bytes() {
 /// Sets `setting` for new sessions of the app's PostgreSQL database (`None` resets it)
 /// and ends the sessions open now, so the server's next connections take it.
 async fn set_for_new_sessions(app: &crate::helpers::TestApp, setting: &str, value: Option<&str>) {
+    let mut admin = set_per_database(app, setting, value).await;
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&mut admin)
+    .await
+    .expect("end the server's sessions");
+}
+
+/// Sets `setting` for new sessions of the app's PostgreSQL database (`None` resets it),
+/// as an operator's `ALTER DATABASE` does: the sessions open now keep their value.
+/// Returns the session that did it.
+async fn set_per_database(
+    app: &crate::helpers::TestApp,
+    setting: &str,
+    value: Option<&str>,
+) -> sqlx::PgConnection {
     let mut admin = sqlx::PgConnection::connect(app.database_url())
         .await
         .expect("connect");
@@ -567,13 +585,7 @@ async fn set_for_new_sessions(app: &crate::helpers::TestApp, setting: &str, valu
         None => format!("ALTER DATABASE \"{db}\" RESET {setting}"),
     };
     sqlx::query(&sql).execute(&mut admin).await.expect(&sql);
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    .execute(&mut admin)
-    .await
-    .expect("end the server's sessions");
+    admin
 }
 
 /// Posts `event` until it is not refused with `code` (the server's pool may still hand
@@ -598,7 +610,7 @@ async fn post_until_not(
 /// not recognised), which docs/api.md calls a bug of ours, and `/healthz` said `200 ok`
 /// so a load balancer kept sending writes. Now writes are `503 database_unavailable`
 /// saying nothing was written, `/healthz` is `503` naming the cause, and writes go on
-/// once the database takes them again.
+/// once the database takes them again, on the sessions the server held too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_only_postgresql_is_503_for_writes_and_for_readiness() {
     let app = spawn_app(Backend::Postgres).await;
@@ -657,9 +669,12 @@ async fn a_read_only_postgresql_is_503_for_writes_and_for_readiness() {
     );
     assert_eq!(app.checkout_stats().await, (0, 0, 0), "nothing was written");
 
-    set_for_new_sessions(&app, "default_transaction_read_only", None).await;
-    let stored = post_until_not(&app, &event, &["database_unavailable"]).await;
-    assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
+    // Lifted as an operator does, the server's sessions left open: each of them started
+    // read-only and stays so, and was kept (the probe's for ever, the API's for 30
+    // minutes), so readiness and writes stayed 503 (the loop below gave up after 10 s).
+    // Sessions opened before a refusal are renewed now: the first probe succeeds, and a
+    // write meets at most the sessions opened since the last refusal (a read's).
+    drop(set_per_database(&app, "default_transaction_read_only", None).await);
     let health = app
         .client
         .get(app.url("/healthz"))
@@ -667,6 +682,9 @@ async fn a_read_only_postgresql_is_503_for_writes_and_for_readiness() {
         .await
         .expect("sent");
     assert_eq!(health.status(), StatusCode::OK);
+    let stored = post_until_not(&app, &event, &["database_unavailable"]).await;
+    assert_eq!(stored.body["status"], "inserted", "{}", stored.body);
+    assert_eq!(app.checkout_stats().await, (1, 0, 0));
 }
 
 /// A statement stopped by PostgreSQL's `statement_timeout` while it waited for a lock
