@@ -208,38 +208,16 @@ impl StoreTx {
                 .insert_into(EventTable::Live, tenant, contract, events)
                 .await;
         }
-        let (mut attached, detached) = partitions::partition_days(conn).await?;
-        let last = attached
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(partitions::UNTIMED_DAY);
-        let oldest = attached
-            .iter()
-            .copied()
-            .filter(|&day| day != partitions::UNTIMED_DAY)
-            .min();
+        let (attached, detached) = partitions::partition_days(conn).await?;
+        let mut days = PartitionDays::new(attached, detached);
         // Old days without a table yet: each gets a detached one before it is written.
         let mut missing: Vec<i32> = Vec::new();
         for event in events {
             let day = partition_day(contract, event.identified.occurred_at_us);
-            if day == partitions::UNTIMED_DAY || attached.contains(&day) {
-                continue;
-            }
-            if day >= last {
-                // A day after every partition: a later partition of it would not see a
-                // row stored elsewhere now. Run `partitions maintain` first.
-                return Err(StoreError::OutsideHorizon);
-            }
-            if !detached.contains(&day) {
-                // A day between attached ones without a table is one maintenance is about
-                // to attach (it creates them in several transactions, oldest first): a
-                // detached table of it now would shadow that attached one for ever.
-                // Refused until maintenance has run.
-                if oldest.is_some_and(|oldest| day > oldest) {
-                    return Err(StoreError::OutsideHorizon);
-                }
-                missing.push(day);
+            match days.route(day, true) {
+                DayRoute::Refused => return Err(StoreError::OutsideHorizon),
+                DayRoute::Old if !days.detached.contains(&day) => missing.push(day),
+                DayRoute::Old | DayRoute::Attached => {}
             }
         }
         if !missing.is_empty() {
@@ -250,7 +228,8 @@ impl StoreTx {
             })?;
             // A day a maintenance run (with a longer horizon) attached since the listing
             // above is written to `events`, where its live duplicates will look.
-            attached.extend(partitions::create_detached_days(pool, &missing).await?);
+            days.attached
+                .extend(partitions::create_detached_days(pool, &missing).await?);
             // This transaction may have written `events_detached` or `events` already (a
             // dry run's earlier batch) with a statement PostgreSQL keeps prepared: such a
             // statement routes rows by the partitions it knew, and the new day's row would
@@ -264,7 +243,7 @@ impl StoreTx {
         let mut old: (Vec<usize>, Vec<NewEvent>) = (Vec::new(), Vec::new());
         for (index, event) in events.iter().enumerate() {
             let day = partition_day(contract, event.identified.occurred_at_us);
-            let group = if day == partitions::UNTIMED_DAY || attached.contains(&day) {
+            let group = if matches!(days.route(day, false), DayRoute::Attached) {
                 &mut live
             } else {
                 &mut old
@@ -288,11 +267,12 @@ impl StoreTx {
             .collect()
     }
 
-    /// For each of `events`, whether its occurrence day has no attached partition, which
-    /// a live transaction's insert of it refuses ([`StoreError::OutsideHorizon`]): a day
-    /// inside a server's horizon that maintenance with a shorter one detached. Read in this
-    /// transaction; always `false` on SQLite (one table).
-    pub async fn lacking_live_partition(
+    /// For each of `events`, whether this transaction's insert of it would fail with
+    /// [`StoreError::OutsideHorizon`]: a live transaction's, its day has no attached
+    /// partition (a day inside a server's horizon that maintenance with a shorter one
+    /// detached); a backfill's, its day is one maintenance has not created yet. Read in
+    /// this transaction; always `false` on SQLite (one table).
+    pub async fn lacking_partition(
         &mut self,
         contract: &Contract,
         events: &[NewEvent],
@@ -300,12 +280,13 @@ impl StoreTx {
         let TxInner::Postgres(conn) = &mut self.inner else {
             return Ok(vec![false; events.len()]);
         };
-        let (attached, _) = partitions::partition_days(conn).await?;
+        let (attached, detached) = partitions::partition_days(conn).await?;
+        let days = PartitionDays::new(attached, detached);
         Ok(events
             .iter()
             .map(|event| {
                 let day = partition_day(contract, event.identified.occurred_at_us);
-                day != partitions::UNTIMED_DAY && !attached.contains(&day)
+                matches!(days.route(day, self.any_age), DayRoute::Refused)
             })
             .collect())
     }
@@ -792,5 +773,71 @@ impl Store {
         )
         .fetch_one(pool)
         .await?))
+    }
+}
+
+/// The days of `events` partitions as a transaction found them
+/// ([`partitions::partition_days`]): where it may write an event of each day.
+struct PartitionDays {
+    attached: Vec<i32>,
+    detached: Vec<i32>,
+    /// The latest attached day.
+    last: i32,
+    /// The oldest attached day with a time.
+    oldest: Option<i32>,
+}
+
+/// Where an event of a day goes ([`PartitionDays::route`]).
+enum DayRoute {
+    /// An attached partition (or the untimed one).
+    Attached,
+    /// A detached partition, there or to be created: a backfill's transaction only.
+    Old,
+    /// Nowhere: [`StoreError::OutsideHorizon`].
+    Refused,
+}
+
+impl PartitionDays {
+    fn new(attached: Vec<i32>, detached: Vec<i32>) -> PartitionDays {
+        let last = attached
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(partitions::UNTIMED_DAY);
+        let oldest = attached
+            .iter()
+            .copied()
+            .filter(|&day| day != partitions::UNTIMED_DAY)
+            .min();
+        PartitionDays {
+            attached,
+            detached,
+            last,
+            oldest,
+        }
+    }
+
+    /// A live transaction writes attached days only; a backfill's (`any_age`) also
+    /// older ones, in detached partitions.
+    fn route(&self, day: i32, any_age: bool) -> DayRoute {
+        if day == partitions::UNTIMED_DAY || self.attached.contains(&day) {
+            return DayRoute::Attached;
+        }
+        if !any_age {
+            return DayRoute::Refused;
+        }
+        if day >= self.last {
+            // A day after every partition: a later partition of it would not see a row
+            // stored elsewhere now. Run `partitions maintain` first.
+            return DayRoute::Refused;
+        }
+        if !self.detached.contains(&day) && self.oldest.is_some_and(|oldest| day > oldest) {
+            // A day between attached ones without a table is one maintenance is about to
+            // attach (it creates them in several transactions, oldest first): a detached
+            // table of it now would shadow that attached one for ever. Refused until
+            // maintenance has run.
+            return DayRoute::Refused;
+        }
+        DayRoute::Old
     }
 }

@@ -102,6 +102,59 @@ impl Store {
         tx.commit().await?;
         Ok(outcomes)
     }
+
+    /// [`Store::insert_events_from`] for a batch of independent events (an HTTP batch, a
+    /// NATS fetch), where an event whose day has no partition to write to must not keep
+    /// the others out: the batch is tried whole (in a backfill's transaction when `late`)
+    /// and, if an event's day failed it ([`StoreError::OutsideHorizon`]: maintenance
+    /// with a shorter horizon detached a day this process admits, or has not created it
+    /// yet), written again in one transaction without the events lacking a partition,
+    /// `None` in their places. With `reconcile` (`--late-events reconcile`) that second
+    /// transaction is a backfill's, so a detached day's events are reconciled, not left
+    /// out. Rare, so the second try costs a listing of the partitions.
+    pub async fn insert_events_apart(
+        &self,
+        source: IngestSource,
+        tenant: &TenantId,
+        contract: &traqlyte_identity::Contract,
+        events: &[crate::NewEvent],
+        late: bool,
+        reconcile: bool,
+    ) -> Result<Vec<Option<crate::EventOutcome>>, StoreError> {
+        match self
+            .insert_events_from(source.clone(), tenant, contract, events, late)
+            .await
+        {
+            Err(StoreError::OutsideHorizon) => {}
+            other => return Ok(other?.into_iter().map(Some).collect()),
+        }
+        let mut tx = if late || reconcile {
+            self.begin_backfill().await?
+        } else {
+            self.begin().await?
+        };
+        tx.set_ingest_source(source);
+        let lacking = tx.lacking_partition(contract, events).await?;
+        let kept: Vec<crate::NewEvent> = events
+            .iter()
+            .zip(&lacking)
+            .filter(|(_, &lacks)| !lacks)
+            .map(|(event, _)| event.clone())
+            .collect();
+        let mut stored = tx.insert_events(tenant, contract, &kept).await?.into_iter();
+        tx.commit().await?;
+        Ok(lacking
+            .into_iter()
+            .map(|lacks| if lacks { None } else { stored.next() })
+            .collect())
+    }
+}
+
+/// What an event left out by [`Store::insert_events_apart`] tells its sender.
+pub fn lacking_partition_message(contract: &str) -> String {
+    format!(
+        "no partition this process may write holds the event's occurrence day (maintenance detached it, having run with a shorter dedupe horizon than this process's, or has not created it yet); nothing of it was written: load it with `traqlyte backfill --contract {contract}` (after `traqlyte partitions maintain` for a day not created yet)"
+    )
 }
 
 impl StoreTx {

@@ -454,78 +454,84 @@ pub(crate) async fn begin_ingest(state: &AppState) -> Result<StoreTx, ApiError> 
 }
 
 /// Stores a batch's admitted events (at `positions` of the request) in one transaction:
-/// the events written, their positions and their outcomes. An event whose day has no live
-/// partition although the server's horizon admits it (`partitions maintain` ran with a
-/// shorter horizon) fails the live transaction whole, and the batch is written again:
-/// reconciled as a backfill would when the server reconciles late events, else without
-/// those events, each `rejected` with `outside_horizon` (a review: one such event made the
-/// whole batch `422`, its valid events unstored; the NATS consumer already took them
-/// apart).
-async fn store_batch<'a>(
+/// the events written, their positions and their outcomes. The transaction is a
+/// backfill's only when late events are reconciled and one of the batch's events lies
+/// before the horizon; else a live one, which skips the backfill's routing (a read of
+/// the attached days per call). An event whose day has no partition to write to
+/// although the server's horizon admits it (`partitions maintain` ran with a shorter
+/// horizon, or has not created it) is reconciled when the server reconciles late
+/// events, else `rejected` with `outside_horizon`, and the others stored
+/// ([`traqlyte_store::Store::insert_events_apart`], as the NATS consumer does; a review:
+/// one such event made the whole batch `422`, its valid events unstored).
+async fn store_batch(
     state: &AppState,
     tenant: &TenantId,
     contract: &Contract,
     events: Vec<NewEvent>,
     positions: Vec<usize>,
-    results: &mut [ItemResult<'a>],
+    results: &mut [ItemResult<'_>],
 ) -> Result<(Vec<NewEvent>, Vec<usize>, Vec<EventOutcome>), ApiError> {
-    let mut tx = begin_batch(state, contract, &events).await?;
-    match tx.insert_events(tenant, contract, &events).await {
-        Ok(outcomes) => {
-            tx.commit().await?;
-            return Ok((events, positions, outcomes));
-        }
-        Err(traqlyte_store::StoreError::OutsideHorizon) => drop(tx),
-        Err(err) => return Err(err.into()),
-    }
-    if state.config.late_events == LateEvents::Reconcile {
-        let mut tx = state.store.begin_backfill().await?;
-        let outcomes = tx.insert_events(tenant, contract, &events).await?;
-        tx.commit().await?;
-        return Ok((events, positions, outcomes));
-    }
-    let mut tx = state.store.begin().await?;
-    let lacking = tx.lacking_live_partition(contract, &events).await?;
-    let (mut kept, mut kept_positions) = (Vec::new(), Vec::new());
-    for ((event, index), lacks) in events.into_iter().zip(positions).zip(lacking) {
-        if lacks {
-            let message = format!(
-                "no live partition holds the event's occurrence day (maintenance detached it, run with a shorter dedupe horizon than this server's, or has not created it yet); nothing of it was written: load it with `traqlyte backfill --contract {}`",
-                contract.name()
-            );
-            let refusal = ApiError::unprocessable("outside_horizon", message)
-                .with_field(contract.occurred_at().unwrap_or(""));
-            results[index].error = Some(refusal.into_body());
-        } else {
-            kept.push(event);
-            kept_positions.push(index);
-        }
-    }
-    let outcomes = tx.insert_events(tenant, contract, &kept).await?;
-    tx.commit().await?;
-    Ok((kept, kept_positions, outcomes))
-}
-
-/// The transaction of a batch: a backfill's only when late events are reconciled and
-/// one of the batch's events lies before the horizon; else a live one, which skips the
-/// backfill's routing (a read of the attached days per call). Safe either way: a live
-/// transaction never stores an event outside the attached partitions, it fails instead.
-async fn begin_batch(
-    state: &AppState,
-    contract: &Contract,
-    events: &[NewEvent],
-) -> Result<StoreTx, ApiError> {
     let now = traqlyte_store::now_us();
     let horizon = state.config.dedupe_horizon;
     let late = events.iter().any(|event| {
         let at = partition_time(contract, event.identified.occurred_at_us);
         horizon.admission(at, now, state.config.late_events) == Ok(Admission::Late)
     });
-    Ok(if late {
-        state.store.begin_backfill().await?
-    } else {
-        state.store.begin().await?
-    })
+    let reconcile = state.config.late_events == LateEvents::Reconcile;
+    let stored = state
+        .store
+        .insert_events_apart(
+            IngestSource::http(),
+            tenant,
+            contract,
+            &events,
+            late,
+            reconcile,
+        )
+        .await?;
+    let (stored, left_out) = StoredApart::split(events, positions, stored);
+    for index in left_out {
+        let message = traqlyte_store::lacking_partition_message(contract.name().as_str());
+        let refusal = ApiError::unprocessable("outside_horizon", message)
+            .with_field(contract.occurred_at().unwrap_or(""));
+        results[index].error = Some(refusal.into_body());
+    }
+    Ok((stored.events, stored.positions, stored.outcomes))
+}
+
+/// The events [`traqlyte_store::Store::insert_events_apart`] stored, with their
+/// positions in the request (or fetch) and their outcomes.
+pub(crate) struct StoredApart {
+    pub(crate) events: Vec<NewEvent>,
+    pub(crate) positions: Vec<usize>,
+    pub(crate) outcomes: Vec<EventOutcome>,
+}
+
+impl StoredApart {
+    /// Splits `events` (at `positions`) by `stored`, the store's answer for each: those
+    /// stored, and the positions of those left out.
+    pub(crate) fn split(
+        events: Vec<NewEvent>,
+        positions: Vec<usize>,
+        stored: Vec<Option<EventOutcome>>,
+    ) -> (StoredApart, Vec<usize>) {
+        let mut apart = StoredApart {
+            events: Vec::with_capacity(events.len()),
+            positions: Vec::with_capacity(events.len()),
+            outcomes: Vec::with_capacity(events.len()),
+        };
+        let mut left_out = Vec::new();
+        for ((event, index), outcome) in events.into_iter().zip(positions).zip(stored) {
+            if let Some(outcome) = outcome {
+                apart.events.push(event);
+                apart.positions.push(index);
+                apart.outcomes.push(outcome);
+            } else {
+                left_out.push(index);
+            }
+        }
+        (apart, left_out)
+    }
 }
 
 /// The 409 answer to a collision of an event of the tenant's `contract`.

@@ -516,8 +516,9 @@ async fn a_horizon_of_thousands_of_days_is_maintained_in_several_transactions() 
 /// with an earlier clock), leaving days between them without a table: a day that
 /// maintenance, creating oldest first in several transactions, is about to attach looks
 /// the same. A late event of such a day (`--late-events reconcile`) is refused, not given
-/// a detached table that would shadow the attached one for ever; once maintenance has
-/// run, the same event is stored in its day's detached partition.
+/// a detached table that would shadow the attached one for ever (alone, and in a batch
+/// whose other events are stored); once maintenance has run, the same event is stored in
+/// its day's detached partition.
 async fn a_day_between_attached_ones_never_gets_a_detached_table() {
     let app = spawn_app(Backend::Postgres).await;
     app.register_checkout_contract().await;
@@ -530,6 +531,22 @@ async fn a_day_between_attached_ones_never_gets_a_detached_table() {
     let between = event_at("order_between", now - 25 * DAY_US);
     let refused = app.post_event(&between).await;
     assert_eq!(refused.code(), "outside_horizon", "{}", refused.body);
+    // In a batch, it is refused alone and a recent event beside it stored (the batch's
+    // reconciling retry met it again, and the whole batch was `422`), as the NATS
+    // consumer does.
+    let batch = json!([event_at("order_now", now), between.clone()]);
+    let answer = app
+        .post_json("/events/checkout_completed/batch", &batch)
+        .await;
+    assert_eq!(
+        answer.item_statuses(),
+        vec!["inserted", "rejected"],
+        "{}",
+        answer.body
+    );
+    let error = &answer.body["results"][1]["error"];
+    assert_eq!(error["code"], "outside_horizon", "{}", answer.body);
+    assert_eq!(error["field"], "/occurred_at", "{}", answer.body);
     let day = traqlyte_store::partitions::day_text((now - 25 * DAY_US).div_euclid(DAY_US) as i32);
     let has_day = |partitions: &[traqlyte_store::PartitionInfo]| {
         partitions

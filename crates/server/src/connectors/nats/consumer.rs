@@ -12,14 +12,14 @@ use traqlyte_identity::segment::{identify_message_owned, Envelope};
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName};
 use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
-    now_us, Admission, EventOutcome, IngestSource, NewDeadLetter, NewEvent, OutsideHorizon, Store,
-    StoreError, TenantId,
+    lacking_partition_message, now_us, Admission, EventOutcome, IngestSource, LateEvents,
+    NewDeadLetter, NewEvent, OutsideHorizon, Store, StoreError, TenantId,
 };
 
 use super::decode::{decode, pinned_version, version_header, Decoded, Refusal};
 use super::NatsConfig;
 use crate::connectors::segment::ingest;
-use crate::routes::events::identify;
+use crate::routes::events::{identify, StoredApart};
 
 /// NATS server URLs (one, or several separated by commas) with any credentials in them
 /// (`user:password@`, `token@`) replaced by `***@`, for messages and logs.
@@ -926,12 +926,12 @@ impl Worker {
         let mut events: Vec<NewEvent> = Vec::with_capacity(values.len());
         let mut positions = Vec::with_capacity(values.len());
         let now = now_us();
-        let mut ages = Vec::with_capacity(values.len());
+        let mut late = false;
         for (value, index) in values {
             match identify(contract, value) {
                 Ok(event) => match self.admit(contract, &event, now) {
                     Ok(admitted) => {
-                        ages.push(admitted);
+                        late |= admitted == Admission::Late;
                         events.push(event);
                         positions.push(index);
                     }
@@ -941,51 +941,32 @@ impl Worker {
             }
         }
         let source = IngestSource::nats(&self.config.stream);
-        let late = ages.contains(&Admission::Late);
-        let outcomes = match self
+        // An event's day with no partition to write to although this consumer's horizon
+        // admits it (maintenance ran with a shorter horizon, or no `serve` runs it): Nak'd,
+        // the batch would come back for ever. Such an event is a dead letter naming the
+        // backfill (reconciled instead with `--late-events reconcile`), the others stored.
+        let reconcile = self.config.late_events == LateEvents::Reconcile;
+        let stored = self
             .store
-            .insert_events_from(source.clone(), &self.tenant, contract, &events, late)
-            .await
-        {
-            // An event's day has no live partition although this consumer's horizon
-            // admits it (maintenance ran with a shorter horizon, or no `serve` runs it):
-            // Nak'd, the batch would come back for ever. Each event alone: those without
-            // a partition are dead letters naming the backfill, the others stored.
-            Err(StoreError::OutsideHorizon) => {
-                let mut outcomes = Vec::with_capacity(events.len());
-                let (mut kept, mut kept_positions) = (Vec::new(), Vec::new());
-                for ((event, index), age) in events.into_iter().zip(positions).zip(ages) {
-                    // A late event alone is reconciled as it would have been in its batch.
-                    let late = age == Admission::Late;
-                    let one = std::slice::from_ref(&event);
-                    match self
-                        .store
-                        .insert_events_from(source.clone(), &self.tenant, contract, one, late)
-                        .await
-                    {
-                        Ok(stored) => {
-                            outcomes.extend(stored);
-                            pending[index].committed = true;
-                            kept.push(event);
-                            kept_positions.push(index);
-                        }
-                        Err(StoreError::OutsideHorizon) => {
-                            pending[index].fate = Fate::Dead(Refusal::new(
-                                "outside_horizon",
-                                format!(
-                                    "no live partition holds the event's occurrence day (maintenance detached it, run with a shorter dedupe horizon than this consumer's, or has not created it yet); load it with `traqlyte backfill --contract {}`",
-                                    contract.name()
-                                ),
-                            ));
-                        }
-                        Err(err) => return Err(err),
-                    }
-                }
-                (events, positions) = (kept, kept_positions);
-                outcomes
-            }
-            other => other?,
-        };
+            .insert_events_apart(
+                source.clone(),
+                &self.tenant,
+                contract,
+                &events,
+                late,
+                reconcile,
+            )
+            .await?;
+        let (stored, left_out) = StoredApart::split(events, positions, stored);
+        for index in left_out {
+            let message = lacking_partition_message(contract.name().as_str());
+            pending[index].fate = Fate::Dead(Refusal::new("outside_horizon", message));
+        }
+        let StoredApart {
+            events,
+            positions,
+            outcomes,
+        } = stored;
         debug_assert_eq!(outcomes.len(), events.len());
         for &index in &positions {
             pending[index].committed = true;
