@@ -287,6 +287,9 @@ type Reply<F> = oneshot::Sender<Result<<F as Flush>::Answer, ApiError>>;
 /// One request in a queue: the key its batch re-checks (if any), its item, its reply.
 type Pending<F> = (Option<ApiKey>, <F as Flush>::Item, Reply<F>);
 
+/// An item with the key its batch re-checks, as the writes take it.
+type Keyed<F> = (Option<ApiKey>, <F as Flush>::Item);
+
 struct Queue<F: Flush> {
     sender: mpsc::Sender<Pending<F>>,
 }
@@ -436,13 +439,17 @@ async fn write_batch<F: Flush>(
         write_batch_of(store, flush, lookups, held, batch).await;
     }
     if !set_aside.is_empty() {
-        let (items, replies) = set_aside
-            .into_iter()
-            .map(|(key, item, reply)| ((key, item), reply))
-            .unzip();
-        let lock_wait = Some(ITEM_LOCK_WAIT_MS);
-        write_one_by_one(store, flush, lookups, held, items, replies, lock_wait).await;
+        let (items, replies) = unzip::<F>(set_aside);
+        write_apart(store, flush, lookups, held, items, replies).await;
     }
+}
+
+/// A batch's items (with their keys) and their replies, in the same order.
+fn unzip<F: Flush>(batch: Vec<Pending<F>>) -> (Vec<Keyed<F>>, Vec<Reply<F>>) {
+    batch
+        .into_iter()
+        .map(|(key, item, reply)| ((key, item), reply))
+        .unzip()
 }
 
 /// [`write_batch`] of the items not set aside.
@@ -453,11 +460,7 @@ async fn write_batch_of<F: Flush>(
     held: &HeldRows,
     batch: Vec<Pending<F>>,
 ) {
-    let (mut items, mut replies) = (Vec::with_capacity(batch.len()), Vec::new());
-    for (key, item, reply) in batch {
-        items.push((key, item));
-        replies.push(reply);
-    }
+    let (mut items, mut replies) = unzip::<F>(batch);
     let early = flush.write_at_once(store, &items).await;
     #[cfg(feature = "test-hooks")]
     let early = test_lose_answer(early);
@@ -651,6 +654,20 @@ async fn write_split<F: Flush>(
     replies: Vec<Reply<F>>,
 ) {
     tracing::warn!(error = %err, items = items.len(), "group commit batch waited out a lock; writing its items one by one");
+    write_apart(store, flush, lookups, held, items, replies).await;
+}
+
+/// Writes items each alone, each waiting [`ITEM_LOCK_WAIT_MS`] at most for a lock: those
+/// of a batch that waited one out ([`write_split`]), and those set aside for a row held
+/// lately ([`HeldRows`]).
+async fn write_apart<F: Flush>(
+    store: &Store,
+    flush: &F,
+    lookups: &Lookups,
+    held: &HeldRows,
+    items: Vec<(Option<ApiKey>, F::Item)>,
+    replies: Vec<Reply<F>>,
+) {
     let lock_wait = Some(ITEM_LOCK_WAIT_MS);
     write_one_by_one(store, flush, lookups, held, items, replies, lock_wait).await;
 }
