@@ -141,17 +141,11 @@ pub async fn serve(
         .webhook_dispatch
         .then(|| tokio::spawn(ops::webhooks::run(state.clone(), dispatch_stopping)));
     if let Some(metrics_listener) = metrics_listener {
-        if let Ok(address) = metrics_listener.local_addr() {
-            tracing::info!(%address, "metrics listening");
-        }
-        let router = routes::metrics_router(state.clone());
-        tasks.push(tokio::spawn(async move {
-            let never = std::future::pending::<()>();
-            let limits = limits.with_connections_max(listener::METRICS_CONNECTIONS_MAX);
-            if let Err(err) = listener::serve(metrics_listener, router, limits, never).await {
-                tracing::error!(error = %err, "metrics listener failed");
-            }
-        }));
+        tasks.push(spawn_metrics_listener(
+            metrics_listener,
+            state.clone(),
+            limits,
+        ));
     }
     // The dispatcher stops when the server does, its round overlapping the drain of the
     // connections (and when the listener fails, by the sender's drop).
@@ -181,6 +175,60 @@ pub async fn serve(
 
 /// Binds `address`, or says which option named it: the API's and the metrics' listeners
 /// fail alike ("Address already in use") and an operator must know which port to move.
+/// Serves the dedicated metrics listener ([`routes::metrics_router`]) until aborted.
+fn spawn_metrics_listener(
+    metrics_listener: TcpListener,
+    state: AppState,
+    limits: listener::Limits,
+) -> tokio::task::JoinHandle<()> {
+    if let Ok(address) = metrics_listener.local_addr() {
+        tracing::info!(%address, "metrics listening");
+    }
+    let router = routes::metrics_router(state);
+    tokio::spawn(async move {
+        let never = std::future::pending::<()>();
+        let limits = limits.with_connections_max(listener::METRICS_CONNECTIONS_MAX);
+        if let Err(err) = listener::serve(metrics_listener, router, limits, never).await {
+            tracing::error!(error = %err, "metrics listener failed");
+        }
+    })
+}
+
+/// The metrics listener of a process that serves no API (`traqlyte consume nats
+/// --metrics-listen`): `GET /metrics` with this process's series (the consumer's
+/// `traqlyte_nats_*`, its `traqlyte_events_*{source="nats:…"}`), and the probes `/livez`
+/// and `/healthz` asking `store`, as on `serve --metrics-listen`. Installs the metrics
+/// recorder. `None` without `metrics.listen`; the task runs until aborted.
+pub async fn serve_metrics_alone(
+    store: Store,
+    metrics: metrics::MetricsConfig,
+) -> std::io::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(address) = metrics.listen.clone() else {
+        return Ok(None);
+    };
+    let config = ServerConfig {
+        metrics: metrics::MetricsConfig {
+            enabled: true,
+            ..metrics
+        },
+        ..ServerConfig::default()
+    };
+    metrics::install(true).map_err(std::io::Error::other)?;
+    let metrics_listener = bind("--metrics-listen", &address).await?;
+    let limits = listener::Limits::from_config(&config);
+    let state = AppState {
+        store,
+        bodies: Arc::new(body::Rooms::new(&config)),
+        config: Arc::new(config),
+        group_commit: GroupCommit::disabled(),
+    };
+    Ok(Some(spawn_metrics_listener(
+        metrics_listener,
+        state,
+        limits,
+    )))
+}
+
 async fn bind(option: &str, address: &str) -> std::io::Result<TcpListener> {
     TcpListener::bind(address)
         .await

@@ -48,6 +48,8 @@ pub(crate) struct ConsumeNatsArgs {
     #[command(flatten)]
     bounds: NatsBounds,
     #[command(flatten)]
+    metrics_access: crate::MetricsAccess,
+    #[command(flatten)]
     db: DbArgs,
 }
 
@@ -180,6 +182,11 @@ pub(crate) async fn run(
     let store = crate::connect(&args.db, 4).await?;
     let applied = store.migrate().await.context("apply migrations")?;
     tracing::info!(backend = store.backend_name(), database = %crate::database_shown(&args.db.database_url), applied = ?applied, "database ready");
+    // Bound before the partitions are waited for: the probes answer meanwhile.
+    let metrics =
+        traqlyte_server::serve_metrics_alone(store.clone(), args.metrics_access.config(true))
+            .await
+            .context("serve metrics")?;
     let clock = tokio::spawn(traqlyte_server::sync_clock(store.clone()));
     // The stop signal is watched from now on: a consumer still waiting for its
     // partitions at start stops at once.
@@ -193,6 +200,9 @@ pub(crate) async fn run(
     else {
         tracing::info!("stopped before consuming");
         clock.abort();
+        if let Some(task) = &metrics {
+            task.abort();
+        }
         return Ok(());
     };
     let shutdown = async move {
@@ -203,5 +213,8 @@ pub(crate) async fn run(
         .context("consume NATS JetStream");
     partitions.abort();
     clock.abort();
+    if let Some(task) = &metrics {
+        task.abort();
+    }
     result
 }

@@ -218,16 +218,8 @@ struct ServeArgs {
     /// Record Prometheus metrics and serve `GET /metrics` (`off`: nothing recorded, 404).
     #[arg(long, env = "TRAQLYTE_METRICS", value_enum, default_value = "on")]
     metrics: OnOff,
-    /// Require `Authorization: Bearer <token>` on `GET /metrics` from every peer (by
-    /// default only loopback peers may read it, with no token): at least 16 printable
-    /// ASCII characters without spaces.
-    #[arg(long, env = "TRAQLYTE_METRICS_TOKEN", hide_env_values = true, value_parser = parse_metrics_token)]
-    metrics_token: Option<String>,
-    /// Serve `GET /metrics` on this address only, to any peer (or token holders with
-    /// --metrics-token); the API's listener then answers it 404. The probes `/livez` and
-    /// `/healthz` are served there too, on connections of their own.
-    #[arg(long, env = "TRAQLYTE_METRICS_LISTEN", value_parser = parse_listen)]
-    metrics_listen: Option<String>,
+    #[command(flatten)]
+    metrics_access: MetricsAccess,
     /// Do not run the collision webhook dispatcher in this process (another server
     /// runs it; deliveries wait in the outbox).
     #[arg(long)]
@@ -251,6 +243,32 @@ struct ServeArgs {
     /// `GET /ops/semantic-duplicates`.
     #[arg(long, env = "TRAQLYTE_SEMANTIC_SCAN_INTERVAL", default_value = "off", value_parser = parse_interval)]
     semantic_scan_interval: Interval,
+}
+
+/// Who may read `GET /metrics`, and where: options of `serve` and `consume nats`.
+#[derive(Args)]
+pub(crate) struct MetricsAccess {
+    /// Require `Authorization: Bearer <token>` on `GET /metrics` from every peer (by
+    /// default only loopback peers may read it, with no token): at least 16 printable
+    /// ASCII characters without spaces.
+    #[arg(long, env = "TRAQLYTE_METRICS_TOKEN", hide_env_values = true, value_parser = parse_metrics_token)]
+    metrics_token: Option<String>,
+    /// Serve `GET /metrics` on this address, to any peer (or token holders with
+    /// --metrics-token); `serve`'s API listener then answers it 404. The probes `/livez`
+    /// and `/healthz` are served there too, on connections of their own.
+    #[arg(long, env = "TRAQLYTE_METRICS_LISTEN", value_parser = parse_listen)]
+    metrics_listen: Option<String>,
+}
+
+impl MetricsAccess {
+    /// The server's metrics settings, recording them or not.
+    pub(crate) fn config(self, enabled: bool) -> traqlyte_server::metrics::MetricsConfig {
+        traqlyte_server::metrics::MetricsConfig {
+            enabled,
+            token: self.metrics_token,
+            listen: self.metrics_listen,
+        }
+    }
 }
 
 /// `off` or a duration.
@@ -500,11 +518,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         dedupe_horizon: args.horizon.dedupe_horizon_days,
         late_events: args.late.late_events.into(),
         semantic_scan_every_ms: args.semantic_scan_interval.0,
-        metrics: traqlyte_server::metrics::MetricsConfig {
-            enabled: args.metrics == OnOff::On,
-            token: args.metrics_token,
-            listen: args.metrics_listen,
-        },
+        metrics: args.metrics_access.config(args.metrics == OnOff::On),
         webhook_dispatch: !args.no_webhook_dispatch,
         group_commit: traqlyte_server::GroupCommitConfig {
             enabled: args.group_commit == OnOff::On,

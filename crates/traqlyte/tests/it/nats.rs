@@ -1214,6 +1214,55 @@ mod postgres_only {
             .await
     }
 
+    /// `consume nats` run alone (the deployment docs/scaling.md draws: consumers apart
+    /// from the servers) had no metrics: its series existed only under `serve --nats-*`,
+    /// so its lag, stalls and dead letters could not be scraped. With `--metrics-listen`
+    /// it serves its own `GET /metrics` and the probes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_consumer_alone_serves_its_metrics_and_probes_on_metrics_listen() {
+        let (app, nats, js) = setup(Backend::Postgres).await;
+        let listen = ["--metrics-listen", "127.0.0.1:0"];
+        let mut consumer = ConsumerProcess::start_logged(&app, &nats.url, &listen);
+        consumer.wait_until_consuming().await;
+        let address = consumer
+            .log_events("metrics listening")
+            .first()
+            .and_then(|fields| fields["address"].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("no metrics address: {}", consumer.log_text()));
+        publish_orders(&js, 5, 2).await;
+        publish(&js, "traqlyte.checkout_completed", b"not JSON", "bad").await;
+        wait_for(&app, "all stored", |(stored, dups)| {
+            stored == 5 && dups == 2
+        })
+        .await;
+        wait_until_drained(&js).await;
+        let client = reqwest::Client::new();
+        let get = |path: &str| client.get(format!("http://{address}{path}")).send();
+        let health = get("/healthz").await.expect("healthz");
+        assert_eq!(health.status(), StatusCode::OK);
+        let scraped = get("/metrics").await.expect("metrics");
+        assert_eq!(scraped.status(), StatusCode::OK);
+        let text = scraped.text().await.expect("text");
+        let value = |family: &str, label: &str| {
+            text.lines()
+                .find(|line| line.starts_with(family) && line.contains(label))
+                .and_then(|line| line.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {family} with {label}: {text}"))
+        };
+        let source = format!("source=\"nats:{STREAM}\"");
+        assert_eq!(value("traqlyte_events_inserted_total{", &source), 5.0);
+        assert_eq!(value("traqlyte_events_duplicates_total{", &source), 2.0);
+        assert_eq!(
+            value(
+                "traqlyte_nats_dead_letters_total{",
+                "reason=\"invalid_json\""
+            ),
+            1.0
+        );
+        assert!(text.contains("traqlyte_nats_consumer_pending{"), "{text}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_three_node_cluster_losing_a_node_mid_load_still_stores_each_message_once() {
         super::a_three_node_cluster_losing_a_node_mid_load_still_stores_each_message_once().await
