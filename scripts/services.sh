@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests talk to are running on loopback: PostgreSQL on
 # 127.0.0.1:5432 (user postgres, trust auth). Starts it when stopped and installs it from
-# Debian's packages when absent, along with the tools the tests run (python3, chromium).
+# Debian's packages when absent, along with the tools the tests run (python3, chromium,
+# promtool).
 # Only what a test uses is brought up. The JetStream consumer's tests start their own
 # private nats-server instances (one server, or a 3-node cluster they kill a node of), so
 # only the binary is needed: Debian's nats-server package.
@@ -78,4 +79,7 @@ command -v nats-server >/dev/null || apt_install nats-server
 # The pooler tests run a private pgbouncer in front of PostgreSQL (never the package's
 # own service).
 command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || apt_install pgbouncer
+# The documented alert rules are checked with promtool, which Debian ships in the
+# prometheus package (its own service is never used).
+command -v promtool >/dev/null || apt_install prometheus
 echo "services ready: PostgreSQL 127.0.0.1:$PG_PORT" >&2

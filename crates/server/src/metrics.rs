@@ -153,6 +153,13 @@ pub fn install(enabled: bool) -> Result<(), String> {
         if metrics::set_global_recorder(recorder).is_ok() && HANDLE.set(handle).is_ok() {
             describe_all();
             spawn_upkeep();
+            // The conventional series of Prometheus's client libraries: the collision
+            // alert (docs/operations.md) asks whether Prometheus has scraped this target
+            // before, which a new series of its own cannot tell.
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |since| since.as_secs_f64());
+            metrics::gauge!("process_start_time_seconds").set(started);
         }
     }
     ENABLED.store(HANDLE.get().is_some(), Ordering::Relaxed);
@@ -228,6 +235,11 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
         "traqlyte_batch_size",
         Kind::Histogram,
         "Items per batch written (events, outcomes, messages), per kind",
+    ),
+    (
+        "process_start_time_seconds",
+        Kind::Gauge,
+        "When this process started recording metrics, in seconds since the Unix epoch",
     ),
     (
         "traqlyte_store_pool_connections",

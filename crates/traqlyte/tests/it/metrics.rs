@@ -457,6 +457,45 @@ async fn the_counters_after_a_known_workload_hold_its_counts_in_valid_exposition
             &[("pool", pool)]
         ) >= 1.0
     );
+    // The process's start, which the documented collision alert reads: within the last
+    // hour (this process started moments ago), in seconds since the epoch.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64();
+    let started = value_of(&samples, "process_start_time_seconds", &[]);
+    assert!(
+        started <= now && started > now - 3_600.0,
+        "process_start_time_seconds {started}, now {now}"
+    );
+}
+
+/// The alert rules docs/operations.md shows are `docs/alerts/traqlyte.rules.yml`, and
+/// `promtool test rules` passes their cases (a series born at 1, steady counts, a new
+/// Prometheus with no history of the target, a gap, restarts, the duplicate rate). The
+/// collision rule paged every series above 0 once on a Prometheus with no history of
+/// the target (a new one, a new target, a long gap in the scrapes).
+#[test]
+fn the_documented_alert_rules_pass_their_promtool_tests() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let rules = std::fs::read_to_string(docs.join("alerts/traqlyte.rules.yml")).expect("rules");
+    let operations = std::fs::read_to_string(docs.join("operations.md")).expect("operations");
+    assert!(
+        operations.contains(&format!("```yaml\n{rules}```")),
+        "docs/operations.md shows other rules than docs/alerts/traqlyte.rules.yml"
+    );
+    // scripts/services.sh installs it (Debian's prometheus package): never skipped.
+    let output = std::process::Command::new("promtool")
+        .args(["test", "rules", "traqlyte.rules.test.yml"])
+        .current_dir(docs.join("alerts"))
+        .output()
+        .expect("promtool: run scripts/services.sh, which installs Debian's prometheus package");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 async fn a_metrics_token_is_required_when_set(backend: Backend) {
