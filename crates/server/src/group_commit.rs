@@ -440,7 +440,8 @@ async fn write_batch<F: Flush>(
     }
     if !set_aside.is_empty() {
         let (items, replies) = unzip::<F>(set_aside);
-        write_apart(store, flush, lookups, held, items, replies).await;
+        let lock_wait = Some(ITEM_LOCK_WAIT_MS);
+        write_one_by_one(store, flush, lookups, held, items, replies, lock_wait).await;
     }
 }
 
@@ -654,20 +655,6 @@ async fn write_split<F: Flush>(
     replies: Vec<Reply<F>>,
 ) {
     tracing::warn!(error = %err, items = items.len(), "group commit batch waited out a lock; writing its items one by one");
-    write_apart(store, flush, lookups, held, items, replies).await;
-}
-
-/// Writes items each alone, each waiting [`ITEM_LOCK_WAIT_MS`] at most for a lock: those
-/// of a batch that waited one out ([`write_split`]), and those set aside for a row held
-/// lately ([`HeldRows`]).
-async fn write_apart<F: Flush>(
-    store: &Store,
-    flush: &F,
-    lookups: &Lookups,
-    held: &HeldRows,
-    items: Vec<(Option<ApiKey>, F::Item)>,
-    replies: Vec<Reply<F>>,
-) {
     let lock_wait = Some(ITEM_LOCK_WAIT_MS);
     write_one_by_one(store, flush, lookups, held, items, replies, lock_wait).await;
 }

@@ -776,7 +776,7 @@ impl Store {
     }
 }
 
-/// The days of `events` partitions as a transaction found them
+/// The days of the `events` partitions as a transaction found them
 /// ([`partitions::partition_days`]): where it may write an event of each day.
 struct PartitionDays {
     attached: Vec<i32>,
