@@ -181,6 +181,9 @@ impl PgStore {
             // queue) ends as `503 store_busy`, logged, not as the request's `408`.
             .acquire_timeout(Duration::from_secs(5))
             .idle_timeout(Duration::from_secs(60))
+            .before_acquire(|_conn, meta| {
+                Box::pin(async move { Ok(!opened_before_read_only(meta.age)) })
+            })
             .after_connect(move |conn, _meta| Box::pin(session_settings(conn, lock_timeout_ms)))
             .after_release(|conn, _meta| Box::pin(settled(conn)))
             .connect_lazy(&config.database_url)?;
