@@ -108,6 +108,12 @@ pub enum OpenLineageError {
         /// Why the value is not acceptable.
         reason: String,
     },
+    /// The body is not a JSON object (an array of events, `null`, a string).
+    #[error("the body must be a JSON object (one OpenLineage RunEvent), got {found}")]
+    BodyNotObject {
+        /// The JSON type that was found.
+        found: &'static str,
+    },
     /// A DatasetEvent or JobEvent: accepted by the spec, not stored by this release.
     #[error("{kind} is not stored by this server: only RunEvents (with run.runId) are accepted; send static dataset or job metadata as part of a RunEvent")]
     UnsupportedKind {
@@ -126,6 +132,7 @@ impl OpenLineageError {
             OpenLineageError::Missing { field }
             | OpenLineageError::WrongType { field, .. }
             | OpenLineageError::Invalid { field, .. } => field.clone(),
+            OpenLineageError::BodyNotObject { .. } => String::new(),
             OpenLineageError::UnsupportedKind { .. } => "run".to_string(),
             OpenLineageError::Canonical(err) => err.field().to_string(),
         }
@@ -135,7 +142,9 @@ impl OpenLineageError {
     pub fn code(&self) -> &'static str {
         match self {
             OpenLineageError::Missing { .. } => "missing_required_field",
-            OpenLineageError::WrongType { .. } => "wrong_type",
+            OpenLineageError::WrongType { .. } | OpenLineageError::BodyNotObject { .. } => {
+                "wrong_type"
+            }
             OpenLineageError::Invalid { .. } => "invalid_value",
             OpenLineageError::UnsupportedKind { .. } => "unsupported_event_kind",
             OpenLineageError::Canonical(err) => err.code(),
@@ -212,9 +221,7 @@ pub fn identify_run_event(event: &Value) -> Result<IdentifiedRunEvent, OpenLinea
 /// a parsed tree, and a second tree doubled that).
 pub fn identify_run_event_owned(event: Value) -> Result<IdentifiedRunEvent, OpenLineageError> {
     let Value::Object(raw) = &event else {
-        return Err(OpenLineageError::WrongType {
-            field: String::new(),
-            expected: "a JSON object (an OpenLineage RunEvent)",
+        return Err(OpenLineageError::BodyNotObject {
             found: type_name(&event),
         });
     };
@@ -258,15 +265,17 @@ pub fn run_id_for_slot(namespace: &str, name: &str, slot: &str) -> String {
 /// Refuses DatasetEvents and JobEvents (no `run`) with a clear error; a body with neither
 /// `run`, `dataset` nor `job` is judged as a RunEvent missing its `run`.
 fn check_kind(raw: &Map<String, Value>) -> Result<(), OpenLineageError> {
-    if raw.contains_key("run") {
+    // `null` counts as absent, as for every field.
+    let present = |key: &str| raw.get(key).is_some_and(|value| !value.is_null());
+    if present("run") {
         return Ok(());
     }
-    if raw.contains_key("dataset") {
+    if present("dataset") {
         return Err(OpenLineageError::UnsupportedKind {
             kind: "DatasetEvent",
         });
     }
-    if raw.contains_key("job") && !raw.contains_key("eventType") {
+    if present("job") && !present("eventType") {
         return Err(OpenLineageError::UnsupportedKind { kind: "JobEvent" });
     }
     Err(OpenLineageError::Missing {
@@ -427,6 +436,21 @@ fn dataset(item: &Value, at: &str) -> Result<DatasetRef, OpenLineageError> {
             other => other,
         })
     };
+    // The spec's containers of facets are objects (the JSON Schema's `DatasetFacets`,
+    // `InputDatasetFacets`, `OutputDatasetFacets`), as `run.facets` and `job.facets` are;
+    // what is inside them is content.
+    for key in ["facets", "inputFacets", "outputFacets"] {
+        match item.get(key) {
+            None | Some(Value::Null | Value::Object(_)) => {}
+            Some(other) => {
+                return Err(OpenLineageError::WrongType {
+                    field: format!("{at}.{key}"),
+                    expected: "an object",
+                    found: type_name(other),
+                })
+            }
+        }
+    }
     let version = match item.pointer("/facets/version/datasetVersion") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) => Some(text.clone()),

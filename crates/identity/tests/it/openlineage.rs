@@ -200,6 +200,65 @@ fn invalid_values_are_named() {
     }
 }
 
+/// A dataset's containers of facets are objects in the spec's JSON Schema, as
+/// `run.facets` and `job.facets` are, which were the only ones checked: an array or a
+/// string there was stored.
+#[test]
+fn a_dataset_facet_container_of_another_type_is_named() {
+    let cases = [
+        ("/inputs/0", "facets", json!([]), "inputs[0].facets"),
+        (
+            "/inputs/1",
+            "inputFacets",
+            json!([]),
+            "inputs[1].inputFacets",
+        ),
+        (
+            "/outputs/0",
+            "outputFacets",
+            json!("x"),
+            "outputs[0].outputFacets",
+        ),
+    ];
+    for (dataset, key, value, field) in cases {
+        let mut event = minimal();
+        event.pointer_mut(dataset).expect(dataset)[key] = value;
+        let refused = err(&event);
+        assert_eq!(
+            (refused.code(), refused.field().as_str()),
+            ("wrong_type", field),
+            "{refused}"
+        );
+    }
+    let mut event = minimal();
+    event["inputs"][0]["facets"] = json!({"schema": {"fields": []}});
+    event["inputs"][0]["inputFacets"] = Value::Null;
+    ok(&event);
+}
+
+/// `null` counts as absent for the kind too: a DatasetEvent with `"run": null` was judged
+/// a RunEvent missing its `eventType`; a body that is no object is named as such (the
+/// message read "field  must be…").
+#[test]
+fn a_null_run_is_absent_and_a_body_that_is_no_object_says_so() {
+    let dataset_event = json!({
+        "eventTime": "2026-12-01T00:00:00Z", "producer": "p", "schemaURL": "s",
+        "run": null, "dataset": {"namespace": "s", "name": "d"}
+    });
+    assert_eq!(err(&dataset_event).code(), "unsupported_event_kind");
+    let job_event = json!({
+        "eventTime": "2026-12-01T00:00:00Z", "producer": "p", "schemaURL": "s",
+        "eventType": null, "job": {"namespace": "s", "name": "j"}
+    });
+    assert!(err(&job_event).to_string().contains("JobEvent"));
+    let refused = err(&json!([minimal()]));
+    assert_eq!(refused.code(), "wrong_type");
+    assert_eq!(
+        refused.to_string(),
+        "the body must be a JSON object (one OpenLineage RunEvent), got array"
+    );
+}
+
 #[test]
 fn observation_metadata_changes_neither_id_nor_fingerprint() {
     let base = ok(&minimal()).identified;
