@@ -352,6 +352,9 @@ pub enum VerdictKind {
     DedupeChangesConclusion,
     /// Units were assigned under versions whose weights differ.
     WeightsChanged,
+    /// An arm's lift on a metric is significant by its p-value while its interval holds
+    /// 0, or the reverse: the test is on the difference, the interval on the ratio.
+    IntervalDisagrees,
 }
 
 /// A plain-language warning.
@@ -360,10 +363,12 @@ pub enum VerdictKind {
 pub struct Verdict {
     /// What it is about.
     pub kind: VerdictKind,
-    /// The metric, for [`VerdictKind::DedupeChangesConclusion`].
+    /// The metric, for [`VerdictKind::DedupeChangesConclusion`] and
+    /// [`VerdictKind::IntervalDisagrees`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metric: Option<String>,
-    /// The arm, for [`VerdictKind::DedupeChangesConclusion`].
+    /// The arm, for [`VerdictKind::DedupeChangesConclusion`] and
+    /// [`VerdictKind::IntervalDisagrees`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arm: Option<String>,
     /// The sentence shown to people.
@@ -452,6 +457,7 @@ impl Report {
                 let event = side(&mine.event_time, &theirs.event_time);
                 let arrival = side(&mine.arrival_time, &theirs.arrival_time);
                 verdicts.extend(event.verdict(metric, &arm.key));
+                verdicts.extend(event.disagreement(metric, &arm.key));
                 let entry = MetricReport {
                     event_time: event.into_report(metric),
                     arrival_time: arrival.into_report(metric),
@@ -792,6 +798,37 @@ impl Side {
             metric: Some(metric.name.clone()),
             arm: Some(arm.to_string()),
             message,
+        })
+    }
+
+    /// A sentence when this arm's deduplicated lift is significant by its p-value while
+    /// its interval holds 0, or the reverse (docs/statistics.md: the test is on the
+    /// difference, the interval on the ratio): a GrowthBook or Statsig user reads the two
+    /// as one, and the report showed them side by side with nothing said.
+    fn disagreement(&self, metric: &MetricDef, arm: &str) -> Option<Verdict> {
+        let lift = self.lift?;
+        let (low, high) = lift.ci()?;
+        let p = lift.p_value()?;
+        let excludes_zero = low > 0.0 || high < 0.0;
+        if lift.is_significant() == excludes_zero {
+            return None;
+        }
+        let level = lift.confidence_level().get() * 100.0;
+        let (test, interval) = if lift.is_significant() {
+            ("significant", "holds 0")
+        } else {
+            ("not significant", "excludes 0")
+        };
+        Some(Verdict {
+            kind: VerdictKind::IntervalDisagrees,
+            metric: Some(metric.name.clone()),
+            arm: Some(arm.to_string()),
+            message: format!(
+                "For {arm} on {}, the test says {test} (p = {p:.4}) but the {level:.0}% interval of the lift, [{:+.1}%, {:+.1}%], {interval}: the test is on the difference and the interval on the ratio, so read this result as unsettled and collect more units.",
+                metric.name,
+                low * 100.0,
+                high * 100.0
+            ),
         })
     }
 }

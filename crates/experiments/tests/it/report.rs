@@ -372,3 +372,44 @@ fn a_thin_version_is_tested_exactly_neither_a_false_alarm_nor_a_blind_spot() {
     let report = compute(&versions[..1], &gross);
     assert!(report.srm.flagged, "{:?}", report.srm);
 }
+
+/// A lift whose p-value and interval disagree (docs/statistics.md: the test is on the
+/// difference, the interval on the ratio) is said so in a verdict: 10 against 22
+/// converters of 10,000 units each is significant (p ≈ 0.034) while the 95 % interval of
+/// the lift holds 0. The report showed the two side by side with nothing said (a review
+/// by a GrowthBook user); agreeing figures add no verdict.
+#[test]
+fn a_lift_whose_test_and_interval_disagree_is_said_so() {
+    let disagreeing = report(sums(10.0, 0.0), sums(22.0, 0.0));
+    let lift = disagreeing.arm("treatment").expect("arm").metrics["purchase"]
+        .event_time
+        .lift
+        .expect("lift");
+    let (low, _) = lift.ci().expect("interval");
+    assert!(lift.is_significant() && low < 0.0, "{lift:?}");
+    let disagreements: Vec<_> = disagreeing
+        .verdicts
+        .iter()
+        .filter(|v| v.kind == VerdictKind::IntervalDisagrees)
+        .collect();
+    assert_eq!(disagreements.len(), 1, "{:?}", disagreeing.verdicts);
+    let verdict = disagreements[0];
+    assert_eq!(
+        (verdict.metric.as_deref(), verdict.arm.as_deref()),
+        (Some("purchase"), Some("treatment"))
+    );
+    assert!(
+        verdict.message.contains("significant (p = 0.03") && verdict.message.contains("holds 0"),
+        "{}",
+        verdict.message
+    );
+    let agreeing = report(sums(100.0, 0.0), sums(200.0, 0.0));
+    assert!(
+        agreeing
+            .verdicts
+            .iter()
+            .all(|v| v.kind != VerdictKind::IntervalDisagrees),
+        "{:?}",
+        agreeing.verdicts
+    );
+}

@@ -120,7 +120,7 @@ pub(crate) struct OutcomeHistoryView {
 }
 
 fn not_found(id: &str) -> ApiError {
-    ApiError::not_found("outcome_not_found", format!("no outcome {id:?}"))
+    ApiError::not_found("outcome_not_found", format!("no outcome {id:?}")).with_field("outcome_id")
 }
 
 /// The tenant's outcome, or the 404 an unknown or malformed id gets alike.

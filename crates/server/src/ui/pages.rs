@@ -311,6 +311,7 @@ fn verdict_kind_name(kind: VerdictKind) -> &'static str {
         VerdictKind::Srm => "srm",
         VerdictKind::DedupeChangesConclusion => "dedupe_changes_conclusion",
         VerdictKind::WeightsChanged => "weights_changed",
+        VerdictKind::IntervalDisagrees => "interval_disagrees",
     }
 }
 

@@ -154,6 +154,12 @@ async fn a_correction_is_refused_for_another_tenant_and_for_bad_bodies(backend: 
         .await;
     assert_eq!(theirs.status, StatusCode::NOT_FOUND, "{}", theirs.body);
     assert_eq!(theirs.code(), "outcome_not_found");
+    // Named as every other 404 of a path's id is (it named no field).
+    assert_eq!(
+        theirs.body["error"]["field"], "outcome_id",
+        "{}",
+        theirs.body
+    );
     let read = app
         .send(
             app.client
