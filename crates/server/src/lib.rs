@@ -173,8 +173,6 @@ pub async fn serve(
     served
 }
 
-/// Binds `address`, or says which option named it: the API's and the metrics' listeners
-/// fail alike ("Address already in use") and an operator must know which port to move.
 /// Serves the dedicated metrics listener ([`routes::metrics_router`]) until aborted.
 fn spawn_metrics_listener(
     metrics_listener: TcpListener,
@@ -229,6 +227,8 @@ pub async fn serve_metrics_alone(
     )))
 }
 
+/// Binds `address`, or says which option named it: the API's and the metrics' listeners
+/// fail alike ("Address already in use") and an operator must know which port to move.
 async fn bind(option: &str, address: &str) -> std::io::Result<TcpListener> {
     TcpListener::bind(address)
         .await

@@ -134,7 +134,8 @@ pub(crate) fn no_partition(err: sqlx::Error) -> StoreError {
         {
             StoreError::OutsideHorizon
         }
-        _ => StoreError::Database(err),
+        // Through `From`, which notes a refusal to write (`25006`) for the pools.
+        _ => StoreError::from(err),
     }
 }
 

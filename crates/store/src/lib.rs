@@ -186,7 +186,8 @@ pub enum StoreError {
          pool_mode = session"
     )]
     SharedSessions,
-    /// Any database error.
+    /// Any database error. Built through `From<sqlx::Error>`, never by hand: that notes
+    /// a refusal to write for the pools (a read-back found event writes skipping it).
     #[error(transparent)]
     Database(sqlx::Error),
 }

@@ -330,6 +330,6 @@ fn with_hint(err: sqlx::Error) -> StoreError {
             message: format!("{err} (hint: {hint})"),
             source: err,
         },
-        None => StoreError::Database(err),
+        None => StoreError::from(err),
     }
 }

@@ -668,6 +668,25 @@ async fn a_read_only_postgresql_is_503_for_writes_and_for_readiness() {
         "{body}"
     );
     assert_eq!(app.checkout_stats().await, (0, 0, 0), "nothing was written");
+    // Sessions opened after the probe's finding (batches at once, a transaction and a
+    // connection each), refused by their own writes: an event write's refusal must note
+    // it too (it did not, and those sessions refused writes for a minute after the lift).
+    let batches: Vec<_> = (0..4)
+        .map(|i| {
+            let request = app
+                .client
+                .post(app.url("/events/checkout_completed/batch"))
+                .bearer_auth(&app.key)
+                .json(&serde_json::json!([checkout_event(&format!(
+                    "read-only-b{i}"
+                ))]));
+            tokio::spawn(async move { request.send().await.map(|r| r.status()) })
+        })
+        .collect();
+    for batch in batches {
+        let status = batch.await.expect("joined").expect("sent");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
 
     // Lifted as an operator does, the server's sessions left open: each of them started
     // read-only and stays so, and was kept (the probe's for ever, the API's for 30

@@ -1119,7 +1119,7 @@ mod postgres_only {
 
     /// `--late-events reconcile` with maintenance behind (no partition for tomorrow yet:
     /// dropped after the consumer made them at start): the batch's backfill transaction
-    /// fails on tomorrow's event, and written one by one the late event is still
+    /// fails on tomorrow's event, and written again without it the late event is still
     /// reconciled (not dead-lettered as if it had no partition), tomorrow's a dead letter.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_late_event_beside_one_without_a_partition_is_still_reconciled() {
@@ -1158,6 +1158,53 @@ mod postgres_only {
             Some(true)
         );
         assert_eq!(counts(&app).await, (1, 0));
+    }
+
+    /// `--late-events reconcile`, and a day inside the consumer's horizon that maintenance
+    /// with a shorter one detached: the event is reconciled into its detached partition
+    /// (as the HTTP API does), and a re-publication of it is a duplicate. It was a dead
+    /// letter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_detached_day_inside_the_horizon_is_reconciled_with_late_events_reconcile() {
+        const DAY_US: i64 = 86_400_000_000;
+        crate::helpers::clear_of_hour_boundary().await;
+        let (app, nats, js) = setup(Backend::Postgres).await;
+        crate::partitions::cli_json(
+            &app,
+            &[
+                "partitions",
+                "maintain",
+                "--dedupe-horizon-days",
+                "2",
+                "--json",
+            ],
+        );
+        let late = ["--late-events", "reconcile"];
+        let mut consumer = ConsumerProcess::start_logged(&app, &nats.url, &late);
+        consumer.wait_until_consuming().await;
+        let mut old = checkout_event("order-detached");
+        old["occurred_at"] = serde_json::json!(traqlyte_identity::format_rfc3339_micros(
+            traqlyte_store::now_us() - 5 * DAY_US
+        ));
+        let body = serde_json::to_vec(&old).expect("JSON");
+        publish(&js, "traqlyte.checkout_completed", &body, "old").await;
+        publish(&js, "traqlyte.checkout_completed", &body, "old-again").await;
+        wait_for(&app, "the detached day's event stored", |(stored, dups)| {
+            stored == 1 && dups == 1
+        })
+        .await;
+        wait_until_drained(&js).await;
+        assert_no_dead_letters(&app).await;
+        let partitions = app.store.partitions().await.expect("status");
+        let day = traqlyte_store::partitions::day_text(
+            (traqlyte_store::now_us() - 5 * DAY_US).div_euclid(DAY_US) as i32,
+        );
+        let table = partitions
+            .iter()
+            .find(|p| p.from_day.as_deref() == Some(day.as_str()))
+            .expect("the day's partition");
+        assert!(!table.attached, "{table:?}");
+        assert_eq!(table.rows, 1, "{table:?}");
     }
 
     /// A deployment that only consumes, with no `serve` to maintain the partitions: the
