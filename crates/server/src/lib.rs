@@ -211,8 +211,8 @@ pub async fn serve_metrics_alone(
         },
         ..ServerConfig::default()
     };
-    metrics::install(true).map_err(std::io::Error::other)?;
     let metrics_listener = bind("--metrics-listen", &address).await?;
+    metrics::install(true).map_err(std::io::Error::other)?;
     let limits = listener::Limits::from_config(&config);
     let state = AppState {
         store,

@@ -111,7 +111,8 @@ impl Store {
     /// yet), written again in one transaction without the events lacking a partition,
     /// `None` in their places. With `reconcile` (`--late-events reconcile`) that second
     /// transaction is a backfill's, so a detached day's events are reconciled, not left
-    /// out. Rare, so the second try costs a listing of the partitions.
+    /// out. Rare, so the second try costs a listing of the partitions (made once more if
+    /// maintenance changed them meanwhile).
     pub async fn insert_events_apart(
         &self,
         source: IngestSource,
@@ -128,25 +129,35 @@ impl Store {
             Err(StoreError::OutsideHorizon) => {}
             other => return Ok(other?.into_iter().map(Some).collect()),
         }
-        let mut tx = if late || reconcile {
-            self.begin_backfill().await?
-        } else {
-            self.begin().await?
-        };
-        tx.set_ingest_source(source);
-        let lacking = tx.lacking_partition(contract, events).await?;
-        let kept: Vec<crate::NewEvent> = events
-            .iter()
-            .zip(&lacking)
-            .filter(|(_, &lacks)| !lacks)
-            .map(|(event, _)| event.clone())
-            .collect();
-        let mut stored = tx.insert_events(tenant, contract, &kept).await?.into_iter();
-        tx.commit().await?;
-        Ok(lacking
-            .into_iter()
-            .map(|lacks| if lacks { None } else { stored.next() })
-            .collect())
+        // Twice at most: a backfill's insert lists the partitions again, and a maintenance
+        // run with a longer horizon attaching an older day in between can refuse a day
+        // the listing here found writable (a read-back).
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut tx = if late || reconcile {
+                self.begin_backfill().await?
+            } else {
+                self.begin().await?
+            };
+            tx.set_ingest_source(source.clone());
+            let lacking = tx.lacking_partition(contract, events).await?;
+            let kept: Vec<crate::NewEvent> = events
+                .iter()
+                .zip(&lacking)
+                .filter(|(_, &lacks)| !lacks)
+                .map(|(event, _)| event.clone())
+                .collect();
+            let mut stored = match tx.insert_events(tenant, contract, &kept).await {
+                Err(StoreError::OutsideHorizon) if attempts < 2 => continue,
+                other => other?.into_iter(),
+            };
+            tx.commit().await?;
+            return Ok(lacking
+                .into_iter()
+                .map(|lacks| if lacks { None } else { stored.next() })
+                .collect());
+        }
     }
 }
 
