@@ -178,6 +178,13 @@ pub(crate) async fn run(
         ("--tenant", "--segment-source"),
     )?;
     config.late_events = args.late.late_events.into();
+    // `serve` reads a token without a listener of its own (its API's `/metrics`); a
+    // consumer has no other listener, so the token alone would protect nothing.
+    if args.metrics_access.token_alone() {
+        anyhow::bail!(
+            "--metrics-token needs --metrics-listen: `consume nats` serves its metrics only there"
+        );
+    }
     crate::tenants::refuse_missing_file(&args.db)?;
     let store = crate::connect(&args.db, 4).await?;
     let applied = store.migrate().await.context("apply migrations")?;

@@ -261,6 +261,11 @@ pub(crate) struct MetricsAccess {
 }
 
 impl MetricsAccess {
+    /// Whether a token was given without a metrics listener.
+    pub(crate) fn token_alone(&self) -> bool {
+        self.metrics_token.is_some() && self.metrics_listen.is_none()
+    }
+
     /// The server's metrics settings, recording them or not.
     pub(crate) fn config(self, enabled: bool) -> traqlyte_server::metrics::MetricsConfig {
         traqlyte_server::metrics::MetricsConfig {

@@ -643,6 +643,41 @@ async fn a_port_in_use_names_the_option_that_asked_for_it() {
     }
 }
 
+/// `consume nats --metrics-token` without `--metrics-listen` protected nothing (the
+/// consumer has no other listener) and was taken silently; it is refused before anything
+/// is opened.
+#[test]
+fn consume_nats_refuses_a_metrics_token_without_a_metrics_listener() {
+    let database = std::env::temp_dir().join(format!(
+        "traqlyte_it_consume_token_{}.db",
+        std::process::id()
+    ));
+    let database = database.to_str().expect("utf-8 path");
+    let output = traqlyte(
+        &[
+            "consume",
+            "nats",
+            "--url",
+            "nats://127.0.0.1:1",
+            "--stream",
+            "S",
+            "--durable",
+            "d",
+            "--tenant",
+            "acme",
+            "--metrics-token",
+            "0123456789abcdef0123",
+            "--database-url",
+            database,
+        ],
+        "",
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--metrics-listen"), "{stderr}");
+    assert!(!std::path::Path::new(database).exists(), "nothing opened");
+}
+
 /// A consumer option of `serve` without `--nats-url` would start no consumer; it is
 /// refused before anything is opened, naming what is missing.
 #[test]
