@@ -196,7 +196,8 @@ fn spawn_metrics_listener(
 /// --metrics-listen`): `GET /metrics` with this process's series (the consumer's
 /// `traqlyte_nats_*`, its `traqlyte_events_*{source="nats:…"}`), and the probes `/livez`
 /// and `/healthz` asking `store`, as on `serve --metrics-listen`. Installs the metrics
-/// recorder. `None` without `metrics.listen`; the task runs until aborted.
+/// recorder (`metrics.enabled` is the caller's). `None` without `metrics.listen`; the
+/// task runs until aborted.
 pub async fn serve_metrics_alone(
     store: Store,
     metrics: metrics::MetricsConfig,
@@ -205,10 +206,7 @@ pub async fn serve_metrics_alone(
         return Ok(None);
     };
     let config = ServerConfig {
-        metrics: metrics::MetricsConfig {
-            enabled: true,
-            ..metrics
-        },
+        metrics,
         ..ServerConfig::default()
     };
     let metrics_listener = bind("--metrics-listen", &address).await?;

@@ -109,7 +109,7 @@ impl Store {
     /// and, if an event's day failed it ([`StoreError::OutsideHorizon`]: maintenance
     /// with a shorter horizon detached a day this process admits, or has not created it
     /// yet), written again in one transaction without the events lacking a partition,
-    /// `None` in their places. With `reconcile` (`--late-events reconcile`) that second
+    /// `None` in their places. With `--late-events reconcile` (`late_events`) that second
     /// transaction is a backfill's, so a detached day's events are reconciled, not left
     /// out. Rare, so the second try costs a listing of the partitions (made once more if
     /// maintenance changed them meanwhile).
@@ -120,8 +120,9 @@ impl Store {
         contract: &traqlyte_identity::Contract,
         events: &[crate::NewEvent],
         late: bool,
-        reconcile: bool,
+        late_events: crate::LateEvents,
     ) -> Result<Vec<Option<crate::EventOutcome>>, StoreError> {
+        let reconcile = late_events == crate::LateEvents::Reconcile;
         match self
             .insert_events_from(source.clone(), tenant, contract, events, late)
             .await

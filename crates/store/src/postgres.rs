@@ -51,6 +51,15 @@ fn opened_before_read_only(age: Duration) -> bool {
     seen != 0 && nanos_since_epoch().saturating_sub(age) <= seen
 }
 
+/// A `before_acquire` check of the pools that ping nothing first (the probe's, the
+/// partitions'): a connection opened before a read-only finding is closed, not handed out.
+fn kept_unless_opened_before_read_only(
+    _conn: &mut sqlx::PgConnection,
+    meta: sqlx::pool::PoolConnectionMetadata,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, sqlx::Error>> + Send + '_>> {
+    Box::pin(async move { Ok(!opened_before_read_only(meta.age)) })
+}
+
 /// How long a connection given back in the middle of its work (a request timed out, a
 /// transaction dropped) may take to finish it before it is thrown away ([`settled`]).
 const SETTLE_ON_RELEASE: Duration = Duration::from_secs(2);
@@ -181,9 +190,7 @@ impl PgStore {
             // queue) ends as `503 store_busy`, logged, not as the request's `408`.
             .acquire_timeout(Duration::from_secs(5))
             .idle_timeout(Duration::from_secs(60))
-            .before_acquire(|_conn, meta| {
-                Box::pin(async move { Ok(!opened_before_read_only(meta.age)) })
-            })
+            .before_acquire(kept_unless_opened_before_read_only)
             .after_connect(move |conn, _meta| Box::pin(session_settings(conn, lock_timeout_ms)))
             .after_release(|conn, _meta| Box::pin(settled(conn)))
             .connect_lazy(&config.database_url)?;
@@ -193,9 +200,7 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(1))
             .max_lifetime(None)
             .idle_timeout(None)
-            .before_acquire(|_conn, meta| {
-                Box::pin(async move { Ok(!opened_before_read_only(meta.age)) })
-            })
+            .before_acquire(kept_unless_opened_before_read_only)
             .after_release(|conn, _meta| Box::pin(settled(conn)))
             .connect_lazy(&config.database_url)?;
         Ok(PgStore {

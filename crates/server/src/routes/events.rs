@@ -477,7 +477,6 @@ async fn store_batch(
         let at = partition_time(contract, event.identified.occurred_at_us);
         horizon.admission(at, now, state.config.late_events) == Ok(Admission::Late)
     });
-    let reconcile = state.config.late_events == LateEvents::Reconcile;
     let stored = state
         .store
         .insert_events_apart(
@@ -486,7 +485,7 @@ async fn store_batch(
             contract,
             &events,
             late,
-            reconcile,
+            state.config.late_events,
         )
         .await?;
     let (stored, left_out) = StoredApart::split(events, positions, stored);

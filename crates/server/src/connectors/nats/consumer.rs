@@ -12,8 +12,8 @@ use traqlyte_identity::segment::{identify_message_owned, Envelope};
 use traqlyte_identity::{format_rfc3339_micros, Contract, ContractName};
 use traqlyte_store::partitions::partition_time;
 use traqlyte_store::{
-    lacking_partition_message, now_us, Admission, EventOutcome, IngestSource, LateEvents,
-    NewDeadLetter, NewEvent, OutsideHorizon, Store, StoreError, TenantId,
+    lacking_partition_message, now_us, Admission, EventOutcome, IngestSource, NewDeadLetter,
+    NewEvent, OutsideHorizon, Store, StoreError, TenantId,
 };
 
 use super::decode::{decode, pinned_version, version_header, Decoded, Refusal};
@@ -945,7 +945,6 @@ impl Worker {
         // admits it (maintenance ran with a shorter horizon, or no `serve` runs it): Nak'd,
         // the batch would come back for ever. Such an event is a dead letter naming the
         // backfill (reconciled instead with `--late-events reconcile`), the others stored.
-        let reconcile = self.config.late_events == LateEvents::Reconcile;
         let stored = self
             .store
             .insert_events_apart(
@@ -954,7 +953,7 @@ impl Worker {
                 contract,
                 &events,
                 late,
-                reconcile,
+                self.config.late_events,
             )
             .await?;
         let (stored, left_out) = StoredApart::split(events, positions, stored);
