@@ -406,7 +406,7 @@ pub(crate) async fn create_detached_days(
     pool: &sqlx::PgPool,
     missing: &[i32],
 ) -> Result<Vec<i32>, StoreError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::postgres::begin(pool).await?;
     let conn: &mut sqlx::PgConnection = &mut tx;
     let listed = lock_and_list(conn).await?;
     let (attached, detached) = (days(&listed, true), days(&listed, false));

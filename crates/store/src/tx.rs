@@ -109,7 +109,9 @@ impl Store {
             crate::Backend::Sqlite(s) => {
                 TxInner::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?)
             }
-            crate::Backend::Postgres(p) => TxInner::Postgres(p.pool.begin().await?),
+            crate::Backend::Postgres(p) => {
+                TxInner::Postgres(crate::postgres::begin(&p.pool).await?)
+            }
         };
         Ok(StoreTx {
             inner,

@@ -13,7 +13,7 @@ impl PgStore {
     pub(crate) async fn begin_bounded_read(
         &self,
     ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::postgres::begin(&self.pool).await?;
         sqlx::query(&format!(
             "SET LOCAL statement_timeout = {}",
             self.walk_timeout_ms.max(1)

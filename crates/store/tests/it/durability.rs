@@ -69,3 +69,59 @@ async fn the_store_commits_durably_on_a_database_set_to_asynchronous_commits() {
         .expect("read");
     assert_eq!(level, None);
 }
+
+/// A transaction whose caller gives up while its `BEGIN` is on the wire (a client that
+/// disconnected, a request timeout) leaves no session inside an open transaction: sqlx
+/// 0.8 queued no `ROLLBACK` for it and handed the connection to the next borrower,
+/// whose autocommit writes then waited for someone's `COMMIT` (a review: lineage walks
+/// answered `408` left sessions `idle in transaction` for minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_given_up_during_its_begin_leaves_no_session_in_it() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let mut config = traqlyte_store::StoreConfig::new(&db.url);
+    config.pool_connections_max = 2;
+    let store = traqlyte_store::Store::connect(&config)
+        .await
+        .expect("connect store");
+    store.migrate().await.expect("migrate");
+    let crate::db::Raw::Postgres(mut raw) = db.raw().await else {
+        unreachable!("a PostgreSQL database")
+    };
+    // Given up after 0–199 µs: a `BEGIN` on loopback takes about that long, so some of
+    // them are cut off between sending it and reading its answer. After each, no session
+    // may stay inside a transaction (a dropped one's rollback is sent as its connection
+    // goes back: allowed two seconds, for a loaded machine).
+    let mut given_up = 0;
+    for round in 0..400u64 {
+        let wait = std::time::Duration::from_micros(round % 200);
+        if tokio::time::timeout(wait, store.begin()).await.is_ok() {
+            continue;
+        }
+        given_up += 1;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            let stuck: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()
+                    AND state LIKE 'idle in transaction%'",
+            )
+            .fetch_one(&mut raw)
+            .await
+            .expect("read the sessions");
+            if stuck == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: {stuck} session(s) left inside a transaction nobody holds"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    assert!(
+        given_up > 0,
+        "no BEGIN was given up: the test tested nothing"
+    );
+    let tx = store.begin().await.expect("a transaction after them");
+    tx.commit().await.expect("commit");
+}
