@@ -54,7 +54,7 @@ def jcs(value):
         return "false"
     if isinstance(value, int):
         if abs(value) > EXACT_INTEGER_MAX:
-            raise IdentityError(f"integer {value} is outside the exact range of doubles")
+            return wide_integer(value, "")
         return str(value)
     if isinstance(value, float):
         return ecmascript_number(value)
@@ -137,8 +137,33 @@ def normalise(value, at=""):
             out[key] = normalise(item, at + "/" + key.replace("~", "~0").replace("/", "~1"))
         return out
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > EXACT_INTEGER_MAX:
-        raise IdentityError(f"number at {at!r} is outside ±(2^53-1)")
+        wide_integer(value, at)
     return value
+
+
+def wide_integer(value, at):
+    """RFC 8785 text of an integer beyond ±(2^53-1): taken only when it is written as the
+    shortest form of its double (2^63 as 9223372036854775808 is not: that form reads
+    9223372036854776000), as the Rust side's number rule (docs/identity.md)."""
+    try:
+        shortest = ecmascript_number(float(value))
+    except OverflowError:
+        raise IdentityError(f"number at {at!r} is beyond the range of a double") from None
+    if decimal.Decimal(shortest) != decimal.Decimal(value):
+        raise IdentityError(f"number at {at!r} is not the shortest form of its double")
+    return shortest
+
+
+def removal_key(pointer):
+    """The sort key of a transport pointer: its tokens, array indices by number."""
+    key = []
+    for token in pointer_tokens(pointer):
+        digits = token[1:] if token.startswith("+") else token
+        if digits.isascii() and digits.isdigit() and int(digits) < 2**64:
+            key.append((0, int(digits), ""))
+        else:
+            key.append((1, 0, token))
+    return key
 
 
 def pointer_tokens(pointer):
@@ -257,7 +282,9 @@ def identify(contract, event):
         value = canonical_field(value, spec)
         pointer_set(content, tokens, value)
         identity[spec["pointer"]] = value
-    for pointer in contract.get("transport", []):
+    # Later array items first (`/a/1` before `/a/0`), as the Rust side's removal order:
+    # each removal then names the item it was written for.
+    for pointer in sorted(contract.get("transport", []), key=removal_key, reverse=True):
         pointer_remove(content, pointer_tokens(pointer))
     canonical = jcs_bytes(identity)
     preimage = f"{contract['name']}\n{contract['version']}\n".encode("utf-8") + canonical

@@ -245,6 +245,19 @@ impl Contract {
         for (index, text) in document.transport.iter().enumerate() {
             let at = format!("transport[{index}]");
             let pointer = contract_pointer(text).map_err(|m| ContractError::new(&at, m))?;
+            // Listed twice, an array item's pointer would remove the item after it too (the
+            // removals run one after the other): a change to that item would be a retry.
+            // Stored contracts keep their removals, so that their events' fingerprints hold.
+            if registering
+                && transport
+                    .iter()
+                    .any(|seen: &Pointer| seen.as_str() == pointer.as_str())
+            {
+                return Err(ContractError::new(
+                    at,
+                    format!("pointer {text} is listed twice"),
+                ));
+            }
             if let Some((field, _)) = fields.iter().find(|(field, _)| field.overlaps(&pointer)) {
                 return Err(ContractError::new(at, format!(
                     "transport pointer {text} overlaps identity field {}: a value cannot be both identity and transport metadata",

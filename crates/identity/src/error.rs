@@ -41,7 +41,7 @@ pub enum IdentityError {
     },
     /// An integer no IEEE double holds exactly (beyond ±(2^53−1) and not a double's
     /// shortest form), which an RFC 8785 number could not keep apart from its neighbours.
-    #[error("number at {field} has no exact IEEE double (RFC 8785 numbers are doubles); send it as a string")]
+    #[error("number at {field} is not the shortest form of an IEEE double (RFC 8785 numbers are doubles, written in that form); send it as a string")]
     NumberOutOfRange {
         /// The pointer (or name) of the offending field.
         field: String,

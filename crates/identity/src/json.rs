@@ -104,11 +104,32 @@ fn number_message(field: &str, literal: &str, fault: NumberFault) -> String {
              string"
         ),
         NumberFault::NotExact => format!(
-            "number {shown} at {place} has no exact IEEE double: it would be stored as a \
-             different number and could merge two distinct events; send it as a string or \
-             with fewer significant digits"
+            "number {shown} at {place} is not written as RFC 8785 writes its IEEE double \
+             (the shortest form that reads back as that double is another number): it would \
+             be stored as a different number and could merge two distinct events; send it \
+             as a string or as the double's shortest form"
         ),
     }
+}
+
+/// How deeply `value` nests arrays and objects, counted as the parser's `depth_max`
+/// counts them (`{"a": [1]}` is 2, a scalar 0, `[]` 1, and `{}` 0: the parser counts an
+/// object's level when it reads a member). Without recursion: a caller measures the
+/// items of a document parsed under a larger limit, to refuse each alone.
+pub fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, above)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) if !map.is_empty() => Box::new(map.values()),
+            _ => continue,
+        };
+        let level = above + 1;
+        deepest = deepest.max(level);
+        stack.extend(children.map(|child| (child, level)));
+    }
+    deepest
 }
 
 /// The memory a parse may build, in estimated bytes of its `serde_json` tree: a parsed
@@ -914,6 +935,27 @@ mod tests {
         assert!(parse(b"{\"a\": [1]}", 2).is_ok());
         assert!(parse(b"{\"a\": [[1]]}", 2).is_err());
         assert!(parse(b"7", 0).is_ok());
+        // `depth` counts as the parser does: the deepest document a limit takes is that deep.
+        for text in [
+            "7",
+            "[]",
+            "{\"a\": [1]}",
+            "{\"a\": [[1]], \"b\": {}}",
+            "[[[{}]], 1]",
+        ] {
+            let value = parse(text.as_bytes(), DEPTH_MAX_CEILING).expect(text);
+            let measured = depth(&value);
+            assert!(
+                parse(text.as_bytes(), measured).is_ok(),
+                "{text}: {measured}"
+            );
+            if measured > 0 {
+                assert!(
+                    parse(text.as_bytes(), measured - 1).is_err(),
+                    "{text}: {measured}"
+                );
+            }
+        }
     }
 
     #[test]

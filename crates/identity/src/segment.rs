@@ -186,6 +186,14 @@ pub enum SegmentError {
         /// The limit.
         max: usize,
     },
+    /// The message nests arrays and objects deeper than the server takes.
+    #[error("a message nests JSON at most {depth_max} levels deep (the server's --json-depth-max), this one {depth}")]
+    TooDeep {
+        /// The message's depth.
+        depth: usize,
+        /// The limit.
+        depth_max: usize,
+    },
     /// The message breaks a canonical-form rule (NFC key clash, integer out of range).
     #[error(transparent)]
     Canonical(#[from] IdentityError),
@@ -199,7 +207,7 @@ impl SegmentError {
             SegmentError::WrongType { field, .. } | SegmentError::Invalid { field, .. } => {
                 field.clone()
             }
-            SegmentError::TooLarge { .. } => String::new(),
+            SegmentError::TooLarge { .. } | SegmentError::TooDeep { .. } => String::new(),
             SegmentError::Canonical(err) => err.field().trim_start_matches('/').replace('/', "."),
         }
     }
@@ -211,6 +219,7 @@ impl SegmentError {
             SegmentError::WrongType { .. } => "wrong_type",
             SegmentError::Invalid { .. } => "invalid_value",
             SegmentError::TooLarge { .. } => "message_too_large",
+            SegmentError::TooDeep { .. } => "too_deep",
             SegmentError::Canonical(err) => err.code(),
         }
     }

@@ -880,10 +880,25 @@ pub async fn read_batch(
     let config = &state.config;
     let bytes = not_blank(read_limited(headers, body, config.batch_bytes_max).await?)?;
     let depth_max = config.json_depth_max + 1;
-    let (value, refused) = parse_in_room(&bytes, |bytes, meter| {
-        json::parse_reporting_numbers_in(bytes, depth_max, 1, meter)
-    })
-    .await??;
+    let parse = |depth_max: usize| {
+        let bytes = &bytes;
+        async move {
+            parse_in_room(bytes, |bytes, meter| {
+                json::parse_reporting_numbers_in(bytes, depth_max, 1, meter)
+            })
+            .await
+        }
+    };
+    // An item nested deeper than the limit is refused alone, as a number is: the body is
+    // parsed again as deep as any JSON is taken and each item measured (only then, so the
+    // usual batch pays no walk of its items).
+    let (too_deep, (value, refused)) = match parse(depth_max).await? {
+        Err(json::ParseError::TooDeep { .. }) if depth_max < json::DEPTH_MAX_CEILING => (
+            Some(config.json_depth_max),
+            parse(json::DEPTH_MAX_CEILING).await??,
+        ),
+        parsed => (None, parsed?),
+    };
     let Value::Array(items) = value else {
         return Err(ApiError::unprocessable(
             "not_an_array",
@@ -901,7 +916,17 @@ pub async fn read_batch(
             ),
         ));
     }
-    let mut items: Vec<Result<Value, ApiError>> = items.into_iter().map(Ok).collect();
+    let mut items: Vec<Result<Value, ApiError>> = items
+        .into_iter()
+        .map(|item| match too_deep {
+            Some(depth_max) if json::depth(&item) > depth_max => Err(json::ParseError::TooDeep {
+                depth_max,
+                pointer: String::new(),
+            }
+            .into()),
+            _ => Ok(item),
+        })
+        .collect();
     for mut number in refused {
         let Some((index, rest)) = item_of(&number.pointer) else {
             continue;

@@ -674,7 +674,8 @@ impl Store {
     }
 
     /// A page of [`Store::contracts`]: at most `limit` versions after `(name, version)`
-    /// in the same order (`None`: from the first), and whether more follow.
+    /// in the same order (`None`: from the first), past the first no more than
+    /// [`CONTRACTS_PAGE_BYTES_MAX`] of definitions, and whether more follow.
     pub async fn contracts_page(
         &self,
         tenant: &TenantId,
@@ -682,8 +683,8 @@ impl Store {
         limit: u32,
     ) -> Result<(Vec<Contract>, bool), StoreError> {
         let (name, version) = after.unwrap_or(("", 0));
-        let definitions = tx::with_pool!(self, reader, |pool| sqlx::query_scalar::<_, String>(
-            sql::SELECT_CONTRACTS_PAGE
+        let sizes = tx::with_pool!(self, reader, |pool| sqlx::query_scalar::<_, i64>(
+            sql::SELECT_CONTRACTS_PAGE_SIZES
         )
         .bind(tenant.as_str())
         .bind(name)
@@ -691,7 +692,26 @@ impl Store {
         .bind(i64::from(limit) + 1)
         .fetch_all(pool)
         .await)?;
-        let (definitions, more) = page_of(definitions, limit);
+        if sizes.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        let within = page_within_bytes(
+            sizes.iter().copied().take(limit as usize),
+            CONTRACTS_PAGE_BYTES_MAX,
+        );
+        // A version registered between the reads may fall inside the page and push its
+        // last definition to the next one: read one more to know.
+        let definitions = tx::with_pool!(self, reader, |pool| sqlx::query_scalar::<_, String>(
+            sql::SELECT_CONTRACTS_PAGE
+        )
+        .bind(tenant.as_str())
+        .bind(name)
+        .bind(i64::from(version))
+        .bind(i64::try_from(within).unwrap_or(i64::MAX) + 1)
+        .fetch_all(pool)
+        .await)?;
+        let more = sizes.len() > within || definitions.len() > within;
+        let (definitions, _) = page_of(definitions, u32::try_from(within).unwrap_or(limit));
         let contracts = definitions
             .iter()
             .map(|text| parse_definition(text))
@@ -762,6 +782,11 @@ pub(crate) fn page_of<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
     rows.truncate(limit as usize);
     (rows, more)
 }
+
+/// The definitions a page of `GET /contracts` holds, past its first: at most this many
+/// bytes (a contract's description is bounded by the request body alone, so a page of a
+/// thousand large ones would be a gigabyte).
+pub const CONTRACTS_PAGE_BYTES_MAX: i64 = 4 * 1024 * 1024;
 
 /// How many of the leading entries whose sizes are `sizes` fit in `budget` bytes: at
 /// least one when there is one, then every entry that keeps the sum within the budget.

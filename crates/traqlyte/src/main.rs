@@ -371,6 +371,11 @@ struct IdArgs {
     contract: String,
     #[command(flatten)]
     source: ContractSource,
+    /// Deepest JSON nesting accepted, as the server's `--json-depth-max` (for
+    /// openlineage.run_event its `--lineage-json-depth-max`); the server's defaults when
+    /// absent, so that no id is printed for an event the server refuses.
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=120))]
+    json_depth_max: Option<usize>,
 }
 
 #[derive(Args)]
@@ -627,14 +632,20 @@ async fn identify(args: IdArgs) -> Result<()> {
     std::io::stdin()
         .read_to_end(&mut input)
         .context("read the event from stdin")?;
-    let depth = traqlyte_identity::json::DEPTH_MAX_CEILING;
+    let run_event = contract.name().as_str() == RUN_EVENT_CONTRACT;
+    let defaults = ServerConfig::default();
+    let depth = args.json_depth_max.unwrap_or(if run_event {
+        defaults.lineage_json_depth_max
+    } else {
+        defaults.json_depth_max
+    });
     // A RunEvent's facets may hold integers beyond 2^53, as `POST /api/v1/lineage` takes.
-    let event = if contract.name().as_str() == RUN_EVENT_CONTRACT {
+    let event = if run_event {
         traqlyte_identity::json::parse_wide_integers(&input, depth)
     } else {
         traqlyte_identity::json::parse(&input, depth)
     }
-    .context("parse the event")?;
+    .with_context(|| format!("parse the event (at most {depth} levels deep, as the server by default; --json-depth-max N for a server that takes more)"))?;
     // A Segment message's id is keyed by its tenant's source (a messageId is unique per
     // source, never globally): no file here names the source, so no id printed here
     // would be the server's.
@@ -643,7 +654,7 @@ async fn identify(args: IdArgs) -> Result<()> {
             "segment.message ids are keyed by the tenant's source and the messageId, which no file names: `traqlyte id` cannot compute them (GET /contracts/segment.message/collisions names the id of a message refused as a collision)"
         );
     }
-    let identified = if contract.name().as_str() == RUN_EVENT_CONTRACT {
+    let identified = if run_event {
         // The built-in contract applies to the projection of the event, not to its body.
         identify_run_event(&event)
             .map_err(|e| anyhow::anyhow!("{}: {e}", e.field()))?

@@ -280,21 +280,25 @@ async fn complete(
 
 /// The key from either header: 1–255 printable ASCII characters.
 fn key_from(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
-    let ours = headers.get(HEADER);
-    let standard = headers.get(STANDARD_HEADER);
-    let (value, name) = match (ours, standard) {
-        (None, None) => return Ok(None),
-        (Some(a), Some(b)) if a != b => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_idempotency_key",
-                "X-TL-Idempotency-Key and Idempotency-Key differ; send one",
-            )
-            .with_field(HEADER));
-        }
-        (Some(value), _) => (value, HEADER),
-        (None, Some(value)) => (value, STANDARD_HEADER),
+    // Every line of either name: two differing values were keyed by the first alone,
+    // so a retry carrying only the second ran again (a review).
+    let mut lines = (headers.get_all(HEADER).iter().map(|value| (value, HEADER))).chain(
+        headers
+            .get_all(STANDARD_HEADER)
+            .iter()
+            .map(|value| (value, STANDARD_HEADER)),
+    );
+    let Some((value, name)) = lines.next() else {
+        return Ok(None);
     };
+    if lines.any(|(other, _)| other != value) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_idempotency_key",
+            "the request carries differing idempotency keys (X-TL-Idempotency-Key, Idempotency-Key, or one of them twice); send one",
+        )
+        .with_field(name));
+    }
     let key = IdempotencyKey::parse(value.as_bytes()).ok_or_else(|| {
         ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -25,11 +25,33 @@ use crate::{ApiError, AppState};
 const COLLISIONS_PAGE_DEFAULT: u32 = 100;
 const COLLISIONS_PAGE_MAX: u32 = crate::ops::COLLISIONS_PAGE_MAX;
 
+/// `?version=N`. Any other parameter is refused: on the event routes the version decides
+/// the event's id, and a misspelt `?verison=1` took the latest version, another id,
+/// without a word (a review).
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct VersionQuery {
-    /// A contract version; the latest when absent.
+    /// A contract version (1–2147483647); the latest when absent.
+    #[serde(default, deserialize_with = "contract_version")]
+    #[param(minimum = 1, maximum = 2147483647)]
     pub version: Option<u32>,
+}
+
+/// A contract version as a query parameter: an integer from 1 to 2147483647, the range
+/// `POST /contracts` takes (0 and 2147483648 were a `404` advising to register them,
+/// `-1` a `400` about an "invalid digit").
+fn contract_version<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u32>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse::<u32>()
+        .ok()
+        .filter(|v| (1..=i32::MAX as u32).contains(v))
+        .map(Some)
+        .ok_or_else(|| {
+            serde::de::Error::custom("must be an integer from 1 to 2147483647 (a contract version)")
+        })
 }
 
 /// Contract versions in one page of `GET /contracts`, by default and at most.

@@ -184,20 +184,30 @@ pub(crate) async fn post_batch(
         .collect();
     let mut events = Vec::with_capacity(submitted);
     let mut positions = Vec::with_capacity(submitted);
+    let mut late = false;
     for (index, item) in items.into_iter().enumerate() {
-        match item
+        let admitted = item
             .and_then(|item| identify(&contract, item))
-            .and_then(|event| admit(&state, &contract, event))
-        {
-            Ok(event) => {
+            .and_then(|event| Ok((admission(&state, &contract, &event)?, event)));
+        match admitted {
+            Ok((admission, event)) => {
+                late |= admission == Admission::Late;
                 events.push(event);
                 positions.push(index);
             }
             Err(err) => results[index].error = Some(err.into_body()),
         }
     }
-    let (events, positions, outcomes) =
-        store_batch(&state, &tenant, &contract, events, positions, &mut results).await?;
+    let (events, positions, outcomes) = store_batch(
+        &state,
+        &tenant,
+        &contract,
+        events,
+        positions,
+        late,
+        &mut results,
+    )
+    .await?;
     let mut totals = BatchTotals {
         rejected: submitted - events.len(),
         ..BatchTotals::default()
@@ -384,9 +394,9 @@ fn judge(
     value: Value,
 ) -> Result<NewEvent, Box<(ApiError, String)>> {
     let event = identify_keeping_payload(contract, value)?;
-    match horizon_refusal(state, contract, &event) {
-        None => Ok(event),
-        Some(err) => Err(Box::new((err, event.payload))),
+    match admission(state, contract, &event) {
+        Ok(_) => Ok(event),
+        Err(err) => Err(Box::new((err, event.payload))),
     }
 }
 
@@ -400,19 +410,22 @@ pub(crate) fn admit(
     contract: &Contract,
     event: NewEvent,
 ) -> Result<NewEvent, ApiError> {
-    match horizon_refusal(state, contract, &event) {
-        None => Ok(event),
-        Some(err) => Err(err),
-    }
+    admission(state, contract, &event).map(|_| event)
 }
 
-/// [`admit`]'s refusal, if any.
-fn horizon_refusal(state: &AppState, contract: &Contract, event: &NewEvent) -> Option<ApiError> {
+/// How the live path takes `event` ([`Admission::Late`]: reconciled as a backfill would,
+/// in a backfill's transaction), or [`admit`]'s refusal.
+fn admission(
+    state: &AppState,
+    contract: &Contract,
+    event: &NewEvent,
+) -> Result<Admission, ApiError> {
     let at = partition_time(contract, event.identified.occurred_at_us);
     let horizon = state.config.dedupe_horizon;
     let now = traqlyte_store::now_us();
-    let Err(outside) = horizon.admission(at, now, state.config.late_events) else {
-        return None;
+    let outside = match horizon.admission(at, now, state.config.late_events) {
+        Ok(admission) => return Ok(admission),
+        Err(outside) => outside,
     };
     let when = at.map(format_rfc3339_micros).unwrap_or_default();
     let side = match outside {
@@ -433,15 +446,13 @@ fn horizon_refusal(state: &AppState, contract: &Contract, event: &NewEvent) -> O
             if field.is_empty() { "the event".to_string() } else { format!("`{field}`") }
         ),
     };
-    Some(
-        ApiError::unprocessable(
-            "outside_horizon",
-            format!(
-                "the occurrence time {when} is {side}: the live path cannot promise to store it once, so nothing was written. {remedy}"
-            ),
-        )
-        .with_field(field),
+    Err(ApiError::unprocessable(
+        "outside_horizon",
+        format!(
+            "the occurrence time {when} is {side}: the live path cannot promise to store it once, so nothing was written. {remedy}"
+        ),
     )
+    .with_field(field))
 }
 
 /// The ingestion transaction: a backfill's (rows of any age) when late events are
@@ -455,8 +466,8 @@ pub(crate) async fn begin_ingest(state: &AppState) -> Result<StoreTx, ApiError> 
 
 /// Stores a batch's admitted events (at `positions` of the request) in one transaction:
 /// the events written, their positions and their outcomes. The transaction is a
-/// backfill's only when late events are reconciled and one of the batch's events lies
-/// before the horizon; else a live one, which skips the backfill's routing (a read of
+/// backfill's only when `late` (late events are reconciled and one of the batch's events
+/// was admitted as [`Admission::Late`]); else a live one, which skips the backfill's routing (a read of
 /// the attached days per call). An event whose day has no partition to write to
 /// although the server's horizon admits it (`partitions maintain` ran with a shorter
 /// horizon, or has not created it) is reconciled when the server reconciles late
@@ -469,14 +480,9 @@ async fn store_batch(
     contract: &Contract,
     events: Vec<NewEvent>,
     positions: Vec<usize>,
+    late: bool,
     results: &mut [ItemResult<'_>],
 ) -> Result<(Vec<NewEvent>, Vec<usize>, Vec<EventOutcome>), ApiError> {
-    let now = traqlyte_store::now_us();
-    let horizon = state.config.dedupe_horizon;
-    let late = events.iter().any(|event| {
-        let at = partition_time(contract, event.identified.occurred_at_us);
-        horizon.admission(at, now, state.config.late_events) == Ok(Admission::Late)
-    });
     let stored = state
         .store
         .insert_events_apart(

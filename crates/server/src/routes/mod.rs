@@ -246,6 +246,18 @@ fn query_refusal(status: StatusCode, message: &str) -> Option<ApiError> {
         ));
     }
     let (field, reason) = rest.split_once(": ")?;
+    // `?verison=1` where the route takes `version` only.
+    if let Some(unknown) = reason.strip_prefix("unknown field `") {
+        let takes = unknown
+            .split_once("`, expected ")
+            .map(|(_, expected)| expected.replace('`', ""))?;
+        return is_parameter_name(field).then(|| {
+            ApiError::invalid_parameter(
+                field,
+                format!("this route takes no query parameter {field} (it takes {takes})"),
+            )
+        });
+    }
     is_parameter_name(field)
         .then(|| ApiError::invalid_parameter(field, format!("query parameter {field}: {reason}")))
 }

@@ -31,22 +31,69 @@ use crate::ApiError;
 /// a path segment or a query parameter (name or value) that holds NUL once
 /// percent-decoded is answered `400 invalid_parameter` naming the parameter, as JSON for
 /// the API and as an HTML page for the web UI.
+///
+/// A query parameter whose name or value is not UTF-8 once percent-decoded
+/// (`?node=dataset:db:%FF`) is refused the same way: the query extractor reads it with
+/// U+FFFD in place of the bytes, so the request ran on another name than the one sent.
 pub(crate) async fn reject_nul_parameters(request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let Some(parameter) = nul_parameter(&mut parts).await else {
+    let err = if let Some(parameter) = parts.uri.query().and_then(non_utf8_query_parameter) {
+        ApiError::invalid_parameter(
+            parameter.clone(),
+            format!("query parameter {parameter:?} is not valid UTF-8 once percent-decoded"),
+        )
+    } else if let Some(parameter) = nul_parameter(&mut parts).await {
+        ApiError::invalid_parameter(
+            parameter.clone(),
+            format!("parameter {parameter:?} is invalid: {NUL_RULE}"),
+        )
+    } else {
         return next.run(Request::from_parts(parts, body)).await;
     };
-    tracing::debug!(path = %super::loggable_path(parts.uri.path()), parameter = %parameter.escape_debug(), "NUL in a parameter refused");
-    let err = ApiError::invalid_parameter(
-        parameter.clone(),
-        format!("parameter {parameter:?} is invalid: {NUL_RULE}"),
-    );
+    tracing::debug!(path = %super::loggable_path(parts.uri.path()), reason = %err.message().escape_debug(), "a parameter refused");
     let path = parts.uri.path();
     if path == "/ui" || path.starts_with("/ui/") {
         crate::ui::error_response(err)
     } else {
         err.into_response()
     }
+}
+
+/// The name (as far as it is UTF-8) of the first pair of `query` whose name or value is
+/// not UTF-8 once percent-decoded (`+` is a space, as in a form).
+fn non_utf8_query_parameter(query: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let name = percent_decoded(name);
+        let broken = std::str::from_utf8(&name).is_err()
+            || std::str::from_utf8(&percent_decoded(value)).is_err();
+        broken.then(|| String::from_utf8_lossy(&name).into_owned())
+    })
+}
+
+/// `text` percent-decoded to bytes; a `%` not followed by two hex digits stays as it is.
+fn percent_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| bytes.get(at).and_then(|b| (*b as char).to_digit(16));
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The name of the first path or query parameter holding NUL. Parameters that cannot be

@@ -570,6 +570,35 @@ async fn id_prints_the_canonical_bytes_and_the_id_the_server_would_compute() {
     );
 }
 
+/// An event nested deeper than the server takes by default (`--json-depth-max 32`) gets
+/// no id from `traqlyte id` either, unless given the depth of a server that takes it
+/// (it printed one for a 41-level event the server refuses with `400 too_deep`).
+#[tokio::test]
+async fn id_refuses_an_event_deeper_than_the_server_takes() {
+    let file = contract_file();
+    let mut event = checkout_event("order_1");
+    let mut deep = serde_json::json!(1);
+    for _ in 0..40 {
+        deep = serde_json::json!({ "n": deep });
+    }
+    event["extra"] = deep;
+    let refused = traqlyte(&["id", file.path()], &event.to_string());
+    assert!(!refused.status.success(), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("at most 32 levels deep") && said.contains("--json-depth-max"),
+        "{said}"
+    );
+    let app = crate::helpers::spawn_app(Backend::Sqlite).await;
+    app.register_checkout_contract().await;
+    assert_eq!(app.post_event(&event).await.code(), "too_deep");
+    let taken = traqlyte(
+        &["id", file.path(), "--json-depth-max", "64"],
+        &event.to_string(),
+    );
+    assert!(taken.status.success(), "{taken:?}");
+}
+
 #[tokio::test]
 async fn serve_migrates_an_empty_sqlite_file_and_answers_health_checks() {
     let db = TestDb::create(Backend::Sqlite).await;

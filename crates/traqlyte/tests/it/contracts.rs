@@ -107,6 +107,11 @@ async fn invalid_contracts_are_refused_naming_the_field(backend: Backend) {
     let mut c = checkout_contract();
     c["fields"] = json!({});
     cases.push((c, "fields"));
+    // An array item's transport pointer listed twice removed the item after it too, so
+    // a change to that item was a retry (a review).
+    let mut c = checkout_contract();
+    c["transport"] = json!(["/hops/0", "/hops/0"]);
+    cases.push((c, "transport[1]"));
     for (contract, field) in cases {
         let answer = app.post_json("/contracts", &contract).await;
         assert_eq!(

@@ -277,6 +277,10 @@ async fn nul_in_path_segments_and_query_values_is_a_400_naming_the_parameter(bac
         ),
         ("/contracts/%FF", "name"),
         ("/events/checkout_completed/%C3%28", "event_id"),
+        // A query value not UTF-8 once decoded was read with U+FFFD in its place, and the
+        // walk ran on a name nobody sent.
+        ("/lineage/ancestors?node=dataset:db:%FF", "node"),
+        ("/ops/collisions?contract=a%C3%28b", "contract"),
     ] {
         let answer = app.get(path).await;
         assert_refused(&answer, StatusCode::BAD_REQUEST, "invalid_parameter", field);
@@ -293,6 +297,43 @@ async fn nul_in_path_segments_and_query_values_is_a_400_naming_the_parameter(bac
         "invalid_parameter",
         "version",
     );
+    // A version no contract can have is a bad parameter, not a contract to register
+    // (`0`, `2147483648` were `404 contract_not_found`); a misspelt or unknown parameter
+    // is refused, not ignored (the event went to the latest version, another id).
+    for (query, field, says) in [
+        ("version=0", "version", "an integer from 1 to 2147483647"),
+        ("version=-1", "version", "an integer from 1 to 2147483647"),
+        (
+            "version=2147483648",
+            "version",
+            "an integer from 1 to 2147483647",
+        ),
+        (
+            "verison=1",
+            "verison",
+            "no query parameter verison (it takes version)",
+        ),
+        ("Version=1", "Version", "no query parameter Version"),
+    ] {
+        for answer in [
+            app.post_json(
+                &format!("/events/checkout_completed?{query}"),
+                &checkout_event("o-1"),
+            )
+            .await,
+            app.post_json(
+                &format!("/events/checkout_completed/batch?{query}"),
+                &json!([checkout_event("o-1")]),
+            )
+            .await,
+            app.get(&format!("/contracts/checkout_completed?{query}"))
+                .await,
+        ] {
+            assert_refused(&answer, StatusCode::BAD_REQUEST, "invalid_parameter", field);
+            let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains(says), "{query}: {message}");
+        }
+    }
     let posted = app
         .post_json("/events/checkout_completed%00", &checkout_event("o-1"))
         .await;

@@ -228,7 +228,29 @@ async fn invalid_keys_are_refused(backend: Backend) {
         assert_eq!(answer.code(), "invalid_idempotency_key");
         assert_eq!(answer.body["error"]["field"], "x-tl-idempotency-key");
     }
-    assert_eq!(version_count(&app, &id).await, 0);
+    // One header name twice with differing values, as two names differing are: refused
+    // (the first was taken, so a retry with the second alone ran again). Equal, taken.
+    for (name, second) in [
+        ("X-TL-Idempotency-Key", "b"),
+        ("Idempotency-Key", "b"),
+        ("Idempotency-Key", "a"),
+    ] {
+        let request = app
+            .client
+            .post(app.url(&format!("/campaigns/{id}/publish")))
+            .bearer_auth(&app.key)
+            .header(name, "a")
+            .header(name, second);
+        let answer = app.send(request).await;
+        if second == "a" {
+            assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+            continue;
+        }
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{name}");
+        assert_eq!(answer.code(), "invalid_idempotency_key");
+        assert_eq!(answer.body["error"]["field"], name.to_ascii_lowercase());
+    }
+    assert_eq!(version_count(&app, &id).await, 1);
     let max = "k".repeat(255);
     assert_eq!(
         publish(&app, &app.key, &id, Some(&max), "").await.0,

@@ -125,6 +125,14 @@ async fn a_batch_judges_each_item_and_stores_the_valid_ones(backend: Backend) {
     app.post_event(&checkout_event("order_0")).await;
     let mut collision = checkout_event("order_0");
     collision["note"] = json!("changed");
+    // Nested deeper than the server takes (32 by default): refused alone, as a single
+    // event is (it made the whole batch `400 too_deep`).
+    let mut deep = checkout_event("order_3");
+    let mut inner = json!(1);
+    for _ in 0..32 {
+        inner = json!({ "n": inner });
+    }
+    deep["extra"] = inner;
     let batch = json!([
         checkout_event("order_1"),
         checkout_event("order_0"),
@@ -133,6 +141,7 @@ async fn a_batch_judges_each_item_and_stores_the_valid_ones(backend: Backend) {
         checkout_event("order_1"),
         collision,
         checkout_event("order_2"),
+        deep,
     ]);
     let answer = app
         .post_json("/events/checkout_completed/batch", &batch)
@@ -148,16 +157,18 @@ async fn a_batch_judges_each_item_and_stores_the_valid_ones(backend: Backend) {
             "rejected",
             "duplicate",
             "collision",
-            "inserted"
+            "inserted",
+            "rejected"
         ]
     );
     assert_eq!(answer.body["results"][3]["error"]["field"], "/order_id");
     assert_eq!(answer.body["results"][3]["index"], 3);
+    assert_eq!(answer.body["results"][7]["error"]["code"], "too_deep");
     let totals: Vec<i64> = ["inserted", "duplicates", "collisions", "rejected"]
         .iter()
         .map(|k| answer.body[*k].as_i64().unwrap_or(-1))
         .collect();
-    assert_eq!(totals, [2, 2, 1, 2]);
+    assert_eq!(totals, [2, 2, 1, 3]);
     assert_eq!(app.checkout_stats().await, (3, 2, 1));
 }
 

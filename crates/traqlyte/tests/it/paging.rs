@@ -17,6 +17,7 @@ crate::on_both_backends!(
     rejections_are_listed_in_pages_newest_first,
     dead_letters_are_listed_in_pages_newest_first_with_ties_in_a_total_order,
     a_page_of_dead_letters_stops_at_its_byte_budget,
+    a_page_of_contracts_stops_at_its_byte_budget,
     a_contracts_collisions_are_listed_in_pages_newest_first,
 );
 
@@ -300,6 +301,49 @@ async fn a_page_of_dead_letters_stops_at_its_byte_budget(backend: Backend) {
         )
         .await;
     assert_eq!(listed(&second.body), ["letter 2", "letter 1"]);
+    assert!(
+        second.body.get("next_cursor").is_none(),
+        "{}",
+        second.body["next_cursor"]
+    );
+}
+
+/// Six contracts whose descriptions are 1,000,000 characters each (a body of 1 MiB
+/// holds one): the default page of `GET /contracts` holds the four that fit its 4 MiB
+/// budget (`CONTRACTS_PAGE_BYTES_MAX`) and its cursor goes on to the other two. Before,
+/// a page held a thousand such contracts, a gigabyte answered at once (a review).
+async fn a_page_of_contracts_stops_at_its_byte_budget(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let description = "x".repeat(1_000_000);
+    for n in 1..=6 {
+        let contract = json!({
+            "name": format!("big_{n}"), "version": 1,
+            "fields": [{"pointer": "/id"}], "description": description,
+        });
+        let registered = app.post_json("/contracts", &contract).await;
+        assert_eq!(
+            registered.status,
+            StatusCode::CREATED,
+            "{}",
+            registered.body
+        );
+    }
+    assert_eq!(traqlyte_store::CONTRACTS_PAGE_BYTES_MAX, 4 * 1024 * 1024);
+    let names = |page: &Value| texts(page["contracts"].as_array().expect("a list"), "name");
+    let first = app.get("/contracts").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    assert_eq!(names(&first.body), ["big_1", "big_2", "big_3", "big_4"]);
+    let cursor = first.body["next_cursor"].as_str().expect("a next page");
+    let second = app
+        .send(
+            app.client
+                .get(app.url("/contracts"))
+                .query(&[("cursor", cursor)])
+                .bearer_auth(&app.key),
+        )
+        .await;
+    assert_eq!(second.status, StatusCode::OK, "{}", second.body);
+    assert_eq!(names(&second.body), ["big_5", "big_6"]);
     assert!(
         second.body.get("next_cursor").is_none(),
         "{}",

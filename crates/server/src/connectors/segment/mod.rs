@@ -288,11 +288,29 @@ async fn store_batch(
         sent_at: body.sent_at.as_deref(),
         context: body.context.as_ref(),
     };
+    // The body was parsed as deep as any JSON is taken, so that a message nested deeper
+    // than the server's limit is refused alone, as a single call is refused (it made the
+    // batch `400 too_deep`, and Segment's clients drop a batch answered 400 with every
+    // valid message in it). The batch's context sits in every message's.
+    let depth_max = state.config.json_depth_max;
+    if let Some(context) = &body.context {
+        // The message's object, the context's, then what the context holds.
+        let depth = 2 + context.values().map(json::depth).max().unwrap_or(0);
+        if depth > depth_max {
+            let err = SegmentError::TooDeep { depth, depth_max };
+            return Err(bad_message(err).with_field("context"));
+        }
+    }
     let mut messages = Vec::with_capacity(body.batch.len());
     let mut refused = Vec::new();
     for (index, item) in body.batch.into_iter().enumerate() {
         if let Some((_, number)) = numbers.iter().find(|(at, _)| *at == index) {
             refused.push((index, number.clone()));
+            continue;
+        }
+        let depth = json::depth(&item);
+        if depth > depth_max {
+            refused.push((index, SegmentError::TooDeep { depth, depth_max }));
             continue;
         }
         match identify_message_owned(item, &envelope) {
@@ -428,11 +446,20 @@ fn parse_body(
     parse: Parse,
     meter: &json::Meter,
 ) -> Result<(Value, Vec<RefusedNumber>), traqlyte_identity::json::ParseError> {
-    let depth_max = state.config.json_depth_max + BATCH_DEPTH_EXTRA;
     match parse {
-        Parse::Single => Ok((json::parse_in(bytes, depth_max, meter)?, Vec::new())),
-        // An item is `/batch/{index}`.
-        Parse::Batch => json::parse_reporting_numbers_in(bytes, depth_max, 2, meter),
+        // A message nests at most `json_depth_max` levels, counted from itself.
+        Parse::Single => Ok((
+            json::parse_in(bytes, state.config.json_depth_max, meter)?,
+            Vec::new(),
+        )),
+        // An item is `/batch/{index}`; each is measured against the limit once parsed, so
+        // that one too deep is refused alone (`store_batch`).
+        Parse::Batch => json::parse_reporting_numbers_in(
+            bytes,
+            json::DEPTH_MAX_CEILING.max(state.config.json_depth_max + BATCH_DEPTH_EXTRA),
+            2,
+            meter,
+        ),
     }
 }
 
