@@ -499,8 +499,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let mut store_config = StoreConfig::new(&args.db.database_url);
     store_config.pool_connections_max = args.pool_connections_max;
     store_config.walk_timeout_ms = args.request_timeout_ms;
-    // A request that cannot get a connection is refused well before its timeout.
-    store_config.pool_acquire_timeout_ms = (args.request_timeout_ms / 2).clamp(1, 5_000);
+    // A request that cannot get a connection is refused well before its timeout; never
+    // under 250 ms, the time to open a connection on a loaded machine (a request timeout
+    // of 15 ms left 7 ms, and `serve` sometimes failed to start: "pool timed out").
+    store_config.pool_acquire_timeout_ms = (args.request_timeout_ms / 2).clamp(250, 5_000);
     let store = Store::connect(&store_config)
         .await
         .with_context(|| format!("connect to {}", redact(&args.db.database_url)))?;

@@ -435,23 +435,27 @@ async fn parse_publish(
     let Some(given) = body.arms else {
         return Ok((note, None));
     };
+    // A missing arm is named before the list's length is judged: one arm of two left
+    // out was "arms must have 2-20 entries, got 1" (a review).
+    let missing = |arm: &&Arm| given.0.iter().all(|g| g.key.as_str() != arm.key);
+    if let Some(arm) = campaign.arms.iter().find(missing) {
+        return Err(invalid(
+            "arms",
+            format!(
+                "arms must list exactly the campaign's arm keys; {:?} is missing",
+                arm.key
+            ),
+        ));
+    }
     let given = arms_of(given)?;
     let mut arms = Vec::with_capacity(campaign.arms.len());
     for arm in &campaign.arms {
-        let weight = given.iter().find(|g| g.key == arm.key).map(|g| g.weight);
-        let weight = weight.ok_or_else(|| {
-            invalid(
-                "arms",
-                format!(
-                    "arms must list exactly the campaign's arm keys; {:?} is missing",
-                    arm.key
-                ),
-            )
-        })?;
-        arms.push(Arm {
-            key: arm.key.clone(),
-            weight,
-        });
+        if let Some(g) = given.iter().find(|g| g.key == arm.key) {
+            arms.push(Arm {
+                key: arm.key.clone(),
+                weight: g.weight,
+            });
+        }
     }
     let known: HashSet<&str> = campaign.arms.iter().map(|a| a.key.as_str()).collect();
     if let Some(extra) = given.iter().find(|g| !known.contains(g.key.as_str())) {

@@ -252,6 +252,18 @@ async fn assignments_need_a_published_version_and_stay_sticky_across_republishin
     for unit in 0..200 {
         before.push(assign(&app, &campaign, &format!("user-{unit}")).await);
     }
+    // One arm of the two left out is named (it was "arms must have 2-20 entries").
+    let partial = app
+        .post_raw(
+            &format!("/campaigns/{campaign}/publish"),
+            r#"{"arms": [{"key": "a", "weight": 1}]}"#,
+        )
+        .await;
+    assert_eq!(partial.code(), "invalid_campaign", "{}", partial.body);
+    let said = partial.body["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(said.contains(r#""b" is missing"#), "{said}");
     let reweighted = app
         .post_raw(
             &format!("/campaigns/{campaign}/publish"),
