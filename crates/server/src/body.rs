@@ -893,10 +893,14 @@ pub async fn read_batch(
     // parsed again as deep as any JSON is taken and each item measured (only then, so the
     // usual batch pays no walk of its items).
     let (too_deep, (value, refused)) = match parse(depth_max).await? {
-        Err(json::ParseError::TooDeep { .. }) if depth_max < json::DEPTH_MAX_CEILING => (
-            Some(config.json_depth_max),
-            parse(json::DEPTH_MAX_CEILING).await??,
-        ),
+        Err(deep @ json::ParseError::TooDeep { .. }) if depth_max < json::DEPTH_MAX_CEILING => {
+            match parse(json::DEPTH_MAX_CEILING).await? {
+                Ok(parsed) => (Some(config.json_depth_max), parsed),
+                // Deeper than any body is parsed: refused whole, naming the server's limit.
+                Err(json::ParseError::TooDeep { .. }) => return Err(deep.into()),
+                Err(err) => return Err(err.into()),
+            }
+        }
         parsed => (None, parsed?),
     };
     let Value::Array(items) = value else {

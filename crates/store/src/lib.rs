@@ -234,6 +234,12 @@ impl StoreError {
         StoreError::Database(sqlx::Error::Io(err))
     }
 
+    /// The error of a store call run on a task of its own that ended without a result
+    /// (a panic, or the runtime shutting down): sqlx's `WorkerCrashed`.
+    pub fn task_gone() -> StoreError {
+        StoreError::Database(sqlx::Error::WorkerCrashed)
+    }
+
     /// Whether the store refused the work for contention and nothing was written, so a
     /// retry shortly is the answer: [`StoreError::Busy`]; SQLite's lock held by another
     /// writer past the busy timeout (`SQLITE_BUSY`, `SQLITE_LOCKED` and their extended

@@ -229,24 +229,26 @@ impl PgStore {
     }
 }
 
-/// `pool.begin()` driven to its end on a task of its own, so that the caller giving up
-/// (a client that disconnected, a request timeout, a `select!`) cannot cut its `BEGIN`
-/// round trip short. sqlx 0.8 raises the transaction's depth only once `BEGIN` is
-/// answered, so a future dropped in between queues no `ROLLBACK`: the connection went
-/// back to the pool inside an open transaction, and the next borrower's statements ran
-/// in it (autocommit writes not committed until someone's `COMMIT`, its locks held) —
-/// sqlx issue #4393, fixed in 0.9. Here the task ends with the transaction begun, and
-/// when nobody awaits it any more it is dropped, which rolls it back as any dropped
-/// transaction is. A review reproduced the leak with walks answered `408`.
+/// `pool.begin()` whose `BEGIN` round trip runs on a task of its own, so that the caller
+/// giving up (a client that disconnected, a request timeout, a `select!`) cannot cut it
+/// short. sqlx 0.8 raises the transaction's depth only once `BEGIN` is answered, so a
+/// future dropped in between queues no `ROLLBACK`: the connection went back to the pool
+/// inside an open transaction, and the next borrower's statements ran in it (autocommit
+/// writes not committed until someone's `COMMIT`, its locks held) — sqlx issue #4393,
+/// fixed in 0.9. Here the task ends with the transaction begun, and when nobody awaits it
+/// any more it is dropped, which rolls it back as any dropped transaction is. The wait
+/// for a connection stays the caller's, so a request that gave up leaves the queue at
+/// once. A review reproduced the leak with walks answered `408`.
 pub(crate) async fn begin(
     pool: &PgPool,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
-    let pool = pool.clone();
-    // The task ends only by a panic or the runtime shutting down: a worker gone.
-    let begun = tokio::spawn(async move { pool.begin().await })
-        .await
-        .unwrap_or(Err(sqlx::Error::WorkerCrashed));
-    Ok(begun?)
+    use tracing::Instrument;
+    let conn = pool.acquire().await?;
+    let begin = sqlx::Transaction::begin(conn, None).in_current_span();
+    match tokio::spawn(begin).await {
+        Ok(begun) => Ok(begun?),
+        Err(_) => Err(StoreError::task_gone()),
+    }
 }
 
 fn millis_since(born: std::time::Instant) -> u64 {

@@ -14,14 +14,16 @@ pub(crate) const SELECT_CONTRACTS: &str =
 
 /// A page of [`SELECT_CONTRACTS`] after `($2, $3)` (`('', 0)` for the first: every name is
 /// longer), `$4` rows.
-/// The sizes of the definitions [`SELECT_CONTRACTS_PAGE`] would read, so that a page stops
-/// within its byte budget before reading them.
-pub(crate) const SELECT_CONTRACTS_PAGE_SIZES: &str =
-    "SELECT CAST(length(definition) AS BIGINT) FROM contracts
+pub(crate) const SELECT_CONTRACTS_PAGE: &str = "SELECT definition FROM contracts
      WHERE tenant_id = $1 AND (name > $2 OR (name = $2 AND version > $3))
      ORDER BY name, version LIMIT $4";
 
-pub(crate) const SELECT_CONTRACTS_PAGE: &str = "SELECT definition FROM contracts
+/// The sizes in bytes of the definitions [`SELECT_CONTRACTS_PAGE`] would read, so that a
+/// page stops within its byte budget before reading them (`octet_length`, which both
+/// backends answer from the stored length: `length` counts characters, and PostgreSQL
+/// decompresses a value to count them).
+pub(crate) const SELECT_CONTRACTS_PAGE_SIZES: &str =
+    "SELECT CAST(octet_length(definition) AS BIGINT) FROM contracts
      WHERE tenant_id = $1 AND (name > $2 OR (name = $2 AND version > $3))
      ORDER BY name, version LIMIT $4";
 

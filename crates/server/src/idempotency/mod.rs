@@ -112,33 +112,66 @@ async fn protect(state: AppState, request: Request, next: Next) -> Result<Respon
 /// `request_in_flight` until the stale cutoff. The release deletes only this owner's row
 /// while it has no answer: a transaction still storing one holds the row, and once that
 /// commits the release matches nothing.
-struct Reservation(Option<(traqlyte_store::Store, TenantId, IdempotencyKey, OwnerToken)>);
+///
+/// The claim's write runs on a task of its own ([`Reservation::write`]) and the release
+/// waits for it: sent on another pooled connection, the release's delete could run before
+/// the claim's insert of a request dropped mid-write, which then committed a reservation
+/// nobody held, refused as `request_in_flight` until the stale cutoff (a review: about
+/// one in a hundred keyed requests whose client hung up within milliseconds).
+struct Reservation {
+    held: Option<(traqlyte_store::Store, TenantId, IdempotencyKey, OwnerToken)>,
+    write: Option<tokio::task::JoinHandle<()>>,
+}
 
 impl Reservation {
     fn held(state: &AppState, tenant: &TenantId, key: &IdempotencyKey, owner: &OwnerToken) -> Self {
-        Reservation(Some((
-            state.store.clone(),
-            tenant.clone(),
-            key.clone(),
-            owner.clone(),
-        )))
+        Reservation {
+            held: Some((
+                state.store.clone(),
+                tenant.clone(),
+                key.clone(),
+                owner.clone(),
+            )),
+            write: None,
+        }
+    }
+
+    /// Runs the claim's `write` to its end on a task of its own, whether or not this
+    /// request is still there to read its result; a release waits for it.
+    async fn write(
+        &mut self,
+        write: impl std::future::Future<Output = Result<bool, traqlyte_store::StoreError>>
+            + Send
+            + 'static,
+    ) -> Result<bool, traqlyte_store::StoreError> {
+        let (done, result) = tokio::sync::oneshot::channel();
+        self.write = Some(tokio::spawn(async move {
+            let _ = done.send(write.await);
+        }));
+        result
+            .await
+            .unwrap_or_else(|_| Err(traqlyte_store::StoreError::task_gone()))
     }
 
     /// The answer is stored, or the reservation released: nothing left to do on drop.
     fn settled(&mut self) {
-        self.0 = None;
+        self.held = None;
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let Some((store, tenant, key, owner)) = self.0.take() else {
+        let Some((store, tenant, key, owner)) = self.held.take() else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let write = self.write.take();
         runtime.spawn(async move {
+            if let Some(write) = write {
+                let _ = write.await;
+            }
             if let Err(err) = store.idempotency_release(&tenant, &key, &owner).await {
                 tracing::warn!(error = %err, "releasing an abandoned idempotency reservation failed; it is taken over after the stale cutoff");
             }
@@ -164,15 +197,32 @@ async fn claim(
             .map_err(|e| ApiError::from(e).into_response())?;
         let owner = OwnerToken::generate();
         let mut reservation = Reservation::held(state, tenant, key, &owner);
+        let (tenant_at, key_at, owner_at) = (tenant.clone(), key.clone(), owner.clone());
+        let store_at = store.clone();
         let won = match decide(record.as_ref(), checksum, stale_after_us) {
             Decision::Reserve => {
-                store
-                    .idempotency_reserve(tenant, key, checksum, &owner)
+                let checksum = checksum.to_string();
+                reservation
+                    .write(async move {
+                        store_at
+                            .idempotency_reserve(&tenant_at, &key_at, &checksum, &owner_at)
+                            .await
+                    })
                     .await
             }
             Decision::TakeOver { stale_owner } => {
-                let took = store
-                    .idempotency_take_over(tenant, key, &stale_owner, &owner, stale_after_us)
+                let took = reservation
+                    .write(async move {
+                        store_at
+                            .idempotency_take_over(
+                                &tenant_at,
+                                &key_at,
+                                &stale_owner,
+                                &owner_at,
+                                stale_after_us,
+                            )
+                            .await
+                    })
                     .await;
                 if matches!(took, Ok(true)) {
                     metrics::record_idempotency(tenant, IdempotencyEvent::TakeOver);

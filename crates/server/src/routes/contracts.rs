@@ -138,7 +138,10 @@ pub(crate) async fn register(
             "a contract must be a JSON object",
         ));
     }
-    let contract = Contract::from_json(&value)?;
+    let contract = match Contract::from_json(&value) {
+        Ok(contract) => contract,
+        Err(refused) => return registered_before(&state, &tenant, &value, refused).await,
+    };
     if builtin_contract(contract.name().as_str()).is_some() {
         return Err(ApiError::unprocessable(
             "invalid_contract",
@@ -163,6 +166,31 @@ pub(crate) async fn register(
     };
     tracing::info!(tenant = %tenant, contract = %contract.name(), version = contract.version(), created = status == StatusCode::CREATED, "contract registered");
     Ok((status, Json(contract.to_json())).into_response())
+}
+
+/// A contract refused as new (`refused`) that is already registered, identical, under a
+/// rule tightened since (a `transport` pointer listed twice): sent again unchanged it is
+/// the no-op `200` it was, so that a deployment registering its contracts at every start
+/// keeps starting after an upgrade. Anything else is the refusal.
+async fn registered_before(
+    state: &AppState,
+    tenant: &TenantId,
+    value: &Value,
+    refused: traqlyte_identity::ContractError,
+) -> Result<Response, ApiError> {
+    let Ok(lenient) = Contract::from_stored_json(value) else {
+        return Err(refused.into());
+    };
+    let stored = state
+        .store
+        .contract(tenant, lenient.name(), Some(lenient.version()))
+        .await?;
+    match stored {
+        Some(stored) if stored.canonical_definition() == lenient.canonical_definition() => {
+            Ok((StatusCode::OK, Json(stored.to_json())).into_response())
+        }
+        _ => Err(refused.into()),
+    }
 }
 
 /// `GET /contracts`: every version of every contract of the tenant, a page of at most

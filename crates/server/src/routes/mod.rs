@@ -245,19 +245,25 @@ fn query_refusal(status: StatusCode, message: &str) -> Option<ApiError> {
             format!("query parameter {name} is given more than once"),
         ));
     }
-    let (field, reason) = rest.split_once(": ")?;
-    // `?verison=1` where the route takes `version` only.
-    if let Some(unknown) = reason.strip_prefix("unknown field `") {
-        let takes = unknown
-            .split_once("`, expected ")
-            .map(|(_, expected)| expected.replace('`', ""))?;
-        return is_parameter_name(field).then(|| {
+    // `?verison=1` where the route takes `version` only; a name that is not one of ours
+    // in shape (`?ver-sion=1`, `?=1`) is not echoed.
+    if let Some(at) = rest.find("unknown field `") {
+        let unknown = &rest[at + "unknown field `".len()..];
+        let (name, expected) = unknown.rsplit_once("`, expected ")?;
+        let takes = expected.replace('`', "");
+        return Some(if is_parameter_name(name) {
             ApiError::invalid_parameter(
-                field,
-                format!("this route takes no query parameter {field} (it takes {takes})"),
+                name,
+                format!("this route takes no query parameter {name} (it takes {takes})"),
+            )
+        } else {
+            ApiError::invalid_parameter(
+                "query",
+                format!("this route takes no such query parameter (it takes {takes})"),
             )
         });
     }
+    let (field, reason) = rest.split_once(": ")?;
     is_parameter_name(field)
         .then(|| ApiError::invalid_parameter(field, format!("query parameter {field}: {reason}")))
 }

@@ -96,9 +96,9 @@ fn percent_decoded(text: &str) -> Vec<u8> {
     out
 }
 
-/// The name of the first path or query parameter holding NUL. Parameters that cannot be
-/// read at all (invalid UTF-8, a malformed query) are left to the handler's extractors,
-/// which already answer those with a 400.
+/// The name of the first path or query parameter holding NUL. A path parameter that is
+/// not UTF-8 is left to the handler's extractors, which answer it with a 400 (a query
+/// parameter that is not was refused before, [`non_utf8_query_parameter`]).
 async fn nul_parameter(parts: &mut Parts) -> Option<String> {
     if let Ok(params) = RawPathParams::from_request_parts(parts, &()).await {
         if let Some((name, _)) = params.iter().find(|(_, value)| value.contains('\0')) {

@@ -208,6 +208,18 @@ async fn a_stored_contract_stays_readable_under_rules_added_after_it(backend: Ba
     let again = app.post_json("/events/legacy", &event).await;
     assert_eq!(again.body["status"], "duplicate", "{}", again.body);
     assert_eq!(again.body["event_id"], first.body["event_id"]);
+    // Registered again unchanged, it is the no-op `200` it was, so that a deployment
+    // registering its contracts at every start keeps starting after an upgrade (it was
+    // `422`, a review); a new version of it meets today's rules.
+    let registered = app.post_json("/contracts", &legacy).await;
+    assert_eq!(registered.status, StatusCode::OK, "{}", registered.body);
+    assert_eq!(registered.body["fields"], legacy["fields"]);
+    let mut newer = legacy.clone();
+    newer["version"] = json!(2);
+    assert_eq!(
+        app.post_json("/contracts", &newer).await.code(),
+        "invalid_contract"
+    );
 }
 
 /// `GET /contracts` pages by name then version: every version once across the pages, the

@@ -314,6 +314,13 @@ async fn nul_in_path_segments_and_query_values_is_a_400_naming_the_parameter(bac
             "no query parameter verison (it takes version)",
         ),
         ("Version=1", "Version", "no query parameter Version"),
+        // A name not of a parameter's shape is not echoed.
+        (
+            "ver-sion=1",
+            "query",
+            "no such query parameter (it takes version)",
+        ),
+        ("=1", "query", "no such query parameter (it takes version)"),
     ] {
         for answer in [
             app.post_json(

@@ -21,6 +21,7 @@ crate::on_both_backends!(
     a_request_over_the_timeout_is_answered_408_and_its_writes_roll_back,
     a_reservations_age_is_measured_on_the_stores_clock,
     a_request_its_client_abandoned_leaves_no_reservation_behind,
+    keyed_requests_whose_clients_hang_up_at_once_leave_no_reservation_in_flight,
 );
 
 pub fn campaign_body(key: &str) -> Value {
@@ -595,4 +596,58 @@ async fn a_request_its_client_abandoned_leaves_no_reservation_behind(backend: Ba
 async fn reservation_gone(app: &TestApp, key: &str) {
     let failure = "the reservation stayed in flight";
     wait_until_reserved(app, key, false, Duration::from_secs(5), failure).await;
+}
+
+/// 600 keyed assignments whose clients hang up 0–4 ms after sending them: none leaves its
+/// key in flight. The release of a dropped request ran on another pooled connection than
+/// its claim's insert, and could delete before the insert committed: about one in a
+/// hundred keys was then refused `409 request_in_flight` until the stale cutoff (a
+/// review on PostgreSQL).
+async fn keyed_requests_whose_clients_hang_up_at_once_leave_no_reservation_in_flight(
+    backend: Backend,
+) {
+    use tokio::io::AsyncWriteExt;
+    let app = spawn_app(backend).await;
+    let id = create_campaign(&app).await;
+    app.post_raw(&format!("/campaigns/{id}/publish"), "").await;
+    let address = app.address.trim_start_matches("http://").to_string();
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
+    let mut hang_ups = Vec::new();
+    for i in 0..600u64 {
+        let (address, key, id, gate) = (address.clone(), app.key.clone(), id.clone(), gate.clone());
+        hang_ups.push(tokio::spawn(async move {
+            let _turn = gate.acquire().await.expect("gate");
+            let body = json!({"campaign_id": id, "unit_id": format!("u-{i}")}).to_string();
+            let request = format!(
+                "POST /assignments HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+                 Idempotency-Key: hang-{i}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let mut socket = tokio::net::TcpStream::connect(&address)
+                .await
+                .expect("connect");
+            socket.write_all(request.as_bytes()).await.expect("send");
+            tokio::time::sleep(Duration::from_micros(i * 37 % 4_000)).await;
+            drop(socket);
+        }));
+    }
+    for hang_up in hang_ups {
+        hang_up.await.expect("a client");
+    }
+    // A dropped request's release runs on a task of its own once its claim's write ended.
+    let in_flight =
+        "SELECT count(*) FROM idempotency_keys WHERE idem_key LIKE 'hang-%' AND status IS NULL";
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = app.integer_sql(in_flight).await;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} keys left in flight by requests nobody is running"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -308,13 +308,14 @@ async fn a_page_of_dead_letters_stops_at_its_byte_budget(backend: Backend) {
     );
 }
 
-/// Six contracts whose descriptions are 1,000,000 characters each (a body of 1 MiB
-/// holds one): the default page of `GET /contracts` holds the four that fit its 4 MiB
-/// budget (`CONTRACTS_PAGE_BYTES_MAX`) and its cursor goes on to the other two. Before,
-/// a page held a thousand such contracts, a gigabyte answered at once (a review).
+/// Six contracts whose descriptions are 1,020,000 bytes each (340,000 `€`; a body of
+/// 1 MiB holds one): the default page of `GET /contracts` holds the four that fit its
+/// 4 MiB budget (`CONTRACTS_PAGE_BYTES_MAX`, in bytes, not characters) and its cursor
+/// goes on to the other two. Before, a page held a thousand such contracts, a gigabyte
+/// answered at once (a review).
 async fn a_page_of_contracts_stops_at_its_byte_budget(backend: Backend) {
     let app = spawn_app(backend).await;
-    let description = "x".repeat(1_000_000);
+    let description = "€".repeat(340_000);
     for n in 1..=6 {
         let contract = json!({
             "name": format!("big_{n}"), "version": 1,

@@ -274,6 +274,7 @@ async fn store_batch(
         bytes,
         value,
         numbers,
+        measure,
         source,
     } = read_authenticated(state, headers, body, Parse::Batch).await?;
     let numbers = message_numbers(numbers)?;
@@ -288,10 +289,11 @@ async fn store_batch(
         sent_at: body.sent_at.as_deref(),
         context: body.context.as_ref(),
     };
-    // The body was parsed as deep as any JSON is taken, so that a message nested deeper
-    // than the server's limit is refused alone, as a single call is refused (it made the
-    // batch `400 too_deep`, and Segment's clients drop a batch answered 400 with every
-    // valid message in it). The batch's context sits in every message's.
+    // A message nested deeper than the server's limit is refused alone, as a single call
+    // is refused (it made the batch `400 too_deep`, and Segment's clients drop a batch
+    // answered 400 with every valid message in it): when the body was too deep for the
+    // limit, it was parsed again as deep as any JSON is taken (`measure`) and each message
+    // is measured. The batch's context sits in every message's.
     let depth_max = state.config.json_depth_max;
     if let Some(context) = &body.context {
         // The message's object, the context's, then what the context holds.
@@ -308,7 +310,7 @@ async fn store_batch(
             refused.push((index, number.clone()));
             continue;
         }
-        let depth = json::depth(&item);
+        let depth = if measure { json::depth(&item) } else { 0 };
         if depth > depth_max {
             refused.push((index, SegmentError::TooDeep { depth, depth_max }));
             continue;
@@ -346,6 +348,9 @@ struct Authenticated {
     value: Value,
     /// A batch's numbers the canonical form cannot hold, each refusing only its message.
     numbers: Vec<RefusedNumber>,
+    /// A batch too deep for the server's limit, parsed again deeper: its messages are
+    /// to be measured, each too deep refused alone.
+    measure: bool,
     source: traqlyte_store::Source,
 }
 
@@ -421,7 +426,7 @@ async fn read_authenticated(
         };
         (bytes, parsed) = in_room(Bytes::from(fixed)).await?;
     }
-    let (value, numbers) = parsed.map_err(|err| {
+    let (value, numbers, measure) = parsed.map_err(|err| {
         ApiError::from(err)
             .with_status_if(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST)
     })?;
@@ -436,6 +441,7 @@ async fn read_authenticated(
         bytes,
         value,
         numbers,
+        measure,
         source,
     })
 }
@@ -445,21 +451,28 @@ fn parse_body(
     bytes: &[u8],
     parse: Parse,
     meter: &json::Meter,
-) -> Result<(Value, Vec<RefusedNumber>), traqlyte_identity::json::ParseError> {
+) -> Result<(Value, Vec<RefusedNumber>, bool), traqlyte_identity::json::ParseError> {
+    let depth_max = state.config.json_depth_max;
     match parse {
         // A message nests at most `json_depth_max` levels, counted from itself.
-        Parse::Single => Ok((
-            json::parse_in(bytes, state.config.json_depth_max, meter)?,
-            Vec::new(),
-        )),
-        // An item is `/batch/{index}`; each is measured against the limit once parsed, so
-        // that one too deep is refused alone (`store_batch`).
-        Parse::Batch => json::parse_reporting_numbers_in(
-            bytes,
-            json::DEPTH_MAX_CEILING.max(state.config.json_depth_max + BATCH_DEPTH_EXTRA),
-            2,
-            meter,
-        ),
+        Parse::Single => Ok((json::parse_in(bytes, depth_max, meter)?, Vec::new(), false)),
+        // An item is `/batch/{index}`. A body too deep for the limit is parsed again as
+        // deep as any JSON is taken, its messages to be measured (`store_batch`), so
+        // that one too deep is refused alone; deeper still, it is refused whole.
+        Parse::Batch => {
+            let batch = |depth| json::parse_reporting_numbers_in(bytes, depth, 2, meter);
+            let limit = depth_max + BATCH_DEPTH_EXTRA;
+            match batch(limit) {
+                Err(deep @ json::ParseError::TooDeep { .. }) if limit < json::DEPTH_MAX_CEILING => {
+                    match batch(json::DEPTH_MAX_CEILING) {
+                        Ok((value, numbers)) => Ok((value, numbers, true)),
+                        Err(json::ParseError::TooDeep { .. }) => Err(deep),
+                        Err(err) => Err(err),
+                    }
+                }
+                parsed => parsed.map(|(value, numbers)| (value, numbers, false)),
+            }
+        }
     }
 }
 
@@ -514,7 +527,7 @@ fn batch_rejections(
     // The body parsed and read as a batch the first time, in its room: it does again.
     let mut received = parse_body(state, bytes, Parse::Batch, &json::Meter::unbounded())
         .ok()
-        .and_then(|(value, _)| BatchBody::from_value(value).ok())
+        .and_then(|(value, ..)| BatchBody::from_value(value).ok())
         .map(|body| body.batch)
         .unwrap_or_default();
     refused
