@@ -1597,11 +1597,7 @@ async fn library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_i
     let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
     assert_eq!(answer.body, json!({"success": true}));
     assert_eq!(segment_stats(&app).await, (2, 0, 0));
-    let row = source_row(&app, "web").await;
-    assert_eq!(row["rejected"], 1, "{row}");
-    let id = row["id"].as_str().expect("id");
-    let listed = app.get(&format!("/sources/{id}/rejections")).await;
-    let rejection = &listed.body["rejections"][0];
+    let rejection = the_one_rejection(&app, "web").await;
     assert_eq!(
         (
             rejection["index"].as_i64(),
@@ -1613,8 +1609,7 @@ async fn library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_i
             Some("number_out_of_range"),
             Some("properties.tweet_id")
         ),
-        "{}",
-        listed.body
+        "{rejection}"
     );
     assert_eq!(rejection["payload"]["messageId"], "m-2", "{rejection}");
     // The same message alone on /v1/track is refused whole, as before.
@@ -1624,6 +1619,15 @@ async fn library_top_level_keys_are_ignored_and_an_inexact_number_refuses_only_i
     assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
     assert_eq!(refused.code(), "number_out_of_range", "{}", refused.body);
     assert_eq!(segment_stats(&app).await, (2, 0, 0));
+}
+
+/// The one rejection recorded for the source `name` (its row counts exactly one).
+async fn the_one_rejection(app: &TestApp, name: &str) -> Value {
+    let row = source_row(app, name).await;
+    assert_eq!(row["rejected"], 1, "{row}");
+    let id = row["id"].as_str().expect("id");
+    let listed = app.get(&format!("/sources/{id}/rejections")).await;
+    listed.body["rejections"][0].clone()
 }
 
 /// `properties` nested so that the message is `depth` levels deep (the message's object
@@ -1655,16 +1659,11 @@ async fn a_message_nested_too_deep_is_refused_alone_in_a_batch_as_on_its_own_rou
     let answer = post_v1(&app, "/v1/batch", Some(&key), &batch).await;
     assert_eq!(answer.body, json!({"success": true}));
     assert_eq!(segment_stats(&app).await, (2, 0, 0));
-    let row = source_row(&app, "web").await;
-    assert_eq!(row["rejected"], 1, "{row}");
-    let id = row["id"].as_str().expect("id");
-    let listed = app.get(&format!("/sources/{id}/rejections")).await;
-    let rejection = &listed.body["rejections"][0];
+    let rejection = the_one_rejection(&app, "web").await;
     assert_eq!(
         (rejection["index"].as_i64(), rejection["code"].as_str()),
         (Some(1), Some("too_deep")),
-        "{}",
-        listed.body
+        "{rejection}"
     );
     assert_eq!(rejection["payload"]["messageId"], "m-2", "{rejection}");
     let refused = post_v1(&app, "/v1/track", Some(&key), &nested_track("m-4", 33)).await;
