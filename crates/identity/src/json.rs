@@ -300,6 +300,31 @@ pub fn parse_reporting_numbers_in(
     Ok((value, refused))
 }
 
+/// [`parse_reporting_numbers_in`] of a batch whose items lie `item_depth` levels down
+/// and may each nest `item_depth_max` levels. A body too deep for that is parsed again as
+/// deep as any document is ([`DEPTH_MAX_CEILING`], its tree counted anew), and the flag
+/// answered says so: its items are then to be measured ([`depth`]), each too deep refused
+/// alone rather than the whole batch. Deeper still, the first refusal, naming the limit.
+pub fn parse_batch_in(
+    bytes: &[u8],
+    item_depth_max: usize,
+    item_depth: usize,
+    meter: &Meter,
+) -> Result<(Value, Vec<RefusedNumber>, bool), ParseError> {
+    let limit = item_depth_max + item_depth;
+    match parse_reporting_numbers_in(bytes, limit, item_depth, meter) {
+        Err(deep @ ParseError::TooDeep { .. }) if limit < DEPTH_MAX_CEILING => {
+            meter.restart();
+            match parse_reporting_numbers_in(bytes, DEPTH_MAX_CEILING, item_depth, meter) {
+                Ok((value, refused)) => Ok((value, refused, true)),
+                Err(ParseError::TooDeep { .. }) => Err(deep),
+                Err(err) => Err(err),
+            }
+        }
+        parsed => parsed.map(|(value, refused)| (value, refused, false)),
+    }
+}
+
 /// Parses without judging numbers; also returns the text and whether any number needs
 /// the exactness scan.
 fn parse_any_numbers<'t>(

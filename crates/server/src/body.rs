@@ -879,30 +879,14 @@ pub async fn read_batch(
 ) -> Result<Vec<Result<Value, ApiError>>, ApiError> {
     let config = &state.config;
     let bytes = not_blank(read_limited(headers, body, config.batch_bytes_max).await?)?;
-    let depth_max = config.json_depth_max + 1;
-    let parse = |depth_max: usize| {
-        let bytes = &bytes;
-        async move {
-            parse_in_room(bytes, |bytes, meter| {
-                json::parse_reporting_numbers_in(bytes, depth_max, 1, meter)
-            })
-            .await
-        }
-    };
-    // An item nested deeper than the limit is refused alone, as a number is: the body is
-    // parsed again as deep as any JSON is taken and each item measured (only then, so the
-    // usual batch pays no walk of its items).
-    let (too_deep, (value, refused)) = match parse(depth_max).await? {
-        Err(deep @ json::ParseError::TooDeep { .. }) if depth_max < json::DEPTH_MAX_CEILING => {
-            match parse(json::DEPTH_MAX_CEILING).await? {
-                Ok(parsed) => (Some(config.json_depth_max), parsed),
-                // Deeper than any body is parsed: refused whole, naming the server's limit.
-                Err(json::ParseError::TooDeep { .. }) => return Err(deep.into()),
-                Err(err) => return Err(err.into()),
-            }
-        }
-        parsed => (None, parsed?),
-    };
+    let depth_max = config.json_depth_max;
+    // An item nested deeper than the limit is refused alone, as a number is: a body too
+    // deep for it is parsed again deeper and each item measured (only then, so the usual
+    // batch pays no walk of its items).
+    let (value, refused, measure) = parse_in_room(&bytes, |bytes, meter| {
+        json::parse_batch_in(bytes, depth_max, 1, meter)
+    })
+    .await??;
     let Value::Array(items) = value else {
         return Err(ApiError::unprocessable(
             "not_an_array",
@@ -922,13 +906,15 @@ pub async fn read_batch(
     }
     let mut items: Vec<Result<Value, ApiError>> = items
         .into_iter()
-        .map(|item| match too_deep {
-            Some(depth_max) if json::depth(&item) > depth_max => Err(json::ParseError::TooDeep {
-                depth_max,
-                pointer: String::new(),
+        .map(|item| {
+            if measure && json::depth(&item) > depth_max {
+                return Err(json::ParseError::TooDeep {
+                    depth_max,
+                    pointer: String::new(),
+                }
+                .into());
             }
-            .into()),
-            _ => Ok(item),
+            Ok(item)
         })
         .collect();
     for mut number in refused {

@@ -707,17 +707,18 @@ impl Store {
         );
         // A version registered between the reads may fall inside the page and push its
         // last definition to the next one: read one more to know.
-        let definitions = tx::with_pool!(self, reader, |pool| sqlx::query_scalar::<_, String>(
-            sql::SELECT_CONTRACTS_PAGE
-        )
-        .bind(tenant.as_str())
-        .bind(name)
-        .bind(i64::from(version))
-        .bind(i64::try_from(within).unwrap_or(i64::MAX) + 1)
-        .fetch_all(pool)
-        .await)?;
+        let mut definitions =
+            tx::with_pool!(self, reader, |pool| sqlx::query_scalar::<_, String>(
+                sql::SELECT_CONTRACTS_PAGE
+            )
+            .bind(tenant.as_str())
+            .bind(name)
+            .bind(i64::from(version))
+            .bind(i64::try_from(within).unwrap_or(i64::MAX) + 1)
+            .fetch_all(pool)
+            .await)?;
         let more = sizes.len() > within || definitions.len() > within;
-        let (definitions, _) = page_of(definitions, u32::try_from(within).unwrap_or(limit));
+        definitions.truncate(within);
         let contracts = definitions
             .iter()
             .map(|text| parse_definition(text))

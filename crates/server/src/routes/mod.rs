@@ -454,27 +454,29 @@ fn percent_decoded(segment: &str) -> std::borrow::Cow<'_, str> {
     if !segment.contains('%') {
         return std::borrow::Cow::Borrowed(segment);
     }
-    let bytes = segment.as_bytes();
+    std::borrow::Cow::Owned(String::from_utf8_lossy(&percent_decoded_bytes(segment)).into_owned())
+}
+
+/// `text` with its `%XX` escapes decoded, as bytes: a `%` not followed by two hex digits
+/// stays as written.
+pub(super) fn percent_decoded_bytes(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;
     while at < bytes.len() {
-        let escaped = (bytes[at] == b'%')
-            .then(|| bytes.get(at + 1..at + 3))
-            .flatten()
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
+        let hex = |at: usize| bytes.get(at).and_then(|b| char::from(*b).to_digit(16));
+        match (bytes[at], hex(at + 1), hex(at + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.extend(u8::try_from(high * 16 + low).ok());
                 at += 3;
             }
-            None => {
-                out.push(bytes[at]);
+            (byte, ..) => {
+                out.push(byte);
                 at += 1;
             }
         }
     }
-    std::borrow::Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+    out
 }
 
 /// The OpenLineage endpoint (`POST` a run event, `GET` Marquez's graph).

@@ -60,40 +60,17 @@ pub(crate) async fn reject_nul_parameters(request: Request, next: Next) -> Respo
 }
 
 /// The name (as far as it is UTF-8) of the first pair of `query` whose name or value is
-/// not UTF-8 once percent-decoded (`+` is a space, as in a form).
+/// not UTF-8 once percent-decoded (`+` is a space, as in a form: replaced before the
+/// escapes are decoded, so that `%2B` stays a `+`).
 fn non_utf8_query_parameter(query: &str) -> Option<String> {
+    let decoded = |text: &str| super::percent_decoded_bytes(&text.replace('+', " "));
     query.split('&').find_map(|pair| {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let name = percent_decoded(name);
-        let broken = std::str::from_utf8(&name).is_err()
-            || std::str::from_utf8(&percent_decoded(value)).is_err();
+        let name = decoded(name);
+        let broken =
+            std::str::from_utf8(&name).is_err() || std::str::from_utf8(&decoded(value)).is_err();
         broken.then(|| String::from_utf8_lossy(&name).into_owned())
     })
-}
-
-/// `text` percent-decoded to bytes; a `%` not followed by two hex digits stays as it is.
-fn percent_decoded(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |at: usize| bytes.get(at).and_then(|b| (*b as char).to_digit(16));
-        match (bytes[i], hex(i + 1), hex(i + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-            }
-            (b'+', _, _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (byte, _, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 /// The name of the first path or query parameter holding NUL. A path parameter that is

@@ -456,23 +456,9 @@ fn parse_body(
     match parse {
         // A message nests at most `json_depth_max` levels, counted from itself.
         Parse::Single => Ok((json::parse_in(bytes, depth_max, meter)?, Vec::new(), false)),
-        // An item is `/batch/{index}`. A body too deep for the limit is parsed again as
-        // deep as any JSON is taken, its messages to be measured (`store_batch`), so
-        // that one too deep is refused alone; deeper still, it is refused whole.
-        Parse::Batch => {
-            let batch = |depth| json::parse_reporting_numbers_in(bytes, depth, 2, meter);
-            let limit = depth_max + BATCH_DEPTH_EXTRA;
-            match batch(limit) {
-                Err(deep @ json::ParseError::TooDeep { .. }) if limit < json::DEPTH_MAX_CEILING => {
-                    match batch(json::DEPTH_MAX_CEILING) {
-                        Ok((value, numbers)) => Ok((value, numbers, true)),
-                        Err(json::ParseError::TooDeep { .. }) => Err(deep),
-                        Err(err) => Err(err),
-                    }
-                }
-                parsed => parsed.map(|(value, numbers)| (value, numbers, false)),
-            }
-        }
+        // An item is `/batch/{index}`; a body too deep for the limit has its messages
+        // measured (`store_batch`), each too deep refused alone.
+        Parse::Batch => json::parse_batch_in(bytes, depth_max, BATCH_DEPTH_EXTRA, meter),
     }
 }
 
