@@ -111,12 +111,15 @@ pub enum StoreError {
         version: i64,
     },
     /// A contract with the same name and version but a different definition exists.
-    #[error("contract {name} version {version} is already registered with a different definition; contracts are immutable, register a new version")]
+    #[error("contract {name} version {version} is already registered with a different definition (it differs at {differs}); contracts are immutable, register a new version")]
     ContractConflict {
         /// The contract name.
         name: String,
         /// The contract version.
         version: u32,
+        /// The JSON pointers, into the contract document, where the registered definition
+        /// and the refused one differ, comma-separated (a few at most).
+        differs: String,
     },
     /// A write conflicts with existing data (e.g. a campaign key already taken).
     #[error("{message}")]

@@ -234,13 +234,7 @@ async fn a_backfill_under_an_older_version_meets_the_events_stored_under_it(back
         .as_array_mut()
         .expect("fields")
         .retain(|field| field["pointer"] != "/params");
-    let registered = app.post_json("/contracts", &second).await;
-    assert_eq!(
-        registered.status,
-        reqwest::StatusCode::CREATED,
-        "{}",
-        registered.body
-    );
+    app.register_contract(&second).await;
     let file = Ndjson::new(&[event.to_string()]);
     let run = |version: Option<&str>| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_traqlyte"));

@@ -17,12 +17,7 @@ async fn registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a
     backend: Backend,
 ) {
     let app = spawn_app(backend).await;
-    assert_eq!(
-        app.post_json("/contracts", &checkout_contract())
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    app.register_contract(&checkout_contract()).await;
     // Key order and whitespace do not make a different contract: the same definition
     // written by hand with its keys (and one field's keys) in another order.
     let reordered = r#"{
@@ -51,6 +46,21 @@ async fn registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a
     let answer = app.post_json("/contracts", &changed).await;
     assert_eq!(answer.status, StatusCode::CONFLICT);
     assert_eq!(answer.code(), "contract_conflict");
+    let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("it differs at /fields/2/precision)"),
+        "the conflict names what differs: {}",
+        answer.body
+    );
+    changed["fields"][3]["array"] = json!("ordered");
+    changed["transport"] = json!(["/sent_at"]);
+    let answer = app.post_json("/contracts", &changed).await;
+    let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("it differs at /fields/2/precision, /fields/3/array, /transport)"),
+        "{}",
+        answer.body
+    );
     let shown = app.get("/contracts/checkout_completed").await;
     assert_eq!(
         shown.body["fields"][2]["precision"], 2,
@@ -135,10 +145,7 @@ async fn events_use_the_latest_version_unless_one_is_named(backend: Backend) {
         .as_array_mut()
         .expect("fields")
         .push(json!({"pointer": "/note"}));
-    assert_eq!(
-        app.post_json("/contracts", &v2).await.status,
-        StatusCode::CREATED
-    );
+    app.register_contract(&v2).await;
     let event = checkout_event("order_1");
     let latest = app.post_event(&event).await;
     let first = app
@@ -231,8 +238,7 @@ async fn contracts_are_listed_in_pages(backend: Backend) {
         for version in 1..=2 {
             let contract = json!({"name": name, "version": version,
                 "fields": [{"pointer": format!("/v{version}")}]});
-            let answer = app.post_json("/contracts", &contract).await;
-            assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+            app.register_contract(&contract).await;
             expected.push(format!("{name}:{version}"));
         }
     }

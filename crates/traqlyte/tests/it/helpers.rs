@@ -591,9 +591,14 @@ impl TestApp {
             .await
     }
 
+    /// Registers a new contract (or a new version of one), asserting the `201`.
+    pub async fn register_contract(&self, contract: &Value) {
+        let answer = self.post_json("/contracts", contract).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+
     pub async fn register_checkout_contract(&self) {
-        let answer = self.post_json("/contracts", &checkout_contract()).await;
-        assert_eq!(answer.status, StatusCode::CREATED, "{:?}", answer.body);
+        self.register_contract(&checkout_contract()).await;
     }
 
     pub async fn post_event(&self, event: &Value) -> Answer {

@@ -428,13 +428,7 @@ async fn nul_in_event_payloads_is_stored_but_not_in_a_supersession_reason(backen
     let mut contract = checkout_contract();
     contract["name"] = json!("described");
     contract["description"] = json!("with \u{0} inside");
-    let registered = app.post_json("/contracts", &contract).await;
-    assert_eq!(
-        registered.status,
-        StatusCode::CREATED,
-        "{}",
-        registered.body
-    );
+    app.register_contract(&contract).await;
     let shown = app.get("/contracts/described").await;
     assert_eq!(
         shown.body["description"], "with \u{0} inside",
@@ -565,13 +559,7 @@ async fn indexed_client_keys_at_their_limits_are_stored_and_one_more_is_refused(
     // Contract name: 128 bytes.
     let mut contract = checkout_contract();
     contract["name"] = json!(noise("contract", 128));
-    let registered = app.post_json("/contracts", &contract).await;
-    assert_eq!(
-        registered.status,
-        StatusCode::CREATED,
-        "{}",
-        registered.body
-    );
+    app.register_contract(&contract).await;
     contract["name"] = json!(noise("contract", 129));
     let refused = app.post_json("/contracts", &contract).await;
     assert_refused(

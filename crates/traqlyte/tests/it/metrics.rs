@@ -31,10 +31,7 @@ async fn one_tenant_takes_at_most_its_share_of_the_label_sets() {
     for n in 0..=share {
         let name = format!("spam{n}");
         let contract = json!({"name": name, "version": 1, "fields": [{"pointer": "/id"}]});
-        assert_eq!(
-            app.post_json("/contracts", &contract).await.status,
-            StatusCode::CREATED
-        );
+        app.register_contract(&contract).await;
         let stored = app
             .post_json(&format!("/events/{name}"), &json!({"id": n}))
             .await;

@@ -884,13 +884,7 @@ async fn the_contract_version_header_pins_the_version_a_message_is_identified_un
         .as_array_mut()
         .expect("fields")
         .push(serde_json::json!({"pointer": "/channel", "required": true}));
-    let registered = app.post_json("/contracts", &v2).await;
-    assert_eq!(
-        registered.status,
-        StatusCode::CREATED,
-        "{}",
-        registered.body
-    );
+    app.register_contract(&v2).await;
     let body = |order: &str| serde_json::to_vec(&checkout_event(order)).expect("JSON");
     let subject = "traqlyte.checkout_completed";
     let pin = |v: &'static str| [("traqlyte-contract-version", v)];
@@ -1025,8 +1019,7 @@ async fn a_later_groups_failure_does_not_replay_the_groups_that_committed(backen
     let (app, nats, js) = setup(backend).await;
     let zz = serde_json::json!({"name": "zz_orders", "version": 1,
         "fields": [{"pointer": "/order_id", "required": true}]});
-    let answer = app.post_json("/contracts", &zz).await;
-    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    app.register_contract(&zz).await;
     let original = checkout_event("order-1");
     let stored = app.post_event(&original).await;
     assert_eq!(stored.body["status"], "inserted", "{}", stored.body);

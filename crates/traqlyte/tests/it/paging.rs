@@ -321,13 +321,7 @@ async fn a_page_of_contracts_stops_at_its_byte_budget(backend: Backend) {
             "name": format!("big_{n}"), "version": 1,
             "fields": [{"pointer": "/id"}], "description": description,
         });
-        let registered = app.post_json("/contracts", &contract).await;
-        assert_eq!(
-            registered.status,
-            StatusCode::CREATED,
-            "{}",
-            registered.body
-        );
+        app.register_contract(&contract).await;
     }
     assert_eq!(traqlyte_store::CONTRACTS_PAGE_BYTES_MAX, 4 * 1024 * 1024);
     let names = |page: &Value| texts(page["contracts"].as_array().expect("a list"), "name");
@@ -376,10 +370,7 @@ async fn a_contracts_collisions_are_listed_in_pages_newest_first(backend: Backen
         assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     }
     let other = json!({"name": "other", "version": 1, "fields": [{"pointer": "/id"}]});
-    assert_eq!(
-        app.post_json("/contracts", &other).await.status,
-        StatusCode::CREATED
-    );
+    app.register_contract(&other).await;
     for note in ["a", "b"] {
         app.post_json("/events/other", &json!({"id": 1, "note": note}))
             .await;

@@ -28,8 +28,7 @@ crate::on_both_backends!(
 /// saved within most of its interval (by another process) does not scan it again.
 async fn a_periodic_pass_skips_a_scan_another_process_saved_recently(backend: Backend) {
     let app = spawn_app(backend).await;
-    let answer = app.post_json("/contracts", &page_view_contract(2)).await;
-    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    app.register_contract(&page_view_contract(2)).await;
     let scanned_at = || async {
         let listed = app.get("/ops/semantic-duplicates").await;
         listed.body["scans"][0]["scanned_at"].clone()
@@ -99,10 +98,7 @@ async fn deliver(app: &TestApp, version: u32, user: &str, page: &str, deliveries
 /// The traffic of both tests: three business events retried (4, 3 and 2 deliveries) and
 /// one delivered once. Returns the distinct events stored.
 async fn feed(app: &TestApp, version: u32) -> usize {
-    let answer = app
-        .post_json("/contracts", &page_view_contract(version))
-        .await;
-    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    app.register_contract(&page_view_contract(version)).await;
     let mut stored = 0;
     stored += deliver(app, version, "u1", "/home", 4).await;
     stored += deliver(app, version, "u2", "/pricing", 3).await;
@@ -225,8 +221,7 @@ async fn a_sound_contract_has_no_semantic_duplicates(backend: Backend) {
 /// PostgreSQL read a NUL as U+FFFD for the grouping and named `/emitted_at` for them.
 async fn a_nul_and_a_replacement_character_are_not_taken_for_one_another(backend: Backend) {
     let app = spawn_app(backend).await;
-    let answer = app.post_json("/contracts", &page_view_contract(1)).await;
-    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    app.register_contract(&page_view_contract(1)).await;
     for (attempt, referrer) in [(1, "a\u{0}b"), (2, "a\u{fffd}b")] {
         let mut view = page_view("u1", "/nul", attempt);
         view["referrer"] = json!(referrer);
@@ -307,8 +302,7 @@ async fn array_elements_are_removed_later_index_first(backend: Backend) {
     let contract = json!({"name": "page_view", "version": 1,
         "fields": [{"pointer": "/path/0", "required": true}, {"pointer": "/path/2", "required": true}],
         "transport": ["/path/1"]});
-    let answer = app.post_json("/contracts", &contract).await;
-    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    app.register_contract(&contract).await;
     for last in ["r1", "r2"] {
         let event = json!({"path": ["p", "t", last]});
         let answer = app.post_json("/events/page_view", &event).await;
@@ -378,8 +372,7 @@ async fn an_array_where_a_pointer_names_a_key_does_not_fail_the_scan(backend: Ba
     let contract = json!({"name": "page_view", "version": 1,
         "fields": [{"pointer": "/user/id"}, {"pointer": "/page", "required": true},
                    {"pointer": "/emitted_at"}]});
-    let answer = app.post_json("/contracts", &contract).await;
-    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    app.register_contract(&contract).await;
     let events = [
         json!({"user": [1], "page": "/odd", "emitted_at": "1"}),
         json!({"user": {"id": 7}, "page": "/home", "emitted_at": "1"}),
@@ -402,8 +395,7 @@ async fn a_field_inside_an_array_element_is_named_on_both_backends(backend: Back
     let app = spawn_app(backend).await;
     let contract = json!({"name": "page_view", "version": 1,
         "fields": [{"pointer": "/user_id", "required": true}, {"pointer": "/items/0/sku"}]});
-    let answer = app.post_json("/contracts", &contract).await;
-    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    app.register_contract(&contract).await;
     for sku in ["a-1", "a-2"] {
         let event = json!({"user_id": "u1", "items": [{"sku": sku, "qty": 1}]});
         let answer = app.post_json("/events/page_view", &event).await;
