@@ -59,6 +59,10 @@ fn is_identifier(text: &str) -> bool {
 /// deserialised through it, read with `as_str` / `into_string`.
 macro_rules! text_value {
     ($(#[$doc:meta])* $name:ident, $rule:expr, $ok:expr) => {
+        text_value!($(#[$doc])* $name, $rule, $ok, |text: String| text);
+    };
+    // `$prepare` turns a client's text into the value's form before the rule is checked.
+    ($(#[$doc:meta])* $name:ident, $rule:expr, $ok:expr, $prepare:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(try_from = "String")]
@@ -83,6 +87,7 @@ macro_rules! text_value {
             type Error = RuleError;
 
             fn try_from(text: String) -> Result<Self, RuleError> {
+                let text = $prepare(text);
                 check(&text, $rule, $ok)?;
                 Ok($name(text))
             }
@@ -135,11 +140,27 @@ text_value!(
 
 text_value!(
     /// The client's key for one business event, unique per assignment: 1-512 characters
-    /// but NUL (`docs/experiments.md`, "Choosing a dedupe_key").
+    /// but NUL (`docs/experiments.md`, "Choosing a dedupe_key"), in Unicode NFC as every
+    /// string of an event's identity is, so a key typed on one system and its decomposed
+    /// spelling from another (`cafe\u{301}` for `café`) name one outcome.
     DedupeKey,
     "a string of 1-512 characters",
-    |text| !text.is_empty() && text.chars().count() <= 512
+    dedupe_key_fits,
+    |text: String| traqlyte_identity::canonical::nfc(&text)
 );
+
+fn dedupe_key_fits(text: &str) -> bool {
+    !text.is_empty() && text.chars().count() <= 512
+}
+
+impl DedupeKey {
+    /// A key read back from a stored outcome, kept byte for byte: an outcome stored
+    /// before keys were normalised keeps the key (and so the id) it was stored under.
+    pub fn stored(text: &str) -> Result<DedupeKey, RuleError> {
+        check(text, DedupeKey::RULE, dedupe_key_fits)?;
+        Ok(DedupeKey(text.to_owned()))
+    }
+}
 
 /// Whether `text` is `prefix` followed by a number of lowercase hex digits in `digits`.
 fn is_prefixed_hex(text: &str, prefix: &str, digits: std::ops::RangeInclusive<usize>) -> bool {
@@ -425,6 +446,24 @@ mod tests {
 
     fn broken(rule: &'static str) -> Result<(), RuleError> {
         Err(RuleError::Broken(rule))
+    }
+
+    #[test]
+    fn a_dedupe_key_is_read_in_nfc_from_clients_and_kept_as_stored() {
+        let composed = DedupeKey::try_from("prod:caf\u{e9}:o1").expect("a key");
+        let decomposed = DedupeKey::try_from("prod:cafe\u{301}:o1").expect("a key");
+        assert_eq!(decomposed, composed);
+        assert_eq!(decomposed.as_str(), "prod:caf\u{e9}:o1");
+        let stored = DedupeKey::stored("prod:cafe\u{301}:o1").expect("a stored key");
+        assert_eq!(
+            stored.as_str(),
+            "prod:cafe\u{301}:o1",
+            "a stored key keeps its bytes"
+        );
+        assert_eq!(
+            DedupeKey::stored(""),
+            broken(DedupeKey::RULE).map(|()| unreachable!())
+        );
     }
 
     #[test]

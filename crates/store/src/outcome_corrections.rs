@@ -336,7 +336,7 @@ impl Store {
                     .map_err(|e| StoreError::Corrupt(format!("a stored campaign id {e}")))?;
                 let assignment = AssignmentId::try_from(assignment.as_str())
                     .map_err(|e| StoreError::Corrupt(format!("a stored assignment id {e}")))?;
-                let typed_key = DedupeKey::try_from(key.as_str())
+                let typed_key = DedupeKey::stored(key)
                     .map_err(|e| StoreError::Corrupt(format!("a stored dedupe key {e}")))?;
                 let id = outcome_id(tenant, &campaign, &assignment, &typed_key);
                 with_tx!(tx, |conn| {

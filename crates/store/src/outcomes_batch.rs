@@ -225,7 +225,7 @@ impl StoreTx {
         keys.into_iter()
             .map(|(a, k)| {
                 let a = AssignmentId::try_from(a).map_err(corrupt)?;
-                Ok((a, DedupeKey::try_from(k).map_err(corrupt)?))
+                Ok((a, DedupeKey::stored(&k).map_err(corrupt)?))
             })
             .collect()
     }

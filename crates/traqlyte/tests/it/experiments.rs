@@ -157,6 +157,20 @@ async fn a_duplicate_outcome_returns_the_original_bytes(backend: Backend) {
     );
     let answered: Value = serde_json::from_slice(&first.2).expect("json");
     assert_eq!(answered["value"].to_string(), "0.0", "{answered}");
+    // One business key typed on one system and spelt decomposed by another (macOS file
+    // names, some JavaScript sources) is one outcome: keys are read in NFC.
+    let composed = outcome(&unit, "prod:caf\u{e9}:order_3", "revenue", Some(5.0));
+    let mut decomposed = composed.clone();
+    decomposed["dedupe_key"] = json!("prod:cafe\u{301}:order_3");
+    let (first, retry) = (
+        post_outcome_bytes(&app, &composed).await,
+        post_outcome_bytes(&app, &decomposed).await,
+    );
+    assert_eq!(
+        (first.1.as_deref(), retry.1.as_deref()),
+        (Some("inserted"), Some("duplicate"))
+    );
+    assert_eq!(first.2, retry.2, "the original answer, byte for byte");
     let revenue = metric(
         &report(&app, &campaign).await,
         unit["arm"].as_str().expect("arm"),
@@ -168,7 +182,7 @@ async fn a_duplicate_outcome_returns_the_original_bytes(backend: Backend) {
             revenue["stored_events"].as_u64(),
             revenue["duplicates"].as_u64()
         ),
-        (Some(2), Some(2)),
+        (Some(3), Some(3)),
         "counts are JSON integers"
     );
 }
