@@ -110,6 +110,15 @@ pub enum StoreError {
         /// The unknown migration's version.
         version: i64,
     },
+    /// The database holds tables and none of traqlyte's migrations: another
+    /// application's database, named by mistake. Nothing is installed into it.
+    #[error("the database holds {count} table(s) (such as {example:?}) and none of traqlyte's migrations: traqlyte installs only into an empty database (on PostgreSQL, or into an empty schema of its own, named first in search_path); check the database URL")]
+    ForeignDatabase {
+        /// How many tables the current schema holds.
+        count: i64,
+        /// The first of them by name.
+        example: String,
+    },
     /// A contract with the same name and version but a different definition exists.
     #[error("contract {name} version {version} is already registered with a different definition (it differs at {differs}); contracts are immutable, register a new version")]
     ContractConflict {

@@ -68,7 +68,27 @@ const SQLITE_MIGRATIONS_EXIST: &str =
 const PG_MIGRATIONS_EXIST: &str = "SELECT COUNT(*) FROM pg_tables
      WHERE schemaname = current_schema() AND tablename = '_sqlx_migrations'";
 
+/// The tables of the current schema: a database without traqlyte's migrations that holds
+/// any is another application's, not traqlyte's to install into.
+const SQLITE_TABLES: &str = "SELECT COUNT(*), MIN(name) FROM sqlite_master
+     WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'";
+
+const PG_TABLES: &str = "SELECT COUNT(*), MIN(tablename::text) FROM pg_tables
+     WHERE schemaname = current_schema()";
+
 impl crate::Store {
+    /// Whether this build has migrations the database lacks while it holds some of them
+    /// already: a schema an older build made, which `traqlyte migrate` (or `serve`)
+    /// upgrades. Not for a database never migrated (every migration pending).
+    pub async fn older_schema(&self) -> Result<Option<Vec<String>>, StoreError> {
+        let every = match &self.backend {
+            crate::Backend::Sqlite(_) => sqlx::migrate!("migrations/sqlite").iter().count(),
+            crate::Backend::Postgres(_) => sqlx::migrate!("migrations/postgres").iter().count(),
+        };
+        let pending = self.pending_migrations().await?;
+        Ok((!pending.is_empty() && pending.len() < every).then_some(pending))
+    }
+
     /// The names of this build's migrations the database has not applied, read without
     /// writing anything (every one of them for a database never migrated).
     pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
@@ -152,7 +172,12 @@ impl crate::Store {
         let applied = match &mut tx.inner {
             TxInner::Sqlite(t) => {
                 let migrator = sqlx::migrate!("migrations/sqlite");
-                Steps::<sqlx::Sqlite>::migrate(&mut **t, migrator, SQLITE_LEGACY_EXISTS).await?
+                Steps::<sqlx::Sqlite>::migrate(
+                    &mut **t,
+                    migrator,
+                    (SQLITE_LEGACY_EXISTS, SQLITE_MIGRATIONS_EXIST, SQLITE_TABLES),
+                )
+                .await?
             }
             TxInner::Postgres(t) => {
                 // A migrating process killed part way leaves its session running the
@@ -186,7 +211,12 @@ impl crate::Store {
                         .await?;
                 }
                 let migrator = sqlx::migrate!("migrations/postgres");
-                Steps::<sqlx::Postgres>::migrate(&mut **t, migrator, PG_LEGACY_EXISTS).await?
+                Steps::<sqlx::Postgres>::migrate(
+                    &mut **t,
+                    migrator,
+                    (PG_LEGACY_EXISTS, PG_MIGRATIONS_EXIST, PG_TABLES),
+                )
+                .await?
             }
         };
         tx.commit().await?;
@@ -234,7 +264,7 @@ where
     async fn migrate(
         conn: &mut DB::Connection,
         mut migrator: Migrator,
-        legacy_exists: &'static str,
+        (legacy_exists, migrations_exist, tables): (&'static str, &'static str, &'static str),
     ) -> Result<Vec<String>, StoreError> {
         // The transaction's lock serialises migrators; see the module documentation.
         migrator.set_locking(false);
@@ -244,6 +274,8 @@ where
             .await?;
         if legacy > 0 {
             Self::adopt_legacy(conn, &migrator).await?;
+        } else {
+            Self::refuse_foreign(conn, migrations_exist, tables).await?;
         }
         let before = applied_versions(conn).await?;
         migrator
@@ -255,6 +287,28 @@ where
             .filter(|m| !before.contains(&m.version))
             .map(|m| format!("{:04}_{}", m.version, m.description.replace(' ', "_")))
             .collect())
+    }
+
+    /// [`StoreError::ForeignDatabase`] when the database has no migrations table and holds
+    /// tables: a `--database-url` naming another application's database by mistake got
+    /// traqlyte's tables (and, on SQLite, the WAL journal) installed beside its own.
+    async fn refuse_foreign(
+        conn: &mut DB::Connection,
+        migrations_exist: &'static str,
+        tables: &'static str,
+    ) -> Result<(), StoreError> {
+        let ours: i64 = sqlx::query_scalar(migrations_exist)
+            .fetch_one(&mut *conn)
+            .await?;
+        if ours > 0 {
+            return Ok(());
+        }
+        let (count, example): (i64, Option<String>) =
+            sqlx::query_as(tables).fetch_one(&mut *conn).await?;
+        match example {
+            Some(example) if count > 0 => Err(StoreError::ForeignDatabase { count, example }),
+            _ => Ok(()),
+        }
     }
 
     /// Moves the rows of the old runner's `schema_migrations` into `_sqlx_migrations` with

@@ -388,7 +388,37 @@ struct RunIdArgs {
     slot: String,
 }
 
-fn main() -> Result<std::process::ExitCode> {
+fn main() -> std::process::ExitCode {
+    match run_main() {
+        Ok(status) => status,
+        // One line on stderr, `error: ` and the causes joined as anyhow's `{:#}` joins
+        // them, without a backtrace (anyhow's `Debug` form printed a multi-line "Caused
+        // by:" list, and a whole backtrace where `RUST_BACKTRACE` is set).
+        Err(err) => {
+            errln!("error: {}", one_line(&err));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `err` and its causes on one line, a cause left out when the text before already says
+/// it (a store error's message often includes its driver's).
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
+}
+
+fn run_main() -> Result<std::process::ExitCode> {
     let cli = Cli::parse();
     // The demo writes its story to the terminal; only warnings should interrupt it.
     let default_filter = match cli.command {

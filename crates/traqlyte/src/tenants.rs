@@ -197,9 +197,23 @@ fn warn_if_readable_by_others(path: &Path) {
 fn warn_if_readable_by_others(_path: &Path) {}
 
 /// The store of a command that writes (tenant, key and source creation, backfill…):
-/// migrated first, so a first command on a new database works; what it applied is logged.
+/// a new database is migrated first, so a first command on it works (what it applied is
+/// logged); a schema an older build made is not upgraded by such a command (an upgrade is
+/// `traqlyte migrate`'s, run on purpose when the older servers have stopped:
+/// `docs/operations.md`), and another application's database is refused by the store.
 pub(crate) async fn open(db: &DbArgs) -> Result<Store> {
     let store = connect(db, 2).await?;
+    let older = store
+        .older_schema()
+        .await
+        .context("read the applied migrations")?;
+    if let Some(pending) = older {
+        bail!(
+            "the database's schema is older than this build ({} migration(s) to apply: {}): run `traqlyte migrate` first, once the servers of the older build have stopped",
+            pending.len(),
+            pending.join(", ")
+        );
+    }
     let applied = store.migrate().await.context("apply migrations")?;
     if !applied.is_empty() {
         tracing::info!(applied = ?applied, "migrations applied");

@@ -14,7 +14,87 @@ on_both_backends!(
     several_stores_adopting_an_old_database_at_once_all_start,
     several_stores_migrating_a_fresh_database_at_once_apply_each_migration_once,
     a_database_migrated_by_a_newer_build_is_refused_by_name,
+    another_applications_database_is_refused_and_left_as_it_was,
+    an_older_schema_is_told_apart_from_a_new_database,
 );
+
+/// A database URL naming another application's database by mistake: its tables and no
+/// migrations of traqlyte's. Nothing is installed into it (its tables only, as before).
+async fn another_applications_database_is_refused_and_left_as_it_was(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    db.raw()
+        .await
+        .execute("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
+        .await;
+    let store = db.store().await;
+    let refused = store.migrate().await.expect_err("a foreign database");
+    assert!(
+        refused
+            .to_string()
+            .contains("holds 1 table(s) (such as \"orders\") and none of traqlyte's migrations"),
+        "{refused}"
+    );
+    let tables = match backend {
+        Backend::Sqlite => {
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        }
+        Backend::Postgres => {
+            "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()"
+        }
+    };
+    assert_eq!(db.raw().await.texts(tables).await, ["orders"]);
+}
+
+/// The way in that the refusal names: a schema of traqlyte's own, first in
+/// `search_path` (libpq's `options` in the URL), beside another application's tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_of_its_own_beside_another_applications_tables_is_migrated() {
+    let db = TestDb::create(Backend::Postgres).await;
+    let mut raw = db.raw().await;
+    raw.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
+        .await;
+    raw.execute("CREATE SCHEMA traqlyte").await;
+    let url = format!("{}?options=-csearch_path%3Dtraqlyte", db.url);
+    let store = traqlyte_store::Store::connect(&traqlyte_store::StoreConfig::new(&url))
+        .await
+        .expect("connect");
+    store
+        .migrate()
+        .await
+        .expect("an empty schema of its own is migrated");
+    let public = raw
+        .texts("SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'")
+        .await;
+    assert_eq!(public, ["orders"]);
+    let ours = raw
+        .integers("SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'traqlyte'")
+        .await;
+    assert!(ours[0] > 10, "{ours:?}");
+    store.close().await;
+}
+
+/// `older_schema` names the migrations of a schema an older build made, and says
+/// nothing of a database never migrated (every migration pending) or of a current one.
+async fn an_older_schema_is_told_apart_from_a_new_database(backend: Backend) {
+    let db = TestDb::create(backend).await;
+    let store = db.store().await;
+    assert_eq!(store.older_schema().await.expect("fresh"), None);
+    store.migrate().await.expect("migrate");
+    assert_eq!(store.older_schema().await.expect("current"), None);
+    let last = migration_files(backend)
+        .last()
+        .map(|(v, _, _)| *v)
+        .expect("one");
+    db.raw()
+        .await
+        .execute(&format!(
+            "DELETE FROM _sqlx_migrations WHERE version = {last}"
+        ))
+        .await;
+    let older = store.older_schema().await.expect("older").expect("pending");
+    assert_eq!(older.len(), 1, "{older:?}");
+    assert!(older[0].starts_with(&format!("{last:04}_")), "{older:?}");
+}
 
 /// A migrated SQLite file is started on without its write lock: a server (re)starting
 /// while another process writes for longer than the busy timeout (a long backfill)

@@ -73,6 +73,61 @@ async fn tenant_create_prints_only_the_new_key_on_both_backends() {
     }
 }
 
+/// A database URL naming another application's database by mistake: no command
+/// installs traqlyte's tables into it, and the error is one line (no "Caused by:" list,
+/// no backtrace even where `RUST_BACKTRACE` is set). A schema an older build made is not
+/// upgraded by a one-shot write: that is `traqlyte migrate`'s.
+#[tokio::test]
+async fn writes_neither_install_into_a_foreign_database_nor_upgrade_an_older_schema() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let db = TestDb::create(backend).await;
+        crate::helpers::execute_sql_at(&db.url, "CREATE TABLE orders (id BIGINT)").await;
+        let output = Command::new(env!("CARGO_BIN_EXE_traqlyte"))
+            .args(["tenant", "create", "acme", "--database-url", &db.url])
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("traqlyte ran");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("error: "))
+            .collect();
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(output.stdout.is_empty(), "{output:?}");
+        assert_eq!(errors.len(), 1, "{stderr}");
+        assert!(
+            errors[0].contains("none of traqlyte's migrations"),
+            "{stderr}"
+        );
+        assert!(
+            !stderr.contains("Caused by") && !stderr.contains("backtrace"),
+            "{stderr}"
+        );
+        let migrated = traqlyte(&["migrate", "--database-url", &db.url], "");
+        assert!(!migrated.status.success(), "{migrated:?}");
+
+        let db = TestDb::create(backend).await;
+        let migrated = traqlyte(&["migrate", "--database-url", &db.url], "");
+        assert!(migrated.status.success(), "{migrated:?}");
+        crate::helpers::execute_sql_at(
+            &db.url,
+            "DELETE FROM _sqlx_migrations WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)",
+        )
+        .await;
+        let output = traqlyte(&["tenant", "create", "acme", "--database-url", &db.url], "");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && output.stdout.is_empty(),
+            "{output:?}"
+        );
+        assert!(
+            stderr.contains("older than this build (1 migration(s) to apply")
+                && stderr.contains("run `traqlyte migrate` first"),
+            "{stderr}"
+        );
+    }
+}
+
 /// A command leaves the SQLite file whole: as it ends it checkpoints `-wal` into the file
 /// and closes its connections, so a copy of the file alone, taken once every process has
 /// stopped, holds what the command reported. Before, `tenant create` (and `backfill`,

@@ -122,11 +122,28 @@ pub struct PrivatePostgres {
     dir: PathBuf,
     port: u16,
     bin: PathBuf,
+    tls: bool,
 }
 
 impl PrivatePostgres {
     /// initdb into a fresh temporary directory and start on a free port.
     pub fn start() -> PrivatePostgres {
+        PrivatePostgres::start_on(false)
+    }
+
+    /// As [`PrivatePostgres::start`], serving TLS (`ssl = on`) with a self-signed
+    /// certificate for `127.0.0.1` and `localhost`, at [`PrivatePostgres::certificate`].
+    pub fn start_with_tls() -> PrivatePostgres {
+        PrivatePostgres::start_on(true)
+    }
+
+    /// The certificate authority that signed the server's certificate: what a client
+    /// verifies it against.
+    pub fn certificate(&self) -> PathBuf {
+        self.dir.join("root.crt")
+    }
+
+    fn start_on(tls: bool) -> PrivatePostgres {
         let bin = postgres_bin();
         let dir = std::env::temp_dir().join(format!(
             "traqlyte_fault_pg_{}_{}",
@@ -137,6 +154,7 @@ impl PrivatePostgres {
             dir,
             port: free_port(),
             bin,
+            tls,
         };
         let dir = pg.dir.display().to_string();
         pg.run(
@@ -153,8 +171,44 @@ impl PrivatePostgres {
                 "--no-sync",
             ],
         );
+        if tls {
+            pg.make_certificate();
+        }
         pg.ctl_start();
         pg
+    }
+
+    /// A certificate authority (`root.crt`) and the server's certificate for
+    /// `127.0.0.1` and `localhost` signed by it, with its key, in the data directory,
+    /// made by the user the server runs as (it refuses a key others can read).
+    fn make_certificate(&self) {
+        let script = "set -e
+            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > server.ext
+            openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=traqlyte-test-ca \\
+                -keyout root.key -out root.crt
+            openssl req -newkey rsa:2048 -nodes -subj /CN=localhost \\
+                -keyout server.key -out server.csr
+            openssl x509 -req -in server.csr -CA root.crt -CAkey root.key -CAcreateserial \\
+                -days 2 -extfile server.ext -out server.crt
+            chmod 600 server.key root.key";
+        let mut command = if running_as_root() {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--", "sh", "-c", script]);
+            command
+        } else {
+            let mut command = Command::new("sh");
+            command.args(["-c", script]);
+            command
+        };
+        let output = command
+            .current_dir(&self.dir)
+            .output()
+            .unwrap_or_else(|err| panic!("openssl must run: {err}"));
+        assert!(
+            output.status.success(),
+            "making the certificates failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     /// The URL of its `postgres` database.
@@ -166,8 +220,9 @@ impl PrivatePostgres {
         let dir = self.dir.display().to_string();
         let log = self.dir.join("server.log").display().to_string();
         let options = format!(
-            "-p {} -k {dir} -c listen_addresses=127.0.0.1 -c max_connections=80 -c fsync=on -c synchronous_commit=on",
-            self.port
+            "-p {} -k {dir} -c listen_addresses=127.0.0.1 -c max_connections=80 -c fsync=on -c synchronous_commit=on -c ssl={}",
+            self.port,
+            if self.tls { "on" } else { "off" }
         );
         self.run(
             "pg_ctl",

@@ -462,17 +462,7 @@ impl TestApp {
     /// Runs `sql` (one or more statements) on the app's database over a connection of
     /// its own, as an operator's console would.
     pub async fn execute_sql(&self, sql: &str) {
-        use sqlx::Connection;
-        let url = self.database_url();
-        if url.starts_with("postgres") {
-            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-            sqlx::raw_sql(sql).execute(&mut conn).await.expect(sql);
-        } else {
-            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
-                .await
-                .expect("connect");
-            sqlx::raw_sql(sql).execute(&mut conn).await.expect(sql);
-        }
+        execute_sql_at(self.database_url(), sql).await;
     }
 
     /// The one integer `sql` answers, read on the app's database over a connection of
@@ -620,6 +610,21 @@ impl TestApp {
 }
 
 /// The contract from the foundation issue, with types on the ids.
+/// Runs `sql` (one or more statements) on the database at `url` (a PostgreSQL URL or a
+/// SQLite path, created if missing) over a connection of its own.
+pub async fn execute_sql_at(url: &str, sql: &str) {
+    use sqlx::Connection;
+    if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+        sqlx::raw_sql(sql).execute(&mut conn).await.expect(sql);
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}?mode=rwc"))
+            .await
+            .expect("connect");
+        sqlx::raw_sql(sql).execute(&mut conn).await.expect(sql);
+    }
+}
+
 pub fn checkout_contract() -> Value {
     json!({
         "name": "checkout_completed", "version": 1,

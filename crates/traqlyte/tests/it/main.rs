@@ -39,6 +39,7 @@ mod request_bodies;
 mod segment;
 mod semantic;
 mod supersessions;
+mod tls;
 mod ui;
 mod vanished;
 
