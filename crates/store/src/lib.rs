@@ -40,7 +40,7 @@ pub mod semantic;
 pub mod sources;
 mod sql;
 mod sqlite;
-pub use sqlite::database_file;
+pub use sqlite::{database_file, in_memory_database};
 pub mod supersessions;
 pub mod tenants;
 mod tx;
@@ -90,7 +90,9 @@ pub use sources::{
     SourceId, SourceInfo, SourceName, SourceTally, WriteKey, SOURCES_PAGE_MAX,
 };
 pub use supersessions::{SupersedeOutcome, Supersession};
-pub use tenants::{ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord};
+pub use tenants::{
+    ApiKeyInfo, KeyPrefix, KeySelector, TenantName, TenantRecord, KEYS_LIST_MAX, TENANTS_LIST_MAX,
+};
 pub use tx::StoreTx;
 pub use ui_tokens::{UiGrant, UiTenant, UiToken, UiTokenKind};
 

@@ -50,6 +50,12 @@ pub fn database_file(url: &str) -> Option<std::path::PathBuf> {
     (!in_memory).then(|| file_of(&options))
 }
 
+/// Whether a SQLite URL names an in-memory database (`sqlite::memory:`, `mode=memory`):
+/// one that ends with the process that opened it.
+pub fn in_memory_database(url: &str) -> bool {
+    !crate::is_postgres_url(url) && parse(url).is_ok_and(|(_, in_memory)| in_memory)
+}
+
 /// The size the write-ahead log is cut back to when it starts over (SQLite's
 /// `journal_size_limit`): what about 16,000 pages of ordinary writes take.
 const WAL_BYTES_KEPT: u64 = 64 * 1024 * 1024;

@@ -526,6 +526,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // The consumer's flags are checked before the database is touched.
     let nats = args.nats.config(args.horizon.dedupe_horizon_days)?;
     // A lineage walk's statements are bounded like the request that asks for them.
+    refuse_unusable_url(&args.db.database_url)?;
     let mut store_config = StoreConfig::new(&args.db.database_url);
     store_config.pool_connections_max = args.pool_connections_max;
     store_config.walk_timeout_ms = args.request_timeout_ms;
@@ -746,6 +747,7 @@ async fn resolve_contract(contract: &str, source: &ContractSource) -> Result<Con
 }
 
 async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {
+    refuse_unusable_url(&db.database_url)?;
     let mut config = StoreConfig::new(&db.database_url);
     config.pool_connections_max = pool_connections_max;
     let store = Store::connect(&config)
@@ -753,6 +755,44 @@ async fn connect(db: &DbArgs, pool_connections_max: u32) -> Result<Store> {
         .with_context(|| format!("connect to {}", redact(&db.database_url)))?;
     closed_at_exit(&store);
     Ok(store)
+}
+
+/// An error for a database URL a command must not run on: an in-memory SQLite database
+/// (it ends with the process: a server would acknowledge writes its exit loses, a
+/// `tenant create` print a key to a database already gone), and PostgreSQL written in a
+/// form taken for a SQLite file name (`postgres:db`, libpq's `host=… dbname=…`), which
+/// created a file of that name and answered as if all were well.
+fn refuse_unusable_url(url: &str) -> Result<()> {
+    if traqlyte_store::in_memory_database(url) {
+        bail!("an in-memory SQLite database ends with this process, and what it acknowledged with it: name a file (or postgres://…) in --database-url");
+    }
+    let lower = url.trim_start().to_ascii_lowercase();
+    if ["postgres:", "postgresql:"]
+        .iter()
+        .any(|s| lower.starts_with(s))
+        && !traqlyte_store::is_postgres_url(url)
+    {
+        bail!(
+            "--database-url {:?} is not a PostgreSQL URL: write postgres://USER@HOST:PORT/DATABASE",
+            redact(url)
+        );
+    }
+    let libpq_keyword = [
+        "host=",
+        "hostaddr=",
+        "dbname=",
+        "user=",
+        "port=",
+        "sslmode=",
+    ];
+    if url.split_whitespace().any(|word| {
+        libpq_keyword
+            .iter()
+            .any(|k| word.to_ascii_lowercase().starts_with(k))
+    }) {
+        bail!("--database-url takes a URL, not libpq's keyword=value form: write postgres://USER@HOST:PORT/DATABASE?sslmode=…");
+    }
+    Ok(())
 }
 
 /// Has [`close_opened`] close `store` when the command ends: `serve` opened its store

@@ -66,6 +66,12 @@ pub(crate) async fn run(command: SourceCommand) -> Result<()> {
             list_all(&store, &tenant.tenant_id).await?;
         }
         SourceCommand::Revoke { tenant, source, db } => {
+            // A name is read as `create` read it (trimmed, in NFC), so the name typed for
+            // one finds the source again; an id is taken as it is.
+            let source = match (SourceId::parse(&source), SourceName::parse(&source)) {
+                (None, Ok(name)) => name.as_str().to_owned(),
+                _ => source,
+            };
             let store = open_for_tenant(&db).await?;
             let tenant = find(&store, &tenant).await?;
             let Some(revoked) = store

@@ -80,7 +80,14 @@ pub(crate) async fn run_tenant(command: TenantCommand) -> Result<()> {
         }
         TenantCommand::List { db } => {
             let store = open_existing(&db).await?;
-            for tenant in store.tenants().await.context("list tenants")? {
+            let tenants = store.tenants().await.context("list tenants")?;
+            if tenants.len() as i64 >= traqlyte_store::TENANTS_LIST_MAX {
+                errln!(
+                    "note: the listing stops at {} tenants (by name); there may be more",
+                    traqlyte_store::TENANTS_LIST_MAX
+                );
+            }
+            for tenant in tenants {
                 outln!(
                     "{}\t{}\t{}\t{}",
                     tenant.tenant_id,
@@ -114,6 +121,12 @@ pub(crate) async fn run_key(command: KeyCommand) -> Result<()> {
                 .api_keys(&tenant.tenant_id)
                 .await
                 .context("list keys")?;
+            if keys.len() as i64 >= traqlyte_store::KEYS_LIST_MAX {
+                errln!(
+                    "note: the listing holds the newest {} keys; older ones may exist",
+                    traqlyte_store::KEYS_LIST_MAX
+                );
+            }
             for key in keys {
                 outln!(
                     "{}\t{}\t{}",

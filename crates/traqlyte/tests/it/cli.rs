@@ -269,6 +269,12 @@ fn an_empty_database_url_is_refused_and_nothing_is_acknowledged() {
         "sqlite:",
         "sqlite://?mode=rwc",
         "file:",
+        // Gone with the process: the key printed would open nothing.
+        "sqlite::memory:",
+        "sqlite://ghost.db?mode=memory",
+        // PostgreSQL, in forms that were taken for a SQLite file's name.
+        "postgres:ghostdb",
+        "host=127.0.0.1 dbname=test user=postgres",
     ] {
         let output = traqlyte(&["tenant", "create", "ghostco", "--database-url", url], "");
         assert!(!output.status.success(), "{url:?}: {output:?}");
@@ -277,6 +283,21 @@ fn an_empty_database_url_is_refused_and_nothing_is_acknowledged() {
             "{url:?} printed a key: {output:?}"
         );
     }
+    assert!(!std::path::Path::new("postgres:ghostdb").exists());
+    // A server on an in-memory database would acknowledge writes its exit loses.
+    let output = traqlyte(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            "sqlite::memory:",
+        ],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{output:?}");
+    assert!(stderr.contains("in-memory SQLite database"), "{stderr}");
 }
 
 /// `partitions maintain` has no default horizon: a guess shorter than `serve`'s would

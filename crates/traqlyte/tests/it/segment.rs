@@ -1054,9 +1054,10 @@ async fn a_revoked_source_is_refused_at_once_by_another_server_process(backend: 
         }
     };
     assert_eq!(send(other.address.clone()).await, StatusCode::OK);
+    // The name as `source create` reads it: trimmed (and in NFC).
     let revoked = stdout(traqlyte(
         &app,
-        &["source", "revoke", "--tenant", "test tenant", "web"],
+        &["source", "revoke", "--tenant", "test tenant", "  web "],
     ));
     assert!(revoked.contains("\trevoked "), "{revoked}");
     assert_eq!(send(other.address.clone()).await, StatusCode::UNAUTHORIZED);
