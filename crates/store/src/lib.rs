@@ -181,6 +181,13 @@ pub enum StoreError {
         "the database takes no writes (a standby, or read-only): point the server at the primary"
     )]
     ReadOnly,
+    /// The SQLite file at the store's path is not the one it opened: deleted, moved or
+    /// replaced while the process ran. Nothing is written until the process restarts.
+    #[error("the SQLite file {path} was deleted or replaced while this process ran: writes would go to a file no later start opens; stop the process, restore the file if it was lost (docs/operations.md, Backups) and start again")]
+    FileGone {
+        /// The file's path.
+        path: String,
+    },
     /// A migration failed; the database's error with its hint.
     #[error("{message}")]
     MigrationFailed {
@@ -355,7 +362,7 @@ impl StoreError {
         const SQLITE_FULL: i32 = 13;
         const SQLITE_CANTOPEN: i32 = 14;
         let db = match self {
-            StoreError::ReadOnly => return true,
+            StoreError::ReadOnly | StoreError::FileGone { .. } => return true,
             StoreError::Database(sqlx::Error::Database(db)) => db,
             _ => return false,
         };
@@ -621,11 +628,14 @@ impl Store {
                 }
                 Ok(())
             }
-            Backend::Sqlite(_) => tx::with_pool!(self, reader, |pool| sqlx::query("SELECT 1")
-                .execute(pool)
-                .await
-                .map(|_| ())
-                .map_err(StoreError::from)),
+            Backend::Sqlite(sqlite) => {
+                sqlite.check_file()?;
+                tx::with_pool!(self, reader, |pool| sqlx::query("SELECT 1")
+                    .execute(pool)
+                    .await
+                    .map(|_| ())
+                    .map_err(StoreError::from))
+            }
         }
     }
 

@@ -107,6 +107,7 @@ impl Store {
     pub async fn begin(&self) -> Result<StoreTx, StoreError> {
         let inner = match &self.backend {
             crate::Backend::Sqlite(s) => {
+                s.check_file()?;
                 TxInner::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?)
             }
             crate::Backend::Postgres(p) => {

@@ -80,6 +80,10 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Json<Health
             err.to_string(),
             "the database takes no writes (a standby, or read-only)",
         ),
+        Ok(Err(err @ traqlyte_store::StoreError::FileGone { .. })) => (
+            err.to_string(),
+            "the SQLite file was deleted or replaced while the server ran: restart it (docs/operations.md, Probes)",
+        ),
         Ok(Err(err)) => (err.to_string(), "the database does not answer"),
         Err(_) => (
             format!("no answer within {HEALTH_PING_MS} ms"),

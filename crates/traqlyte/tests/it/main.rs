@@ -38,6 +38,7 @@ mod pooler;
 mod request_bodies;
 mod segment;
 mod semantic;
+mod sqlite_file;
 mod supersessions;
 mod tls;
 mod ui;
