@@ -170,7 +170,8 @@ fn replayed_answers(doc: &mut serde_json::Value) {
     get,
     path = "/openapi.json",
     tag = "meta",
-    responses((status = 200, description = "this document", content_type = "application/json", body = Object))
+    responses((status = 200, description = "this document", content_type = "application/json", body = Object),
+        (status = 400, response = crate::openapi::ErrorEnvelope))
 )]
 pub(crate) async fn serve() -> Response {
     let mut response = document().into_response();

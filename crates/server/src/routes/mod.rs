@@ -583,6 +583,7 @@ async fn json_errors(request: Request, next: Next) -> Response {
         );
     }
     let tracking = is_tracking_path(&path);
+    let ui = path == "/ui" || path.starts_with("/ui/");
     let timeout_answers_503 = timeout_is_503(&method, &path);
     if tracking && !response.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN) {
         add_tracking_cors(origin.as_ref(), response.headers_mut());
@@ -617,6 +618,8 @@ async fn json_errors(request: Request, next: Next) -> Response {
     if is_ours {
         return if tracking {
             with_segment_error_fields(response).await
+        } else if ui {
+            as_ui_page(response).await
         } else {
             response
         };
@@ -690,9 +693,48 @@ async fn json_errors(request: Request, next: Next) -> Response {
     }
     if tracking {
         with_segment_error_fields(rewritten).await
+    } else if ui {
+        as_ui_page(rewritten).await
     } else {
         rewritten
     }
+}
+
+/// A JSON error answered to a web UI request (an extractor's refusal: a parameter given
+/// twice, a form that is not one) as the UI answers errors, an HTML page with the same
+/// status and message; its other headers kept. An HTML page is returned as it is.
+async fn as_ui_page(response: Response) -> Response {
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let message = to_bytes(body, 64 * 1024)
+        .await
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .and_then(|error| error["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| {
+            parts
+                .status
+                .canonical_reason()
+                .unwrap_or("error")
+                .to_owned()
+        });
+    let mut page = crate::ui::error_response(ApiError::new(parts.status, "ui_error", message));
+    for (name, value) in parts
+        .headers
+        .iter()
+        .filter(|(name, _)| *name != CONTENT_TYPE && *name != axum::http::header::CONTENT_LENGTH)
+    {
+        page.headers_mut().insert(name, value.clone());
+    }
+    page.extensions_mut().extend(parts.extensions);
+    page
 }
 
 #[cfg(test)]

@@ -74,21 +74,24 @@ pub(crate) fn router() -> Router<AppState> {
 /// `GET /`: what this server is and where to go from here, for a person who opens the
 /// address `serve` printed.
 #[utoipa::path(get, path = "/", tag = "ui",
-    responses((status = 200, description = "a small HTML page: what this server is, with links", content_type = "text/html", body = String)))]
+    responses((status = 200, description = "a small HTML page: what this server is, with links", content_type = "text/html", body = String),
+        (status = 400, description = "an HTML error page: a query parameter with NUL or not UTF-8 once decoded")))]
 async fn landing() -> Response {
     html_response(StatusCode::OK, pages::landing())
 }
 
 /// `GET /ui`: to the campaigns page.
 #[utoipa::path(get, path = "/ui", tag = "ui",
-    responses((status = 303, description = "to `/ui/campaigns`")))]
+    responses((status = 303, description = "to `/ui/campaigns`"),
+        (status = 400, description = "an HTML error page: a query parameter with NUL or not UTF-8 once decoded")))]
 async fn ui_root() -> Response {
     see_other(DEFAULT_PAGE)
 }
 
 /// `GET /ui/`: to the campaigns page.
 #[utoipa::path(get, path = "/ui/", tag = "ui",
-    responses((status = 303, description = "to `/ui/campaigns`")))]
+    responses((status = 303, description = "to `/ui/campaigns`"),
+        (status = 400, description = "an HTML error page: a query parameter with NUL or not UTF-8 once decoded")))]
 async fn ui_root_slash() -> Response {
     see_other(DEFAULT_PAGE)
 }

@@ -515,6 +515,38 @@ async fn the_root_says_what_this_is_and_both_ui_spellings_lead_in(backend: Backe
         assert_eq!(answer.status(), StatusCode::SEE_OTHER, "{path}");
         assert_eq!(location(&answer), "/ui/campaigns", "{path}");
     }
+    // The UI's refusals are pages, also those an extractor makes before the handler
+    // runs (they were the API's JSON errors).
+    let refusals = [
+        (
+            client.get(app.url("/ui/login?next=a&next=b")),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            client
+                .post(app.url("/ui/login"))
+                .header("content-type", "application/json")
+                .body("{}"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            client
+                .post(app.url("/ui/login"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body("api_key=a&api_key=b"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ];
+    for (request, status) in refusals {
+        let answer = request.send().await.expect("sent");
+        let kind = answer.headers()[reqwest::header::CONTENT_TYPE]
+            .to_str()
+            .unwrap_or_default()
+            .to_owned();
+        let body = answer.text().await.unwrap_or_default();
+        assert!(kind.starts_with("text/html"), "{status}: {kind} {body}");
+        assert!(body.contains(&status.as_u16().to_string()), "{body}");
+    }
 }
 
 async fn pages_need_a_session_that_only_the_form_or_a_single_use_link_starts(backend: Backend) {
