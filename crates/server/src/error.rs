@@ -354,6 +354,15 @@ impl From<StoreError> for ApiError {
                 "the database file is corrupt; nothing was written. The operator must stop the server and restore a backup (docs/operations.md, Backups)",
             )
             .with_cause(other),
+            // An I/O error on SQLite: at a commit (a failed `fsync`) the write may be on
+            // disk all the same and seen after a restart, so it is not "nothing written"
+            // (a review's publish, retried after such an answer, made two versions).
+            other if other.is_sqlite_io_error() => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "an I/O error stopped the database under this request; a write may or may not have been stored. Events, outcomes, assignments and run events sent again are stored once; resend any other change with the same X-TL-Idempotency-Key, or check whether it took effect first",
+            )
+            .with_cause(other),
             // Read-only (a failover's demoted primary, a standby), out of disk or memory,
             // an I/O error: the database's condition, not a bug of ours; nothing was
             // written. No `Retry-After`: it clears when an operator or a failover acts.

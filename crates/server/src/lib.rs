@@ -563,8 +563,11 @@ async fn scanned_elsewhere(
         return false;
     };
     let now = traqlyte_store::now_us();
+    // A scan bounded by `--since` (`traqlyte scan semantic`) read part of the events: it
+    // does not stand for the periodic scan of the whole.
     scans.iter().any(|scan| {
         scan.version == contract.version()
+            && scan.since_us.is_none()
             && own_at != Some(&scan.scanned_at_us)
             && now.saturating_sub(scan.scanned_at_us) < within_us
     })

@@ -381,6 +381,23 @@ impl StoreError {
         }
     }
 
+    /// Whether SQLite reported an I/O error (`SQLITE_IOERR` and its extended codes): at a
+    /// commit (a failed `fsync` of the log) the transaction may be on disk all the same,
+    /// and come back at the next start.
+    pub fn is_sqlite_io_error(&self) -> bool {
+        const SQLITE_IOERR: i32 = 10;
+        match self {
+            StoreError::Database(sqlx::Error::Database(db))
+                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() =>
+            {
+                db.code()
+                    .and_then(|code| code.parse::<i32>().ok())
+                    .is_some_and(|c| c & 0xff == SQLITE_IOERR)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether SQLite found its file corrupt (`SQLITE_CORRUPT`, `SQLITE_NOTADB`, and their
     /// extended codes), or [`Store::check_integrity`] did: a torn copy, a restore over a
     /// stale WAL, a failing disk. Not transient: the file must be restored.

@@ -55,6 +55,14 @@ async fn a_periodic_pass_skips_a_scan_another_process_saved_recently(backend: Ba
         .await
         .expect("fourth pass");
     assert_ne!(scanned_at().await, third);
+    // A scan bounded by `--since` (the CLI's) read part of the events: another server's
+    // pass does not take it for a scan of the whole.
+    scan_cli(&app, 2, &["--since", "2000-01-01T00:00:00Z"]);
+    let partial = scanned_at().await;
+    traqlyte_server::semantic_scan_all(&app.store, 60_000_000, &mut Default::default())
+        .await
+        .expect("fifth pass");
+    assert_ne!(scanned_at().await, partial);
 }
 
 /// Version 1 holds `/emitted_at`, the client's send time, among its identity fields: the
