@@ -326,6 +326,10 @@ pub struct WindowReport {
     pub naive_lift: Option<Lift>,
     /// `(1+L)(1+δT)/(1+δC) − 1`: the naive lift the duplicate rates predict.
     pub predicted_naive_lift: Option<f64>,
+    /// The L of [`WindowReport::predicted_naive_lift`]: the deduplicated lift of what the
+    /// naive lift measures, [`WindowReport::lift`]'s estimate for count and sum metrics,
+    /// stored outcomes per unit for conversion metrics (whose `lift` is of converters).
+    pub predicted_from_lift: Option<f64>,
     /// Distinct converting units (conversion metrics only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub converters: Option<u64>,
@@ -754,6 +758,10 @@ impl Side {
             lift: self.lift,
             naive_lift: self.naive_lift,
             predicted_naive_lift: self.predicted_naive_lift,
+            predicted_from_lift: self
+                .predicted_naive_lift
+                .and(self.retry_free_lift)
+                .and_then(|l| l.estimate()),
             converters: (metric.kind == MetricKind::Conversion).then_some(self.converters),
         }
     }

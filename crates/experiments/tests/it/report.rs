@@ -138,6 +138,19 @@ fn repeat_conversions_without_duplicates_are_not_taken_for_retry_noise() {
     assert!((naive - 2.0).abs() < 1e-9, "{naive}");
     let predicted = figures.predicted_naive_lift.expect("predicted");
     assert!((predicted - naive).abs() < 1e-9, "{predicted} vs {naive}");
+    // The L it is computed from is in the report: with the two δ shown, the formula
+    // gives the predicted lift back (the converters' `lift` would not).
+    let from = figures
+        .predicted_from_lift
+        .expect("the L of the prediction");
+    let control = &report.arm("control").expect("arm").metrics["purchase"].event_time;
+    let (dt, dc) = (figures.delta.expect("δT"), control.delta.expect("δC"));
+    let formula = (1.0 + from) * (1.0 + dt) / (1.0 + dc) - 1.0;
+    assert!(
+        (formula - predicted).abs() < 1e-9,
+        "{formula} vs {predicted}"
+    );
+    assert_eq!(control.predicted_from_lift, None, "the control has no lift");
     assert!(report.verdicts.is_empty(), "{:?}", report.verdicts);
 }
 
