@@ -570,10 +570,20 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(store) => {
                 store.reader.close().await;
-                if let Err(err) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                    .execute(&store.writer)
-                    .await
-                {
+                // Another process's reader holding an old snapshot (a console's open
+                // transaction) keeps the checkpoint from completing however long it
+                // waits: a short wait, not the busy timeout (every command took 5 s more
+                // beside such a reader, and warned its connection was still in use).
+                let checkpointed = async {
+                    let mut conn = store.writer.acquire().await?;
+                    sqlx::query("PRAGMA busy_timeout = 250")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                        .execute(&mut *conn)
+                        .await
+                };
+                if let Err(err) = checkpointed.await {
                     tracing::debug!(error = %err, "the write-ahead log was not checkpointed at close");
                 }
                 store.writer.close().await;

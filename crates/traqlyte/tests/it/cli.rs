@@ -128,6 +128,33 @@ async fn writes_neither_install_into_a_foreign_database_nor_upgrade_an_older_sch
     }
 }
 
+/// Another process reading the SQLite file in an open transaction (a console) keeps a
+/// command's closing checkpoint from completing: the command waits briefly for it, not
+/// for the busy timeout (every command took 5 s more and warned that a connection was
+/// still in use).
+#[tokio::test]
+async fn a_reader_holding_a_snapshot_does_not_hold_a_command_at_exit() {
+    use sqlx::Connection;
+    let db = TestDb::create(Backend::Sqlite).await;
+    let migrated = traqlyte(&["migrate", "--database-url", &db.url], "");
+    assert!(migrated.status.success(), "{migrated:?}");
+    let mut console = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.url))
+        .await
+        .expect("connect");
+    sqlx::raw_sql("BEGIN; SELECT COUNT(*) FROM tenants;")
+        .execute(&mut console)
+        .await
+        .expect("a snapshot held");
+    let output = traqlyte(&["tenant", "create", "acme", "--database-url", &db.url], "");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{output:?}");
+    assert!(!stderr.contains("still in use"), "{stderr}");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut console)
+        .await
+        .expect("released");
+}
+
 /// A command leaves the SQLite file whole: as it ends it checkpoints `-wal` into the file
 /// and closes its connections, so a copy of the file alone, taken once every process has
 /// stopped, holds what the command reported. Before, `tenant create` (and `backfill`,
