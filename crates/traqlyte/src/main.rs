@@ -133,7 +133,7 @@ struct ServeArgs {
     #[command(flatten)]
     db: DbArgs,
     /// Address to listen on (port 0 picks a free port; the address is printed).
-    #[arg(long, env = "TRAQLYTE_LISTEN", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
+    #[arg(long, env = "TRAQLYTE_LISTEN", hide_env_values = true, default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     listen: String,
     /// Largest single-event body, in bytes.
     #[arg(long, default_value_t = 1024 * 1024,
@@ -209,14 +209,20 @@ struct ServeArgs {
     /// A file holding the admin token that `/admin/…` routes require as
     /// `Authorization: Bearer <token>` (at least 32 printable characters). Without it the
     /// admin routes answer 404 admin_disabled.
-    #[arg(long, env = "TRAQLYTE_ADMIN_TOKEN_FILE")]
+    #[arg(long, env = "TRAQLYTE_ADMIN_TOKEN_FILE", hide_env_values = true)]
     admin_token_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     horizon: partitions::HorizonArgs,
     #[command(flatten)]
     late: partitions::LateEventsArgs,
     /// Record Prometheus metrics and serve `GET /metrics` (`off`: nothing recorded, 404).
-    #[arg(long, env = "TRAQLYTE_METRICS", value_enum, default_value = "on")]
+    #[arg(
+        long,
+        env = "TRAQLYTE_METRICS",
+        hide_env_values = true,
+        value_enum,
+        default_value = "on"
+    )]
     metrics: OnOff,
     #[command(flatten)]
     metrics_access: MetricsAccess,
@@ -226,7 +232,13 @@ struct ServeArgs {
     no_webhook_dispatch: bool,
     /// Group commit: concurrent single requests (events, lineage run events, outcomes,
     /// first assignments) share one durable commit; `off` gives each its own.
-    #[arg(long, env = "TRAQLYTE_GROUP_COMMIT", value_enum, default_value = "on")]
+    #[arg(
+        long,
+        env = "TRAQLYTE_GROUP_COMMIT",
+        hide_env_values = true,
+        value_enum,
+        default_value = "on"
+    )]
     group_commit: OnOff,
     /// How long a group-commit batch waits for more requests after its first, in µs,
     /// while another batch of its kind is being written (a lone request never waits);
@@ -241,7 +253,7 @@ struct ServeArgs {
     /// How often the semantic-duplicate scan runs over the latest version of every
     /// contract (`off`, or a duration such as `30m`, `6h`, `1d`); results at
     /// `GET /ops/semantic-duplicates`.
-    #[arg(long, env = "TRAQLYTE_SEMANTIC_SCAN_INTERVAL", default_value = "off", value_parser = parse_interval)]
+    #[arg(long, env = "TRAQLYTE_SEMANTIC_SCAN_INTERVAL", hide_env_values = true, default_value = "off", value_parser = parse_interval)]
     semantic_scan_interval: Interval,
 }
 
@@ -256,7 +268,7 @@ pub(crate) struct MetricsAccess {
     /// Serve `GET /metrics` on this address, to any peer (or token holders with
     /// --metrics-token); `serve`'s API listener then answers it 404. The probes `/livez`
     /// and `/healthz` are served there too, on connections of their own.
-    #[arg(long, env = "TRAQLYTE_METRICS_LISTEN", value_parser = parse_listen)]
+    #[arg(long, env = "TRAQLYTE_METRICS_LISTEN", hide_env_values = true, value_parser = parse_listen)]
     metrics_listen: Option<String>,
 }
 

@@ -18,7 +18,7 @@ pub(crate) struct HorizonArgs {
     /// `backfill` creates the horizon's partitions, never detaches one, and reconciles
     /// older events against their originals. Give every process of one database the same
     /// value.
-    #[arg(long, env = "TRAQLYTE_DEDUPE_HORIZON_DAYS", default_value = "14", value_parser = parse_horizon)]
+    #[arg(long, env = "TRAQLYTE_DEDUPE_HORIZON_DAYS", hide_env_values = true, default_value = "14", value_parser = parse_horizon)]
     pub(crate) dedupe_horizon_days: DedupeHorizon,
 }
 
@@ -32,6 +32,7 @@ pub(crate) struct LateEventsArgs {
     #[arg(
         long,
         env = "TRAQLYTE_LATE_EVENTS",
+        hide_env_values = true,
         value_enum,
         default_value = "refuse"
     )]
@@ -84,7 +85,7 @@ pub(crate) enum PartitionsCommand {
         /// The horizon `serve` runs with (required, no default: a shorter one detaches
         /// days that server still takes live writes for, and a longer horizon later never
         /// re-attaches them).
-        #[arg(long, env = "TRAQLYTE_DEDUPE_HORIZON_DAYS", required = true, value_parser = parse_horizon)]
+        #[arg(long, env = "TRAQLYTE_DEDUPE_HORIZON_DAYS", hide_env_values = true, required = true, value_parser = parse_horizon)]
         dedupe_horizon_days: DedupeHorizon,
         /// Print the days created and detached as JSON.
         #[arg(long)]

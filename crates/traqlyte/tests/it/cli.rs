@@ -524,6 +524,17 @@ fn help_does_not_print_secrets_from_the_environment() {
         assert!(help.contains(variable), "{help}");
         assert!(!help.contains("s3cret"), "{help}");
     }
+    // No variable is shown as set to nothing (`[env: NAME=]` read as an empty setting).
+    for command in [
+        vec!["serve", "--help"],
+        vec!["partitions", "maintain", "--help"],
+        vec!["backfill", "--help"],
+    ] {
+        let output = traqlyte(&command, "");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(help.contains("[env: TRAQLYTE_"), "{help}");
+        assert!(!help.contains("=]"), "{command:?}: {help}");
+    }
 }
 
 /// A database URL's password never reaches an error message: not through the store's
