@@ -181,6 +181,13 @@ pub enum StoreError {
         "the database takes no writes (a standby, or read-only): point the server at the primary"
     )]
     ReadOnly,
+    /// PostgreSQL accepted connections but answered nothing within the acquire timeout,
+    /// twice (the pooler check, then the pool): a server hung, or not PostgreSQL.
+    #[error("no answer from the database within {waited_ms} ms (it accepted the connection and said nothing): a PostgreSQL server hung, a port that is not PostgreSQL's, or a network that drops replies")]
+    NoAnswer {
+        /// How long one attempt waited.
+        waited_ms: u64,
+    },
     /// The SQLite file at the store's path is not the one it opened: deleted, moved or
     /// replaced while the process ran. Nothing is written until the process restarts.
     #[error("the SQLite file {path} was deleted or replaced while this process ran: writes would go to a file no later start opens; stop the process, restore the file if it was lost (docs/operations.md, Backups) and start again")]

@@ -181,6 +181,11 @@ impl PgStore {
             .await
             .map_err(|err| match (err, why) {
                 (sqlx::Error::PoolTimedOut, Some(why)) => why,
+                // The check got no verdict within the same bound: no cause to give but
+                // the silence itself ("pool timed out" said nothing of the database).
+                (sqlx::Error::PoolTimedOut, None) => StoreError::NoAnswer {
+                    waited_ms: config.pool_acquire_timeout_ms.max(1),
+                },
                 (err, _) => StoreError::from(err),
             })?;
         let ddl = PgPoolOptions::new()

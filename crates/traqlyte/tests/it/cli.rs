@@ -155,6 +155,26 @@ async fn a_reader_holding_a_snapshot_does_not_hold_a_command_at_exit() {
         .expect("released");
 }
 
+/// A "database" that accepts connections and never answers (a hung server, another
+/// service's port): the command fails within its bounds saying so, not with the pool's
+/// "timed out while waiting for an open connection", which named no cause.
+#[test]
+fn a_database_that_never_answers_is_named_as_such() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port}/db");
+    let output = traqlyte(&["tenant", "list", "--database-url", &url], "");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{output:?}");
+    assert!(stderr.contains("no answer from the database"), "{stderr}");
+}
+
 /// A command leaves the SQLite file whole: as it ends it checkpoints `-wal` into the file
 /// and closes its connections, so a copy of the file alone, taken once every process has
 /// stopped, holds what the command reported. Before, `tenant create` (and `backfill`,
