@@ -117,6 +117,7 @@ fn for_generated_clients(doc: &mut serde_json::Value) {
         doc["components"]["schemas"]["ErrorEnvelope"] = schema;
     }
     replayed_answers(doc);
+    tracking_routes(doc);
     if let Some(body) = doc.pointer_mut("/paths/~1campaigns~1{id}~1publish/post/requestBody") {
         body["required"] = Value::Bool(false);
     }
@@ -130,6 +131,61 @@ fn for_generated_clients(doc: &mut serde_json::Value) {
                 .iter_mut()
                 .filter(|p| p["name"] == json!(name))
                 .for_each(|p| p["required"] = Value::Bool(true));
+        }
+    }
+}
+
+/// What Segment's tracking routes (`/v1/…`) take and answer beyond the annotations:
+/// the write key may come in the body instead of HTTP Basic (analytics.js sends it so),
+/// a body may be sent as `text/plain` (analytics.js's short routes do), and their errors
+/// repeat `code` and `message` at the top level (what Segment's libraries read), in
+/// `SegmentErrorEnvelope`.
+fn tracking_routes(doc: &mut serde_json::Value) {
+    use serde_json::{json, Value};
+    let envelope = doc["components"]["responses"]["ErrorEnvelope"].clone();
+    if envelope.is_null() {
+        return;
+    }
+    let mut segment = envelope;
+    segment["description"] = json!("an error: the envelope, with `code` and `message` repeated at the top level as Segment's HTTP API answers");
+    segment["content"]["application/json"]["schema"] =
+        json!({"$ref": "#/components/schemas/SegmentErrorEnvelope"});
+    doc["components"]["responses"]["SegmentErrorEnvelope"] = segment;
+    doc["components"]["schemas"]["SegmentErrorEnvelope"] = json!({
+        "allOf": [
+            {"$ref": "#/components/schemas/ErrorEnvelope"},
+            {"type": "object", "required": ["code", "message"], "properties": {
+                "code": {"type": "string", "description": "`error.code`"},
+                "message": {"type": "string", "description": "`error.message`"}
+            }}
+        ]
+    });
+    let Some(Value::Object(paths)) = doc.get_mut("paths") else {
+        return;
+    };
+    for operation in paths
+        .iter_mut()
+        .filter(|(path, _)| path.starts_with("/v1/"))
+        .filter_map(|(_, item)| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+    {
+        if operation.get("security").is_some() {
+            operation["security"] = json!([{"write_key": []}, {}]);
+        }
+        if let Some(Value::Object(content)) = operation.pointer_mut("/requestBody/content") {
+            if let Some(json_body) = content.get("application/json").cloned() {
+                content.entry("text/plain").or_insert(json_body);
+            }
+        }
+        if let Some(Value::Object(answers)) = operation.get_mut("responses") {
+            for (_, answer) in answers
+                .iter_mut()
+                .filter(|(status, _)| status.starts_with('4') || status.starts_with('5'))
+            {
+                if answer["$ref"] == json!("#/components/responses/ErrorEnvelope") {
+                    *answer = json!({"$ref": "#/components/responses/SegmentErrorEnvelope"});
+                }
+            }
         }
     }
 }

@@ -149,19 +149,37 @@ async fn openapi_json_is_openapi_3_1_and_lists_every_route(backend: Backend) {
     for nested in ["Stratified", "StratifiedArm", "StratifiedMetric"] {
         assert!(schemas.get(nested).is_some(), "{nested} is not described");
     }
-    // Every 4xx and 5xx of the API is the one shared error component.
-    let error_ref = "#/components/responses/ErrorEnvelope";
+    // Every 4xx and 5xx of the API is the one shared error component; Segment's routes
+    // answer it with `code` and `message` repeated at the top level, take the write key
+    // in the body as well as by HTTP Basic, and a body sent as text/plain.
     for (path, item) in doc["paths"].as_object().unwrap() {
         if path.starts_with("/ui") || path == "/" || path == "/openapi.json" {
             continue;
         }
+        let tracking = path.starts_with("/v1/");
+        let error_ref = if tracking {
+            "#/components/responses/SegmentErrorEnvelope"
+        } else {
+            "#/components/responses/ErrorEnvelope"
+        };
         for (method, operation) in item.as_object().unwrap() {
             for range in ["4XX", "5XX"] {
                 let reference = &operation["responses"][range]["$ref"];
                 assert_eq!(reference, error_ref, "{method} {path} {range}");
             }
+            if tracking && method == "post" {
+                assert_eq!(
+                    operation["security"],
+                    json!([{"write_key": []}, {}]),
+                    "{path}"
+                );
+                let content = &operation["requestBody"]["content"];
+                assert!(content.get("text/plain").is_some(), "{path}: {content}");
+            }
         }
     }
+    let segment = &schemas["SegmentErrorEnvelope"]["allOf"][1]["required"];
+    assert_eq!(segment, &json!(["code", "message"]));
     assert_operation_ids_are_unique(&doc);
     assert_idempotency_headers_are_optional_alternatives(&doc);
 }
