@@ -105,54 +105,6 @@ impl Pointer {
     }
 }
 
-/// The pointers (RFC 6901, escaped) of the places where `a` and `b` differ, in document
-/// order, at most `limit` of them: a member present in one only, a value of another
-/// kind or content, an array of another length (named as the array, not per element).
-/// Equal documents give none. Used to say what a refused re-registration changed.
-pub fn differences(a: &Value, b: &Value, limit: usize) -> Vec<String> {
-    let mut found = Vec::new();
-    collect_differences(a, b, &mut String::new(), limit, &mut found);
-    found
-}
-
-fn collect_differences(
-    a: &Value,
-    b: &Value,
-    at: &mut String,
-    limit: usize,
-    found: &mut Vec<String>,
-) {
-    if found.len() >= limit || a == b {
-        return;
-    }
-    let start = at.len();
-    match (a, b) {
-        (Value::Object(left), Value::Object(right)) => {
-            let mut keys: Vec<&String> = left.keys().chain(right.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for key in keys {
-                at.push('/');
-                at.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                match (left.get(key), right.get(key)) {
-                    (Some(l), Some(r)) => collect_differences(l, r, at, limit, found),
-                    _ if found.len() < limit => found.push(at.clone()),
-                    _ => {}
-                }
-                at.truncate(start);
-            }
-        }
-        (Value::Array(left), Value::Array(right)) if left.len() == right.len() => {
-            for (index, (l, r)) in left.iter().zip(right).enumerate() {
-                at.push_str(&format!("/{index}"));
-                collect_differences(l, r, at, limit, found);
-                at.truncate(start);
-            }
-        }
-        _ => found.push(at.clone()),
-    }
-}
-
 fn unescape(raw: &str) -> Option<String> {
     let mut out = String::with_capacity(raw.len());
     let mut chars = raw.chars();
@@ -204,29 +156,6 @@ fn step_mut<'a>(value: &'a mut Value, token: &str) -> Option<&'a mut Value> {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn differences_name_each_changed_member_once_in_document_order() {
-        let registered = json!({"name": "c", "fields": [{"pointer": "/a"},
-            {"pointer": "/b", "precision": 2}], "transport": ["/x"]});
-        let sent = json!({"name": "c", "fields": [{"pointer": "/a", "array": "ordered"},
-            {"pointer": "/b", "precision": 3}], "transport": ["/x", "/y"], "a/b~": 1});
-        assert_eq!(
-            differences(&registered, &sent, 10),
-            [
-                "/a~1b~0",
-                "/fields/0/array",
-                "/fields/1/precision",
-                "/transport"
-            ]
-        );
-        assert_eq!(
-            differences(&registered, &sent, 2),
-            ["/a~1b~0", "/fields/0/array"]
-        );
-        assert!(differences(&registered, &registered.clone(), 10).is_empty());
-        assert_eq!(differences(&json!(1), &json!("1"), 10), [""]);
-    }
 
     #[test]
     fn escaped_tokens_address_keys_with_slash_and_tilde() {

@@ -324,12 +324,41 @@ impl From<ContractError> for ApiError {
     }
 }
 
+/// Where a refused contract differs from the registered one, for the conflict's message:
+/// the JSON pointers (into the contract document) of the first five changes.
+fn definition_differences(registered: &str, refused: &str) -> String {
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
+    let (Some(registered), Some(refused)) = (parse(registered), parse(refused)) else {
+        return "the whole document".to_string();
+    };
+    let (changes, _) = crate::ops::diff::diff(&registered, &refused, &[]);
+    let paths: Vec<&str> = changes
+        .iter()
+        .take(5)
+        .map(|change| match change.path.as_str() {
+            "" => "the whole document",
+            path => path,
+        })
+        .collect();
+    paths.join(", ")
+}
+
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
-            StoreError::ContractConflict { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "contract_conflict", err.to_string())
-            }
+            StoreError::ContractConflict {
+                ref name,
+                version,
+                ref registered,
+                ref refused,
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "contract_conflict",
+                format!(
+                    "contract {name} version {version} is already registered with a different definition (it differs at {}); contracts are immutable, register a new version",
+                    definition_differences(registered, refused)
+                ),
+            ),
             StoreError::Conflict { code, message } => {
                 ApiError::new(StatusCode::CONFLICT, code, message)
             }

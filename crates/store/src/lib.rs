@@ -122,15 +122,16 @@ pub enum StoreError {
         example: String,
     },
     /// A contract with the same name and version but a different definition exists.
-    #[error("contract {name} version {version} is already registered with a different definition (it differs at {differs}); contracts are immutable, register a new version")]
+    #[error("contract {name} version {version} is already registered with a different definition; contracts are immutable, register a new version")]
     ContractConflict {
         /// The contract name.
         name: String,
         /// The contract version.
         version: u32,
-        /// The JSON pointers, into the contract document, where the registered definition
-        /// and the refused one differ, comma-separated (a few at most).
-        differs: String,
+        /// The registered definition (RFC 8785 JSON), to say where the two differ.
+        registered: String,
+        /// The refused definition (RFC 8785 JSON).
+        refused: String,
     },
     /// A write conflicts with existing data (e.g. a campaign key already taken).
     #[error("{message}")]

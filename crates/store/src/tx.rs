@@ -211,31 +211,9 @@ impl StoreTx {
             stored => Err(StoreError::ContractConflict {
                 name: name.to_string(),
                 version: contract.version(),
-                differs: definition_differences(stored.as_deref(), &definition),
+                registered: stored.unwrap_or_default(),
+                refused: definition,
             }),
         }
-    }
-}
-
-/// Where a refused contract differs from the registered one, for the conflict's message:
-/// at most five JSON pointers into the contract document.
-fn definition_differences(stored: Option<&str>, refused: &str) -> String {
-    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
-    match (stored.and_then(parse), parse(refused)) {
-        (Some(stored), Some(refused)) => {
-            let found = traqlyte_identity::pointer::differences(&stored, &refused, 5);
-            found
-                .iter()
-                .map(|at| {
-                    if at.is_empty() {
-                        "the whole document"
-                    } else {
-                        at
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-        _ => "the whole document".to_string(),
     }
 }

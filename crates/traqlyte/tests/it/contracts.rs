@@ -57,7 +57,9 @@ async fn registering_the_same_contract_again_is_a_no_op_and_a_different_one_is_a
     let answer = app.post_json("/contracts", &changed).await;
     let message = answer.body["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("it differs at /fields/2/precision, /fields/3/array, /transport)"),
+        message.contains(
+            "it differs at /fields/2/precision, /fields/3/array, /transport/1, /transport/2)"
+        ),
         "{}",
         answer.body
     );
