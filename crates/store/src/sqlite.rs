@@ -53,7 +53,7 @@ impl SqliteStore {
         let Some(file) = &self.file else {
             return Ok(());
         };
-        if cfg!(unix) && file_id(&file.path) != Some(file.id) {
+        if file_id(&file.path) != Some(file.id) {
             return Err(StoreError::FileGone {
                 path: file.path.display().to_string(),
             });
