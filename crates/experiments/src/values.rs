@@ -461,8 +461,8 @@ mod tests {
             "a stored key keeps its bytes"
         );
         assert_eq!(
-            DedupeKey::stored(""),
-            broken(DedupeKey::RULE).map(|()| unreachable!())
+            DedupeKey::stored("").err(),
+            Some(RuleError::Broken(DedupeKey::RULE))
         );
     }
 

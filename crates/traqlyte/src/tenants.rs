@@ -213,7 +213,7 @@ fn warn_if_readable_by_others(_path: &Path) {}
 /// a new database is migrated first, so a first command on it works (what it applied is
 /// logged); a schema an older build made is not upgraded by such a command (an upgrade is
 /// `traqlyte migrate`'s, run on purpose when the older servers have stopped:
-/// `docs/operations.md`), and another application's database is refused by the store.
+/// `docs/scaling.md`), and another application's database is refused by the store.
 pub(crate) async fn open(db: &DbArgs) -> Result<Store> {
     let store = connect(db, 2).await?;
     let older = store
