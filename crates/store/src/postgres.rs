@@ -122,20 +122,20 @@ impl PgStore {
         // Its error is kept: when the pool cannot connect either, sqlx says only "pool
         // timed out while waiting for an open connection", and the probe's error says why
         // (connection refused, no such database, password authentication failed).
+        let url = with_default_sslmode(&config.database_url);
         let bound = Duration::from_millis(config.pool_acquire_timeout_ms.max(1));
-        let why =
-            match tokio::time::timeout(bound, refuse_shared_sessions(&config.database_url)).await {
-                Ok(Err(StoreError::SharedSessions)) => return Err(StoreError::SharedSessions),
-                Ok(Err(err)) => {
-                    tracing::debug!(error = %err, "pooler check gave no verdict");
-                    Some(err)
-                }
-                Err(_) => {
-                    tracing::debug!("pooler check gave no verdict within the acquire timeout");
-                    None
-                }
-                Ok(Ok(())) => None,
-            };
+        let why = match tokio::time::timeout(bound, refuse_shared_sessions(&url)).await {
+            Ok(Err(StoreError::SharedSessions)) => return Err(StoreError::SharedSessions),
+            Ok(Err(err)) => {
+                tracing::debug!(error = %err, "pooler check gave no verdict");
+                Some(err)
+            }
+            Err(_) => {
+                tracing::debug!("pooler check gave no verdict within the acquire timeout");
+                None
+            }
+            Ok(Ok(())) => None,
+        };
         let lock_timeout_ms = config.lock_timeout_ms;
         let born = std::time::Instant::now();
         let given_back = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -177,7 +177,7 @@ impl PgStore {
                     kept
                 })
             })
-            .connect(&config.database_url)
+            .connect(&url)
             .await
             .map_err(|err| match (err, why) {
                 (sqlx::Error::PoolTimedOut, Some(why)) => why,
@@ -198,7 +198,7 @@ impl PgStore {
             .before_acquire(kept_unless_opened_before_read_only)
             .after_connect(move |conn, _meta| Box::pin(session_settings(conn, lock_timeout_ms)))
             .after_release(|conn, _meta| Box::pin(settled(conn)))
-            .connect_lazy(&config.database_url)?;
+            .connect_lazy(&url)?;
         let health = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(0)
@@ -207,7 +207,7 @@ impl PgStore {
             .idle_timeout(None)
             .before_acquire(kept_unless_opened_before_read_only)
             .after_release(|conn, _meta| Box::pin(settled(conn)))
-            .connect_lazy(&config.database_url)?;
+            .connect_lazy(&url)?;
         Ok(PgStore {
             pool,
             ddl,
@@ -366,4 +366,16 @@ impl crate::Store {
             .await?;
         Ok(Some(value))
     }
+}
+
+/// `url` with `sslmode=disable` when it names no `sslmode`: TLS is used when the URL asks
+/// for it (`require`, `verify-ca`, `verify-full`, `prefer`), not by default (libpq's
+/// `prefer`): with it, a server whose network vanished and came back was not served
+/// again within 20 s (`tests/it/vanished.rs`), which no one has looked into yet.
+fn with_default_sslmode(url: &str) -> std::borrow::Cow<'_, str> {
+    if url.to_ascii_lowercase().contains("sslmode=") {
+        return std::borrow::Cow::Borrowed(url);
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    std::borrow::Cow::Owned(format!("{url}{separator}sslmode=disable"))
 }

@@ -64,17 +64,17 @@ async fn postgresql_sessions_are_encrypted_and_verified_as_the_url_says() {
     let seen = sessions_encrypted(&pg, "tl_verified").await;
     assert!(!seen.is_empty() && seen.iter().all(|ssl| *ssl), "{seen:?}");
 
-    // No sslmode: libpq's `prefer`, encrypted when the server offers TLS.
-    let preferred = connect(url("tl_prefer", "connect_timeout=5"))
+    // prefer: encrypted when the server offers TLS.
+    let preferred = connect(url("tl_prefer", "sslmode=prefer"))
         .await
-        .expect("the default connects");
+        .expect("sslmode=prefer connects");
     let seen = sessions_encrypted(&pg, "tl_prefer").await;
     assert!(!seen.is_empty() && seen.iter().all(|ssl| *ssl), "{seen:?}");
 
-    // disable: in the clear, as asked.
-    let plain = connect(url("tl_plain", "sslmode=disable"))
+    // No sslmode: in the clear (TLS only when the URL asks for it, for now).
+    let plain = connect(url("tl_plain", "connect_timeout=5"))
         .await
-        .expect("sslmode=disable connects");
+        .expect("the default connects");
     let seen = sessions_encrypted(&pg, "tl_plain").await;
     assert!(!seen.is_empty() && seen.iter().all(|ssl| !*ssl), "{seen:?}");
 
